@@ -1,0 +1,77 @@
+// Package errdefs holds the error values every layer of the engine returns
+// and callers branch on with errors.Is / errors.As. It is a leaf package so
+// that sources, the qemu wrapper, targets and the public importer package can
+// all share one set of sentinels; the importer package re-exports them.
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrTargetTooSmall: the image (or the stream written so far) does not fit
+	// the target device, file size limit or free space.
+	ErrTargetTooSmall = errors.New("target too small")
+	// ErrInvalidImage: the image is damaged, truncated, or not what its
+	// header claims.
+	ErrInvalidImage = errors.New("invalid image")
+	// ErrUnsafeImage: the image would make qemu-img read other files or
+	// hosts (backing files, external data files, vmdk extent files) or asks
+	// for absurd resources.
+	ErrUnsafeImage = errors.New("unsafe image")
+	// ErrUnsupportedFormat: a format outside the allow-list.
+	ErrUnsupportedFormat = errors.New("unsupported image format")
+	// ErrChecksumMismatch: the bytes received do not match the expected
+	// digest. The text "checksum mismatch" is what CDI's controller matches.
+	ErrChecksumMismatch = errors.New("checksum mismatch")
+	// ErrSourceUnreachable: the source could not be contacted or the
+	// transfer broke off (connection refused, DNS, TLS, stall, short body).
+	ErrSourceUnreachable = errors.New("source unreachable")
+	// ErrSourceRefused: the source answered but refused to serve the image
+	// (a non-2xx HTTP status, for example).
+	ErrSourceRefused = errors.New("source refused the request")
+	// ErrCancelled: the import was stopped by its context.
+	ErrCancelled = errors.New("import cancelled")
+	// ErrTargetBusy: the target block device is mounted or held open.
+	ErrTargetBusy = errors.New("target busy")
+	// ErrScratchSpaceRequired: the image needs scratch space and none is
+	// usable.
+	ErrScratchSpaceRequired = errors.New("scratch space required and none found")
+	// ErrInvalidOptions: the caller's options are inconsistent or malformed.
+	ErrInvalidOptions = errors.New("invalid options")
+)
+
+// HTTPStatusError is returned when an HTTP source answers with a non-2xx
+// status. It matches ErrSourceRefused with errors.Is.
+type HTTPStatusError struct {
+	URL        string
+	StatusCode int
+	Status     string // e.g. "404 Not Found"
+}
+
+func (e *HTTPStatusError) Error() string {
+	return fmt.Sprintf("expected status code 200, got %d. Status: %s (GET %s)", e.StatusCode, e.Status, e.URL)
+}
+
+// Is makes errors.Is(err, ErrSourceRefused) true for HTTP status errors.
+func (e *HTTPStatusError) Is(target error) bool { return target == ErrSourceRefused }
+
+// SizeError reports an image that does not fit its target and carries both
+// sizes so the message states them. It matches ErrTargetTooSmall.
+type SizeError struct {
+	ImageSize  int64 // virtual size of the image, or bytes seen so far
+	TargetSize int64 // capacity of the target
+	What       string
+}
+
+func (e *SizeError) Error() string {
+	what := e.What
+	if what == "" {
+		what = "virtual image size"
+	}
+	return fmt.Sprintf("%s %d is larger than the reported available storage %d. A larger PVC is required", what, e.ImageSize, e.TargetSize)
+}
+
+// Is makes errors.Is(err, ErrTargetTooSmall) true.
+func (e *SizeError) Is(target error) bool { return target == ErrTargetTooSmall }
