@@ -1,0 +1,116 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// ImageInfo is the part of `qemu-img info --output=json` the engine uses.
+type ImageInfo struct {
+	Format          string
+	VirtualSize     int64
+	ActualSize      int64
+	ClusterSize     int64
+	BackingFilename string   // "backing-filename", "" if none
+	DataFile        string   // qcow2 external data file, "" if none
+	ExtentFilenames []string // vmdk extents' file names (includes the image itself for monolithic vmdk)
+	Corrupt         bool     // qcow2 "corrupt" flag in the header
+}
+
+// infoJSON mirrors the qemu-img JSON; unknown fields are ignored by
+// encoding/json. format-specific.data differs per format, so it is decoded
+// into a union of the fields we read.
+type infoJSON struct {
+	Format          string `json:"format"`
+	VirtualSize     int64  `json:"virtual-size"`
+	ActualSize      int64  `json:"actual-size"`
+	ClusterSize     int64  `json:"cluster-size"`
+	BackingFilename string `json:"backing-filename"`
+	FormatSpecific  *struct {
+		Type string `json:"type"`
+		Data struct {
+			DataFile string `json:"data-file"`
+			Corrupt  bool   `json:"corrupt"`
+			Extents  []struct {
+				Filename string `json:"filename"`
+			} `json:"extents"`
+		} `json:"data"`
+	} `json:"format-specific"`
+}
+
+// maxInfoJSON caps the info output we buffer; a vmdk with absurdly many
+// extents should not make us allocate without bound.
+const maxInfoJSON = 16 << 20
+
+// Info runs `qemu-img info --output=json -f FORMAT PATH`. format is required:
+// qemu-img's probing is never used.
+func (r *Runner) Info(ctx context.Context, path, format string) (*ImageInfo, error) {
+	if format == "" {
+		return nil, fmt.Errorf("qemu-img info %s: format is required (probing is not allowed): %w", path, errdefs.ErrInvalidOptions)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.infoTimeout())
+	defer cancel()
+	out := &capBuffer{max: maxInfoJSON}
+	res, err := r.run(ctx, runSpec{
+		sub:    "info",
+		args:   []string{"info", "--output=json", "-f", format, "--", path},
+		limits: r.Limits.merge(defaultInfoLimits),
+		stdout: out,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out.overflow {
+		return nil, fmt.Errorf("qemu-img info %s: output larger than %d bytes: %w", path, maxInfoJSON, errdefs.ErrInvalidImage)
+	}
+	info, err := parseInfo(out.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("qemu-img info %s: %w (%s)", path, err, withStderr(res.stderr))
+	}
+	return info, nil
+}
+
+func parseInfo(b []byte) (*ImageInfo, error) {
+	var j infoJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("cannot parse JSON output: %w", err)
+	}
+	info := &ImageInfo{
+		Format:          j.Format,
+		VirtualSize:     j.VirtualSize,
+		ActualSize:      j.ActualSize,
+		ClusterSize:     j.ClusterSize,
+		BackingFilename: j.BackingFilename,
+	}
+	if fs := j.FormatSpecific; fs != nil {
+		info.DataFile = fs.Data.DataFile
+		info.Corrupt = fs.Data.Corrupt
+		for _, e := range fs.Data.Extents {
+			info.ExtentFilenames = append(info.ExtentFilenames, e.Filename)
+		}
+	}
+	return info, nil
+}
+
+// capBuffer is a bytes.Buffer that stops growing at max and remembers that
+// it did.
+type capBuffer struct {
+	bytes.Buffer
+	max      int
+	overflow bool
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); len(p) > room {
+		c.overflow = true
+		if room > 0 {
+			c.Buffer.Write(p[:room])
+		}
+		return len(p), nil // keep draining so qemu-img does not block
+	}
+	return c.Buffer.Write(p)
+}
