@@ -60,7 +60,9 @@ func (b *httpBody) Read(p []byte) (int, error) {
 }
 
 // classify maps the transport's end-of-body or error into what the engine
-// sees. A short body is never a clean io.EOF.
+// sees. A short body is never a clean io.EOF, and never wraps
+// io.ErrUnexpectedEOF either: readers up the pipeline (io.ReadFull users)
+// treat that value as a normal short end.
 func (b *httpBody) classify(err error) error {
 	name := b.src.redacted
 	if err == io.EOF {
@@ -80,9 +82,9 @@ func (b *httpBody) classify(err error) error {
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		if b.size >= 0 {
-			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w: %w", name, b.got, b.size, errdefs.ErrSourceUnreachable, err)
+			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w (%v)", name, b.got, b.size, errdefs.ErrSourceUnreachable, err)
 		}
-		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w: %w", name, b.got, errdefs.ErrSourceUnreachable, err)
+		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w (%v)", name, b.got, errdefs.ErrSourceUnreachable, err)
 	}
 	return fmt.Errorf("GET %s: reading body after %d bytes: %w: %w", name, b.got, errdefs.ErrSourceUnreachable, err)
 }

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+type cliFlags struct {
+	size               string
+	format             string
+	scratch            string
+	checksums          []string
+	certDir            string
+	insecureTLS        bool
+	headers            []string
+	creds              string
+	preallocation      bool
+	filesystemOverhead float64
+	cacheMode          string
+	stallTimeout       time.Duration
+	terminationLog     string
+	json               bool
+	verbose            int
+	quiet              bool
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	code := exitOK
+	var f cliFlags
+	cmd := &cobra.Command{
+		Use:   "importer [flags] SOURCE DEST",
+		Short: "Import a VM disk image onto a block device or into a file",
+		Long: `Import a VM disk image onto a block device or into a file.
+
+SOURCE is an http(s) URL, a local file or block device, or - for standard input.
+DEST is a block device, a file, or an existing directory (DEST/disk.img).
+gz, xz and zstd are removed on the fly; raw and iso are streamed straight to
+DEST; qcow2, vmdk, vhd, vhdx and vdi are converted with qemu-img.
+
+With no arguments, importer follows CDI's importer contract: it reads
+IMPORTER_SOURCE, IMPORTER_ENDPOINT and the other IMPORTER_* variables, writes
+to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`,
+		Args:          cobra.MaximumNArgs(2),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := newLogger(stderr, f.verbose, f.quiet)
+			switch len(args) {
+			case 0:
+				if getenv("IMPORTER_SOURCE") == "" {
+					code = exitUsage
+					return errors.New("SOURCE and DEST are required (or IMPORTER_SOURCE for the container contract)")
+				}
+				code = runEnv(ctx, getenv, defaultCDIPaths(getenv), log, stderr)
+				return nil
+			case 1:
+				code = exitUsage
+				return errors.New("DEST is required")
+			}
+			opts, err := f.options(args[0], args[1], stdin)
+			if err != nil {
+				code = exitUsage
+				return err
+			}
+			opts.Logger = log
+			if !f.quiet && isTerminal(stderr) {
+				opts.Progress = newTerminalProgress(stderr).update
+			}
+			code = runImport(ctx, opts, f, stdout, stderr)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a Kubernetes quantity such as 10Gi; a file DEST is grown to it (less --filesystem-overhead)")
+	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2 (block devices are always raw)")
+	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
+	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
+	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates (*.crt, *.pem) to trust for https")
+	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate")
+	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")
+	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth USER:PASSWORD")
+	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
+	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
+	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none for devices, writeback for files)")
+	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
+	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
+	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
+	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors")
+	cmd.SetArgs(args)
+	cmd.SetIn(stdin)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "importer:", err)
+		if code == exitOK {
+			code = exitUsage
+		}
+	}
+	return code
+}
+
+func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Options, error) {
+	size, err := parseQuantity(f.size)
+	if err != nil {
+		return importer.Options{}, err
+	}
+	o := importer.Options{
+		Source:             source,
+		Target:             dest,
+		Size:               size,
+		Format:             f.format,
+		ScratchDir:         f.scratch,
+		Checksums:          f.checksums,
+		CertDir:            f.certDir,
+		InsecureTLS:        f.insecureTLS,
+		Headers:            f.headers,
+		Preallocation:      f.preallocation,
+		FilesystemOverhead: f.filesystemOverhead,
+		CacheMode:          f.cacheMode,
+		StallTimeout:       f.stallTimeout,
+	}
+	if source == "-" {
+		o.SourceReader = stdin
+	}
+	if f.creds != "" {
+		user, pass, ok := strings.Cut(f.creds, ":")
+		if !ok {
+			return o, errors.New("--creds wants USER:PASSWORD")
+		}
+		o.Username, o.Password = user, pass
+	}
+	return o, nil
+}
+
+// runImport runs one import and reports it: the result JSON to the
+// termination log and/or stdout, a summary or the cause on stderr.
+func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stderr io.Writer) int {
+	res, err := importer.Import(ctx, o)
+	msg := res.TerminationMessage(err).JSON()
+	if f.terminationLog != "" {
+		if werr := os.WriteFile(f.terminationLog, append(msg, '\n'), 0o600); werr != nil {
+			fmt.Fprintln(stderr, "importer: writing termination log:", werr)
+			if err == nil {
+				return exitError
+			}
+		}
+	}
+	if f.json {
+		fmt.Fprintln(stdout, string(msg))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "importer: import failed:", err)
+		if errors.Is(err, errdefs.ErrInvalidOptions) {
+			return exitUsage
+		}
+		return exitError
+	}
+	if !f.quiet {
+		fmt.Fprintf(stderr, "Import complete: %s (%s%s, %d bytes) in %.1fs\n", res.Target, res.SourceFormat,
+			compressionSuffix(res.Compressions), res.VirtualSize, res.Duration.Seconds())
+	}
+	return exitOK
+}
+
+func compressionSuffix(c []string) string {
+	if len(c) == 0 {
+		return ""
+	}
+	return "." + strings.Join(c, ".")
+}
+
+func newLogger(w io.Writer, verbose int, quiet bool) *slog.Logger {
+	level := slog.LevelInfo
+	switch {
+	case quiet:
+		level = slog.LevelWarn
+	case verbose > 0:
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+)
+
+// cdiPaths are the fixed paths of CDI's importer pod.
+type cdiPaths struct {
+	BlockDevice    string // present when the volume is in block mode
+	DataDir        string
+	DataFile       string
+	Scratch        string
+	TerminationLog string
+}
+
+// defaultCDIPaths returns CDI's paths. IMPORTER_PATH_PREFIX, when set, is
+// put in front of each, so the contract can be exercised without owning /data
+// and /dev (tests, or a person trying it as non-root).
+func defaultCDIPaths(getenv func(string) string) cdiPaths {
+	prefix := getenv("IMPORTER_PATH_PREFIX")
+	return cdiPaths{
+		BlockDevice:    prefix + "/dev/cdi-block-volume",
+		DataDir:        prefix + "/data",
+		DataFile:       prefix + "/data/disk.img",
+		Scratch:        prefix + "/scratch",
+		TerminationLog: prefix + "/dev/termination-log",
+	}
+}
+
+// envOptions reads CDI's importer environment into import options.
+func envOptions(getenv func(string) string, paths cdiPaths) (importer.Options, error) {
+	var o importer.Options
+	switch src := getenv("IMPORTER_SOURCE"); src {
+	case "http":
+	case "registry", "upload", "none", "s3", "gcs", "imageio", "vddk":
+		return o, fmt.Errorf("IMPORTER_SOURCE=%s is not supported yet (only http): %w", src, errdefs.ErrInvalidOptions)
+	default:
+		return o, fmt.Errorf("Unknown data source: %q: %w", src, errdefs.ErrInvalidOptions)
+	}
+	switch ct := getenv("IMPORTER_CONTENTTYPE"); ct {
+	case "", "kubevirt":
+	case "archive":
+		return o, fmt.Errorf("IMPORTER_CONTENTTYPE=archive is not supported yet: %w", errdefs.ErrInvalidOptions)
+	default:
+		return o, fmt.Errorf("unknown IMPORTER_CONTENTTYPE %q (kubevirt or archive): %w", ct, errdefs.ErrInvalidOptions)
+	}
+	o.Source = getenv("IMPORTER_ENDPOINT")
+	if o.Source == "" {
+		return o, fmt.Errorf("IMPORTER_ENDPOINT is empty: %w", errdefs.ErrInvalidOptions)
+	}
+	size, err := parseQuantity(getenv("IMPORTER_IMAGE_SIZE"))
+	if err != nil {
+		return o, fmt.Errorf("IMPORTER_IMAGE_SIZE: %v: %w", err, errdefs.ErrInvalidOptions)
+	}
+	o.Size = size
+	o.Username = getenv("IMPORTER_ACCESS_KEY_ID")
+	o.Password = getenv("IMPORTER_SECRET_KEY")
+	o.CertDir = getenv("IMPORTER_CERT_DIR")
+	if o.InsecureTLS, err = envBool(getenv, "INSECURE_TLS"); err != nil {
+		return o, err
+	}
+	if o.Preallocation, err = envBool(getenv, "PREALLOCATION"); err != nil {
+		return o, err
+	}
+	if c := getenv("IMPORTER_CHECKSUM"); c != "" {
+		o.Checksums = []string{c}
+	}
+	if v := getenv("FILESYSTEM_OVERHEAD"); v != "" {
+		if o.FilesystemOverhead, err = strconv.ParseFloat(v, 64); err != nil {
+			return o, fmt.Errorf("FILESYSTEM_OVERHEAD %q: %w", v, errdefs.ErrInvalidOptions)
+		}
+	}
+	if strings.EqualFold(getenv("CACHE_MODE"), "TRYNONE") {
+		o.CacheMode = "trynone"
+	}
+	o.Headers = extraHeaders(getenv)
+	o.Target = paths.DataFile
+	if _, err := os.Stat(paths.BlockDevice); err == nil {
+		o.Target = paths.BlockDevice
+		o.FilesystemOverhead = 0
+	}
+	o.ScratchDir = paths.Scratch
+	return o, nil
+}
+
+func envBool(getenv func(string) string, name string) (bool, error) {
+	v := getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false: %w", name, v, errdefs.ErrInvalidOptions)
+	}
+	return b, nil
+}
+
+// extraHeaders collects IMPORTER_EXTRA_HEADER_0, _1, … in numeric order.
+func extraHeaders(getenv func(string) string) []string {
+	type header struct {
+		n    int
+		line string
+	}
+	var hs []header
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		num, ok := strings.CutPrefix(name, "IMPORTER_EXTRA_HEADER_")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			continue
+		}
+		if v := getenv(name); v != "" {
+			hs = append(hs, header{n, v})
+		}
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i].n < hs[j].n })
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.line)
+	}
+	return out
+}
+
+// runEnv runs one import under CDI's contract and writes the termination
+// message. Like CDI, a checksum mismatch exits 0 with the message so the
+// controller marks the import failed for good instead of retrying it.
+func runEnv(ctx context.Context, getenv func(string) string, paths cdiPaths, log *slog.Logger, stderr io.Writer) int {
+	o, err := envOptions(getenv, paths)
+	var res *importer.Result
+	if err == nil {
+		o.Logger = log
+		res, err = importer.Import(ctx, o)
+	} else {
+		res = &importer.Result{}
+	}
+	msg := res.TerminationMessage(err).JSON()
+	if werr := writeTerminationLog(paths.TerminationLog, msg); werr != nil {
+		fmt.Fprintln(stderr, "importer: writing termination message:", werr)
+		if err == nil {
+			return exitError
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "importer: import failed:", err)
+		if errors.Is(err, errdefs.ErrChecksumMismatch) {
+			return exitOK
+		}
+		return exitError
+	}
+	log.Info("Import complete", "target", res.Target, "format", res.SourceFormat, "virtualSize", res.VirtualSize)
+	return exitOK
+}
+
+func writeTerminationLog(path string, msg []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, msg, 0o600)
+}

@@ -1,0 +1,26 @@
+package importer
+
+import "github.com/diskimport/engine/errdefs"
+
+// Errors callers can branch on with errors.Is. They are the engine's shared
+// values (package errdefs), re-exported so a controller needs one import.
+var (
+	ErrTargetTooSmall       = errdefs.ErrTargetTooSmall
+	ErrInvalidImage         = errdefs.ErrInvalidImage
+	ErrUnsafeImage          = errdefs.ErrUnsafeImage
+	ErrUnsupportedFormat    = errdefs.ErrUnsupportedFormat
+	ErrChecksumMismatch     = errdefs.ErrChecksumMismatch
+	ErrSourceUnreachable    = errdefs.ErrSourceUnreachable
+	ErrSourceRefused        = errdefs.ErrSourceRefused
+	ErrCancelled            = errdefs.ErrCancelled
+	ErrTargetBusy           = errdefs.ErrTargetBusy
+	ErrScratchSpaceRequired = errdefs.ErrScratchSpaceRequired
+	ErrInvalidOptions       = errdefs.ErrInvalidOptions
+)
+
+// HTTPStatusError is returned when an HTTP source answers with a non-2xx
+// status; use errors.As to read the status code.
+type HTTPStatusError = errdefs.HTTPStatusError
+
+// SizeError states both sizes when an image does not fit its target.
+type SizeError = errdefs.SizeError

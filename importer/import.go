@@ -1,0 +1,153 @@
+package importer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/processor"
+	"github.com/diskimport/engine/qemu"
+	"github.com/diskimport/engine/stream"
+)
+
+// Import copies the image named by o.Source onto o.Target, converting it to
+// raw (or qcow2 for a file target that asks for it), and grows a file target
+// to the requested size. It reports success only when the target holds the
+// complete, verified image and has been synced. On failure the returned
+// error wraps one of the package's Err values and the Result says how far
+// the import got; the target is never reported complete.
+func Import(ctx context.Context, o Options) (*Result, error) {
+	start := time.Now()
+	j, err := newJob(o)
+	if err != nil {
+		return &Result{Target: o.Target}, err
+	}
+	defer j.cleanup()
+
+	p := processor.New(j.log, j.enterPhase)
+	j.register(p)
+	stopProgress := j.startProgress(ctx)
+	phases, err := p.Run(ctx, processor.Info)
+	stopProgress()
+
+	j.result.Phases = phases
+	j.result.Duration = time.Since(start)
+	if c := j.counter.Load(); c != nil {
+		j.result.BytesRead = c.Count()
+	}
+	if err == nil {
+		// Complete means the data is on stable storage under its final name.
+		err = j.tgt.Commit(ctx)
+		if err == nil {
+			j.log.Info("Successfully completed fsync, committed to disk", "target", j.tgt.Path())
+		} else {
+			j.result.Phases = append(j.result.Phases, processor.Error)
+		}
+	}
+	if err != nil {
+		err = j.classify(ctx, err)
+		j.abort()
+		return &j.result, err
+	}
+	j.result.Complete = true
+	return &j.result, nil
+}
+
+// newJob checks the options and builds the source; the target is opened in
+// the Info phase so a busy device is refused before any download starts.
+func newJob(o Options) (*job, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.Source == "" || o.Target == "" {
+		return nil, fmt.Errorf("source and target are required: %w", errdefs.ErrInvalidOptions)
+	}
+	switch o.Format {
+	case "", "raw", "qcow2":
+	default:
+		return nil, fmt.Errorf("target format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
+	}
+	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
+		return nil, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
+	}
+	var sums []stream.Checksum
+	for _, s := range o.Checksums {
+		c, err := stream.ParseChecksum(s)
+		if err != nil {
+			return nil, err
+		}
+		sums = append(sums, c)
+	}
+	src, err := newSource(o)
+	if err != nil {
+		return nil, err
+	}
+	runner := o.Qemu
+	if runner == nil {
+		runner = &qemu.Runner{Logger: log}
+	}
+	scratch := o.ScratchDir
+	if scratch == "" {
+		scratch = os.TempDir()
+	}
+	j := &job{
+		opts:       o,
+		log:        log,
+		qemu:       runner,
+		source:     src,
+		checksums:  sums,
+		scratchDir: scratch,
+		result:     Result{Target: o.Target},
+	}
+	j.phase.Store(string(processor.Info))
+	return j, nil
+}
+
+func newSource(o Options) (datasource.Source, error) {
+	if o.Source == "-" && o.SourceReader != nil {
+		return datasource.NewReader("upload", o.SourceReader), nil
+	}
+	return datasource.New(o.Source, datasource.HTTPOptions{
+		Username:     o.Username,
+		Password:     o.Password,
+		Headers:      o.Headers,
+		CertDir:      o.CertDir,
+		InsecureTLS:  o.InsecureTLS,
+		StallTimeout: o.StallTimeout,
+		Logger:       o.Logger,
+	})
+}
+
+// register installs the engine's executors, letting WrapPhase replace any.
+func (j *job) register(p *processor.Processor) {
+	execs := map[processor.Phase]processor.Executor{
+		processor.Info:             j.info,
+		processor.TransferDataFile: j.transferDataFile,
+		processor.TransferScratch:  j.transferScratch,
+		processor.Validate:         j.validate,
+		processor.Convert:          j.convert,
+		processor.Resize:           j.resize,
+	}
+	for phase, exec := range execs {
+		if j.opts.WrapPhase != nil {
+			exec = j.opts.WrapPhase(phase, exec)
+		}
+		p.Register(phase, exec)
+	}
+}
+
+// classify makes sure a failure caused by cancellation says so, and that
+// every error names what the import was doing.
+func (j *job) classify(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, errdefs.ErrCancelled) {
+		err = fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
+	}
+	return err
+}
+

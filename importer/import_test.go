@@ -1,0 +1,195 @@
+package importer_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/processor"
+)
+
+const imageSize = 5<<20 + 64<<10 // not a multiple of the 4 MiB copy buffer
+
+// imageCase is one way of packing the same raw content.
+type imageCase struct {
+	name    string
+	format  string // what the engine should report
+	convert bool   // whether qemu-img convert is on the path
+	self    bool   // the disk content is the built file itself (not the raw file)
+	build   func(t *testing.T, raw, dir string) string
+}
+
+func qemuCase(name, fmt, reported string, opts ...string) imageCase {
+	return imageCase{name: name, format: reported, convert: true, build: func(t *testing.T, raw, dir string) string {
+		return testimg.Convert(t, raw, filepath.Join(dir, name), fmt, opts...)
+	}}
+}
+
+func imageCases() []imageCase {
+	return []imageCase{
+		{name: "raw", format: "raw", build: func(t *testing.T, raw, dir string) string { return raw }},
+		{name: "iso", format: "iso", self: true, build: func(t *testing.T, raw, dir string) string {
+			// An ISO 9660 volume descriptor at 32 KiB: streamed as raw.
+			b, err := os.ReadFile(raw)
+			require.NoError(t, err)
+			copy(b[0x8000:], "\x01CD001\x01")
+			p := filepath.Join(dir, "disk.iso")
+			require.NoError(t, os.WriteFile(p, b, 0o644))
+			return p
+		}},
+		{name: "vhd-fixed", format: "vhd", build: func(t *testing.T, raw, dir string) string {
+			return testimg.Convert(t, raw, filepath.Join(dir, "fixed.vhd"), "vpc", "subformat=fixed", "force_size=on")
+		}},
+		qemuCase("disk.qcow2", "qcow2", "qcow2"),
+		qemuCase("sparse.vmdk", "vmdk", "vmdk"),
+		qemuCase("stream.vmdk", "vmdk", "vmdk", "subformat=streamOptimized"),
+		qemuCase("dynamic.vhd", "vpc", "vhd", "subformat=dynamic", "force_size=on"),
+		qemuCase("disk.vhdx", "vhdx", "vhdx"),
+		qemuCase("disk.vdi", "vdi", "vdi"),
+	}
+}
+
+// expectImage checks that target holds exactly the raw content (and, for a
+// block device, that the content is there and was not cut).
+func expectImage(t *testing.T, raw, target string, block bool) {
+	t.Helper()
+	st, err := os.Stat(raw)
+	require.NoError(t, err)
+	if !block {
+		tst, err := os.Stat(target)
+		require.NoError(t, err)
+		require.Equal(t, st.Size(), tst.Size(), "target file size")
+	}
+	require.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, st.Size()), "target content differs from the raw image")
+}
+
+func TestImportMatrix(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 1)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	base := testimg.Serve(t, www)
+
+	var loop string
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+
+	for _, c := range imageCases() {
+		img := c.build(t, raw, dir)
+		served := filepath.Join(www, filepath.Base(img))
+		if _, err := os.Stat(served); err != nil {
+			require.NoError(t, os.Link(img, served))
+		}
+		sources := map[string]func() importer.Options{
+			"file": func() importer.Options { return importer.Options{Source: img} },
+			"http": func() importer.Options { return importer.Options{Source: base + filepath.Base(img)} },
+			"stdin": func() importer.Options {
+				f, err := os.Open(img)
+				require.NoError(t, err)
+				t.Cleanup(func() { f.Close() })
+				return importer.Options{Source: "-", SourceReader: f}
+			},
+		}
+		for srcName, mk := range sources {
+			for _, tgtName := range []string{"file", "block"} {
+				t.Run(c.name+"/"+srcName+"/"+tgtName, func(t *testing.T) {
+					if tgtName == "block" && loop == "" {
+						t.Skip("loop devices need root")
+					}
+					o := mk()
+					o.Logger = testLogger(t)
+					o.ScratchDir = t.TempDir()
+					o.Target = filepath.Join(t.TempDir(), "disk.img")
+					if tgtName == "block" {
+						o.Target = loop
+					}
+					res, err := importer.Import(context.Background(), o)
+					require.NoError(t, err)
+					require.True(t, res.Complete)
+					assert.Equal(t, c.format, res.SourceFormat)
+					assert.Equal(t, processor.Complete, res.Phases[len(res.Phases)-1])
+					assert.Equal(t, c.convert, contains(res.Phases, processor.Convert), "phases %v", res.Phases)
+					wantScratch := c.convert && srcName != "file"
+					assert.Equal(t, wantScratch, res.ScratchUsed, "phases %v", res.Phases)
+					want := raw
+					if c.self {
+						want = img
+					}
+					expectImage(t, want, o.Target, tgtName == "block")
+					assertEmptyDir(t, o.ScratchDir)
+				})
+			}
+		}
+	}
+}
+
+func TestImportCompressed(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit", "gzip", "xz", "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 2)
+	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	base := testimg.Serve(t, dir)
+	var loop string
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	nested := testimg.Compress(t, testimg.Compress(t, raw, "gz"), "zst") // disk.raw.gz.zst
+	cases := map[string][]string{
+		filepath.Base(nested): {"zst", "gz"},
+	}
+	for _, kind := range []string{"gz", "xz", "zst"} {
+		cases[filepath.Base(testimg.Compress(t, raw, kind))] = []string{kind}
+		cases[filepath.Base(testimg.Compress(t, qcow, kind))] = []string{kind}
+	}
+	for name, comps := range cases {
+		for _, tgtName := range []string{"file", "block"} {
+			t.Run(name+"/"+tgtName, func(t *testing.T) {
+				if tgtName == "block" && loop == "" {
+					t.Skip("loop devices need root")
+				}
+				for _, src := range []string{base + name, filepath.Join(dir, name)} {
+					target := filepath.Join(t.TempDir(), "disk.img")
+					if tgtName == "block" {
+						target = loop
+					}
+					res, err := importer.Import(context.Background(), importer.Options{
+						Source: src, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
+						Checksums: []string{testimg.FileDigest(t, filepath.Join(dir, name))},
+					})
+					require.NoError(t, err, src)
+					assert.Equal(t, comps, res.Compressions)
+					assert.Len(t, res.Checksums, 1)
+					expectImage(t, raw, target, tgtName == "block")
+				}
+			})
+		}
+	}
+}
+
+func contains(ps []processor.Phase, p processor.Phase) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+func assertEmptyDir(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	assert.Empty(t, names, "left behind in %s", dir)
+}

@@ -1,0 +1,357 @@
+package importer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"sync/atomic"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/processor"
+	"github.com/diskimport/engine/qemu"
+	"github.com/diskimport/engine/stream"
+	"github.com/diskimport/engine/target"
+)
+
+// job is the state one import carries from phase to phase. Fields the
+// progress reporter reads from another goroutine are atomics.
+type job struct {
+	opts       Options
+	log        *slog.Logger
+	qemu       *qemu.Runner
+	source     datasource.Source
+	checksums  []stream.Checksum
+	scratchDir string
+	result     Result
+
+	phase          atomic.Value // string
+	counter        atomic.Pointer[stream.Counter]
+	sourceSize     atomic.Int64
+	writer         atomic.Pointer[target.Writer]
+	convertPercent atomic.Uint64 // math.Float64bits
+
+	tgt       *target.Target
+	outFormat string // raw or qcow2
+	body      io.Closer
+	wire      io.Reader // the source bytes as received, hashed when checksums are set
+	verifier  *stream.Verifier
+	image     *format.Stream
+
+	// The file qemu-img converts from: the source itself when it is a local
+	// uncompressed image, else a scratch copy.
+	convertSrc    string
+	convertFormat format.Format
+	scratchPath   string
+}
+
+func (j *job) enterPhase(p processor.Phase) { j.phase.Store(string(p)) }
+
+// info opens the target and the source, peels compression, identifies the
+// image and checks what its header tells before a byte reaches the target.
+func (j *job) info(ctx context.Context) (processor.Phase, error) {
+	tgt, err := target.Open(ctx, target.Options{
+		Path:               j.opts.Target,
+		RequestedSize:      j.opts.Size,
+		FilesystemOverhead: j.opts.FilesystemOverhead,
+		Logger:             j.log,
+	})
+	if err != nil {
+		return processor.Error, fmt.Errorf("opening target %s: %w", j.opts.Target, err)
+	}
+	j.tgt = tgt
+	j.result.Target = tgt.Path()
+	j.outFormat = "raw"
+	if j.opts.Format == "qcow2" {
+		if tgt.Kind() == target.Block {
+			return processor.Error, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
+		}
+		j.outFormat = "qcow2"
+	}
+
+	st, err := j.source.Open(ctx)
+	if err != nil {
+		return processor.Error, fmt.Errorf("unable to connect to data source %s: %w", j.source, err)
+	}
+	j.body = st.Body
+	j.sourceSize.Store(st.Size)
+	counter := stream.NewCounter(st.Body)
+	j.counter.Store(counter)
+	j.verifier = stream.NewVerifier(j.checksums)
+	j.wire = counter
+	if j.verifier != nil {
+		j.wire = io.TeeReader(counter, j.verifier)
+	}
+
+	img, err := format.Open(ctx, j.wire, format.Options{})
+	if err != nil {
+		return processor.Error, fmt.Errorf("reading image header from %s: %w", j.source, err)
+	}
+	j.image = img
+	j.result.SourceFormat = string(img.Format)
+	for _, c := range img.Compressions {
+		j.result.Compressions = append(j.result.Compressions, string(c))
+	}
+	j.log.Info("Image detected", "format", img.Format, "compression", j.result.Compressions,
+		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
+
+	if err := j.checkEarlySize(img, st); err != nil {
+		return processor.Error, err
+	}
+
+	if !img.Format.NeedsConversion() && j.outFormat == "raw" {
+		return processor.TransferDataFile, nil
+	}
+	if st.LocalPath != "" && len(img.Compressions) == 0 {
+		// qemu-img reads a local image in place: no copy.
+		j.convertSrc = st.LocalPath
+		j.convertFormat = img.Format
+		return processor.Validate, nil
+	}
+	return processor.TransferScratch, nil
+}
+
+// checkEarlySize refuses an image whose size is known up front and does not
+// fit, before anything is written.
+func (j *job) checkEarlySize(img *format.Stream, st *datasource.Stream) error {
+	capacity := j.tgt.Capacity()
+	if v := img.Header.VirtualSize; v > 0 {
+		j.result.VirtualSize = v
+		if v > capacity {
+			return &errdefs.SizeError{ImageSize: v, TargetSize: capacity}
+		}
+		return nil
+	}
+	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 {
+		return nil
+	}
+	// An uncompressed raw stream of known length: it may carry a fixed VHD's
+	// 512-byte footer, which does not go to the disk.
+	if st.Size-fixedVHDFooterSize > capacity {
+		return &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}
+	}
+	return nil
+}
+
+const fixedVHDFooterSize = 512
+
+// transferDataFile streams raw data straight onto the target in one pass.
+func (j *job) transferDataFile(ctx context.Context) (processor.Phase, error) {
+	n, err := j.copyRaw(ctx, j.tgt)
+	if err != nil {
+		return processor.Error, err
+	}
+	j.result.BytesWritten = n
+	j.result.VirtualSize = n
+	return processor.Resize, nil
+}
+
+// copyRaw copies the image stream to a target's sequential writer, keeps a
+// fixed VHD footer out of the disk, verifies the checksums, and only then
+// lets the writer put down the held-back head of the image.
+func (j *job) copyRaw(ctx context.Context, t *target.Target) (int64, error) {
+	w, err := t.NewWriter(target.WithContext(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("opening %s for writing: %w", t.Path(), err)
+	}
+	j.writer.Store(w)
+	var src io.Reader = j.image
+	var tail *stream.TailHolder
+	if j.image.Format == format.Raw {
+		tail = stream.NewTailHolder(j.image, fixedVHDFooterSize)
+		src = tail
+	}
+	if _, err := w.ReadFrom(src); err != nil {
+		return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+	}
+	if tail != nil {
+		if format.IsFixedVHDFooter(tail.Tail(), w.Written()) {
+			j.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
+			j.result.SourceFormat = string(format.VHD)
+		} else if _, err := w.Write(tail.Tail()); err != nil {
+				return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+		}
+	}
+	if err := j.finishSource(); err != nil {
+		return 0, err
+	}
+	n, err := w.Finish()
+	if err != nil {
+		return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+	}
+	return n, nil
+}
+
+// finishSource stops the decoders, reads whatever the source still holds
+// (so the digest covers every byte received) and verifies the checksums.
+func (j *job) finishSource() error {
+	if err := j.image.Close(); err != nil {
+		return fmt.Errorf("closing image stream: %w", err)
+	}
+	if j.verifier == nil {
+		return nil
+	}
+	if _, err := io.Copy(io.Discard, j.wire); err != nil {
+		return fmt.Errorf("reading the rest of %s: %w", j.source, err)
+	}
+	sums, err := j.verifier.Verify()
+	if err != nil {
+		return fmt.Errorf("verifying %s: %w", j.source, err)
+	}
+	for _, s := range sums {
+		j.result.Checksums = append(j.result.Checksums, s.String())
+	}
+	j.log.Info("Checksum verified", "checksums", j.result.Checksums)
+	return nil
+}
+
+// transferScratch puts the decompressed image in a sparse scratch file so
+// qemu-img can read it at random.
+func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
+	if st, err := os.Stat(j.scratchDir); err != nil || !st.IsDir() {
+		return processor.Error, fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, j.scratchDir, err)
+	}
+	f, err := os.CreateTemp(j.scratchDir, "importer-scratch-*."+string(j.image.Format))
+	if err != nil {
+		return processor.Error, fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+	}
+	j.scratchPath = f.Name()
+	f.Close()
+	j.result.ScratchUsed = true
+
+	scratch, err := target.Open(ctx, target.Options{Path: j.scratchPath, Logger: j.log})
+	if err != nil {
+		return processor.Error, fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+	}
+	defer scratch.Close()
+	if _, err := j.copyRaw(ctx, scratch); err != nil {
+		scratch.Abort()
+		if errors.Is(err, errdefs.ErrTargetTooSmall) {
+			return processor.Error, fmt.Errorf("%w: scratch directory %s: %v", errdefs.ErrScratchSpaceRequired, j.scratchDir, err)
+		}
+		return processor.Error, err
+	}
+	if err := scratch.Commit(ctx); err != nil {
+		return processor.Error, fmt.Errorf("finishing scratch file %s: %w", j.scratchPath, err)
+	}
+	j.convertSrc = j.scratchPath
+	j.convertFormat = j.image.Format
+	if !j.convertFormat.NeedsConversion() {
+		j.convertFormat = format.Raw
+	}
+	return processor.Validate, nil
+}
+
+// validate checks the image qemu-img is about to read: structure, no
+// references to other files, and a virtual size that fits the target.
+func (j *job) validate(ctx context.Context) (processor.Phase, error) {
+	src, f := j.convertSrc, j.convertFormat
+	if j.scratchPath == "" && j.verifier != nil {
+		// A local image converted in place: hash it before trusting it.
+		if err := j.finishSource(); err != nil {
+			return processor.Error, err
+		}
+	}
+	if f == format.QCOW2 {
+		if err := checkQCOW2File(src); err != nil {
+			return processor.Error, err
+		}
+	}
+	info, err := j.qemu.Info(ctx, src, f.QemuName())
+	if err != nil {
+		return processor.Error, fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
+	}
+	if info.BackingFilename != "" {
+		return processor.Error, fmt.Errorf("%w: image has a backing file %q", errdefs.ErrUnsafeImage, info.BackingFilename)
+	}
+	if info.DataFile != "" {
+		return processor.Error, fmt.Errorf("%w: image has an external data file %q", errdefs.ErrUnsafeImage, info.DataFile)
+	}
+	if err := checkExtents(src, info.ExtentFilenames); err != nil {
+		return processor.Error, err
+	}
+	if err := j.qemu.Check(ctx, src, f.QemuName()); err != nil {
+		return processor.Error, err
+	}
+	j.result.VirtualSize = info.VirtualSize
+	if capacity := j.tgt.Capacity(); info.VirtualSize > capacity {
+		return processor.Error, &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity}
+	}
+	return processor.Convert, nil
+}
+
+// convert writes the target with qemu-img and drops the scratch copy.
+func (j *job) convert(ctx context.Context) (processor.Phase, error) {
+	block := j.tgt.Kind() == target.Block
+	applied, err := j.qemu.Convert(ctx, j.convertSrc, j.tgt.WritePath(), qemu.ConvertOptions{
+		SrcFormat:    j.convertFormat.QemuName(),
+		DstFormat:    j.outFormat,
+		CacheMode:    j.cacheMode(block),
+		Preallocate:  j.opts.Preallocation,
+		TargetExists: block,
+		Progress: func(p float64) {
+			j.convertPercent.Store(math.Float64bits(p))
+		},
+	})
+	if err != nil {
+		return processor.Error, fmt.Errorf("converting %s image to %s: %w", j.convertFormat, j.outFormat, err)
+	}
+	j.result.PreallocationApplied = applied
+	j.result.BytesWritten = j.result.VirtualSize
+	j.removeScratch()
+	return processor.Resize, nil
+}
+
+// cacheMode picks qemu-img's target cache: O_DIRECT for devices (no page
+// cache to balloon in a small pod), the page cache for files unless asked.
+func (j *job) cacheMode(block bool) string {
+	switch j.opts.CacheMode {
+	case "none", "writeback":
+		return j.opts.CacheMode
+	case "trynone", "TRYNONE":
+		if block || supportsDirectIO(j.tgt.WritePath()) {
+			return "none"
+		}
+		return "writeback"
+	}
+	if block {
+		return "none"
+	}
+	return "writeback"
+}
+
+func (j *job) removeScratch() {
+	if j.scratchPath == "" {
+		return
+	}
+	if err := os.Remove(j.scratchPath); err != nil && !os.IsNotExist(err) {
+		j.log.Warn("Removing scratch file failed", "path", j.scratchPath, "err", err)
+	}
+	j.scratchPath = ""
+}
+
+func (j *job) abort() {
+	if j.tgt != nil {
+		if err := j.tgt.Abort(); err != nil {
+			j.log.Warn("Cleaning up the target failed", "target", j.tgt.Path(), "err", err)
+		}
+	}
+}
+
+func (j *job) cleanup() {
+	if j.image != nil {
+		j.image.Close()
+	}
+	if j.body != nil {
+		j.body.Close()
+	}
+	j.removeScratch()
+	if j.tgt != nil {
+		j.tgt.Close()
+	}
+}

@@ -1,0 +1,76 @@
+package importer
+
+import (
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/diskimport/engine/processor"
+	"github.com/diskimport/engine/qemu"
+)
+
+// Options describe one import. Source and Target are required.
+type Options struct {
+	// Source is an http(s) URL, a local file or block device path, or "-"
+	// for SourceReader (standard input when SourceReader is nil).
+	Source string
+	// SourceReader supplies the image for Source "-" (an upload stream).
+	SourceReader io.Reader
+	// Target is a block device, a file, or an existing directory (the image
+	// then goes to DIR/disk.img).
+	Target string
+
+	// Size is the requested volume size in bytes (0: none). A file target is
+	// grown, never shrunk, to Size less FilesystemOverhead.
+	Size int64
+	// FilesystemOverhead is the fraction of a filesystem volume kept free
+	// (CDI's rule: usable = round down to 1 MiB of Size/(1+overhead)).
+	FilesystemOverhead float64
+	// Format of a file target: "raw" (default) or "qcow2". Block targets are
+	// always raw.
+	Format string
+	// ScratchDir receives the decompressed image when a format needs random
+	// access and the source is a stream. Default: os.TempDir().
+	ScratchDir string
+	// Checksums are expected digests ("sha256:hex", md5, sha1, sha512) of
+	// the bytes as received; all are verified before success is reported.
+	Checksums []string
+	// Preallocation allocates the whole file target (falloc, falling back to
+	// full for qemu-img; fallocate for streamed files).
+	Preallocation bool
+	// CacheMode for qemu-img convert's target: "writeback" (default) or
+	// "none" (O_DIRECT); "trynone" picks none when the target supports it.
+	CacheMode string
+
+	// HTTP options.
+	Username, Password string
+	Headers            []string // "Name: value" lines
+	CertDir            string   // every *.crt / *.pem in it is trusted
+	InsecureTLS        bool
+	StallTimeout       time.Duration // no bytes for this long fails the transfer; default 5 minutes
+
+	// Progress, when set, is called about once a second and at each phase.
+	Progress func(Progress)
+	// Logger receives the phase log; default slog.Default().
+	Logger *slog.Logger
+	// Qemu runs qemu-img; the zero value uses qemu-img and prlimit from PATH
+	// with the package's default limits.
+	Qemu *qemu.Runner
+	// WrapPhase, when set, may replace or decorate the executor of any phase
+	// (return exec unchanged to keep it).
+	WrapPhase func(phase processor.Phase, exec processor.Executor) processor.Executor
+}
+
+// Progress is a snapshot of a running import.
+type Progress struct {
+	Phase processor.Phase
+	// BytesRead counts the bytes received from the source (compressed).
+	BytesRead int64
+	// SourceSize is the total to receive, or -1 when the source does not say.
+	SourceSize int64
+	// BytesWritten counts image bytes accepted by the target or scratch file.
+	BytesWritten int64
+	// Percent is qemu-img's progress during Convert, else BytesRead/SourceSize
+	// when known, else -1.
+	Percent float64
+}

@@ -1,0 +1,106 @@
+package importer_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+func TestFileTargetGrowsToRequestedSize(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 9)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	for _, src := range []string{raw, q} {
+		out := t.TempDir() // a directory target: DIR/disk.img
+		res, err := importer.Import(context.Background(), importer.Options{
+			Source: src, Target: out, Size: 64 << 20, FilesystemOverhead: 0.06, Logger: testLogger(t),
+		})
+		require.NoError(t, err)
+		target := filepath.Join(out, "disk.img")
+		assert.Equal(t, target, res.Target)
+		st, err := os.Stat(target)
+		require.NoError(t, err)
+		// CDI's rule: round down to 1 MiB of 64 MiB / 1.06 = 60 MiB.
+		assert.EqualValues(t, 60<<20, st.Size())
+		assert.EqualValues(t, 60<<20, res.VirtualSize)
+		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, 4<<20))
+		testimg.AssertZeros(t, target, 4<<20, 56<<20)
+		// Sparse: the grown part and the image's holes take no space.
+		blocks := st.Sys().(*syscall.Stat_t).Blocks * 512
+		assert.Less(t, blocks, int64(8<<20), "allocated %d bytes", blocks)
+	}
+}
+
+func TestPreallocationAllocatesFile(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 10)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	for _, src := range []string{raw, q} {
+		target := filepath.Join(t.TempDir(), "disk.img")
+		res, err := importer.Import(context.Background(), importer.Options{
+			Source: src, Target: target, Size: 16 << 20, Preallocation: true, Logger: testLogger(t),
+		})
+		require.NoError(t, err)
+		assert.True(t, res.PreallocationApplied)
+		st, err := os.Stat(target)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, st.Sys().(*syscall.Stat_t).Blocks*512, int64(16<<20))
+		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, 4<<20))
+	}
+}
+
+func TestQCOW2FileTarget(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 11)
+	vmdk := testimg.Convert(t, raw, filepath.Join(dir, "disk.vmdk"), "vmdk")
+	rawxz := testimg.Compress(t, raw, "xz")
+	for _, src := range []string{vmdk, rawxz} {
+		target := filepath.Join(t.TempDir(), "disk.qcow2")
+		res, err := importer.Import(context.Background(), importer.Options{
+			Source: src, Target: target, Format: "qcow2", Size: 32 << 20, Logger: testLogger(t),
+		})
+		require.NoError(t, err)
+		assert.EqualValues(t, 32<<20, res.VirtualSize)
+		back := filepath.Join(t.TempDir(), "back.raw")
+		testimg.Run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", target, back)
+		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, back, 4<<20))
+		st, err := os.Stat(back)
+		require.NoError(t, err)
+		assert.EqualValues(t, 32<<20, st.Size())
+	}
+}
+
+func TestReplacesExistingFile(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 12)
+	target := filepath.Join(t.TempDir(), "disk.img")
+	require.NoError(t, os.WriteFile(target, make([]byte, 8<<20), 0o644))
+	_, err := importer.Import(context.Background(), importer.Options{Source: raw, Target: target, Logger: testLogger(t)})
+	require.NoError(t, err)
+	expectImage(t, raw, target, false)
+}
+
+func TestCancel(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 13)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	target := filepath.Join(t.TempDir(), "disk.img")
+	res, err := importer.Import(ctx, importer.Options{Source: raw, Target: target, Logger: testLogger(t)})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, importer.ErrCancelled)
+	assert.False(t, res.Complete)
+	_, serr := os.Stat(target)
+	assert.True(t, os.IsNotExist(serr))
+}
