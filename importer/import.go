@@ -150,4 +150,3 @@ func (j *job) classify(ctx context.Context, err error) error {
 	}
 	return err
 }
-

@@ -174,7 +174,7 @@ func (j *job) copyRaw(ctx context.Context, t *target.Target) (int64, error) {
 			j.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
 			j.result.SourceFormat = string(format.VHD)
 		} else if _, err := w.Write(tail.Tail()); err != nil {
-				return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+			return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
 		}
 	}
 	if err := j.finishSource(); err != nil {
