@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -107,31 +106,17 @@ func envBool(getenv func(string) string, name string) (bool, error) {
 	return b, nil
 }
 
-// extraHeaders collects IMPORTER_EXTRA_HEADER_0, _1, … in numeric order.
+// maxExtraHeaders bounds the IMPORTER_EXTRA_HEADER_<n> numbers looked at.
+const maxExtraHeaders = 100
+
+// extraHeaders collects IMPORTER_EXTRA_HEADER_0, _1, … in numeric order
+// (gaps allowed).
 func extraHeaders(getenv func(string) string) []string {
-	type header struct {
-		n    int
-		line string
-	}
-	var hs []header
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		num, ok := strings.CutPrefix(name, "IMPORTER_EXTRA_HEADER_")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(num)
-		if err != nil {
-			continue
-		}
-		if v := getenv(name); v != "" {
-			hs = append(hs, header{n, v})
-		}
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i].n < hs[j].n })
 	var out []string
-	for _, h := range hs {
-		out = append(out, h.line)
+	for n := 0; n < maxExtraHeaders; n++ {
+		if v := getenv("IMPORTER_EXTRA_HEADER_" + strconv.Itoa(n)); v != "" {
+			out = append(out, v)
+		}
 	}
 	return out
 }

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func runCLI(t *testing.T, stdin []byte, getenv func(string) string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, bytes.NewReader(stdin), &out, &errb, getenv)
+	t.Logf("importer %s → %d\nstderr:\n%s", strings.Join(args, " "), code, errb.String())
+	return code, out.String(), errb.String()
+}
+
+func decode(t *testing.T, b []byte) importer.TerminationMessage {
+	t.Helper()
+	var m importer.TerminationMessage
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(b), &m), string(b))
+	assert.LessOrEqual(t, len(bytes.TrimSpace(b)), 4096)
+	assert.NotContains(t, strings.TrimSpace(string(b)), "\n")
+	return m
+}
+
+func TestCLIStdinToFile(t *testing.T) {
+	testimg.Need(t, "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 3<<20, 21)
+	zst := testimg.Compress(t, raw, "zst")
+	data, err := os.ReadFile(zst)
+	require.NoError(t, err)
+	dest := filepath.Join(dir, "out.img")
+	code, stdout, _ := runCLI(t, data, env(nil), "--json", "--checksum", testimg.FileDigest(t, zst), "-", dest)
+	require.Equal(t, exitOK, code)
+	m := decode(t, []byte(stdout))
+	assert.Equal(t, "Import Complete", m.Message)
+	assert.Equal(t, "raw", m.SourceFormat)
+	assert.Equal(t, "zst", m.Compression)
+	assert.EqualValues(t, 3<<20, m.VirtualSize)
+	assert.Equal(t, testimg.FileDigest(t, zst), m.Checksum)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
+}
+
+func TestCLIFailureExitsNonZero(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	tlog := filepath.Join(dir, "result.json")
+	code, _, stderr := runCLI(t, nil, env(nil), "--termination-log", tlog, srv.URL+"/disk.img", filepath.Join(dir, "disk.img"))
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, stderr, "404 Not Found")
+	b, err := os.ReadFile(tlog)
+	require.NoError(t, err)
+	m := decode(t, b)
+	assert.Contains(t, m.Message, "404 Not Found")
+	assert.NotContains(t, m.Message, "Import Complete")
+	_, err = os.Stat(filepath.Join(dir, "disk.img"))
+	assert.True(t, os.IsNotExist(err))
+}
+
+func TestCLIUsage(t *testing.T) {
+	code, _, stderr := runCLI(t, nil, env(nil))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "SOURCE and DEST are required")
+	code, _, _ = runCLI(t, nil, env(nil), "--size", "lots", "a", "b")
+	assert.Equal(t, exitUsage, code)
+}
+
+// cdiRoot makes a directory tree with CDI's fixed paths under a prefix.
+func cdiRoot(t *testing.T) string {
+	root := t.TempDir()
+	for _, d := range []string{"data", "scratch", "dev"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	return root
+}
+
+func TestEnvContractFilesystem(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 22)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	xz := testimg.Compress(t, q, "xz")
+	base := testimg.Serve(t, dir)
+	root := cdiRoot(t)
+	code, _, stderr := runCLI(t, nil, env(map[string]string{
+		"IMPORTER_SOURCE":         "http",
+		"IMPORTER_ENDPOINT":       base + filepath.Base(xz),
+		"IMPORTER_CONTENTTYPE":    "kubevirt",
+		"IMPORTER_IMAGE_SIZE":     "64Mi",
+		"FILESYSTEM_OVERHEAD":     "0.06",
+		"PREALLOCATION":           "false",
+		"IMPORTER_CHECKSUM":       testimg.FileDigest(t, xz),
+		"IMPORTER_EXTRA_HEADER_0": "X-Test: yes",
+		"IMPORTER_PATH_PREFIX":    root,
+	}))
+	require.Equal(t, exitOK, code)
+	for _, phase := range []string{"Info", "TransferScratch", "Validate", "Convert", "Resize", "Complete"} {
+		assert.Contains(t, stderr, "New phase: "+phase)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+	require.NoError(t, err)
+	m := decode(t, b)
+	assert.Equal(t, "Import Complete", m.Message)
+	assert.False(t, m.ScratchSpaceRequired)
+	assert.Equal(t, "qcow2", m.SourceFormat)
+	img := filepath.Join(root, "data/disk.img")
+	st, err := os.Stat(img)
+	require.NoError(t, err)
+	assert.EqualValues(t, 60<<20, st.Size())
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, img, 4<<20))
+	ents, err := os.ReadDir(filepath.Join(root, "scratch"))
+	require.NoError(t, err)
+	assert.Empty(t, ents, "scratch not cleaned")
+}
+
+func TestEnvContractBlock(t *testing.T) {
+	testimg.Need(t, "gzip")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 23)
+	gz := testimg.Compress(t, raw, "gz")
+	base := testimg.Serve(t, dir)
+	loop := testimg.LoopDevice(t, dir, 8<<20)
+	root := cdiRoot(t)
+	require.NoError(t, os.Symlink(loop, filepath.Join(root, "dev/cdi-block-volume")))
+	code, _, _ := runCLI(t, nil, env(map[string]string{
+		"IMPORTER_SOURCE":      "http",
+		"IMPORTER_ENDPOINT":    base + filepath.Base(gz),
+		"IMPORTER_IMAGE_SIZE":  "8Mi",
+		"PREALLOCATION":        "false",
+		"IMPORTER_PATH_PREFIX": root,
+	}))
+	require.Equal(t, exitOK, code)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, loop, 4<<20))
+	_, err := os.Stat(filepath.Join(root, "data/disk.img"))
+	assert.True(t, os.IsNotExist(err), "block mode must not write /data/disk.img")
+}
+
+func TestEnvChecksumMismatchExitsZeroWithMessage(t *testing.T) {
+	dir := t.TempDir()
+	testimg.Raw(t, dir, "disk.raw", 1<<20, 24)
+	base := testimg.Serve(t, dir)
+	root := cdiRoot(t)
+	code, _, _ := runCLI(t, nil, env(map[string]string{
+		"IMPORTER_SOURCE":      "http",
+		"IMPORTER_ENDPOINT":    base + "disk.raw",
+		"IMPORTER_CHECKSUM":    "sha256:" + strings.Repeat("0", 64),
+		"IMPORTER_PATH_PREFIX": root,
+	}))
+	assert.Equal(t, exitOK, code)
+	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+	require.NoError(t, err)
+	m := decode(t, b)
+	assert.Contains(t, m.Message, "checksum mismatch")
+	_, err = os.Stat(filepath.Join(root, "data/disk.img"))
+	assert.True(t, os.IsNotExist(err))
+}
+
+func TestEnvUnsupportedSource(t *testing.T) {
+	root := cdiRoot(t)
+	code, _, stderr := runCLI(t, nil, env(map[string]string{
+		"IMPORTER_SOURCE":      "registry",
+		"IMPORTER_ENDPOINT":    "docker://example/disk",
+		"IMPORTER_PATH_PREFIX": root,
+	}))
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, stderr, "not supported yet")
+	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+	require.NoError(t, err)
+	assert.Contains(t, decode(t, b).Message, "not supported yet")
+}
+
+// TestBinary runs the real binary as a process, as a person would.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "importer")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 25)
+	dest := filepath.Join(dir, "copy.img")
+	cmd := exec.Command(bin, "--json", raw, dest)
+	out, err = cmd.Output()
+	require.NoError(t, err)
+	assert.Equal(t, "Import Complete", decode(t, out).Message)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
+}
