@@ -1,0 +1,124 @@
+//go:build linux
+
+package blockdev_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/blockdev"
+	"github.com/diskimport/engine/errdefs"
+)
+
+func newLoop(t *testing.T, size int64, content byte) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for loop devices")
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		t.Skip("losetup not installed")
+	}
+	backing := filepath.Join(t.TempDir(), "backing.img")
+	require.NoError(t, os.WriteFile(backing, bytes.Repeat([]byte{content}, int(size)), 0o600))
+	out, err := exec.Command("losetup", "-f", "--show", "--direct-io=on", backing).CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot attach loop device: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("detach %s: %v: %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+func TestIsBlockDevice(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	ok, err := blockdev.IsBlockDevice(file)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	ok, err = blockdev.IsBlockDevice("/dev/null") // a character device
+	require.NoError(t, err)
+	assert.False(t, ok)
+	_, err = blockdev.IsBlockDevice(filepath.Join(t.TempDir(), "missing"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
+	dev := newLoop(t, 3<<20, 0)
+	ok, err = blockdev.IsBlockDevice(dev)
+	require.NoError(t, err)
+	assert.True(t, ok)
+}
+
+func TestSizeBlockSizeZeroOut(t *testing.T) {
+	const size = 3 << 20
+	dev := newLoop(t, size, 0xAB)
+	f, err := blockdev.OpenExclusive(dev, os.O_RDWR)
+	require.NoError(t, err)
+	defer f.Close()
+	n, err := blockdev.Size(f)
+	require.NoError(t, err)
+	assert.Equal(t, int64(size), n)
+	lbs, err := blockdev.LogicalBlockSize(f)
+	require.NoError(t, err)
+	assert.Contains(t, []int{512, 1024, 2048, 4096}, lbs)
+
+	require.NoError(t, blockdev.ZeroOut(f, 1<<20, 64<<10))
+	require.NoError(t, unix.IoctlSetInt(int(f.Fd()), unix.BLKFLSBUF, 0))
+	got := make([]byte, size)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	want := bytes.Repeat([]byte{0xAB}, size)
+	clear(want[1<<20 : 1<<20+64<<10])
+	assert.True(t, bytes.Equal(want, got), "only the zeroed range reads zeros")
+
+	err = blockdev.ZeroOut(f, 1, 512) // misaligned
+	require.Error(t, err)
+	assert.True(t, blockdev.IsUnsupported(err)) // EINVAL
+	require.NoError(t, blockdev.ZeroOut(f, 0, 0))
+
+	// On a regular file the ioctl is not there: the caller falls back.
+	rf, err := os.CreateTemp(t.TempDir(), "plain")
+	require.NoError(t, err)
+	defer rf.Close()
+	err = blockdev.ZeroOut(rf, 0, 4096)
+	require.Error(t, err)
+	assert.True(t, blockdev.IsUnsupported(err), "got %v", err)
+	_, err = blockdev.Size(rf)
+	require.Error(t, err)
+}
+
+func TestOpenExclusiveBusy(t *testing.T) {
+	dev := newLoop(t, 1<<20, 0)
+	holder, err := blockdev.OpenExclusive(dev, os.O_RDONLY)
+	require.NoError(t, err)
+	defer holder.Close()
+
+	_, err = blockdev.OpenExclusive(dev, os.O_RDWR)
+	require.ErrorIs(t, err, errdefs.ErrTargetBusy)
+	assert.Contains(t, err.Error(), dev+" is in use (mounted or opened exclusively by another process)")
+
+	// Plain opens still work while the claim is held.
+	g, err := os.OpenFile(dev, os.O_RDWR, 0)
+	require.NoError(t, err)
+	g.Close()
+
+	require.NoError(t, holder.Close())
+	f, err := blockdev.OpenExclusive(dev, os.O_RDWR)
+	require.NoError(t, err)
+	f.Close()
+
+	file := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, err = blockdev.OpenExclusive(file, os.O_RDWR)
+	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+}

@@ -1,0 +1,166 @@
+//go:build linux
+
+package target
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/blockdev"
+)
+
+// Ways to make a zero run read back as zeros on a block device, tried in
+// order; the Writer moves on for good once a way reports "unsupported".
+const (
+	zeroByIoctl     = iota // BLKZEROOUT
+	zeroByFallocate        // fallocate(FALLOC_FL_ZERO_RANGE)
+	zeroByWriting          // plain O_DIRECT writes of a zero buffer
+)
+
+// processChunk handles one chunk at image offset off: the part inside the
+// first MiB is only copied to the held-back head, the rest is emitted.
+func (w *Writer) processChunk(off int64, buf []byte) error {
+	if off < headSize {
+		h := min(int64(len(buf)), headSize-off)
+		copy(w.head[off:], buf[:h])
+		w.headLen = max(w.headLen, int(off+h))
+		buf = buf[h:]
+		off += h
+	}
+	if len(buf) == 0 {
+		return nil
+	}
+	return w.emit(off, buf)
+}
+
+// emit splits p (at image offset off, a multiple of granule) into runs of
+// data granules and zero granules; data is written, zero runs are coalesced.
+func (w *Writer) emit(off int64, p []byte) error {
+	for i := 0; i < len(p); {
+		end := min(i+granule, len(p))
+		zero := isZero(p[i:end], w.zeros)
+		j := end
+		for j < len(p) {
+			e := min(j+granule, len(p))
+			if isZero(p[j:e], w.zeros) != zero {
+				break
+			}
+			j = e
+		}
+		var err error
+		if zero {
+			err = w.addZero(off+int64(i), int64(j-i))
+		} else if err = w.flushZero(); err == nil {
+			err = w.writeData(off+int64(i), p[i:j])
+		}
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+func (w *Writer) addZero(off, n int64) error {
+	if w.zLen > 0 && w.zStart+w.zLen == off && w.zLen+n <= maxZeroRun {
+		w.zLen += n
+		return nil
+	}
+	if err := w.flushZero(); err != nil {
+		return err
+	}
+	w.zStart, w.zLen = off, n
+	return nil
+}
+
+// flushZero materialises the pending zero run: nothing for files (it stays a
+// hole in the new file) or for a target known to be zero.
+func (w *Writer) flushZero() error {
+	off, n := w.zStart, w.zLen
+	w.zStart, w.zLen = 0, 0
+	if n == 0 || w.t.kind == File || w.targetIsZero {
+		return nil
+	}
+	return w.zeroRange(off, n)
+}
+
+// writeData writes p at off. The block-aligned part goes through the
+// O_DIRECT descriptor (p starts at an aligned address: chunk and
+// head buffers are aligned and runs start on granule boundaries) and an
+// unaligned remainder through the buffered one.
+func (w *Writer) writeData(off int64, p []byte) error {
+	al := int64(len(p)) &^ (w.lbs - 1)
+	if al > 0 {
+		_, err := w.out.WriteAt(p[:al], off)
+		if err != nil && w.ownOut && errors.Is(err, unix.EINVAL) {
+			// A file system that accepted O_DIRECT at open but wants a
+			// larger alignment: go on through the page cache.
+			w.log.Info("O_DIRECT write refused on file target, falling back to buffered writes", "path", w.t.writePath, "error", err)
+			w.out.Close()
+			w.out, w.ownOut, w.lbs, al = w.t.f, false, 1, int64(len(p))
+			_, err = w.out.WriteAt(p, off)
+		}
+		if err != nil {
+			return fmt.Errorf("write %d bytes at offset %d to %s: %w", al, off, w.t.writePath, err)
+		}
+	}
+	if rest := p[al:]; len(rest) > 0 {
+		if _, err := w.buffered.WriteAt(rest, off+al); err != nil {
+			return fmt.Errorf("write %d-byte unaligned tail at offset %d to %s: %w", len(rest), off+al, w.t.writePath, err)
+		}
+	}
+	w.data.Add(int64(len(p)))
+	return nil
+}
+
+// zeroRange makes [off, off+n) of the block device read zeros. off is block
+// aligned; an unaligned remainder (only at the very end of the image) is
+// written as zeros through the buffered descriptor.
+func (w *Writer) zeroRange(off, n int64) error {
+	al := n &^ (w.lbs - 1)
+	for al > 0 {
+		var err error
+		switch w.zeroMethod {
+		case zeroByIoctl:
+			err = blockdev.ZeroOut(w.out, off, al)
+		case zeroByFallocate:
+			err = unix.Fallocate(int(w.out.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, al)
+			if err != nil {
+				err = fmt.Errorf("fallocate(ZERO_RANGE) %s [%d, +%d): %w", w.t.path, off, al, err)
+			}
+		default:
+			err = w.writeZeros(off, al)
+			if err != nil {
+				return err
+			}
+		}
+		if err == nil {
+			break
+		}
+		if !blockdev.IsUnsupported(err) {
+			return err
+		}
+		w.log.Info("zeroing method unsupported on target, trying the next one", "path", w.t.path, "error", err)
+		w.zeroMethod++
+	}
+	if rest := n - al; rest > 0 {
+		if _, err := w.buffered.WriteAt(w.zeros[:rest], off+al); err != nil {
+			return fmt.Errorf("write %d zero bytes at offset %d to %s: %w", rest, off+al, w.t.path, err)
+		}
+	}
+	return nil
+}
+
+func (w *Writer) writeZeros(off, n int64) error {
+	for n > 0 {
+		c := min(n, int64(len(w.zeros)))
+		if _, err := w.out.WriteAt(w.zeros[:c], off); err != nil {
+			return fmt.Errorf("write %d zero bytes at offset %d to %s: %w", c, off, w.t.path, err)
+		}
+		off += c
+		n -= c
+	}
+	return nil
+}

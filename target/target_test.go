@@ -1,0 +1,497 @@
+//go:build linux
+
+package target_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/blockdev"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/target"
+)
+
+func TestUsableSize(t *testing.T) {
+	const gi = 1 << 30
+	cases := []struct {
+		size     int64
+		overhead float64
+		want     int64
+	}{
+		{mib, 0, mib},
+		{40 * mib, 0, 40 * mib},
+		{gi, 0, gi},
+		{40 * gi, 0, 40 * gi},
+		{mib, 0.06, 0}, // 989,647 bytes rounds down to 0 MiB
+		{40 * mib, 0.06, 37 * mib},
+		{gi, 0.06, 966 * mib},
+		{40 * gi, 0.06, 38641 * mib},
+		{mib, 0.75, 0},
+		{40 * mib, 0.75, 22 * mib},
+		{gi, 0.75, 585 * mib},
+		{40 * gi, 0.75, 23405 * mib},
+		{mib + 1, 0, mib},
+		{0, 0.06, 0},
+		{-5, 0, 0},
+		{10 * mib, -1, 10 * mib},
+	}
+	for _, c := range cases {
+		got := target.UsableSize(c.size, c.overhead)
+		assert.Equal(t, c.want, got, "UsableSize(%d, %v)", c.size, c.overhead)
+		assert.LessOrEqual(t, got, max(c.size, 0))
+		assert.Zero(t, got%mib)
+	}
+}
+
+// writeAll streams img through Writer.ReadFrom (via io.Copy) and finishes.
+func writeAll(t *testing.T, tg *target.Target, img []byte, opts ...target.WriterOption) *target.Writer {
+	t.Helper()
+	w, err := tg.NewWriter(opts...)
+	require.NoError(t, err)
+	n, err := io.Copy(w, onlyReader{bytes.NewReader(img)})
+	require.NoError(t, err)
+	require.Equal(t, int64(len(img)), n)
+	total, err := w.Finish()
+	require.NoError(t, err)
+	require.Equal(t, int64(len(img)), total)
+	require.Equal(t, int64(len(img)), w.Written())
+	return w
+}
+
+func TestFileTargetDirectoryMostlyZeroSparse(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	tg, err := target.Open(ctx, target.Options{Path: dir})
+	require.NoError(t, err)
+	defer tg.Close()
+	final := filepath.Join(dir, "disk.img")
+	assert.Equal(t, target.File, tg.Kind())
+	assert.Equal(t, final, tg.Path())
+	assert.Equal(t, dir, filepath.Dir(tg.WritePath()))
+	assert.Contains(t, filepath.Base(tg.WritePath()), ".disk.img.partial-")
+	assert.Greater(t, tg.Capacity(), int64(64*mib))
+
+	// 64 MiB + odd tail, mostly zeros: data only at the start, middle and end.
+	img := make([]byte, 64*mib+1000)
+	copy(img, makeImage(1, 3*mib, 0.3))
+	copy(img[30*mib+12345:], makeImage(2, 2*mib, 0.3))
+	copy(img[len(img)-100:], []byte("end of the disk"))
+	w := writeAll(t, tg, img)
+	assert.Less(t, w.DataBytes(), int64(6*mib))
+	_, err = os.Stat(final)
+	require.ErrorIs(t, err, os.ErrNotExist, "final path must not appear before Commit")
+	require.NoError(t, tg.Commit(ctx))
+
+	got, err := os.ReadFile(final)
+	require.NoError(t, err)
+	requireSameBytes(t, img, got)
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(final, &st))
+	assert.Less(t, st.Blocks*512, int64(len(img))/8, "file must stay sparse")
+	fi, err := os.Stat(final)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm())
+	_, err = os.Stat(tg.WritePath())
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestFileTargetWritePathsAgree(t *testing.T) {
+	// The io.Writer path with odd write sizes, mixed with ReadFrom, must give
+	// the same bytes as a single ReadFrom.
+	img := makeImage(3, 13*mib+4097, 0.3)
+	dir := t.TempDir()
+	ctx := context.Background()
+	tg, err := target.Open(ctx, target.Options{Path: filepath.Join(dir, "x.raw")})
+	require.NoError(t, err)
+	defer tg.Close()
+	w, err := tg.NewWriter(target.WithContext(ctx))
+	require.NoError(t, err)
+	// Progress is readable from another goroutine while writing (-race).
+	stopPoll := make(chan struct{})
+	polled := make(chan int64)
+	go func() {
+		var last int64
+		for {
+			select {
+			case <-stopPoll:
+				polled <- last
+				return
+			default:
+				n := w.Written()
+				if n < last {
+					panic("Written went backwards")
+				}
+				last = n
+				_ = w.DataBytes()
+			}
+		}
+	}()
+	defer func() { close(stopPoll); <-polled }()
+	off := 0
+	for _, n := range []int{1, 511, 10007, 3*mib + 17, 65536} {
+		k, err := w.Write(img[off : off+n])
+		require.NoError(t, err)
+		require.Equal(t, n, k)
+		off += n
+	}
+	n, err := w.ReadFrom(onlyReader{bytes.NewReader(img[off : off+5*mib+3])})
+	require.NoError(t, err)
+	off += int(n)
+	_, err = w.Write(img[off : off+100])
+	require.NoError(t, err)
+	off += 100
+	_, err = w.ReadFrom(onlyReader{bytes.NewReader(img[off:])})
+	require.NoError(t, err)
+	total, err := w.Finish()
+	require.NoError(t, err)
+	require.Equal(t, int64(len(img)), total)
+	require.NoError(t, tg.Commit(ctx))
+	got, err := os.ReadFile(filepath.Join(dir, "x.raw"))
+	require.NoError(t, err)
+	requireSameBytes(t, img, got)
+}
+
+func TestFileTargetReplacesExisting(t *testing.T) {
+	dir := t.TempDir()
+	final := filepath.Join(dir, "disk.img")
+	old := bytes.Repeat([]byte("stale"), 3*mib)
+	require.NoError(t, os.WriteFile(final, old, 0o644))
+	ctx := context.Background()
+
+	// The stale file's space counts as free.
+	var st unix.Statfs_t
+	require.NoError(t, unix.Statfs(dir, &st))
+	tg, err := target.Open(ctx, target.Options{Path: dir})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, tg.Capacity(), int64(st.Bavail)*st.Bsize+int64(len(old))-int64(mib))
+
+	img := makeImage(4, 2*mib+333, 0.4)
+	writeAll(t, tg, img)
+	// Until Commit the old image is still there.
+	got, err := os.ReadFile(final)
+	require.NoError(t, err)
+	requireSameBytes(t, old, got)
+	require.NoError(t, tg.Commit(ctx))
+	require.NoError(t, tg.Close())
+	got, err = os.ReadFile(final)
+	require.NoError(t, err)
+	requireSameBytes(t, img, got)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "no temporary file left")
+}
+
+func TestFileTargetAbortRemovesTemp(t *testing.T) {
+	dir := t.TempDir()
+	final := filepath.Join(dir, "disk.img")
+	require.NoError(t, os.WriteFile(final, []byte("keep me"), 0o644))
+	tg, err := target.Open(context.Background(), target.Options{Path: final})
+	require.NoError(t, err)
+	w, err := tg.NewWriter()
+	require.NoError(t, err)
+	_, err = w.ReadFrom(onlyReader{bytes.NewReader(makeImage(5, 9*mib, 0.2))})
+	require.NoError(t, err)
+	_, err = os.Stat(tg.WritePath())
+	require.NoError(t, err)
+	require.NoError(t, tg.Abort())
+	_, err = os.Stat(tg.WritePath())
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	require.NoError(t, tg.Close())
+	got, err := os.ReadFile(final)
+	require.NoError(t, err)
+	assert.Equal(t, "keep me", string(got))
+
+	// Close without Commit also aborts.
+	tg, err = target.Open(context.Background(), target.Options{Path: dir})
+	require.NoError(t, err)
+	tmp := tg.WritePath()
+	require.NoError(t, tg.Close())
+	_, err = os.Stat(tmp)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestFileTargetTooSmall(t *testing.T) {
+	dir := t.TempDir()
+	tg, err := target.Open(context.Background(), target.Options{Path: dir, RequestedSize: 5 * mib})
+	require.NoError(t, err)
+	defer tg.Close()
+	assert.Equal(t, int64(5*mib), tg.Capacity())
+	w, err := tg.NewWriter()
+	require.NoError(t, err)
+
+	// Exactly the capacity fits; one more byte does not.
+	img := makeImage(6, 5*mib+1, 0.2)
+	src := &countingReader{r: bytes.NewReader(img)}
+	_, err = w.ReadFrom(src)
+	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+	var se *errdefs.SizeError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "image data", se.What)
+	assert.Equal(t, int64(5*mib), se.TargetSize)
+	assert.Equal(t, int64(5*mib+1), se.ImageSize)
+	assert.Contains(t, err.Error(), "image data 5242881 is larger than the reported available storage 5242880")
+	_, err = w.Finish()
+	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall, "errors are sticky")
+
+	// The Write path refuses at once too.
+	tg2, err := target.Open(context.Background(), target.Options{Path: filepath.Join(dir, "b.img"), RequestedSize: 2 * mib})
+	require.NoError(t, err)
+	defer tg2.Close()
+	w2, err := tg2.NewWriter()
+	require.NoError(t, err)
+	_, err = w2.Write(img[:2*mib])
+	require.NoError(t, err)
+	n, err := w2.Write(img[:1])
+	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+	assert.Zero(t, n)
+
+	// Exactly at capacity succeeds.
+	tg3, err := target.Open(context.Background(), target.Options{Path: filepath.Join(dir, "c.img"), RequestedSize: 5 * mib})
+	require.NoError(t, err)
+	defer tg3.Close()
+	writeAll(t, tg3, img[:5*mib])
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func TestOpenRejectsBadPaths(t *testing.T) {
+	ctx := context.Background()
+	_, err := target.Open(ctx, target.Options{Path: filepath.Join(t.TempDir(), "missing", "disk.img")})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "missing")
+	_, err = target.Open(ctx, target.Options{Path: "/dev/null"})
+	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	_, err = target.Open(ctx, target.Options{})
+	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+}
+
+func TestSourceErrorAndCancelNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	dir := t.TempDir()
+
+	// A failing source stops the Writer with that error.
+	tg, err := target.Open(context.Background(), target.Options{Path: dir})
+	require.NoError(t, err)
+	w, err := tg.NewWriter()
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(makeImage(7, 10*mib, 0.2)), &errReader{boom}))
+	require.ErrorIs(t, err, boom)
+	require.NoError(t, tg.Close())
+
+	// Cancel while the source blocks; ReadFrom returns promptly and the
+	// reader goroutine ends once the source is closed.
+	ctx, cancel := context.WithCancel(context.Background())
+	tg, err = target.Open(ctx, target.Options{Path: dir})
+	require.NoError(t, err)
+	w, err = tg.NewWriter(target.WithContext(ctx))
+	require.NoError(t, err)
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write(makeImage(8, 6*mib, 0.2))
+		// then block until closed
+	}()
+	errc := make(chan error, 1)
+	go func() { _, err := w.ReadFrom(pr); errc <- err }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err = <-errc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadFrom did not return after cancel")
+	}
+	require.ErrorIs(t, err, errdefs.ErrCancelled)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = w.Finish()
+	require.ErrorIs(t, err, errdefs.ErrCancelled)
+	pr.CloseWithError(io.ErrClosedPipe)
+	require.NoError(t, tg.Close())
+	// Poll by hand: testify's Eventually runs its condition in an extra goroutine.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines leaked:\n%s", stacks())
+}
+
+type errReader struct{ err error }
+
+func (e *errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func TestBlockTargetContentAndZeroRuns(t *testing.T) {
+	const devSize = 24 * mib
+	dev := newLoop(t, devSize, fillRandom(11))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		size int
+	}{
+		{"odd tail 1MiB+1000", mib + 1000},
+		{"smaller than head", 300*1024 + 7},
+		{"mixed 17MiB+4097", 17*mib + 4097},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := makeImage(uint64(tc.size), tc.size, 0.4)
+			// A long zero run over old data, and one crossing a chunk boundary.
+			if tc.size > 10*mib {
+				clear(img[2*mib : 7*mib+4096])
+				clear(img[8*mib-65536 : 8*mib+65536])
+			}
+			before := readDev(t, dev, 0, devSize)
+			tg, err := target.Open(ctx, target.Options{Path: dev})
+			require.NoError(t, err)
+			defer tg.Close()
+			assert.Equal(t, target.Block, tg.Kind())
+			assert.Equal(t, int64(devSize), tg.Capacity())
+			assert.Equal(t, dev, tg.WritePath())
+			w := writeAll(t, tg, img, target.WithContext(ctx))
+			assert.LessOrEqual(t, w.DataBytes(), int64(len(img)))
+			require.NoError(t, tg.Commit(ctx))
+			require.NoError(t, tg.Close())
+			got := readDev(t, dev, 0, devSize)
+			requireSameBytes(t, img, got[:len(img)])
+			// Bytes past the image are untouched.
+			requireSameBytes(t, before[len(img):], got[len(img):])
+		})
+	}
+}
+
+func TestBlockTarget4KSectors(t *testing.T) {
+	// With 4 KiB logical blocks the O_DIRECT part of the tail shrinks and
+	// more of it goes through the buffered descriptor.
+	const devSize = 8 * mib
+	dev := newLoop(t, devSize, fillRandom(17), "--sector-size", "4096")
+	ctx := context.Background()
+	img := makeImage(18, 5*mib+4095, 0.3)
+	clear(img[5*mib-8192 : 5*mib+4000]) // zero run ending in the unaligned tail
+	tg, err := target.Open(ctx, target.Options{Path: dev})
+	require.NoError(t, err)
+	defer tg.Close()
+	f, err := os.Open(dev)
+	require.NoError(t, err)
+	lbs, err := blockdev.LogicalBlockSize(f)
+	f.Close()
+	require.NoError(t, err)
+	require.Equal(t, 4096, lbs)
+	writeAll(t, tg, img)
+	require.NoError(t, tg.Commit(ctx))
+	require.NoError(t, tg.Close())
+	requireSameBytes(t, img, readDev(t, dev, 0, int64(len(img))))
+}
+
+func TestBlockTargetIsZeroSkips(t *testing.T) {
+	const devSize = 16 * mib
+	dev := newLoop(t, devSize, nil) // sparse backing: reads zeros
+	ctx := context.Background()
+	img := make([]byte, 12*mib+5)
+	copy(img[5*mib:], makeImage(12, mib, 0))
+	copy(img, []byte("MBR"))
+	img[len(img)-1] = 0xAA
+	tg, err := target.Open(ctx, target.Options{Path: dev})
+	require.NoError(t, err)
+	defer tg.Close()
+	w := writeAll(t, tg, img, target.WithTargetIsZero(true))
+	// Only the data granules (plus head granule and tail) were written.
+	assert.LessOrEqual(t, w.DataBytes(), int64(mib+2*65536+5))
+	require.NoError(t, tg.Commit(ctx))
+	require.NoError(t, tg.Close())
+	requireSameBytes(t, img, readDev(t, dev, 0, int64(len(img))))
+}
+
+func TestBlockTargetTooSmallKeepsFirstMiB(t *testing.T) {
+	const devSize = 8 * mib
+	dev := newLoop(t, devSize, fillRandom(13))
+	before := readDev(t, dev, 0, devSize)
+	ctx := context.Background()
+	tg, err := target.Open(ctx, target.Options{Path: dev})
+	require.NoError(t, err)
+	w, err := tg.NewWriter(target.WithContext(ctx))
+	require.NoError(t, err)
+	img := makeImage(14, 9*mib, 0.2)
+	src := &countingReader{r: bytes.NewReader(img)}
+	_, err = w.ReadFrom(src)
+	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+	assert.LessOrEqual(t, src.n, int64(devSize+1), "must stop reading right past the end")
+	require.NoError(t, tg.Abort())
+	require.NoError(t, tg.Close())
+	got := readDev(t, dev, 0, devSize)
+	requireSameBytes(t, before[:mib], got[:mib])
+}
+
+func TestBlockTargetFailedImportKeepsFirstMiB(t *testing.T) {
+	const devSize = 16 * mib
+	dev := newLoop(t, devSize, fillRandom(15))
+	before := readDev(t, dev, 0, mib)
+	tg, err := target.Open(context.Background(), target.Options{Path: dev})
+	require.NoError(t, err)
+	w, err := tg.NewWriter()
+	require.NoError(t, err)
+	boom := errors.New("connection reset")
+	_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(makeImage(16, 10*mib, 0.2)), &errReader{boom}))
+	require.ErrorIs(t, err, boom)
+	require.NoError(t, tg.Close())
+	requireSameBytes(t, before, readDev(t, dev, 0, mib))
+}
+
+func TestBlockTargetBusy(t *testing.T) {
+	dev := newLoop(t, 4*mib, nil)
+	holder, err := blockdev.OpenExclusive(dev, os.O_RDONLY)
+	require.NoError(t, err)
+	t.Cleanup(func() { holder.Close() })
+	_, err = target.Open(context.Background(), target.Options{Path: dev})
+	require.ErrorIs(t, err, errdefs.ErrTargetBusy)
+	assert.Contains(t, err.Error(), "is in use (mounted or opened exclusively by another process)")
+	require.NoError(t, holder.Close())
+	tg, err := target.Open(context.Background(), target.Options{Path: dev})
+	require.NoError(t, err)
+	require.NoError(t, tg.Close())
+}
+
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+// A decompressor reports a truncated stream with a bare io.ErrUnexpectedEOF;
+// that, and a wrapped io.EOF, must fail the import, never end it quietly.
+func TestTruncatedSourceIsAnError(t *testing.T) {
+	for name, srcErr := range map[string]error{
+		"bare ErrUnexpectedEOF": io.ErrUnexpectedEOF,
+		"wrapped EOF":           fmt.Errorf("short body: %w", io.EOF),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, size := range []int{0, 3*mib + 5, 4 * mib, 9 * mib} {
+				tg, err := target.Open(context.Background(), target.Options{Path: t.TempDir()})
+				require.NoError(t, err)
+				w, err := tg.NewWriter()
+				require.NoError(t, err)
+				_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(makeImage(9, size, 0.2)), &errReader{srcErr}))
+				require.ErrorIs(t, err, srcErr, "size %d", size)
+				_, err = w.Finish()
+				require.Error(t, err)
+				require.NoError(t, tg.Close())
+			}
+		})
+	}
+}

@@ -1,0 +1,480 @@
+//go:build linux
+
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// WriterOption configures NewWriter.
+type WriterOption func(*writerConfig)
+
+type writerConfig struct {
+	ctx          context.Context
+	targetIsZero bool
+}
+
+// WithContext makes the Writer stop with errdefs.ErrCancelled when ctx ends.
+// Without it the Writer uses context.Background().
+func WithContext(ctx context.Context) WriterOption {
+	return func(c *writerConfig) { c.ctx = ctx }
+}
+
+// WithTargetIsZero tells the Writer that a block device already reads zeros
+// (freshly created or discarded), so zero runs are skipped instead of being
+// zeroed. Files are always new and sparse, so it changes nothing for them.
+func WithTargetIsZero(v bool) WriterOption {
+	return func(c *writerConfig) { c.targetIsZero = v }
+}
+
+// Writer writes a raw image sequentially from offset 0. It implements
+// io.Writer and io.ReaderFrom; ReadFrom (used by io.Copy when the source has
+// no WriteTo) is the fast path: a reader goroutine fills a pool of aligned
+// 4 MiB buffers while the calling goroutine zero-detects and writes them.
+//
+// Zero runs (64 KiB granules) become holes in files; on block devices they are
+// zeroed with BLKZEROOUT / fallocate(ZERO_RANGE) / plain writes, or skipped
+// with WithTargetIsZero. Data goes to block devices with O_DIRECT; an
+// unaligned tail goes through a second, buffered descriptor.
+//
+// The first MiB is kept in memory and only written by Finish. Any error is
+// sticky: later calls return it. Only Written and DataBytes may be called
+// from other goroutines.
+type Writer struct {
+	t            *Target
+	ctx          context.Context
+	log          *slog.Logger
+	targetIsZero bool
+	capacity     int64
+	lbs          int64
+
+	out      *os.File // the O_DIRECT descriptor (for files without O_DIRECT support: the temp file)
+	buffered *os.File // descriptor without O_DIRECT for unaligned tails
+	ownOut   bool     // out was opened by the Writer (file targets)
+
+	bufs     [][]byte // all chunk buffers
+	stage    []byte   // chunk partly filled by Write or a short ReadFrom
+	stageLen int
+	head     []byte
+	headLen  int
+	zeros    []byte // aligned, read-only zeros for comparisons and fallback writes
+
+	off     int64 // bytes accepted; owned by the calling goroutine
+	written atomic.Int64
+	data    atomic.Int64
+
+	zStart, zLen int64 // pending coalesced zero run
+	zeroMethod   int
+
+	err      error
+	finished bool
+	released bool
+}
+
+// NewWriter returns the Writer for this target. Only one Writer per Target.
+func (t *Target) NewWriter(opts ...WriterOption) (*Writer, error) {
+	cfg := writerConfig{ctx: context.Background()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.ctx == nil {
+		cfg.ctx = context.Background()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done || t.f == nil {
+		return nil, fmt.Errorf("new writer for %s: target already committed, aborted or closed: %w", t.path, errdefs.ErrInvalidOptions)
+	}
+	if t.writer != nil {
+		return nil, fmt.Errorf("new writer for %s: target already has a writer: %w", t.path, errdefs.ErrInvalidOptions)
+	}
+	w := &Writer{
+		t:            t,
+		ctx:          cfg.ctx,
+		log:          t.log,
+		targetIsZero: cfg.targetIsZero,
+		capacity:     t.capacity,
+		lbs:          int64(t.lbs),
+		out:          t.f,
+		head:         alignedBuf(headSize),
+		zeros:        alignedBuf(headSize),
+	}
+	switch t.kind {
+	case Block:
+		// Not O_EXCL: our own claim on the device would make that fail.
+		f, err := os.OpenFile(t.path, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open second (buffered) descriptor of %s: %w", t.path, err)
+		}
+		w.buffered = f
+	case File:
+		// O_DIRECT on the file too when its filesystem allows it: it skips
+		// the copy into the page cache and the writeback burst at fsync.
+		// 4 KiB alignment satisfies every common filesystem; tails and
+		// filesystems without O_DIRECT (EINVAL) use the plain descriptor.
+		w.buffered = t.f
+		w.lbs = alignment
+		if f, err := os.OpenFile(t.writePath, os.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0); err == nil {
+			w.out = f
+			w.ownOut = true
+		} else {
+			t.log.Debug("O_DIRECT not available on file target, writing through the page cache", "path", t.writePath, "error", err)
+			w.out = t.f
+			w.lbs = 1
+		}
+	}
+	for range poolSize {
+		w.bufs = append(w.bufs, alignedBuf(chunkSize))
+	}
+	t.writer = w
+	return w, nil
+}
+
+// Written returns the number of image bytes accepted so far (for progress).
+func (w *Writer) Written() int64 { return w.written.Load() }
+
+// DataBytes returns the bytes of image data actually written to the target so
+// far, i.e. without zero runs that were skipped, left as holes or zeroed by
+// the device. The held-back first MiB counts once Finish wrote it.
+func (w *Writer) DataBytes() int64 { return w.data.Load() }
+
+func (w *Writer) check() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.finished || w.released {
+		return fmt.Errorf("write to %s: writer already finished or target closed: %w", w.t.path, errdefs.ErrInvalidOptions)
+	}
+	if err := w.ctx.Err(); err != nil {
+		return w.fail(w.cancelled(err))
+	}
+	return nil
+}
+
+func (w *Writer) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+func (w *Writer) cancelled(cause error) error {
+	return fmt.Errorf("writing image to %s stopped: %w: %w", w.t.path, errdefs.ErrCancelled, cause)
+}
+
+func (w *Writer) tooSmall(size int64) error {
+	return fmt.Errorf("target %s: %w", w.t.path, &errdefs.SizeError{ImageSize: size, TargetSize: w.capacity, What: "image data"})
+}
+
+// takeBuf removes and returns a free chunk buffer (none is in flight outside
+// ReadFrom, so one is always there).
+func (w *Writer) takeBuf() []byte {
+	for i, b := range w.bufs {
+		if b != nil && !sameBuf(b, w.stage) {
+			w.bufs[i] = nil
+			return b
+		}
+	}
+	panic("target: no free chunk buffer") // unreachable: poolSize > 1
+}
+
+func (w *Writer) putBuf(b []byte) {
+	for i := range w.bufs {
+		if w.bufs[i] == nil {
+			w.bufs[i] = b[:cap(b)]
+			return
+		}
+	}
+}
+
+func sameBuf(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
+}
+
+// Write copies p into 4 MiB chunks and writes every full chunk. Data that
+// would pass Capacity is refused as a whole with errdefs.ErrTargetTooSmall.
+func (w *Writer) Write(p []byte) (int, error) {
+	if err := w.check(); err != nil {
+		return 0, err
+	}
+	if w.off+int64(len(p)) > w.capacity {
+		return 0, w.fail(w.tooSmall(w.off + int64(len(p))))
+	}
+	n := 0
+	for n < len(p) {
+		if w.stage == nil {
+			w.stage = w.takeBuf()
+			w.stageLen = 0
+		}
+		c := copy(w.stage[w.stageLen:], p[n:])
+		w.stageLen += c
+		n += c
+		w.off += int64(c)
+		w.written.Add(int64(c))
+		if w.stageLen == chunkSize {
+			if err := w.flushStage(); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// flushStage writes the staged chunk (full, or the final short one).
+func (w *Writer) flushStage() error {
+	if w.stage == nil {
+		return nil
+	}
+	buf, n := w.stage, w.stageLen
+	w.stage, w.stageLen = nil, 0
+	err := w.processChunk(w.off-int64(n), buf[:n])
+	w.putBuf(buf)
+	if err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+// fillChunk reads into buf[from:] until it is full or the source ends, but
+// never more than one byte past the capacity: that byte proves the image does
+// not fit without reading on. off is the image offset of buf[from].
+func fillChunk(r io.Reader, buf []byte, from int, off, capacity int64) (n int, eof bool, err error) {
+	want := len(buf) - from
+	room := capacity - off
+	limit := want
+	if room < int64(want) {
+		limit = int(room) + 1
+	}
+	n, eof, err = readFull(r, buf[from:from+limit])
+	if err != nil || eof {
+		return n, eof, err
+	}
+	if int64(n) > room {
+		return n, false, errTooBig
+	}
+	return n, false, nil
+}
+
+// readFull is io.ReadFull without its error translation: only a bare io.EOF
+// from the source ends the image (eof). io.ReadFull would turn EOF after a
+// partial read into io.ErrUnexpectedEOF, making it indistinguishable from a
+// decompressor that reports a truncated stream with that same (unwrapped)
+// io.ErrUnexpectedEOF; here that, and any wrapped EOF, is a source failure.
+func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
+	for empty := 0; n < len(buf); {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF { //nolint:errorlint // exact on purpose, see above
+			return n, true, nil
+		}
+		if err != nil {
+			return n, false, err
+		}
+		if k > 0 {
+			empty = 0
+		} else if empty++; empty >= 100 {
+			return n, false, io.ErrNoProgress
+		}
+	}
+	return n, false, nil
+}
+
+var errTooBig = errors.New("data passes capacity") // internal marker, never returned
+
+type filled struct {
+	buf []byte
+	n   int
+	eof bool
+	err error
+}
+
+// ReadFrom streams r into the target until EOF. A reader goroutine fills
+// aligned 4 MiB buffers from a pool while this goroutine writes them. It stops
+// on the first error on either side or when the Writer's context ends; on
+// cancellation it returns at once and the reader goroutine exits as soon as
+// its pending Read returns.
+func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
+	if err := w.check(); err != nil {
+		return 0, err
+	}
+	var total int64
+	accept := func(n int) {
+		total += int64(n)
+		w.off += int64(n)
+		w.written.Add(int64(n))
+	}
+
+	// Top up a chunk left partly filled by Write or an earlier ReadFrom, so
+	// every chunk starts at a multiple of chunkSize.
+	if w.stage != nil {
+		n, eof, err := fillChunk(r, w.stage, w.stageLen, w.off, w.capacity)
+		if err != nil {
+			return total, w.fail(w.sourceErr(err, w.off+int64(n)))
+		}
+		accept(n)
+		w.stageLen += n
+		if eof {
+			return total, nil
+		}
+		if err := w.flushStage(); err != nil {
+			return total, err
+		}
+	}
+
+	free := make(chan []byte, len(w.bufs))
+	for i, b := range w.bufs {
+		if b != nil {
+			free <- b
+			w.bufs[i] = nil
+		}
+	}
+	full := make(chan filled, len(w.bufs))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go readChunks(r, w.off, w.capacity, free, full, stop, done)
+
+	var err error
+	for err == nil {
+		select {
+		case <-w.ctx.Done():
+			err = w.cancelled(w.ctx.Err())
+			continue
+		case f := <-full:
+			if f.err != nil {
+				err = w.sourceErr(f.err, w.off+int64(f.n))
+				free <- f.buf
+				continue
+			}
+			accept(f.n)
+			if f.eof {
+				if f.n > 0 {
+					w.stage, w.stageLen = f.buf, f.n
+				} else {
+					free <- f.buf
+				}
+				close(stop)
+				<-done
+				w.reclaim(free, full)
+				return total, nil
+			}
+			err = w.processChunk(w.off-int64(f.n), f.buf[:f.n])
+			free <- f.buf
+			if err == nil && w.ctx.Err() != nil {
+				err = w.cancelled(w.ctx.Err())
+			}
+		}
+	}
+	close(stop)
+	if w.ctx.Err() == nil {
+		// The reader is at most one Read away from noticing stop.
+		<-done
+		w.reclaim(free, full)
+	} // else: do not block on a source that ignores cancellation; the Writer is dead anyway.
+	return total, w.fail(err)
+}
+
+// readChunks is the reader goroutine of ReadFrom.
+func readChunks(r io.Reader, off, capacity int64, free chan []byte, full chan<- filled, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case <-stop:
+			return
+		}
+		n, eof, err := fillChunk(r, buf, 0, off, capacity)
+		select {
+		case full <- filled{buf: buf, n: n, eof: eof, err: err}:
+		case <-stop:
+			free <- buf
+			return
+		}
+		if eof || err != nil {
+			return
+		}
+		off += int64(n)
+	}
+}
+
+// reclaim puts every buffer back into w.bufs once the reader has exited.
+func (w *Writer) reclaim(free chan []byte, full chan filled) {
+	for {
+		select {
+		case b := <-free:
+			w.putBuf(b)
+		case f := <-full:
+			w.putBuf(f.buf)
+		default:
+			return
+		}
+	}
+}
+
+func (w *Writer) sourceErr(err error, size int64) error {
+	if errors.Is(err, errTooBig) {
+		return w.tooSmall(size)
+	}
+	return fmt.Errorf("read image data at offset %d: %w", w.off, err)
+}
+
+// Finish writes the staged tail, the pending zero run and the held-back first
+// MiB, extends a file to the image length, and returns the image length. It
+// does not fsync; Target.Commit does.
+func (w *Writer) Finish() (int64, error) {
+	if err := w.check(); err != nil {
+		return 0, err
+	}
+	if err := w.flushStage(); err != nil {
+		return 0, err
+	}
+	if err := w.flushZero(); err != nil {
+		return 0, w.fail(err)
+	}
+	// Re-check right before the head goes out: a cancelled import must not
+	// leave a bootable-looking first MiB.
+	if err := w.ctx.Err(); err != nil {
+		return 0, w.fail(w.cancelled(err))
+	}
+	if err := w.emit(0, w.head[:w.headLen]); err != nil {
+		return 0, w.fail(err)
+	}
+	if err := w.flushZero(); err != nil {
+		return 0, w.fail(err)
+	}
+	if w.t.kind == File {
+		if err := w.t.f.Truncate(w.off); err != nil {
+			return 0, w.fail(fmt.Errorf("extend %s to %d bytes: %w", w.t.writePath, w.off, err))
+		}
+	}
+	w.finished = true
+	w.release()
+	w.log.Debug("image written", "path", w.t.path, "bytes", w.off, "data_bytes", w.data.Load())
+	return w.off, nil
+}
+
+// release drops the Writer's own descriptor and buffers.
+func (w *Writer) release() {
+	if w.released {
+		return
+	}
+	w.released = true
+	if w.t.kind == Block && w.buffered != nil {
+		w.buffered.Close()
+	}
+	if w.ownOut {
+		w.out.Close()
+	}
+	w.buffered, w.out = nil, nil
+	w.bufs, w.stage, w.stageLen = nil, nil, 0
+}

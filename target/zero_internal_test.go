@@ -1,0 +1,62 @@
+//go:build linux
+
+package target
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// TestZeroMethods forces each way of zeroing a run on a loop device full of
+// old data and checks the runs read back as zeros.
+func TestZeroMethods(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for loop devices")
+	}
+	const size = 12 << 20
+	for _, method := range []int{zeroByIoctl, zeroByFallocate, zeroByWriting} {
+		backing := filepath.Join(t.TempDir(), "b.img")
+		require.NoError(t, os.WriteFile(backing, bytes.Repeat([]byte{0x5A}, size), 0o600))
+		out, err := exec.Command("losetup", "-f", "--show", "--direct-io=on", backing).CombinedOutput()
+		if err != nil {
+			t.Skipf("cannot attach loop device: %v: %s", err, out)
+		}
+		dev := strings.TrimSpace(string(out))
+		t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
+
+		img := bytes.Repeat([]byte("data"), size/4-1000) // ends 4000 bytes short of the device
+		clear(img[0:4096])
+		clear(img[3<<20 : 9<<20+100])
+		clear(img[len(img)-1500:])
+		tg, err := Open(context.Background(), Options{Path: dev})
+		require.NoError(t, err)
+		w, err := tg.NewWriter()
+		require.NoError(t, err)
+		w.zeroMethod = method
+		_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(img)))
+		require.NoError(t, err)
+		_, err = w.Finish()
+		require.NoError(t, err)
+		require.NoError(t, tg.Commit(context.Background()))
+		require.NoError(t, tg.Close())
+
+		f, err := os.Open(dev)
+		require.NoError(t, err)
+		require.NoError(t, unix.IoctlSetInt(int(f.Fd()), unix.BLKFLSBUF, 0))
+		got := make([]byte, size)
+		_, err = f.ReadAt(got, 0)
+		f.Close()
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(img, got[:len(img)]), "method %d: content differs", method)
+		require.True(t, bytes.Equal(bytes.Repeat([]byte{0x5A}, size-len(img)), got[len(img):]), "method %d: past the end changed", method)
+	}
+}
