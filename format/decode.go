@@ -1,0 +1,159 @@
+package format
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// sourceReader remembers the first error of the compressed input that is
+// not io.EOF, so a decoder failure caused by the source (a broken
+// connection) is reported as the source's error, not as a corrupt image.
+type sourceReader struct {
+	r   io.Reader
+	mu  sync.Mutex
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
+	}
+	return n, err
+}
+
+func (s *sourceReader) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// decoder is one peeled compression layer.
+type decoder struct {
+	codec Compression
+	ctx   context.Context
+	src   *sourceReader
+	r     io.Reader
+	close func() error
+	err   error // sticky: a failed layer keeps failing
+}
+
+func (d *decoder) Read(p []byte) (int, error) {
+	if d.err != nil {
+		return 0, d.err
+	}
+	n, err := d.r.Read(p)
+	if err != nil && err != io.EOF {
+		d.err = d.mapErr(err)
+		return n, d.err
+	}
+	return n, err
+}
+
+// mapErr turns a decoder error into the engine's error kinds.
+func (d *decoder) mapErr(err error) error {
+	if d.ctx.Err() != nil {
+		return fmt.Errorf("%s: %w: %w", d.codec, errdefs.ErrCancelled, d.ctx.Err())
+	}
+	if serr := d.src.failure(); serr != nil {
+		return serr
+	}
+	if errors.Is(err, errdefs.ErrInvalidImage) || errors.Is(err, errdefs.ErrUnsafeImage) {
+		return err
+	}
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%s: unexpected end of stream (truncated?): %w", codecName(d.codec), errdefs.ErrInvalidImage)
+	case errors.Is(err, zstd.ErrWindowSizeExceeded), errors.Is(err, zstd.ErrDecoderSizeExceeded):
+		return fmt.Errorf("%s: %v: %w", codecName(d.codec), err, errdefs.ErrUnsafeImage)
+	}
+	return fmt.Errorf("%s: %v: %w", codecName(d.codec), err, errdefs.ErrInvalidImage)
+}
+
+func (d *decoder) Close() error {
+	if d.close == nil {
+		return nil
+	}
+	c := d.close
+	d.close = nil
+	return c()
+}
+
+func codecName(c Compression) string {
+	switch c {
+	case Gzip:
+		return "gzip"
+	case XZ:
+		return "xz"
+	case Zstd:
+		return "zstd"
+	}
+	return string(c)
+}
+
+// newDecoder starts the decoder for codec c reading compressed bytes from
+// r; head is the first bytes of r, already peeked, for cheap header checks.
+func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o Options) (*decoder, error) {
+	src := &sourceReader{r: r}
+	d := &decoder{codec: c, ctx: ctx, src: src}
+	switch c {
+	case Gzip:
+		// klauspost's gzip reads concatenated members (multistream) by
+		// default; it measured fastest here (858 MB/s vs pgzip 808).
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return nil, d.mapErr(err)
+		}
+		d.r, d.close = zr, zr.Close
+	case Zstd:
+		// Concurrency 1 measured faster on two cores; the window cap bounds
+		// memory. MaxMemory is raised because, for streams, it would also
+		// refuse frames whose declared content size exceeds it (64 GiB by
+		// default): disk images are bigger.
+		zr, err := zstd.NewReader(src,
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderMaxWindow(o.MaxZstdWindow),
+			zstd.WithDecoderMaxMemory(1<<63),
+			zstd.WithDecoderLowmem(false))
+		if err != nil {
+			return nil, d.mapErr(err)
+		}
+		d.r, d.close = zr, func() error { zr.Close(); return nil }
+	case XZ:
+		if err := checkXZDict(head, o.MaxXZDictionary); err != nil {
+			return nil, err
+		}
+		if bin := o.xzBinary(); bin != "" {
+			o.Logger.Debug("decoding xz with an external process", "xz", bin)
+			p, err := startXZ(ctx, bin, src, o)
+			if err != nil {
+				return nil, err
+			}
+			d.r, d.close = p, p.Close
+			return d, nil
+		}
+		o.Logger.Debug("decoding xz in Go (ulikunitz/xz)")
+		tail := &xzTailTracker{r: src}
+		zr, err := xz.ReaderConfig{}.NewReader(tail)
+		if err != nil {
+			return nil, d.mapErr(err)
+		}
+		d.r = &xzEndChecker{dec: zr, tail: tail}
+	default:
+		return nil, fmt.Errorf("compression %q: %w", c, errdefs.ErrUnsupportedFormat)
+	}
+	return d, nil
+}

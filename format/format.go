@@ -1,0 +1,54 @@
+// Package format is the one place where the engine recognises disk-image
+// formats and compression wrappers: it sniffs magic numbers, validates image
+// headers (refusing images that would make qemu-img open other files or use
+// absurd resources), checks qcow2 structure against truncation, recognises
+// fixed-VHD footers, and peels gzip/xz/zstd layers off a stream.
+package format
+
+// Format is a disk-image format the engine knows.
+type Format string
+
+// Known image formats.
+const (
+	Raw   Format = "raw"
+	ISO   Format = "iso"
+	QCOW2 Format = "qcow2"
+	VMDK  Format = "vmdk"
+	VHD   Format = "vhd"
+	VHDX  Format = "vhdx"
+	VDI   Format = "vdi"
+	// VMDKDescriptor is a plain-text VMDK descriptor ("# Disk
+	// DescriptorFile"). It only names extent files, so it is never safe to
+	// hand to qemu-img; Sniff reports it so ParseHeader can refuse it.
+	VMDKDescriptor Format = "vmdk-descriptor"
+)
+
+// QemuName is the name qemu-img expects after -f.
+func (f Format) QemuName() string {
+	switch f {
+	case VHD:
+		return "vpc"
+	case ISO:
+		return "raw"
+	case VMDKDescriptor:
+		return "vmdk"
+	}
+	return string(f)
+}
+
+// NeedsConversion reports whether the image must go through qemu-img; raw
+// and iso bytes are the disk itself.
+func (f Format) NeedsConversion() bool {
+	return f != Raw && f != ISO
+}
+
+// Compression is a compression wrapper around an image.
+type Compression string
+
+// Known compression wrappers. The values are the usual file suffixes.
+const (
+	None Compression = ""
+	Gzip Compression = "gz"
+	XZ   Compression = "xz"
+	Zstd Compression = "zst"
+)

@@ -1,0 +1,167 @@
+package format
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Options tune Open. The zero value gives the defaults.
+type Options struct {
+	// MaxXZDictionary refuses xz streams whose first block asks for a larger
+	// LZMA2 dictionary. Default 128 MiB: twice what the largest preset
+	// (xz -9, 64 MiB) uses, so custom dict=128MiB archives still open, while
+	// a hostile header cannot make us allocate up to 4 GiB.
+	MaxXZDictionary int64
+	// MaxZstdWindow refuses zstd frames with a larger window. Default
+	// 128 MiB: what `zstd --ultra -22` and `--long=27` use.
+	MaxZstdWindow uint64
+	// ExternalXZ is the xz binary used to decode xz: "" looks up "xz" on
+	// PATH, "-" never uses one (pure Go ulikunitz/xz).
+	ExternalXZ string
+	// MaxNesting is how many compression layers are peeled at most
+	// (default 3); more is refused as unsafe.
+	MaxNesting int
+	// PeekSize is how much of each layer is examined (default 64 KiB, also
+	// the minimum: the ISO 9660 magic sits at 0x8001).
+	PeekSize int
+	// MaxVirtualSize refuses images announcing a larger disk (default
+	// 64 TiB).
+	MaxVirtualSize int64
+	// Logger receives debug messages; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults for Options.
+const (
+	DefaultMaxXZDictionary int64  = 128 << 20
+	DefaultMaxZstdWindow   uint64 = 128 << 20
+	DefaultMaxNesting             = 3
+)
+
+func (o Options) withDefaults() Options {
+	if o.MaxXZDictionary <= 0 {
+		o.MaxXZDictionary = DefaultMaxXZDictionary
+	}
+	if o.MaxZstdWindow == 0 {
+		o.MaxZstdWindow = DefaultMaxZstdWindow
+	}
+	if o.MaxNesting <= 0 {
+		o.MaxNesting = DefaultMaxNesting
+	}
+	if o.PeekSize < DefaultPeekSize {
+		o.PeekSize = DefaultPeekSize
+	}
+	if o.MaxVirtualSize <= 0 {
+		o.MaxVirtualSize = DefaultMaxVirtualSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// xzBinary is the external xz to run, or "" for the Go decoder.
+func (o Options) xzBinary() string {
+	switch o.ExternalXZ {
+	case "-":
+		return ""
+	case "":
+		p, err := exec.LookPath("xz")
+		if err != nil {
+			return ""
+		}
+		return p
+	}
+	return o.ExternalXZ
+}
+
+// Stream is an image with its compression layers peeled off. Reading it
+// yields the image bytes from the first one on.
+type Stream struct {
+	io.Reader
+	Format       Format
+	Compressions []Compression // outermost first
+	Header       Header
+
+	decoders []*decoder // outermost first
+}
+
+// Open peels compression layers off r (nested ones too: qcow2.xz,
+// raw.gz.zst...), sniffs and parses the header of the innermost stream and
+// returns a reader positioned at the start of the image: the peeked bytes
+// are replayed. The caller must Close the stream.
+func Open(ctx context.Context, r io.Reader, o Options) (*Stream, error) {
+	o = o.withDefaults()
+	s := &Stream{}
+	cur := r
+	for {
+		if err := ctx.Err(); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("format: %w: %w", errdefs.ErrCancelled, err)
+		}
+		br := bufio.NewReaderSize(cur, o.PeekSize)
+		head, err := br.Peek(o.PeekSize)
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.Close()
+			return nil, err
+		}
+		c, f := Sniff(head)
+		if c == None {
+			h, err := ParseHeaderMax(f, head, o.MaxVirtualSize)
+			if err != nil {
+				s.Close()
+				return nil, err
+			}
+			s.Reader = &ctxReader{ctx: ctx, r: br}
+			s.Format, s.Header = f, h
+			o.Logger.Debug("image opened", "format", f, "compressions", s.Compressions, "virtualSize", h.VirtualSize)
+			return s, nil
+		}
+		if len(s.Compressions) >= o.MaxNesting {
+			s.Close()
+			return nil, fmt.Errorf("format: more than %d nested compression layers (%v, then %s): %w", o.MaxNesting, s.Compressions, c, errdefs.ErrUnsafeImage)
+		}
+		d, err := newDecoder(ctx, c, br, head, o)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.decoders = append(s.decoders, d)
+		s.Compressions = append(s.Compressions, c)
+		cur = d
+	}
+}
+
+// Close stops the decoders (and an external xz process). Stopping early is
+// not an error; Close reports only a failure to stop.
+func (s *Stream) Close() error {
+	var errs []error
+	for i := len(s.decoders) - 1; i >= 0; i-- {
+		if err := s.decoders[i].Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.decoders = nil
+	return errors.Join(errs...)
+}
+
+// ctxReader stops reading once the context is done, so decoders that run
+// in the caller's goroutine notice cancellation too.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("format: %w: %w", errdefs.ErrCancelled, err)
+	}
+	return c.r.Read(p)
+}
