@@ -28,5 +28,12 @@ deps:
 vet:
 	$(GO) vet ./...
 
+# Side-by-side benchmarks (root; not part of test): builds a BENCH_SIZE (2G)
+# test disk under bench/cache, imports it over HTTP BENCH_RUNS (3) times per
+# format with the references interleaved; table on stdout, JSON in
+# bench/results/. BENCH_GO=1 adds the go test -bench stage benchmarks.
+bench:
+	GO=$(GO) ./bench/bench.sh
+
 clean:
 	rm -rf bin

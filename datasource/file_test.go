@@ -159,7 +159,7 @@ func TestNewDispatch(t *testing.T) {
 		assert.Equal(t, p, st.LocalPath)
 	}
 
-	for _, ep := range []string{"docker://quay.io/x/y:latest", "s3://bucket/key", "gs://b/o"} {
+	for _, ep := range []string{"s3://bucket/key", "gs://b/o"} {
 		_, err = datasource.New(ep, datasource.HTTPOptions{})
 		require.Error(t, err, ep)
 		assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)

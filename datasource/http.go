@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
@@ -38,6 +39,17 @@ type HTTPOptions struct {
 	// StallTimeout cancels the transfer when no byte arrives for this long
 	// while the engine is waiting for one; <= 0 means 5 minutes.
 	StallTimeout time.Duration
+	// Retries bounds how many times a failed request or a broken transfer
+	// is tried again, over the life of the source (every Open together):
+	// connection errors, stalls, 5xx, 429 and 408 are retried; 401, 403,
+	// 404, 410 and other statuses are not. 0 means 10; < 0 disables.
+	Retries int
+	// RetryBackoff is the first delay before a retry; it doubles for each
+	// failure in a row (at most 30 s), with jitter. 0 means 1 s.
+	RetryBackoff time.Duration
+	// RetryMaxElapsed bounds one streak of failures (from the first failure
+	// until bytes flow again); no retry starts past it. 0 means 5 minutes.
+	RetryMaxElapsed time.Duration
 	// UserAgent defaults to "diskimport-engine".
 	UserAgent string
 	// Logger defaults to slog.Default().
@@ -56,6 +68,13 @@ type httpSource struct {
 	stall    time.Duration
 	log      *slog.Logger
 	client   *http.Client
+	// plain: the object is fetchable without anything but the URL (no
+	// credentials, extra headers or private CA), so another client may read
+	// it too.
+	plain    bool
+	insecure bool
+	retry    retryPolicy
+	retries  atomic.Int64 // retries so far, across every Open
 }
 
 // NewHTTP builds a source that fetches rawURL (http or https) with one GET
@@ -80,6 +99,7 @@ func NewHTTP(rawURL string, o HTTPOptions) (Source, error) {
 		ua:    o.UserAgent,
 		stall: o.StallTimeout,
 		log:   o.Logger,
+		retry: newRetryPolicy(o),
 	}
 	if u.User != nil {
 		if s.user == "" && s.pass == "" {
@@ -123,6 +143,8 @@ func NewHTTP(rawURL string, o HTTPOptions) (Source, error) {
 	// outlive the stream that used it.
 	tr.DisableKeepAlives = true
 	s.client = &http.Client{Transport: tr, CheckRedirect: s.checkRedirect}
+	s.plain = !s.hasAuth && len(s.headers) == 0 && o.CertDir == ""
+	s.insecure = o.InsecureTLS
 	return s, nil
 }
 
@@ -183,48 +205,37 @@ func (s *httpSource) checkRedirect(req *http.Request, via []*http.Request) error
 	return nil
 }
 
-// Open sends the GET. The stall watchdog already runs while waiting for
-// the response headers.
+// Open sends the GET, retrying what may pass (connection errors, stalls,
+// 5xx, 429). The stall watchdog already runs while waiting for the response
+// headers.
 func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
-	reqCtx, cancel := context.WithCancelCause(ctx)
-	stallErr := fmt.Errorf("GET %s: no data received for %s: %w", s.redacted, s.stall, errdefs.ErrSourceUnreachable)
-	timer := time.AfterFunc(s.stall, func() { cancel(stallErr) })
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, s.url.String(), nil)
-	if err != nil {
-		timer.Stop()
-		cancel(nil)
-		return nil, fmt.Errorf("building request for %s: %w: %w", s.redacted, errdefs.ErrInvalidOptions, err)
+	life, kill := context.WithCancelCause(ctx)
+	b := &httpBody{src: s, parent: ctx, life: life, kill: kill, size: -1}
+	if err := b.connect(); err != nil {
+		kill(nil)
+		return nil, err
 	}
-	s.decorate(req, true)
-	resp, err := s.client.Do(req)
-	timer.Stop()
-	if err != nil {
-		cancel(nil)
-		return nil, s.requestError(ctx, reqCtx, err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		resp.Body.Close()
-		cancel(nil)
-		return nil, &errdefs.HTTPStatusError{URL: s.redacted, StatusCode: resp.StatusCode, Status: resp.Status}
-	}
+	resp := b.cur.resp
 	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(strings.ToLower(ct), "text/") {
 		s.log.Warn("HTTP source serves a text content type; it may be an error page rather than an image",
 			"url", s.redacted, "content_type", ct)
 	}
-	s.log.Debug("HTTP source answered", "url", s.redacted, "status", resp.Status, "content_length", resp.ContentLength)
-	body := &httpBody{
-		src:      s,
-		parent:   ctx,
-		reqCtx:   reqCtx,
-		cancel:   cancel,
-		timer:    timer,
-		stall:    s.stall,
-		stallErr: stallErr,
-		body:     resp.Body,
-		size:     resp.ContentLength,
+	s.log.Debug("HTTP source answered", "url", s.redacted, "status", resp.Status, "content_length", resp.ContentLength,
+		"etag", resp.Header.Get("ETag"), "last_modified", resp.Header.Get("Last-Modified"), "accept_ranges", resp.Header.Get("Accept-Ranges"))
+	b.size = resp.ContentLength
+	b.etag = strongETag(resp.Header.Get("ETag"))
+	b.lastMod = resp.Header.Get("Last-Modified")
+	st := &Stream{Body: b, Size: b.size}
+	// Another client (qemu-img's curl driver) may read the object in place
+	// when it needs nothing but the URL and the server serves ranges.
+	if s.plain && b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
+		st.Ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure}
 	}
-	return &Stream{Body: body, Size: resp.ContentLength, LocalPath: ""}, nil
+	return st, nil
 }
+
+// Retries reports how many requests were re-sent after a failure.
+func (s *httpSource) Retries() int { return int(s.retries.Load()) }
 
 // requestError classifies a failed client.Do: caller cancellation, stall,
 // refusal from the redirect policy, or an unreachable server.

@@ -248,7 +248,7 @@ func TestHTTPStatusErrors(t *testing.T) {
 		srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "nope", code)
 		}))
-		src, err := datasource.NewHTTP(srv.URL+"/missing.img", datasource.HTTPOptions{})
+		src, err := datasource.NewHTTP(srv.URL+"/missing.img", datasource.HTTPOptions{Retries: -1})
 		require.NoError(t, err)
 		_, err = src.Open(context.Background())
 		require.Error(t, err)
@@ -265,7 +265,7 @@ func TestHTTPRefusedConnection(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	u := srv.URL
 	srv.Close() // nothing listens on that port any more
-	src, err := datasource.NewHTTP(u+"/x", datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(u+"/x", datasource.HTTPOptions{Retries: -1})
 	require.NoError(t, err)
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
@@ -285,7 +285,7 @@ func TestHTTPShortBody(t *testing.T) {
 		buf.Write(data[:400])
 		buf.Flush()
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{Retries: -1})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.Error(t, err)
@@ -312,7 +312,7 @@ func stallHandler(head []byte, total int) http.HandlerFunc {
 func TestHTTPStall(t *testing.T) {
 	head := testImage(t, 4096)
 	srv := newServer(t, stallHandler(head, 1<<20))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 300 * time.Millisecond})
+	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 300 * time.Millisecond, Retries: -1})
 	require.NoError(t, err)
 	start := time.Now()
 	_, got, err := readAll(t, src)
@@ -332,7 +332,7 @@ func TestHTTPStallBeforeHeaders(t *testing.T) {
 		case <-time.After(10 * time.Second):
 		}
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 200 * time.Millisecond})
+	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 200 * time.Millisecond, Retries: -1})
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = src.Open(context.Background())
@@ -500,7 +500,7 @@ func TestHTTPNoGoroutineLeak(t *testing.T) {
 	stall := newServer(t, stallHandler([]byte("abcd"), 1000))
 	fullSrc, err := datasource.NewHTTP(full.URL, datasource.HTTPOptions{})
 	require.NoError(t, err)
-	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.HTTPOptions{StallTimeout: 50 * time.Millisecond})
+	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.HTTPOptions{StallTimeout: 50 * time.Millisecond, Retries: -1})
 	require.NoError(t, err)
 
 	cycle := func() {

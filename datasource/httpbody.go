@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync/atomic"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
@@ -13,33 +16,207 @@ import (
 
 // httpBody is the Stream body of an HTTP source. It turns the transport's
 // read errors into engine errors, checks the byte count against
-// Content-Length, and runs the stall watchdog.
+// Content-Length, runs the stall watchdog, and survives a broken transfer:
+// it reconnects with "Range: bytes=N-" guarded by "If-Range" (the first
+// response's strong ETag, else its Last-Modified) and carries on from the
+// byte it stopped at, so the consumer never sees the break. When the
+// server cannot continue that very object (it ignores the range, or the
+// object changed), Read returns a *RestartError instead of mixing two.
 //
-// The watchdog is a time.AfterFunc timer armed only while a Read waits for
-// the network, so a slow consumer is never mistaken for a stalled server and
-// no goroutine exists unless the timer fires. Close stops it.
-//
-// A later resume-with-Range feature can live here: on a broken connection,
-// re-issue the GET with "Range: bytes=got-" instead of returning the error.
+// The watchdog is a time.AfterFunc timer armed only while a request or a
+// Read waits for the network, so a slow consumer is never mistaken for a
+// stalled server and no goroutine exists unless the timer fires.
 type httpBody struct {
-	src      *httpSource
-	parent   context.Context // the caller's context
-	reqCtx   context.Context // the request's context, cancelled by the watchdog
+	src    *httpSource
+	parent context.Context // the caller's context
+	life   context.Context // cancelled by Close; parent of every request
+	kill   context.CancelCauseFunc
+
+	mu     sync.Mutex // guards cur and closed against a concurrent Close
+	closed bool
+	cur    *httpAttempt
+
+	size    int64  // total size from the first response, or -1
+	etag    string // strong ETag of the first response
+	lastMod string
+	got     int64
+	rs      retryState
+	err     error // sticky: once the stream failed or ended, it stays so
+}
+
+// httpAttempt is one request and its response body.
+type httpAttempt struct {
+	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	timer    *time.Timer
-	stall    time.Duration
 	stallErr error
-	body     io.ReadCloser
-	size     int64 // Content-Length or -1
-	got      int64
-	err      error // sticky: once the stream failed or ended, it stays so
-	closed   atomic.Bool
+	resp     *http.Response
+}
+
+func (a *httpAttempt) close() {
+	a.timer.Stop()
+	if a.resp != nil {
+		a.resp.Body.Close()
+	}
+	a.cancel(errBodyClosed)
 }
 
 var errBodyClosed = errors.New("read on closed HTTP source stream")
 
+// do sends one GET (with a Range from b.got when resuming) under a fresh
+// stall watchdog. A transport failure comes back classified, with
+// retryable saying whether another try may help.
+func (b *httpBody) do() (a *httpAttempt, retryable bool, err error) {
+	s := b.src
+	ctx, cancel := context.WithCancelCause(b.life)
+	a = &httpAttempt{ctx: ctx, cancel: cancel}
+	a.stallErr = fmt.Errorf("GET %s: no data received for %s: %w", s.redacted, s.stall, errdefs.ErrSourceUnreachable)
+	a.timer = time.AfterFunc(s.stall, func() { cancel(a.stallErr) })
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url.String(), nil)
+	if err != nil {
+		a.close()
+		return nil, false, fmt.Errorf("building request for %s: %w: %w", s.redacted, errdefs.ErrInvalidOptions, err)
+	}
+	s.decorate(req, true)
+	if b.got > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(b.got, 10)+"-")
+		if b.etag != "" {
+			req.Header.Set("If-Range", b.etag)
+		} else {
+			req.Header.Set("If-Range", b.lastMod)
+		}
+	}
+	resp, err := s.client.Do(req)
+	a.timer.Stop()
+	if err != nil {
+		a.close()
+		err = s.requestError(b.parent, ctx, err)
+		return nil, !errors.Is(err, errdefs.ErrCancelled) && !permanentTransportError(err), err
+	}
+	a.resp = resp
+	return a, false, nil
+}
+
+// connect opens the first response (offset 0) or resumes at b.got,
+// retrying what may pass. It installs the new attempt as b.cur.
+func (b *httpBody) connect() error {
+	s := b.src
+	for {
+		a, retryable, err := b.do()
+		var hint time.Duration
+		if err == nil {
+			resp := a.resp
+			switch {
+			case resp.StatusCode >= 200 && resp.StatusCode <= 299:
+				if b.got > 0 {
+					if rerr := b.checkResume(resp); rerr != nil {
+						a.close()
+						return rerr
+					}
+				}
+				return b.install(a)
+			default:
+				a.close()
+				err = &errdefs.HTTPStatusError{URL: s.redacted, StatusCode: resp.StatusCode, Status: resp.Status}
+				retryable = retryableStatus(resp.StatusCode)
+				hint = retryAfter(resp)
+			}
+		}
+		if !retryable {
+			return err
+		}
+		if werr := b.wait(err, hint); werr != nil {
+			return werr
+		}
+	}
+}
+
+// checkResume accepts a response to a resume request only when it is the
+// rest of the same object, starting exactly at b.got.
+func (b *httpBody) checkResume(resp *http.Response) error {
+	restart := func(why string) error {
+		return &RestartError{URL: b.src.redacted, Offset: b.got, Reason: why}
+	}
+	if resp.StatusCode != http.StatusPartialContent {
+		if et := strongETag(resp.Header.Get("ETag")); et != b.etag {
+			return restart(fmt.Sprintf("the object changed (ETag %s, was %s)", et, b.etag))
+		}
+		if lm := resp.Header.Get("Last-Modified"); b.etag == "" && lm != b.lastMod {
+			return restart(fmt.Sprintf("the object changed (Last-Modified %s, was %s)", lm, b.lastMod))
+		}
+		return restart(fmt.Sprintf("the server answered the range request with %q instead of 206 Partial Content", resp.Status))
+	}
+	start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
+	switch {
+	case !ok:
+		return restart(fmt.Sprintf("the 206 response has an unusable Content-Range %q", resp.Header.Get("Content-Range")))
+	case start != b.got:
+		return restart(fmt.Sprintf("the server resumed at byte %d, not %d", start, b.got))
+	case b.size >= 0 && total >= 0 && total != b.size:
+		return restart(fmt.Sprintf("the object is now %d bytes, was %d", total, b.size))
+	}
+	if et := strongETag(resp.Header.Get("ETag")); et != "" && b.etag != "" && et != b.etag {
+		return restart(fmt.Sprintf("the object changed (ETag %s, was %s)", et, b.etag))
+	}
+	return nil
+}
+
+// parseContentRange reads "bytes START-END/TOTAL" (TOTAL may be "*": -1).
+func parseContentRange(v string) (start, total int64, ok bool) {
+	rest, found := strings.CutPrefix(v, "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	rng, tot, found := strings.Cut(rest, "/")
+	if !found {
+		return 0, 0, false
+	}
+	first, _, found := strings.Cut(rng, "-")
+	if !found {
+		return 0, 0, false
+	}
+	start, err := strconv.ParseInt(first, 10, 64)
+	if err != nil || start < 0 {
+		return 0, 0, false
+	}
+	total = -1
+	if tot != "*" {
+		if total, err = strconv.ParseInt(tot, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return start, total, true
+}
+
+// strongETag returns v unless it is weak (W/"..."): If-Range needs a
+// strong validator.
+func strongETag(v string) string {
+	if strings.HasPrefix(v, "W/") {
+		return ""
+	}
+	return v
+}
+
+// install makes a the current attempt, unless Close came first.
+func (b *httpBody) install(a *httpAttempt) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		a.close()
+		return errBodyClosed
+	}
+	b.cur = a
+	return nil
+}
+
+func (b *httpBody) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
 func (b *httpBody) Read(p []byte) (int, error) {
-	if b.closed.Load() {
+	if b.isClosed() {
 		return 0, errBodyClosed
 	}
 	if b.err != nil {
@@ -48,54 +225,99 @@ func (b *httpBody) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	b.timer.Reset(b.stall)
-	n, err := b.body.Read(p)
-	b.timer.Stop()
-	b.got += int64(n)
-	if err == nil {
-		return n, nil
+	for {
+		a := b.cur
+		a.timer.Reset(b.src.stall)
+		n, err := a.resp.Body.Read(p)
+		a.timer.Stop()
+		b.got += int64(n)
+		if n > 0 {
+			b.progressed()
+		}
+		if err == nil {
+			return n, nil
+		}
+		cause, retryable := b.classify(a, err)
+		if !retryable {
+			b.err = cause
+			return n, cause
+		}
+		a.close()
+		if cerr := b.resume(cause); cerr != nil {
+			b.err = cerr
+			return n, cerr
+		}
+		if n > 0 {
+			return n, nil
+		}
 	}
-	b.err = b.classify(err)
-	return n, b.err
+}
+
+// resume reconnects after a broken transfer, or says why it cannot.
+func (b *httpBody) resume(cause error) error {
+	if b.etag == "" && b.lastMod == "" {
+		// Without a validator a resumed body could belong to another
+		// version of the object; start over instead (it still counts as a
+		// retry, so a server that keeps dropping cannot loop forever).
+		if werr := b.wait(cause, 0); werr != nil {
+			return werr
+		}
+		return &RestartError{URL: b.src.redacted, Offset: b.got,
+			Reason: fmt.Sprintf("%v, and the server gave no ETag or Last-Modified to resume safely", cause)}
+	}
+	if werr := b.wait(cause, 0); werr != nil {
+		return werr
+	}
+	return b.connect()
 }
 
 // classify maps the transport's end-of-body or error into what the engine
-// sees. A short body is never a clean io.EOF, and never wraps
-// io.ErrUnexpectedEOF either: readers up the pipeline (io.ReadFull users)
-// treat that value as a normal short end.
-func (b *httpBody) classify(err error) error {
+// sees and whether a retry may help. A short body is never a clean io.EOF,
+// and never wraps io.ErrUnexpectedEOF either: readers up the pipeline
+// (io.ReadFull users) treat that value as a normal short end.
+func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 	name := b.src.redacted
 	if err == io.EOF {
 		if b.size >= 0 && b.got != b.size {
-			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w", name, b.got, b.size, errdefs.ErrSourceUnreachable)
+			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w", name, b.got, b.size, errdefs.ErrSourceUnreachable), true
 		}
-		return io.EOF
+		return io.EOF, false
 	}
 	if perr := b.parent.Err(); perr != nil {
-		return cancelError(name, perr)
+		return cancelError(name, perr), false
 	}
-	if context.Cause(b.reqCtx) == b.stallErr {
-		return b.stallErr
+	if context.Cause(a.ctx) == a.stallErr {
+		return a.stallErr, true
 	}
-	if b.closed.Load() {
-		return errBodyClosed
+	if b.isClosed() {
+		return errBodyClosed, false
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		if b.size >= 0 {
-			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w (%v)", name, b.got, b.size, errdefs.ErrSourceUnreachable, err)
+			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w (%v)", name, b.got, b.size, errdefs.ErrSourceUnreachable, err), true
 		}
-		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w (%v)", name, b.got, errdefs.ErrSourceUnreachable, err)
+		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w (%v)", name, b.got, errdefs.ErrSourceUnreachable, err), true
 	}
-	return fmt.Errorf("GET %s: reading body after %d bytes: %w: %w", name, b.got, errdefs.ErrSourceUnreachable, err)
+	return fmt.Errorf("GET %s: reading body after %d bytes: %w: %w", name, b.got, errdefs.ErrSourceUnreachable, err), true
 }
 
-// Close may be called from another goroutine to abort a blocked Read.
+// Close may be called from another goroutine to abort a blocked Read or a
+// retry wait.
 func (b *httpBody) Close() error {
-	if b.closed.Swap(true) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
 		return nil
 	}
-	b.timer.Stop()
-	err := b.body.Close()
-	b.cancel(errBodyClosed)
-	return err
+	b.closed = true
+	a := b.cur
+	b.mu.Unlock()
+	b.kill(errBodyClosed)
+	if a != nil {
+		a.timer.Stop()
+		err := a.resp.Body.Close()
+		a.cancel(errBodyClosed)
+		return err
+	}
+	return nil
 }

@@ -35,6 +35,17 @@ type Stream struct {
 	// LocalPath is set (absolute) when the bytes are a local regular file or
 	// block device that qemu-img could read in place; "" otherwise.
 	LocalPath string
+	// Ranged, when not nil, says the bytes are also readable at random by a
+	// range-capable reader such as qemu-img's curl driver: the server
+	// advertised byte ranges and needs nothing the engine alone knows
+	// (no credentials, extra headers or private CA).
+	Ranged *RangedURL
+}
+
+// RangedURL is an HTTP(S) object that can be read with Range requests.
+type RangedURL struct {
+	URL         string // after redirects
+	InsecureTLS bool
 }
 
 // schemeRe matches a URL scheme prefix ("s3://", "docker://") as RFC 3986
@@ -48,6 +59,12 @@ var schemeRe = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
 func New(endpoint string, o HTTPOptions) (Source, error) {
 	if endpoint == "-" {
 		return NewReader("stdin", os.Stdin), nil
+	}
+	if IsRegistryRef(endpoint) {
+		// docker://, oci-archive:, oci: — the latter two have no "//".
+		return NewRegistry(endpoint, RegistryOptions{
+			Username: o.Username, Password: o.Password, CertDir: o.CertDir, InsecureTLS: o.InsecureTLS, Logger: o.Logger,
+		})
 	}
 	m := schemeRe.FindStringSubmatch(endpoint)
 	if m == nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,16 +112,18 @@ func TestHTTPFailures(t *testing.T) {
 	require.True(t, errors.As(err, &se))
 	assert.Equal(t, 404, se.StatusCode)
 
-	err = importFails(t, importer.Options{Source: srv.URL + "/500"}, importer.ErrSourceRefused)
+	// 5xx and drops are retried (quickly here), then reported with the cause.
+	err = importFails(t, importer.Options{Source: srv.URL + "/500", RetryBackoff: time.Millisecond, Retries: 3}, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "500")
+	assert.Contains(t, err.Error(), "gave up after 3 retries")
 
-	importFails(t, importer.Options{Source: srv.URL + "/short"}, importer.ErrSourceUnreachable)
+	importFails(t, importer.Options{Source: srv.URL + "/short", RetryBackoff: time.Millisecond, Retries: 3}, importer.ErrSourceUnreachable)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	importFails(t, importer.Options{Source: "http://" + addr + "/disk.img"}, importer.ErrSourceUnreachable)
+	importFails(t, importer.Options{Source: "http://" + addr + "/disk.img", RetryBackoff: time.Millisecond}, importer.ErrSourceUnreachable)
 }
 
 func TestUnsafeImages(t *testing.T) {

@@ -22,11 +22,20 @@ import (
 // error wraps one of the package's Err values and the Result says how far
 // the import got; the target is never reported complete.
 func Import(ctx context.Context, o Options) (*Result, error) {
-	start := time.Now()
+	return importWithRestarts(ctx, o) // restart.go: re-runs importOnce when a transfer must start over
+}
+
+// importOnce is one attempt of Import; src, when set, is the source of an
+// earlier attempt (it carries the retry budget and count).
+func importOnce(ctx context.Context, o Options, src datasource.Source, start time.Time) (*Result, datasource.Source, error) {
 	j, err := newJob(o)
 	if err != nil {
-		return &Result{Target: o.Target}, err
+		return &Result{Target: o.Target}, nil, err
 	}
+	if src != nil {
+		j.source = src
+	}
+	src = j.source
 	defer j.cleanup()
 
 	p := processor.New(j.log, j.enterPhase)
@@ -40,7 +49,7 @@ func Import(ctx context.Context, o Options) (*Result, error) {
 	if c := j.counter.Load(); c != nil {
 		j.result.BytesRead = c.Count()
 	}
-	if err == nil {
+	if err == nil && j.tgt != nil { // an archive (TransferDataDir) commits itself
 		// Complete means the data is on stable storage under its final name.
 		err = j.tgt.Commit(ctx)
 		if err == nil {
@@ -52,10 +61,10 @@ func Import(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		err = j.classify(ctx, err)
 		j.abort()
-		return &j.result, err
+		return &j.result, src, err
 	}
 	j.result.Complete = true
-	return &j.result, nil
+	return &j.result, src, nil
 }
 
 // newJob checks the options and builds the source; the target is opened in
@@ -113,14 +122,20 @@ func newSource(o Options) (datasource.Source, error) {
 	if o.Source == "-" && o.SourceReader != nil {
 		return datasource.NewReader("upload", o.SourceReader), nil
 	}
+	if datasource.IsRegistryRef(o.Source) {
+		return datasource.NewRegistry(o.Source, registryOptions(o))
+	}
 	return datasource.New(o.Source, datasource.HTTPOptions{
-		Username:     o.Username,
-		Password:     o.Password,
-		Headers:      o.Headers,
-		CertDir:      o.CertDir,
-		InsecureTLS:  o.InsecureTLS,
-		StallTimeout: o.StallTimeout,
-		Logger:       o.Logger,
+		Username:        o.Username,
+		Password:        o.Password,
+		Headers:         o.Headers,
+		CertDir:         o.CertDir,
+		InsecureTLS:     o.InsecureTLS,
+		StallTimeout:    o.StallTimeout,
+		Retries:         o.Retries,
+		RetryBackoff:    o.RetryBackoff,
+		RetryMaxElapsed: o.RetryMaxElapsed,
+		Logger:          o.Logger,
 	})
 }
 
@@ -129,10 +144,11 @@ func (j *job) register(p *processor.Processor) {
 	execs := map[processor.Phase]processor.Executor{
 		processor.Info:             j.info,
 		processor.TransferDataFile: j.transferDataFile,
+		processor.TransferDataDir:  j.transferDataDir,
 		processor.TransferScratch:  j.transferScratch,
 		processor.Validate:         j.validate,
 		processor.Convert:          j.convert,
-		processor.Resize:           j.resize,
+		processor.Resize:           j.resizeAndVerify,
 	}
 	for phase, exec := range execs {
 		if j.opts.WrapPhase != nil {

@@ -48,6 +48,12 @@ type job struct {
 	convertSrc    string
 	convertFormat format.Format
 	scratchPath   string
+	remote        bool // convertSrc is an HTTP object read with ranges
+
+	// Clone (clone.go): the source's local path ("" for streams), and
+	// whether the whole block target was zeroed so zero runs may be skipped.
+	localSource  string
+	targetZeroed bool
 }
 
 func (j *job) enterPhase(p processor.Phase) { j.phase.Store(string(p)) }
@@ -55,6 +61,9 @@ func (j *job) enterPhase(p processor.Phase) { j.phase.Store(string(p)) }
 // info opens the target and the source, peels compression, identifies the
 // image and checks what its header tells before a byte reaches the target.
 func (j *job) info(ctx context.Context) (processor.Phase, error) {
+	if j.opts.ContentType != "" && j.opts.ContentType != ContentTypeKubevirt {
+		return j.archiveInfo(ctx) // archive.go
+	}
 	tgt, err := target.Open(ctx, target.Options{
 		Path:               j.opts.Target,
 		RequestedSize:      j.opts.Size,
@@ -79,6 +88,7 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 		return processor.Error, fmt.Errorf("unable to connect to data source %s: %w", j.source, err)
 	}
 	j.body = st.Body
+	j.takeSourceLabels()
 	j.sourceSize.Store(st.Size)
 	counter := stream.NewCounter(st.Body)
 	j.counter.Store(counter)
@@ -103,9 +113,19 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 	if err := j.checkEarlySize(img, st); err != nil {
 		return processor.Error, err
 	}
+	if err := j.checkClone(ctx, img, st); err != nil {
+		return processor.Error, err
+	}
 
 	if !img.Format.NeedsConversion() && j.outFormat == "raw" {
 		return processor.TransferDataFile, nil
+	}
+	if j.useRanged(st, img) {
+		j.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", st.Ranged.URL)
+		j.convertSrc = rangedSpec(st.Ranged)
+		j.convertFormat = img.Format
+		j.remote = true
+		return processor.Validate, nil
 	}
 	if st.LocalPath != "" && len(img.Compressions) == 0 {
 		// qemu-img reads a local image in place: no copy.
@@ -155,7 +175,7 @@ func (j *job) transferDataFile(ctx context.Context) (processor.Phase, error) {
 // fixed VHD footer out of the disk, verifies the checksums, and only then
 // lets the writer put down the held-back head of the image.
 func (j *job) copyRaw(ctx context.Context, t *target.Target) (int64, error) {
-	w, err := t.NewWriter(target.WithContext(ctx))
+	w, err := t.NewWriter(target.WithContext(ctx), target.WithTargetIsZero(j.targetZeroed && t == j.tgt))
 	if err != nil {
 		return 0, fmt.Errorf("opening %s for writing: %w", t.Path(), err)
 	}
@@ -251,13 +271,14 @@ func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
 // references to other files, and a virtual size that fits the target.
 func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 	src, f := j.convertSrc, j.convertFormat
-	if j.scratchPath == "" && j.verifier != nil {
+	if j.scratchPath == "" && !j.remote && j.verifier != nil {
 		// A local image converted in place: hash it before trusting it.
 		if err := j.finishSource(); err != nil {
 			return processor.Error, err
 		}
 	}
-	if f == format.QCOW2 {
+	if f == format.QCOW2 && !j.remote {
+		// For a remote image qemu-img check below covers the same ground.
 		if err := checkQCOW2File(src); err != nil {
 			return processor.Error, err
 		}
@@ -272,8 +293,11 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 	if info.DataFile != "" {
 		return processor.Error, fmt.Errorf("%w: image has an external data file %q", errdefs.ErrUnsafeImage, info.DataFile)
 	}
-	if err := checkExtents(src, info.ExtentFilenames); err != nil {
-		return processor.Error, err
+	if !j.remote {
+		// A remote vmdk descriptor was refused from its header already.
+		if err := checkExtents(src, info.ExtentFilenames); err != nil {
+			return processor.Error, err
+		}
 	}
 	if err := j.qemu.Check(ctx, src, f.QemuName()); err != nil {
 		return processor.Error, err
@@ -281,6 +305,9 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 	j.result.VirtualSize = info.VirtualSize
 	if capacity := j.tgt.Capacity(); info.VirtualSize > capacity {
 		return processor.Error, &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity}
+	}
+	if err := j.checkExactSize(info.VirtualSize); err != nil {
+		return processor.Error, err
 	}
 	return processor.Convert, nil
 }
@@ -294,6 +321,7 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 		CacheMode:    j.cacheMode(block),
 		Preallocate:  j.opts.Preallocation,
 		TargetExists: block,
+		TargetIsZero: j.targetZeroed,
 		Progress: func(p float64) {
 			j.convertPercent.Store(math.Float64bits(p))
 		},
@@ -303,7 +331,9 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 	}
 	j.result.PreallocationApplied = applied
 	j.result.BytesWritten = j.result.VirtualSize
-	j.removeScratch()
+	if !j.opts.Verify { // else Verify compares the target with the scratch copy
+		j.removeScratch()
+	}
 	return processor.Resize, nil
 }
 

@@ -26,6 +26,10 @@ type TerminationMessage struct {
 	Checksum             string            `json:"checksum,omitempty"`
 	ScratchUsed          bool              `json:"scratchUsed"`
 	DurationSeconds      float64           `json:"durationSeconds"`
+	Retries              int               `json:"retries"`
+	Verified             bool              `json:"verified,omitempty"`
+	SourceDigest         string            `json:"sourceDigest,omitempty"`
+	TargetDigest         string            `json:"targetDigest,omitempty"`
 }
 
 // TerminationMessage builds the result message for r and the import's
@@ -43,6 +47,10 @@ func (r *Result) TerminationMessage(err error) TerminationMessage {
 		Checksum:             strings.Join(r.Checksums, ","),
 		ScratchUsed:          r.ScratchUsed,
 		DurationSeconds:      float64(r.Duration.Milliseconds()) / 1000,
+		Retries:              r.Retries,
+		Verified:             r.Verified,
+		SourceDigest:         r.SourceDigest,
+		TargetDigest:         r.TargetDigest,
 	}
 	if err != nil {
 		m.Message = "Unable to process data: " + err.Error()

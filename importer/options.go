@@ -19,6 +19,9 @@ type Options struct {
 	// Target is a block device, a file, or an existing directory (the image
 	// then goes to DIR/disk.img).
 	Target string
+	// ContentType is "kubevirt" (default: a disk image) or "archive": a tar
+	// stream extracted into the Target directory (archive.go).
+	ContentType string
 
 	// Size is the requested volume size in bytes (0: none). A file target is
 	// grown, never shrunk, to Size less FilesystemOverhead.
@@ -42,12 +45,45 @@ type Options struct {
 	// "none" (O_DIRECT); "trynone" picks none when the target supports it.
 	CacheMode string
 
+	// Clone options (clone.go), for a local file or block device source.
+	// ExactSize requires the target to be exactly the source's virtual size
+	// (a storage migration): a device of that size, or a file that ends up
+	// that size; anything else is refused before a byte is written.
+	ExactSize bool
+	// Verify re-reads source and target after the copy and compares them
+	// (sha256 digests for raw copies, qemu-img compare for converted
+	// images); a difference fails the import with ErrVerifyMismatch.
+	Verify bool
+	// ZeroTarget zeroes a whole block target first (BLKZEROOUT) so zero
+	// blocks of the source can be skipped; where the device cannot, zero
+	// blocks are written as without it.
+	ZeroTarget bool
+
 	// HTTP options.
 	Username, Password string
 	Headers            []string // "Name: value" lines
 	CertDir            string   // every *.crt / *.pem in it is trusted
 	InsecureTLS        bool
 	StallTimeout       time.Duration // no bytes for this long fails the transfer; default 5 minutes
+	// Retries bounds the re-sent requests after a dropped connection, a
+	// stall, a 5xx or a 429 (0: 10; < 0: none); the transfer resumes with a
+	// Range request, or starts over when the object changed. RetryBackoff
+	// is the first delay (0: 1 s, doubling, jittered); RetryMaxElapsed
+	// bounds one streak of failures (0: 5 minutes).
+	Retries         int
+	RetryBackoff    time.Duration
+	RetryMaxElapsed time.Duration
+
+	// Registry options (docker://, oci-archive:, oci: sources); Username,
+	// Password, CertDir and InsecureTLS (which also allows plain http)
+	// apply too.
+	Arch           string // platform picked from an image index; default this machine's
+	AuthFile       string // auth.json / docker config.json; "" = containers/image's default places
+	RegistriesConf string // registries.conf to use; "" = the system's
+	// NoRangedRead always copies a convertible image from HTTP to scratch,
+	// even when the server serves byte ranges and qemu-img could read it in
+	// place.
+	NoRangedRead bool
 
 	// Progress, when set, is called about once a second and at each phase.
 	Progress func(Progress)

@@ -26,4 +26,17 @@ type Result struct {
 	Phases               []processor.Phase
 	Duration             time.Duration
 	Labels               map[string]string
+	// Retries counts requests re-sent after a failure (resumes, reconnects,
+	// retried statuses), restarts from the beginning included.
+	Retries int
+
+	// Verification (Options.Verify): Verified is true once the target read
+	// back matched the source; VerifyMethod is "sha256" (digests of both
+	// sides) or "qemu-img compare" (a converted image: SourceDigest is then
+	// empty, TargetDigest is set for raw targets). Digests are "sha256:hex"
+	// of the first BytesWritten bytes.
+	Verified     bool
+	VerifyMethod string
+	SourceDigest string
+	TargetDigest string
 }

@@ -40,6 +40,13 @@ type cliFlags struct {
 	json               bool
 	verbose            int
 	quiet              bool
+	contentType        string
+	exactSize          bool
+	verify             bool
+	zeroTarget         bool
+	arch               string
+	authFile           string
+	registriesConf     string
 }
 
 // run is main without the process: it returns the exit code.
@@ -106,6 +113,14 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors")
+	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream, optionally compressed, extracted into the DEST directory)")
+	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the size of SOURCE (a device of that size, or a file that ends up that size)")
+	fl.BoolVar(&f.verify, "verify", false, "re-read SOURCE (a local file or device) and DEST after the copy and compare them; the digests go in the result")
+	fl.BoolVar(&f.zeroTarget, "zero-target", false, "zero a block DEST first (BLKZEROOUT) so zero blocks of SOURCE need not be written")
+	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
+	cmd.AddCommand(newUploadCommand(ctx, stdout, stderr, &code))
+	addRegistryFlags(fl, &f)
+	cmd.AddCommand(newDigestCommand(ctx, stdout, &code))
 	cmd.SetArgs(args)
 	cmd.SetIn(stdin)
 	cmd.SetOut(stdout)
@@ -138,6 +153,13 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		FilesystemOverhead: f.filesystemOverhead,
 		CacheMode:          f.cacheMode,
 		StallTimeout:       f.stallTimeout,
+		ContentType:        f.contentType,
+		ExactSize:          f.exactSize,
+		Verify:             f.verify,
+		ZeroTarget:         f.zeroTarget,
+		Arch:               f.arch,
+		AuthFile:           f.authFile,
+		RegistriesConf:     f.registriesConf,
 	}
 	if source == "-" {
 		o.SourceReader = stdin

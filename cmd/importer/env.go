@@ -42,20 +42,28 @@ func defaultCDIPaths(getenv func(string) string) cdiPaths {
 func envOptions(getenv func(string) string, paths cdiPaths) (importer.Options, error) {
 	var o importer.Options
 	switch src := getenv("IMPORTER_SOURCE"); src {
-	case "http":
-	case "registry", "upload", "none", "s3", "gcs", "imageio", "vddk":
-		return o, fmt.Errorf("IMPORTER_SOURCE=%s is not supported yet (only http): %w", src, errdefs.ErrInvalidOptions)
+	case "http", "clone":
+	case "registry":
+		o.Arch = getenv("IMPORTER_REGISTRY_IMAGE_ARCHITECTURE")
+		o.AuthFile = getenv("REGISTRY_AUTH_FILE")
+		o.RegistriesConf = getenv("CONTAINERS_REGISTRIES_CONF")
+	case "upload":
+		o.Source = "-" // the upload server supplies the stream (upload.go)
+	case "s3", "gcs", "imageio", "vddk":
+		return o, fmt.Errorf("IMPORTER_SOURCE=%s is not supported yet (only http, clone and none): %w", src, errdefs.ErrInvalidOptions)
 	default:
 		return o, fmt.Errorf("Unknown data source: %q: %w", src, errdefs.ErrInvalidOptions)
 	}
 	switch ct := getenv("IMPORTER_CONTENTTYPE"); ct {
 	case "", "kubevirt":
 	case "archive":
-		return o, fmt.Errorf("IMPORTER_CONTENTTYPE=archive is not supported yet: %w", errdefs.ErrInvalidOptions)
+		o.ContentType = importer.ContentTypeArchive
 	default:
 		return o, fmt.Errorf("unknown IMPORTER_CONTENTTYPE %q (kubevirt or archive): %w", ct, errdefs.ErrInvalidOptions)
 	}
-	o.Source = getenv("IMPORTER_ENDPOINT")
+	if o.Source != "-" {
+		o.Source = getenv("IMPORTER_ENDPOINT")
+	}
 	if o.Source == "" {
 		return o, fmt.Errorf("IMPORTER_ENDPOINT is empty: %w", errdefs.ErrInvalidOptions)
 	}
@@ -85,10 +93,21 @@ func envOptions(getenv func(string) string, paths cdiPaths) (importer.Options, e
 		o.CacheMode = "trynone"
 	}
 	o.Headers = extraHeaders(getenv)
+	if getenv("IMPORTER_SOURCE") == "clone" {
+		if err := envCloneOptions(getenv, &o); err != nil {
+			return o, err
+		}
+	}
 	o.Target = paths.DataFile
 	if _, err := os.Stat(paths.BlockDevice); err == nil {
 		o.Target = paths.BlockDevice
 		o.FilesystemOverhead = 0
+	}
+	if o.ContentType == importer.ContentTypeArchive {
+		if o.Target == paths.BlockDevice {
+			return o, fmt.Errorf("IMPORTER_CONTENTTYPE=archive needs a filesystem volume, not a block device: %w", errdefs.ErrInvalidOptions)
+		}
+		o.Target = paths.DataDir
 	}
 	o.ScratchDir = paths.Scratch
 	return o, nil
@@ -125,11 +144,14 @@ func extraHeaders(getenv func(string) string) []string {
 // message. Like CDI, a checksum mismatch exits 0 with the message so the
 // controller marks the import failed for good instead of retrying it.
 func runEnv(ctx context.Context, getenv func(string) string, paths cdiPaths, log *slog.Logger, stderr io.Writer) int {
+	if getenv("IMPORTER_SOURCE") == "none" {
+		return runEnvBlank(ctx, getenv, paths, log, stderr)
+	}
 	o, err := envOptions(getenv, paths)
 	var res *importer.Result
 	if err == nil {
 		o.Logger = log
-		res, err = importer.Import(ctx, o)
+		res, err = envImport(ctx, getenv, o) // upload.go: the upload server for IMPORTER_SOURCE=upload
 	} else {
 		res = &importer.Result{}
 	}

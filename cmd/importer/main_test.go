@@ -177,8 +177,8 @@ func TestEnvChecksumMismatchExitsZeroWithMessage(t *testing.T) {
 func TestEnvUnsupportedSource(t *testing.T) {
 	root := cdiRoot(t)
 	code, _, stderr := runCLI(t, nil, env(map[string]string{
-		"IMPORTER_SOURCE":      "registry",
-		"IMPORTER_ENDPOINT":    "docker://example/disk",
+		"IMPORTER_SOURCE":      "s3",
+		"IMPORTER_ENDPOINT":    "s3://bucket/disk",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
 	assert.Equal(t, exitError, code)

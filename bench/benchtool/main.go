@@ -1,0 +1,42 @@
+// Command benchtool is the Go half of `make bench` (bench/bench.sh): it
+// generates the test disk, runs the engine's decoders alone, and turns the
+// measured runs into the results table and JSON. It is a tool, not part of
+// the engine.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "gen":
+		err = runGen(os.Args[2:])
+	case "decode":
+		err = runDecode(os.Args[2:])
+	case "report":
+		err = runReport(os.Args[2:])
+	case "profile":
+		err = runProfile(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtool:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, `usage:
+  benchtool gen SIZE OUT.raw          write the sparse test disk; prints its layout as JSON
+  benchtool decode [-goxz] FILE       decode FILE with the engine's decoders to nowhere
+  benchtool report RUNS.tsv META.json OUT.json   print the table, write the JSON
+  benchtool profile [-o cpu.prof] SOURCE DEST    one in-process import under the CPU profiler`)
+	os.Exit(2)
+}

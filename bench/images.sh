@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# images.sh BENCHTOOL SIZE DIR: builds the test disk and every derived image
+# in DIR unless already there (bench/cache is never committed).
+set -euo pipefail
+bt=$1 size=$2 dir=$3
+mkdir -p "$dir"
+cd "$dir"
+xzblock=${BENCH_XZ_BLOCK:-24MiB}
+
+# make OUT CMD...: runs CMD (writing to $tmp) once, then renames.
+make_one() {
+	local out=$1; shift
+	[[ -s $out ]] && return 0
+	echo "bench: building $dir/$out" >&2
+	tmp=$out.tmp
+	"$@"
+	mv "$tmp" "$out"
+}
+gen_raw() { "$bt" gen "$size" "$tmp.raw" >layout.json && mv "$tmp.raw" "$tmp"; }
+make_one disk.raw gen_raw
+make_one disk.raw.gz bash -c 'pigz -6 -p2 -c disk.raw >"$0"' "disk.raw.gz.tmp"
+make_one disk.raw.zst bash -c 'zstd -q -3 -T0 -c disk.raw >"$0"' "disk.raw.zst.tmp"
+# -T1 keeps xz single-threaded, so the whole file is one block.
+make_one disk.raw.xz bash -c 'xz -1 -T1 -c disk.raw >"$0"' "disk.raw.xz.tmp"
+make_one disk.raw.mt.xz bash -c 'xz -1 -T0 --block-size='"$xzblock"' -c disk.raw >"$0"' "disk.raw.mt.xz.tmp"
+make_one disk.qcow2 qemu-img convert -q -f raw -O qcow2 disk.raw disk.qcow2.tmp
+make_one disk.c.qcow2 qemu-img convert -q -c -f raw -O qcow2 disk.raw disk.c.qcow2.tmp
+make_one disk.qcow2.gz bash -c 'pigz -6 -p2 -c disk.qcow2 >"$0"' "disk.qcow2.gz.tmp"
+make_one disk.stream.vmdk qemu-img convert -q -f raw -O vmdk -o subformat=streamOptimized disk.raw disk.stream.vmdk.tmp
+make_one disk.vhdx qemu-img convert -q -f raw -O vhdx -o subformat=dynamic disk.raw disk.vhdx.tmp
+for f in disk.stream.vmdk disk.vhdx; do
+	[[ -s $f.sha256 ]] || sha256sum "$f" | cut -d' ' -f1 >"$f.sha256"
+done
+[[ -s xzblocks.txt ]] || for f in disk.raw.xz disk.raw.mt.xz; do
+	printf '%s %s\n' "$f" "$(xz --robot -l "$f" | awk '$1=="totals"{print $3}')"
+done >xzblocks.txt

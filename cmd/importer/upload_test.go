@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/uploadserver"
+)
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key as PEM files.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upload test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// runAsync runs the CLI in the background and returns its exit code channel.
+func runAsync(t *testing.T, getenv func(string) string, args ...string) <-chan int {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out, errb bytes.Buffer
+	go func() {
+		code := run(ctx, args, nil, &out, &errb, getenv)
+		t.Logf("importer %v → %d\nstderr:\n%s", args, code, errb.String())
+		done <- code
+	}()
+	t.Cleanup(cancel)
+	return done
+}
+
+func waitHealthy(t *testing.T, client *http.Client, base string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(base + uploadserver.PathHealthz)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("upload server never became healthy")
+}
+
+func uploadFile(t *testing.T, client *http.Client, url, path, token string) int {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	req, err := http.NewRequest(http.MethodPut, url, f)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitExit(t *testing.T, done <-chan int) int {
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(30 * time.Second):
+		t.Fatal("importer upload-server did not exit")
+		return -1
+	}
+}
+
+func TestCLIUploadServerTLSToken(t *testing.T) {
+	testimg.Need(t, "gzip")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 5)
+	gz := testimg.Compress(t, raw, "gz")
+	certFile, keyFile, pool := selfSigned(t, dir)
+	tokenFile := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("tok3n\n"), 0o600))
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	tl := filepath.Join(dir, "result.json")
+	addr := freeAddr(t)
+	done := runAsync(t, env(nil), "upload-server", "--listen", addr, "--tls-cert", certFile, "--tls-key", keyFile,
+		"--token-file", tokenFile, "--termination-log", tl, dest)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	base := "https://" + addr
+	waitHealthy(t, client, base)
+	assert.Equal(t, http.StatusUnauthorized, uploadFile(t, client, base+uploadserver.PathUpload, gz, ""))
+	assert.Equal(t, http.StatusOK, uploadFile(t, client, base+uploadserver.PathUpload, gz, "tok3n"))
+	assert.Equal(t, exitOK, waitExit(t, done))
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
+	b, err := os.ReadFile(tl)
+	require.NoError(t, err)
+	m := decode(t, b)
+	assert.Equal(t, "Import Complete", m.Message)
+	assert.Equal(t, "gz", m.Compression)
+}
+
+func TestEnvUploadArchive(t *testing.T) {
+	root := cdiRoot(t)
+	tree := testtar.Sample()
+	tarPath := testtar.Write(t, t.TempDir(), "tree.tar", tree)
+	addr := freeAddr(t)
+	done := runAsync(t, env(map[string]string{
+		"IMPORTER_SOURCE":        "upload",
+		"IMPORTER_CONTENTTYPE":   "archive",
+		"IMPORTER_PATH_PREFIX":   root,
+		"IMPORTER_UPLOAD_LISTEN": addr,
+	}))
+	base := "http://" + addr
+	waitHealthy(t, http.DefaultClient, base)
+	assert.Equal(t, http.StatusOK, uploadFile(t, http.DefaultClient, base+uploadserver.PathUpload, tarPath, ""))
+	assert.Equal(t, exitOK, waitExit(t, done))
+	testtar.Verify(t, filepath.Join(root, "data"), tree)
+	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+	require.NoError(t, err)
+	assert.Equal(t, "Import Complete", decode(t, b).Message)
+}
+
+func TestCLIArchiveContentType(t *testing.T) {
+	tree := testtar.Sample()
+	tarPath := testtar.Write(t, t.TempDir(), "tree.tar", tree)
+	dest := t.TempDir()
+	code, _, _ := runCLI(t, nil, env(nil), "--content-type", "archive", tarPath, dest)
+	require.Equal(t, exitOK, code)
+	testtar.Verify(t, dest, tree)
+	code, _, stderr := runCLI(t, nil, env(nil), "--content-type", "archive", tarPath, filepath.Join(dest, "etc", "config"))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "not a directory")
+}

@@ -1,0 +1,96 @@
+package datasource
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.podman.io/image/v5/pkg/blobinfocache/memory"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Open resolves the image, refuses bootable-container images, and walks
+// the layers in manifest order up to the first regular file under disk/,
+// which becomes the stream. Layers before it are read whole (never
+// written anywhere) and digest-checked.
+func (s *registrySource) Open(ctx context.Context) (*Stream, error) {
+	p, err := openImage(ctx, s.ref, s.opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkNotBootc(s.ref, p.config); err != nil {
+		p.close()
+		return nil, err
+	}
+	s.labels = envLabels(p.config.Config.Env)
+	// An in-memory cache: the default one is SQLite under a system
+	// directory (cgo), and nothing here is reused across runs anyway.
+	cache := memory.New()
+	for i, info := range p.img.LayerInfos() {
+		s.log.Info("Processing layer", "image", s.ref, "index", i, "digest", info.Digest, "size", info.Size, "mediaType", info.MediaType)
+		l, err := openLayer(ctx, p.src, info, cache, s.ref)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		h, err := l.findDisk()
+		if err == nil && h == nil {
+			err = l.finish()
+		}
+		if err != nil {
+			l.close()
+			p.close()
+			return nil, err
+		}
+		if h != nil {
+			s.log.Info(fmt.Sprintf("File '%s' found in the layer", h.Name), "digest", info.Digest, "size", h.Size)
+			return &Stream{Body: &registryBody{ctx: ctx, layer: l, image: p}, Size: h.Size}, nil
+		}
+		l.close()
+	}
+	p.close()
+	return nil, fmt.Errorf("failed to find a VM disk image file under disk/ in the container image %s: %w", s.ref, errdefs.ErrInvalidImage)
+}
+
+// checkNotBootc refuses bootable-container (bootc/ostree) images: their
+// disk/ content, if any, is not a VM disk meant for import.
+func checkNotBootc(ref string, cfg *imgspecv1.Image) error {
+	for _, k := range []string{"containers.bootc", "ostree.bootable"} {
+		switch strings.ToLower(cfg.Config.Labels[k]) {
+		case "1", "true":
+			return fmt.Errorf("image %s is a bootable container image (label %s=%s), not a containerdisk: %w",
+				ref, k, cfg.Config.Labels[k], errdefs.ErrUnsafeImage)
+		}
+	}
+	return nil
+}
+
+// envLabels maps image env vars containing KUBEVIRT_IO_ to labels the way
+// CDI does: INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE=fedora becomes
+// instancetype.kubevirt.io/default-preference: fedora.
+func envLabels(env []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if !strings.Contains(k, kubevirtEnvMarker) {
+			continue
+		}
+		out[envToLabel(k)] = v
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func envToLabel(k string) string {
+	i := strings.Index(k, kubevirtEnvMarker)
+	prefix := strings.ToLower(strings.ReplaceAll(strings.TrimSuffix(k[:i], "_"), "_", "."))
+	name := strings.ToLower(strings.ReplaceAll(k[i+len(kubevirtEnvMarker):], "_", "-"))
+	if prefix == "" {
+		return "kubevirt.io/" + name
+	}
+	return prefix + ".kubevirt.io/" + name
+}

@@ -1,0 +1,232 @@
+package importer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+)
+
+const (
+	verifyByDigest  = "sha256"
+	verifyByCompare = "qemu-img compare"
+)
+
+// verify re-reads both sides after the copy (Options.Verify). A raw copy is
+// checked by hashing the source (decompressed again from the start) and the
+// target's first BytesWritten bytes, both read from storage rather than from
+// what the copy remembered. A converted image is checked by qemu-img
+// compare, which reads the source through its format driver; the target's
+// digest is still reported when the target is raw.
+func (j *job) verify(ctx context.Context) error {
+	n := j.result.BytesWritten
+	j.log.Info("Verifying: reading back source and target", "bytes", n, "target", j.tgt.Path())
+	start := time.Now()
+	if j.convertSrc == "" && j.outFormat == "raw" {
+		if err := j.verifyDigests(ctx, n); err != nil {
+			return err
+		}
+	} else {
+		if err := j.verifyCompare(ctx, n); err != nil {
+			return err
+		}
+	}
+	j.result.Verified = true
+	j.log.Info("Verified", "method", j.result.VerifyMethod, "sourceDigest", j.result.SourceDigest,
+		"targetDigest", j.result.TargetDigest, "bytes", n, "seconds", time.Since(start).Seconds())
+	return nil
+}
+
+func (j *job) verifyDigests(ctx context.Context, n int64) error {
+	type sum struct {
+		digest string
+		err    error
+	}
+	srcC := make(chan sum, 1)
+	go func() {
+		d, err := j.sourceDigest(ctx, n)
+		srcC <- sum{d, err}
+	}()
+	tgtDigest, terr := readBackDigest(ctx, j.tgt.WritePath(), n)
+	s := <-srcC
+	if s.err != nil {
+		return fmt.Errorf("verify: re-reading source %s: %w", j.source, s.err)
+	}
+	if terr != nil {
+		return fmt.Errorf("verify: re-reading target %s: %w", j.tgt.Path(), terr)
+	}
+	j.result.VerifyMethod = verifyByDigest
+	j.result.SourceDigest, j.result.TargetDigest = s.digest, tgtDigest
+	if s.digest != tgtDigest {
+		return &VerifyError{Method: verifyByDigest, Bytes: n, SourceDigest: s.digest, TargetDigest: tgtDigest}
+	}
+	return nil
+}
+
+// sourceDigest hashes the first n bytes of the source's image stream, with
+// compression peeled off again exactly as the import did.
+func (j *job) sourceDigest(ctx context.Context, n int64) (string, error) {
+	st, err := datasource.NewFile(j.localSource).Open(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer st.Body.Close()
+	img, err := format.Open(ctx, st.Body, format.Options{Logger: j.log})
+	if err != nil {
+		return "", err
+	}
+	defer img.Close()
+	return hashPrefix(img, n)
+}
+
+// readBackDigest hashes the first n bytes of path after flushing it and
+// dropping its cached pages, so the bytes come from the device or disk and
+// not from the page cache the copy filled.
+func readBackDigest(ctx context.Context, path string, n int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if err := unix.Fsync(int(f.Fd())); err != nil {
+		return "", fmt.Errorf("fsync %s: %w", path, err)
+	}
+	// Advisory: a kernel that keeps the pages only makes the check weaker.
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	return hashPrefix(&ctxReader{ctx: ctx, r: f}, n)
+}
+
+func hashPrefix(r io.Reader, n int64) (string, error) {
+	h := sha256.New()
+	got, err := io.CopyBuffer(h, io.LimitReader(r, n), make([]byte, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if got != n {
+		return "", fmt.Errorf("only %d of %d bytes could be read: %w", got, n, errdefs.ErrTargetTooSmall)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
+	}
+	return c.r.Read(p)
+}
+
+// verifyCompare runs qemu-img compare between the source image (the local
+// file itself when it was not compressed, else the scratch copy) and the
+// target, the target limited to the image's size: a device larger than the
+// image keeps its old bytes past the end, which are not part of the copy.
+func (j *job) verifyCompare(ctx context.Context, n int64) error {
+	src, srcFmt := j.convertSrc, j.convertFormat
+	if len(j.image.Compressions) == 0 && j.localSource != "" {
+		src, srcFmt = j.localSource, j.image.Format
+	}
+	if src == "" {
+		return fmt.Errorf("verify: no local copy of the source to compare with: %w", errdefs.ErrInvalidOptions)
+	}
+	srcOpts := imageOpts(srcFmt.QemuName(), src, 0)
+	tgtOpts := imageOpts(j.outFormat, j.tgt.WritePath(), 0)
+	if j.outFormat == "raw" {
+		tgtOpts = imageOpts("raw", j.tgt.WritePath(), n)
+	}
+	j.result.VerifyMethod = verifyByCompare
+	out, err := j.runCompare(ctx, srcOpts, tgtOpts)
+	if err != nil {
+		return err
+	}
+	if j.outFormat == "raw" {
+		d, err := readBackDigest(ctx, j.tgt.WritePath(), n)
+		if err != nil {
+			return fmt.Errorf("verify: re-reading target %s: %w", j.tgt.Path(), err)
+		}
+		j.result.TargetDigest = d
+	}
+	j.log.Debug("qemu-img compare", "output", out)
+	return nil
+}
+
+// imageOpts builds a qemu --image-opts string: the format driver, on the
+// host_device or file protocol, limited to size bytes when size > 0.
+// Commas in a path are doubled, as qemu's option syntax wants.
+func imageOpts(driver, path string, size int64) string {
+	proto := "file"
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeDevice != 0 {
+		proto = "host_device"
+	}
+	s := "driver=" + driver
+	if size > 0 {
+		s += ",size=" + strconv.FormatInt(size, 10)
+	}
+	return s + ",file.driver=" + proto + ",file.filename=" + strings.ReplaceAll(path, ",", ",,")
+}
+
+// Compare limits: like convert, compare reads the whole image through the
+// format driver.
+const (
+	compareAddressSpace = 2 << 30
+	compareCPUSeconds   = 6 * 60 * 60
+)
+
+// runCompare runs qemu-img compare under prlimit (never without limits).
+// Exit 0: identical; 1: different; anything else: qemu-img failed.
+func (j *job) runCompare(ctx context.Context, src, dst string) (string, error) {
+	prlimit, qemuImg := "prlimit", "qemu-img"
+	if j.qemu.Prlimit != "" {
+		prlimit = j.qemu.Prlimit
+	}
+	if j.qemu.QemuImg != "" {
+		qemuImg = j.qemu.QemuImg
+	}
+	p, err := exec.LookPath(prlimit)
+	if err != nil {
+		return "", fmt.Errorf("verify: prlimit not found, refusing to run qemu-img without limits: %w", err)
+	}
+	q, err := exec.LookPath(qemuImg)
+	if err != nil {
+		return "", fmt.Errorf("verify: qemu-img not found: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, p, "--as="+strconv.Itoa(compareAddressSpace), "--cpu="+strconv.Itoa(compareCPUSeconds),
+		"--", q, "compare", "--image-opts", src, dst)
+	cmd.Env = append(os.Environ(), "LC_ALL=C", "MALLOC_ARENA_MAX=2")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	text := strings.TrimSpace(string(out))
+	if len(text) > 1024 {
+		text = text[:1024] + "…"
+	}
+	if err == nil {
+		return text, nil
+	}
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("verify: qemu-img compare: %w: %w", errdefs.ErrCancelled, ctx.Err())
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		return "", &VerifyError{Method: verifyByCompare, Detail: text}
+	}
+	return "", fmt.Errorf("verify: qemu-img compare failed: %v: %s", err, text)
+}

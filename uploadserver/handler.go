@@ -1,0 +1,226 @@
+// Package uploadserver receives one disk image (or archive) over HTTP and
+// imports it with the engine as it arrives, never buffering the whole
+// upload. It serves the paths of CDI's upload server: a raw request body at
+// /v1beta1/upload, a multipart form field "file" at /v1beta1/upload-form,
+// asynchronous variants of both, the import status at /v1beta1/status and
+// /healthz.
+package uploadserver
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/diskimport/engine/importer"
+)
+
+// Paths served.
+const (
+	PathUpload          = "/v1beta1/upload"
+	PathUploadAsync     = "/v1beta1/upload-async"
+	PathUploadForm      = "/v1beta1/upload-form"
+	PathUploadFormAsync = "/v1beta1/upload-form-async"
+	PathStatus          = "/v1beta1/status"
+	PathHealthz         = "/healthz"
+)
+
+// FormField is the multipart field that carries the image.
+const FormField = "file"
+
+// Options configure a Handler.
+type Options struct {
+	// Import is the template of every import: Target and the other options
+	// apply; Source and SourceReader are set per upload. A WrapPhase in it
+	// is kept (and wrapped).
+	Import importer.Options
+	// Token, when set, must be presented as "Authorization: Bearer TOKEN"
+	// on every path but /healthz.
+	Token string
+	// KeepRunning accepts further uploads after a successful import;
+	// otherwise Done is closed after the first success and later uploads
+	// are refused.
+	KeepRunning bool
+	// BaseContext bounds every import (asynchronous ones outlive their
+	// request); default context.Background().
+	BaseContext context.Context
+	// OnResult, when set, is called after every import attempt, before the
+	// next upload is accepted (the CLI writes the termination log here).
+	OnResult func(*importer.Result, error)
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Status is what GET /v1beta1/status returns.
+type Status struct {
+	// Phase is "Idle" before the first upload, the engine's phase while an
+	// import runs, then "Complete" or "Error".
+	Phase string `json:"phase"`
+	// Bytes counts the bytes received of the current (or last) upload.
+	Bytes int64 `json:"bytes"`
+	// Error is the cause of the last failed import.
+	Error    string `json:"error,omitempty"`
+	Busy     bool   `json:"busy"`
+	Complete bool   `json:"complete"`
+}
+
+// Handler is the upload server's http.Handler.
+type Handler struct {
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+
+	mu      sync.Mutex
+	busy    bool
+	status  Status
+	last    *importer.Result
+	lastOK  bool
+	lastErr error
+	bytes   *atomic.Int64 // of the current upload
+
+	done     chan struct{}
+	doneOnce sync.Once
+	wg       sync.WaitGroup // background (async) imports
+}
+
+// NewHandler builds a Handler.
+func NewHandler(o Options) *Handler {
+	if o.BaseContext == nil {
+		o.BaseContext = context.Background()
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.Import.Logger == nil {
+		o.Import.Logger = log
+	}
+	h := &Handler{opts: o, log: log, mux: http.NewServeMux(), done: make(chan struct{}),
+		status: Status{Phase: "Idle"}, bytes: new(atomic.Int64)}
+	h.mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("OK\n"))
+	})
+	h.mux.Handle("GET "+PathStatus, h.auth(http.HandlerFunc(h.serveStatus)))
+	h.mux.Handle("POST "+PathUpload, h.auth(h.uploadHandler(false, false)))
+	h.mux.Handle("PUT "+PathUpload, h.auth(h.uploadHandler(false, false)))
+	h.mux.Handle("POST "+PathUploadAsync, h.auth(h.uploadHandler(false, true)))
+	h.mux.Handle("PUT "+PathUploadAsync, h.auth(h.uploadHandler(false, true)))
+	h.mux.Handle("POST "+PathUploadForm, h.auth(h.uploadHandler(true, false)))
+	h.mux.Handle("POST "+PathUploadFormAsync, h.auth(h.uploadHandler(true, true)))
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Done is closed after the first successful import unless KeepRunning.
+func (h *Handler) Done() <-chan struct{} { return h.done }
+
+// Wait blocks until background imports have finished.
+func (h *Handler) Wait() { h.wg.Wait() }
+
+// Status returns the current status.
+func (h *Handler) Status() Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.status
+	s.Busy = h.busy
+	s.Bytes = h.bytes.Load()
+	return s
+}
+
+// Last returns the last import's result and error (nil, nil before any),
+// and whether it succeeded.
+func (h *Handler) Last() (*importer.Result, error, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last, h.lastErr, h.lastOK
+}
+
+func (h *Handler) auth(next http.Handler) http.Handler {
+	if h.opts.Token == "" {
+		return next
+	}
+	want := []byte("Bearer " + h.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="upload"`)
+			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(h.Status())
+}
+
+// errBusy and errFinished refuse an upload before it starts.
+var (
+	errBusy     = errors.New("an upload is already in progress")
+	errFinished = errors.New("an import already completed; the server accepts no more uploads")
+)
+
+// begin claims the server for one upload.
+func (h *Handler) begin() (*atomic.Int64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.busy {
+		return nil, errBusy
+	}
+	if h.lastOK && !h.opts.KeepRunning {
+		return nil, errFinished
+	}
+	h.busy = true
+	h.bytes = new(atomic.Int64)
+	h.status = Status{Phase: "Info"}
+	return h.bytes, nil
+}
+
+func (h *Handler) setPhase(p string) {
+	h.mu.Lock()
+	h.status.Phase = p
+	h.mu.Unlock()
+}
+
+// release ends an upload that never reached the engine.
+func (h *Handler) release(err error) {
+	h.mu.Lock()
+	h.busy = false
+	h.status.Phase = "Error"
+	h.status.Error = err.Error()
+	h.mu.Unlock()
+}
+
+// finish records an import's outcome and frees the server for the next
+// upload (after OnResult, so its report is written first).
+func (h *Handler) finish(res *importer.Result, err error) {
+	if h.opts.OnResult != nil {
+		h.opts.OnResult(res, err)
+	}
+	h.mu.Lock()
+	h.last, h.lastErr, h.lastOK = res, err, err == nil
+	h.busy = false
+	if err != nil {
+		h.status.Phase, h.status.Error, h.status.Complete = "Error", err.Error(), false
+	} else {
+		h.status.Phase, h.status.Error, h.status.Complete = "Complete", "", true
+	}
+	h.mu.Unlock()
+	if err == nil && !h.opts.KeepRunning {
+		h.doneOnce.Do(func() { close(h.done) })
+	}
+}
+
+// statusText shortens an error for a plain-text response body.
+func statusText(err error) string {
+	return strings.TrimSpace(err.Error()) + "\n"
+}

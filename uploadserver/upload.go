@@ -1,0 +1,214 @@
+package uploadserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/processor"
+)
+
+// maxOtherPart bounds a multipart part other than "file" (such parts are
+// read and thrown away).
+const maxOtherPart = 1 << 20
+
+func (h *Handler) uploadHandler(form, async bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		count, err := h.begin()
+		if err != nil {
+			code := http.StatusConflict
+			if errors.Is(err, errFinished) {
+				code = http.StatusServiceUnavailable
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		var src io.Reader = r.Body
+		if form {
+			part, err := filePart(r)
+			if err != nil {
+				h.release(err)
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			src = part
+		}
+		body := &gatedReader{r: src, n: count}
+		h.log.Info("Upload started", "path", r.URL.Path, "remote", r.RemoteAddr, "contentLength", r.ContentLength)
+		if async {
+			h.runAsync(w, r, body)
+		} else {
+			h.runSync(w, r, body)
+		}
+	})
+}
+
+// filePart returns the multipart part named "file", streaming: parts
+// before it are read and discarded (up to maxOtherPart each).
+func filePart(r *http.Request) (*multipart.Part, error) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, fmt.Errorf("upload-form wants a multipart/form-data body: %v", err)
+	}
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return nil, fmt.Errorf("multipart form has no %q field", FormField)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading multipart form: %v", err)
+		}
+		if p.FormName() == FormField {
+			return p, nil
+		}
+		if n, _ := io.Copy(io.Discard, io.LimitReader(p, maxOtherPart+1)); n > maxOtherPart {
+			return nil, fmt.Errorf("multipart field %q before %q is larger than %d bytes", p.FormName(), FormField, maxOtherPart)
+		}
+	}
+}
+
+// importOptions builds one import from the template: the upload as the
+// source, phases reported to the status, and received() called once the
+// data is all in and validated (the next phase only works on the target).
+func (h *Handler) importOptions(body io.Reader, received func()) importer.Options {
+	o := h.opts.Import
+	o.Source = "-"
+	o.SourceReader = body
+	inner := o.WrapPhase
+	o.WrapPhase = func(phase processor.Phase, exec processor.Executor) processor.Executor {
+		if inner != nil {
+			exec = inner(phase, exec)
+		}
+		return func(ctx context.Context) (processor.Phase, error) {
+			h.setPhase(string(phase))
+			next, err := exec(ctx)
+			if err == nil && (next == processor.Convert || next == processor.Resize || next == processor.Complete) {
+				received()
+			}
+			return next, err
+		}
+	}
+	return o
+}
+
+// runSync imports while the client waits: 200 only once the import is
+// complete and synced. The client going away cancels the import.
+func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedReader) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(h.opts.BaseContext, cancel)
+	defer stop()
+	res, err := importer.Import(ctx, h.importOptions(body, func() {}))
+	body.close()
+	h.finish(res, err)
+	h.respond(w, res, err)
+}
+
+// runAsync answers once the upload is received and validated and lets the
+// rest of the import (conversion, resize, sync) finish in the background.
+func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedReader) {
+	receivedCh := make(chan struct{})
+	var once sync.Once
+	received := func() { once.Do(func() { close(receivedCh) }) }
+	type outcome struct {
+		res *importer.Result
+		err error
+	}
+	doneCh := make(chan outcome, 1)
+	// The import must outlive the request, so it runs under BaseContext;
+	// a client that disconnects during the transfer still fails it,
+	// because reading the body fails.
+	ctx, cancel := context.WithCancel(h.opts.BaseContext)
+	stopOnDisconnect := context.AfterFunc(r.Context(), func() {
+		select {
+		case <-receivedCh:
+		default:
+			cancel()
+		}
+	})
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer cancel()
+		res, err := importer.Import(ctx, h.importOptions(body, received))
+		body.close()
+		h.finish(res, err)
+		doneCh <- outcome{res, err}
+	}()
+	select {
+	case <-receivedCh:
+		stopOnDisconnect()
+		// No read of the request body may happen once we return.
+		body.close()
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("upload received; the import finishes in the background (see " + PathStatus + ")\n"))
+	case o := <-doneCh:
+		stopOnDisconnect()
+		h.respond(w, o.res, o.err)
+	}
+}
+
+func (h *Handler) respond(w http.ResponseWriter, res *importer.Result, err error) {
+	if err != nil {
+		h.log.Warn("Upload import failed", "err", err)
+		http.Error(w, statusText(err), httpStatus(err))
+		return
+	}
+	h.log.Info("Upload import complete", "target", res.Target, "format", res.SourceFormat, "bytesRead", res.BytesRead)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(res.TerminationMessage(nil).JSON(), '\n'))
+}
+
+// httpStatus maps an import error to a response status: the client's
+// fault (a bad or unsafe image, wrong checksum) is 400, no room is 507,
+// everything else 500.
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, errdefs.ErrInvalidImage), errors.Is(err, errdefs.ErrUnsafeImage),
+		errors.Is(err, errdefs.ErrUnsupportedFormat), errors.Is(err, errdefs.ErrChecksumMismatch):
+		return http.StatusBadRequest
+	case errors.Is(err, errdefs.ErrTargetTooSmall), errors.Is(err, errdefs.ErrScratchSpaceRequired):
+		return http.StatusInsufficientStorage
+	}
+	return http.StatusInternalServerError
+}
+
+// gatedReader counts the bytes received and can be closed so nothing reads
+// the request body after its handler returned (net/http forbids it).
+type gatedReader struct {
+	mu     sync.Mutex
+	r      io.Reader
+	n      *atomic.Int64
+	closed bool
+}
+
+var errUploadClosed = errors.New("upload body already closed")
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return 0, errUploadClosed
+	}
+	n, err := g.r.Read(p)
+	g.n.Add(int64(n))
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("receiving the upload: %w: %w", errdefs.ErrSourceUnreachable, err)
+	}
+	return n, err
+}
+
+func (g *gatedReader) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+}
