@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,7 +50,8 @@ device supports it, written zeros otherwise).`,
 				Preallocation:      prealloc,
 				Logger:             newLogger(stderr, verbose, quiet),
 			})
-			*code = reportBlank(res, err, terminationLog, asJSON, quiet, stdout, stderr)
+			r := reporter{terminationLog: terminationLog, json: asJSON, quiet: quiet, stdout: stdout, stderr: stderr}
+			*code = r.report(res, err, "blank disk failed", blankSummary(res))
 			return nil
 		},
 	}
@@ -67,30 +67,11 @@ device supports it, written zeros otherwise).`,
 	return cmd
 }
 
-func reportBlank(res *importer.Result, err error, terminationLog string, asJSON, quiet bool, stdout, stderr io.Writer) int {
-	msg := res.TerminationMessage(err).JSON()
-	if terminationLog != "" {
-		if werr := os.WriteFile(terminationLog, append(msg, '\n'), 0o600); werr != nil {
-			fmt.Fprintln(stderr, "importer: writing termination log:", werr)
-			if err == nil {
-				return exitError
-			}
-		}
+func blankSummary(res *importer.Result) string {
+	if res == nil {
+		return ""
 	}
-	if asJSON {
-		fmt.Fprintln(stdout, string(msg))
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "importer: blank disk failed:", err)
-		if errors.Is(err, errdefs.ErrInvalidOptions) {
-			return exitUsage
-		}
-		return exitError
-	}
-	if !quiet {
-		fmt.Fprintf(stderr, "Blank disk created: %s (%d bytes)\n", res.Target, res.VirtualSize)
-	}
-	return exitOK
+	return fmt.Sprintf("Blank disk created: %s (%d bytes)", res.Target, res.VirtualSize)
 }
 
 // runEnvBlank is IMPORTER_SOURCE=none: CDI's blank volume, on the block
@@ -101,22 +82,8 @@ func runEnvBlank(ctx context.Context, getenv func(string) string, paths cdiPaths
 	if err == nil {
 		o.Logger = log
 		res, err = importer.CreateBlank(ctx, o)
-	} else {
-		res = &importer.Result{}
 	}
-	msg := res.TerminationMessage(err).JSON()
-	if werr := writeTerminationLog(paths.TerminationLog, msg); werr != nil {
-		fmt.Fprintln(stderr, "importer: writing termination message:", werr)
-		if err == nil {
-			return exitError
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "importer: blank disk failed:", err)
-		return exitError
-	}
-	log.Info("Blank disk created", "target", res.Target, "virtualSize", res.VirtualSize)
-	return exitOK
+	return reportEnv(paths, res, err, log, stderr, "blank disk failed")
 }
 
 func envBlankOptions(getenv func(string) string, paths cdiPaths) (importer.BlankOptions, error) {

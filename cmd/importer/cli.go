@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 )
 
@@ -174,34 +172,11 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 	return o, nil
 }
 
-// runImport runs one import and reports it: the result JSON to the
-// termination log and/or stdout, a summary or the cause on stderr.
+// runImport runs one import and reports it.
 func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stderr io.Writer) int {
 	res, err := importer.Import(ctx, o)
-	msg := res.TerminationMessage(err).JSON()
-	if f.terminationLog != "" {
-		if werr := os.WriteFile(f.terminationLog, append(msg, '\n'), 0o600); werr != nil {
-			fmt.Fprintln(stderr, "importer: writing termination log:", werr)
-			if err == nil {
-				return exitError
-			}
-		}
-	}
-	if f.json {
-		fmt.Fprintln(stdout, string(msg))
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "importer: import failed:", err)
-		if errors.Is(err, errdefs.ErrInvalidOptions) {
-			return exitUsage
-		}
-		return exitError
-	}
-	if !f.quiet {
-		fmt.Fprintf(stderr, "Import complete: %s (%s%s, %d bytes) in %.1fs\n", res.Target, res.SourceFormat,
-			compressionSuffix(res.Compressions), res.VirtualSize, res.Duration.Seconds())
-	}
-	return exitOK
+	r := reporter{terminationLog: f.terminationLog, json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
+	return r.report(res, err, "import failed", importSummary(res))
 }
 
 func compressionSuffix(c []string) string {

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -152,30 +150,6 @@ func runEnv(ctx context.Context, getenv func(string) string, paths cdiPaths, log
 	if err == nil {
 		o.Logger = log
 		res, err = envImport(ctx, getenv, o) // upload.go: the upload server for IMPORTER_SOURCE=upload
-	} else {
-		res = &importer.Result{}
 	}
-	msg := res.TerminationMessage(err).JSON()
-	if werr := writeTerminationLog(paths.TerminationLog, msg); werr != nil {
-		fmt.Fprintln(stderr, "importer: writing termination message:", werr)
-		if err == nil {
-			return exitError
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "importer: import failed:", err)
-		if errors.Is(err, errdefs.ErrChecksumMismatch) {
-			return exitOK
-		}
-		return exitError
-	}
-	log.Info("Import complete", "target", res.Target, "format", res.SourceFormat, "virtualSize", res.VirtualSize)
-	return exitOK
-}
-
-func writeTerminationLog(path string, msg []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, msg, 0o600)
+	return reportEnv(paths, res, err, log, stderr, "import failed")
 }

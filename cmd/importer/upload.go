@@ -75,13 +75,15 @@ successful import unless --keep-running.`,
 				Options: uploadserver.Options{
 					Import: opts, Token: token, KeepRunning: keepRunning, Logger: log,
 					OnResult: func(res *importer.Result, err error) {
-						writeResultFile(f.terminationLog, res, err, stderr)
+						// Every attempt leaves its result in the log.
+						_ = reporter{terminationLog: f.terminationLog, stderr: stderr}.writeLog(res, err)
 					},
 				},
 				Addr: listen, TLSCert: cert, TLSKey: key,
 			}
 			res, err := srv.Run(ctx)
-			*code = reportUpload(res, err, f, stdout, stderr)
+			r := reporter{json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
+			*code = r.report(res, err, "upload-server", importSummary(res))
 			return nil
 		},
 	}
@@ -105,37 +107,6 @@ successful import unless --keep-running.`,
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors")
 	return cmd
-}
-
-func writeResultFile(path string, res *importer.Result, err error, stderr io.Writer) {
-	if path == "" {
-		return
-	}
-	msg := res.TerminationMessage(err).JSON()
-	if werr := os.WriteFile(path, append(msg, '\n'), 0o600); werr != nil {
-		fmt.Fprintln(stderr, "importer: writing termination log:", werr)
-	}
-}
-
-func reportUpload(res *importer.Result, err error, f cliFlags, stdout, stderr io.Writer) int {
-	if res == nil {
-		res = &importer.Result{}
-	}
-	if f.json {
-		fmt.Fprintln(stdout, string(res.TerminationMessage(err).JSON()))
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "importer: upload-server:", err)
-		if errors.Is(err, errdefs.ErrInvalidOptions) {
-			return exitUsage
-		}
-		return exitError
-	}
-	if !f.quiet {
-		fmt.Fprintf(stderr, "Import complete: %s (%s%s, %d bytes) in %.1fs\n", res.Target, res.SourceFormat,
-			compressionSuffix(res.Compressions), res.VirtualSize, res.Duration.Seconds())
-	}
-	return exitOK
 }
 
 // envImport runs the import of CDI's env contract: for IMPORTER_SOURCE=upload
