@@ -132,7 +132,10 @@ func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
 	// of the core count (see doc.go).
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "MALLOC_ARENA_MAX=2")
 	// Own process group so a cancel also reaches anything qemu-img forks.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Own process group, so a cancel kills qemu-img and anything it spawned;
+	// Pdeathsig, so it dies with us even if we are killed without a chance
+	// to clean up (prlimit execs qemu-img in place, keeping the setting).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr := &headTailBuffer{}
 	cmd.Stderr = stderr
 	// Do not hang in Wait if something outside the group holds our pipes.
@@ -197,7 +200,12 @@ func describeFailure(s runSpec, stderr string, err error) error {
 		case syscall.SIGXCPU, syscall.SIGKILL:
 			// RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the
 			// hard one; we did not send SIGKILL ourselves (not cancelled).
-			return fmt.Errorf("qemu-img %s was killed by %s: CPU limit reached (%s; %s)", s.sub, sig, lim, withStderr(stderr))
+			cause := "CPU limit reached"
+			if ws.Signal() == syscall.SIGKILL {
+				// SIGKILL is also what the OOM killer and `kill -9` send.
+				cause = "CPU limit reached, or killed from outside (out-of-memory killer, kill -9)"
+			}
+			return fmt.Errorf("qemu-img %s was killed by %s: %s (%s; %s)", s.sub, sig, cause, lim, withStderr(stderr))
 		case syscall.SIGABRT, syscall.SIGSEGV, syscall.SIGTRAP, syscall.SIGBUS:
 			// qemu/glib abort when an allocation (heap or thread stack)
 			// fails, which is how RLIMIT_AS shows up.
