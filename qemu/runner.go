@@ -131,7 +131,6 @@ func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
 	// below; the fixed arena count keeps the address-space need independent
 	// of the core count (see doc.go).
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "MALLOC_ARENA_MAX=2")
-	// Own process group so a cancel also reaches anything qemu-img forks.
 	// Own process group, so a cancel kills qemu-img and anything it spawned;
 	// Pdeathsig, so it dies with us even if we are killed without a chance
 	// to clean up (prlimit execs qemu-img in place, keeping the setting).
