@@ -35,5 +35,11 @@ vet:
 bench:
 	GO=$(GO) ./bench/bench.sh
 
+# Every Fuzz* target in the module for FUZZTIME each (default 1m); CI runs
+# them for a few seconds each: make fuzz FUZZTIME=5s.
+FUZZTIME ?= 1m
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
 clean:
 	rm -rf bin

@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/processor"
-	"github.com/diskimport/engine/stream"
 )
 
 // Content types (Options.ContentType, CDI's IMPORTER_CONTENTTYPE).
@@ -45,26 +43,9 @@ func (j *job) archiveInfo(ctx context.Context) (processor.Phase, error) {
 	}
 	j.result.Target = j.opts.Target
 
-	st, err := j.source.Open(ctx)
+	_, img, err := j.openSource(ctx) // source.go
 	if err != nil {
-		return processor.Error, fmt.Errorf("unable to connect to data source %s: %w", j.source, err)
-	}
-	j.body = st.Body
-	j.sourceSize.Store(st.Size)
-	counter := stream.NewCounter(st.Body)
-	j.counter.Store(counter)
-	j.verifier = stream.NewVerifier(j.checksums)
-	j.wire = counter
-	if j.verifier != nil {
-		j.wire = io.TeeReader(counter, j.verifier)
-	}
-	img, err := format.Open(ctx, j.wire, format.Options{})
-	if err != nil {
-		return processor.Error, fmt.Errorf("reading archive header from %s: %w", j.source, err)
-	}
-	j.image = img
-	for _, c := range img.Compressions {
-		j.result.Compressions = append(j.result.Compressions, string(c))
+		return processor.Error, err
 	}
 	if img.Format != format.Raw {
 		return processor.Error, fmt.Errorf("content type archive wants a tar stream, but %s is a %s image: %w", j.source, img.Format, errdefs.ErrInvalidImage)

@@ -83,29 +83,9 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 		j.outFormat = "qcow2"
 	}
 
-	st, err := j.source.Open(ctx)
+	st, img, err := j.openSource(ctx) // source.go
 	if err != nil {
-		return processor.Error, fmt.Errorf("unable to connect to data source %s: %w", j.source, err)
-	}
-	j.body = st.Body
-	j.takeSourceLabels()
-	j.sourceSize.Store(st.Size)
-	counter := stream.NewCounter(st.Body)
-	j.counter.Store(counter)
-	j.verifier = stream.NewVerifier(j.checksums)
-	j.wire = counter
-	if j.verifier != nil {
-		j.wire = io.TeeReader(counter, j.verifier)
-	}
-
-	img, err := format.Open(ctx, j.wire, format.Options{})
-	if err != nil {
-		return processor.Error, fmt.Errorf("reading image header from %s: %w", j.source, err)
-	}
-	j.image = img
-	j.result.SourceFormat = string(img.Format)
-	for _, c := range img.Compressions {
-		j.result.Compressions = append(j.result.Compressions, string(c))
+		return processor.Error, err
 	}
 	j.log.Info("Image detected", "format", img.Format, "compression", j.result.Compressions,
 		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
@@ -280,6 +260,11 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 	if f == format.QCOW2 && !j.remote {
 		// For a remote image qemu-img check below covers the same ground.
 		if err := checkQCOW2File(src); err != nil {
+			return processor.Error, err
+		}
+	}
+	if f == format.VDI && !j.remote {
+		if err := checkVDIFile(src); err != nil { // vdicheck.go
 			return processor.Error, err
 		}
 	}

@@ -14,8 +14,11 @@ import (
 // clusters. It needs an uncompressed convertible image on a server that
 // serves ranges, and no checksum: a digest must see every byte in order.
 func (j *job) useRanged(st *datasource.Stream, img *format.Stream) bool {
-	return st.Ranged != nil && !j.opts.NoRangedRead && j.verifier == nil &&
-		len(img.Compressions) == 0 && img.Format.NeedsConversion()
+	return st.Ranged != nil && j.opts.RangedRead && j.verifier == nil &&
+		len(img.Compressions) == 0 && img.Format.NeedsConversion() &&
+		// A truncated VDI converts "fine" (qemu reads missing blocks as
+		// zeros); only the local check in vdicheck.go catches it.
+		img.Format != format.VDI
 }
 
 // rangedSpec is the qemu-img filename that reads r with qemu's curl driver.

@@ -34,6 +34,8 @@ type cliFlags struct {
 	filesystemOverhead float64
 	cacheMode          string
 	stallTimeout       time.Duration
+	retries            int
+	retryMaxElapsed    time.Duration
 	terminationLog     string
 	json               bool
 	verbose            int
@@ -107,6 +109,8 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none for devices, writeback for files)")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
+	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
+	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
 	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
@@ -151,6 +155,8 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		FilesystemOverhead: f.filesystemOverhead,
 		CacheMode:          f.cacheMode,
 		StallTimeout:       f.stallTimeout,
+		Retries:            cliRetries(f.retries),
+		RetryMaxElapsed:    f.retryMaxElapsed,
 		ContentType:        f.contentType,
 		ExactSize:          f.exactSize,
 		Verify:             f.verify,

@@ -1,0 +1,231 @@
+package importer_test
+
+// Faults caused for real: a target or scratch filesystem that fills up, a
+// scratch directory that is missing, a block device that is mounted or held
+// open by another process, and qemu-img killed in the middle of a convert.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/processor"
+)
+
+// tmpfs mounts a tmpfs of size bytes on a new directory, unmounted at
+// cleanup. It skips without root.
+func tmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// A target filesystem that fills up: the size check passes when the import
+// starts, then another writer takes the space (a hog file written as the
+// write phase begins) and the writes hit ENOSPC. The error must say so and
+// nothing of ours may be left behind.
+func TestTargetFillsUp(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit", "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 6<<20, 41)
+	zst := testimg.Compress(t, raw, "zst")
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	for _, src := range []string{raw, zst, q} {
+		t.Run(filepath.Base(src), func(t *testing.T) {
+			fs := tmpfs(t, 8<<20)
+			require.NoError(t, os.Mkdir(filepath.Join(fs, "t"), 0o755))
+			target := filepath.Join(fs, "t", "disk.img")
+			hog := func(phase processor.Phase, exec processor.Executor) processor.Executor {
+				if phase != processor.TransferDataFile && phase != processor.Convert {
+					return exec
+				}
+				return func(ctx context.Context) (processor.Phase, error) {
+					f, err := os.Create(filepath.Join(fs, "hog"))
+					require.NoError(t, err)
+					f.Write(make([]byte, 5<<20))
+					f.Close()
+					return exec(ctx)
+				}
+			}
+			err := importFailsWith(t, importer.Options{Source: src, Target: target, WrapPhase: hog})
+			assert.True(t, strings.Contains(strings.ToLower(err.Error()), "no space left on device") || errors.Is(err, importer.ErrTargetTooSmall),
+				"error does not name the full filesystem: %v", err)
+			assertEmptyDir(t, filepath.Join(fs, "t"))
+		})
+	}
+}
+
+// importFailsWith runs an import that must fail (any cause), leaving no
+// complete target, no target file and no scratch file.
+func importFailsWith(t *testing.T, o importer.Options) error {
+	t.Helper()
+	if o.Target == "" {
+		o.Target = filepath.Join(t.TempDir(), "disk.img")
+	}
+	if o.ScratchDir == "" {
+		o.ScratchDir = t.TempDir()
+	}
+	o.Logger = testLogger(t)
+	res, err := importer.Import(context.Background(), o)
+	require.Error(t, err)
+	t.Logf("error: %v", err)
+	assert.False(t, res.Complete)
+	assert.NotContains(t, string(res.TerminationMessage(err).JSON()), importer.MessageComplete)
+	if st, serr := os.Stat(o.Target); serr == nil && st.Mode().IsRegular() {
+		t.Errorf("target file %s exists after a failed import", o.Target)
+	}
+	assertEmptyDir(t, o.ScratchDir)
+	return err
+}
+
+func TestScratchMissingOrFull(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit", "gzip")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 12<<20, 42)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	gz := testimg.Compress(t, q, "gz")
+
+	t.Run("missing", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "no-such-dir")
+		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: missing, Logger: testLogger(t)}
+		res, err := importer.Import(context.Background(), o)
+		require.Error(t, err)
+		t.Logf("error: %v", err)
+		assert.ErrorIs(t, err, importer.ErrScratchSpaceRequired)
+		assert.False(t, res.Complete)
+		_, serr := os.Stat(o.Target)
+		assert.True(t, os.IsNotExist(serr))
+	})
+	t.Run("full", func(t *testing.T) {
+		fs := tmpfs(t, 2<<20)
+		err := importFails(t, importer.Options{Source: gz, ScratchDir: fs}, importer.ErrScratchSpaceRequired)
+		assert.Contains(t, err.Error(), fs)
+	})
+}
+
+// mkfsLoop makes a loop device holding an ext4 filesystem.
+func mkfsLoop(t *testing.T) string {
+	testimg.Need(t, "mkfs.ext4", "mount")
+	loop := testimg.LoopDevice(t, t.TempDir(), 16<<20)
+	testimg.Run(t, "mkfs.ext4", "-q", "-F", loop)
+	return loop
+}
+
+func TestMountedOrHeldDeviceRefused(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 43)
+	t.Run("mounted", func(t *testing.T) {
+		loop := mkfsLoop(t)
+		mnt := t.TempDir()
+		testimg.Run(t, "mount", loop, mnt)
+		t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+		before := testimg.Digest(t, loop, 1<<20)
+		err := importFailsWith(t, importer.Options{Source: raw, Target: loop})
+		assert.ErrorIs(t, err, importer.ErrTargetBusy)
+		assert.Contains(t, err.Error(), loop)
+		assert.Equal(t, before, testimg.Digest(t, loop, 1<<20), "the mounted filesystem was written")
+	})
+	t.Run("held-exclusively-by-another-process", func(t *testing.T) {
+		testimg.Need(t, "python3")
+		loop := testimg.LoopDevice(t, t.TempDir(), 8<<20)
+		holder := exec.Command("python3", "-c",
+			"import os,sys,time; fd=os.open(sys.argv[1], os.O_RDONLY|os.O_EXCL); print('held', flush=True); time.sleep(60)", loop)
+		out, err := holder.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, holder.Start())
+		t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+		line, err := bufio.NewReader(out).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "held\n", line)
+		assert.ErrorIs(t, importFailsWith(t, importer.Options{Source: raw, Target: loop}), importer.ErrTargetBusy)
+	})
+}
+
+// qemu-img killed (SIGKILL, as the OOM killer would) in the middle of a
+// convert: a clear error, no target.
+func TestQemuImgKilledMidConvert(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 96<<20, 44)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	killed := make(chan int, 1)
+	wrap := func(phase processor.Phase, exec processor.Executor) processor.Executor {
+		if phase != processor.Convert {
+			return exec
+		}
+		return func(ctx context.Context) (processor.Phase, error) {
+			stop := make(chan struct{})
+			defer close(stop)
+			go killChild(t, "qemu-img", stop, killed)
+			return exec(ctx)
+		}
+	}
+	err := importFailsWith(t, importer.Options{Source: q, WrapPhase: wrap})
+	select {
+	case pid := <-killed:
+		t.Logf("killed qemu-img pid %d", pid)
+	default:
+		t.Fatal("qemu-img finished before it could be killed")
+	}
+	assert.Contains(t, err.Error(), "qemu-img")
+	assert.Contains(t, err.Error(), "killed from outside")
+}
+
+// killChild SIGKILLs the first child process of ours named comm.
+func killChild(t *testing.T, comm string, stop <-chan struct{}, killed chan<- int) {
+	me := strconv.Itoa(os.Getpid())
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			s := string(b)
+			i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+			if i < 0 || j < 0 || s[i+1:j] != comm {
+				continue
+			}
+			if f := strings.Fields(s[j+2:]); len(f) > 1 && f[1] == me {
+				time.Sleep(20 * time.Millisecond) // let it get going
+				syscall.Kill(pid, syscall.SIGKILL)
+				killed <- pid
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

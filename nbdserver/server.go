@@ -1,0 +1,139 @@
+// Package nbdserver serves one io.ReaderAt as a read-only NBD export
+// (fixed newstyle handshake, simple replies), so qemu-img can read an
+// object our own code fetches (an HTTP range reader) through nbd+unix
+// instead of through its own network drivers.
+package nbdserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+)
+
+const (
+	// DefaultMaxRequest bounds one read request; qemu's client never asks
+	// for more than 32 MiB unless told it may.
+	DefaultMaxRequest = 32 << 20
+	// DefaultMaxInFlight bounds concurrent reads per connection, so memory
+	// stays below MaxInFlight*MaxRequest per client.
+	DefaultMaxInFlight = 16
+)
+
+// Server is a read-only NBD server for one export. Any export name is
+// accepted: the server listens on a private socket for one client.
+type Server struct {
+	export io.ReaderAt
+	size   int64
+	log    *slog.Logger
+
+	// MaxRequest and MaxInFlight may be set before Serve; zero means the
+	// defaults above.
+	MaxRequest  uint32
+	MaxInFlight int
+
+	mu    sync.Mutex
+	err   error // first read error of the export
+	conns map[net.Conn]struct{}
+}
+
+// New returns a server for export, which holds size bytes. log defaults to
+// slog.Default().
+func New(export io.ReaderAt, size int64, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{export: export, size: size, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+// Serve runs New(export, size, log).Serve(ctx, ln).
+func Serve(ctx context.Context, ln net.Listener, export io.ReaderAt, size int64, log *slog.Logger) error {
+	return New(export, size, log).Serve(ctx, ln)
+}
+
+// Err returns the first error the export returned to a read, which the
+// client only saw as EIO; nil when every read succeeded.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *Server) setErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+// Serve accepts connections on ln until ctx ends, then closes ln and every
+// connection and returns after all their goroutines have finished (nil
+// when ctx ended, else the Accept error). Serve always closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.MaxRequest == 0 {
+		s.MaxRequest = DefaultMaxRequest
+	}
+	if s.MaxInFlight <= 0 {
+		s.MaxInFlight = DefaultMaxInFlight
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		ln.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+	})
+	var acceptErr error
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				acceptErr = fmt.Errorf("nbd: accept: %w", err)
+			}
+			break
+		}
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			s.mu.Unlock()
+			c.Close()
+			break
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		wg.Go(func() {
+			defer func() {
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+				c.Close()
+			}()
+			if err := s.handle(ctx, c); err != nil && ctx.Err() == nil {
+				s.log.Debug("NBD connection ended", "err", err)
+			}
+		})
+	}
+	cancel()
+	wg.Wait()
+	return acceptErr
+}
+
+// handle runs the handshake and then the transmission phase of one
+// connection.
+func (s *Server) handle(ctx context.Context, c net.Conn) error {
+	ok, err := s.handshake(c)
+	if err != nil || !ok {
+		return err
+	}
+	return s.transmit(ctx, c)
+}
+
+var errAborted = errors.New("client aborted the handshake")
