@@ -22,6 +22,7 @@ type TerminationMessage struct {
 	Compression          string            `json:"compression,omitempty"`
 	VirtualSize          int64             `json:"virtualSize"`
 	BytesWritten         int64             `json:"bytesWritten"`
+	DataBytes            int64             `json:"dataBytes,omitempty"`
 	BytesRead            int64             `json:"bytesRead"`
 	Checksum             string            `json:"checksum,omitempty"`
 	ScratchUsed          bool              `json:"scratchUsed"`
@@ -43,6 +44,7 @@ func (r *Result) TerminationMessage(err error) TerminationMessage {
 		Compression:          strings.Join(r.Compressions, ","),
 		VirtualSize:          r.VirtualSize,
 		BytesWritten:         r.BytesWritten,
+		DataBytes:            r.DataBytes,
 		BytesRead:            r.BytesRead,
 		Checksum:             strings.Join(r.Checksums, ","),
 		ScratchUsed:          r.ScratchUsed,

@@ -18,6 +18,10 @@ type Result struct {
 	VirtualSize  int64
 	// BytesWritten is the logical size of the image written to the target.
 	BytesWritten int64
+	// DataBytes counts the bytes a streamed image actually wrote: zero runs
+	// that became holes or device zero-outs are not in it (0 when qemu-img
+	// wrote the target).
+	DataBytes int64
 	// BytesRead counts the bytes received from the source.
 	BytesRead            int64
 	Checksums            []string

@@ -3,6 +3,8 @@ package importer_test
 import (
 	"context"
 	"os"
+	"os/exec"
+	"strings"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -103,4 +105,27 @@ func TestCancel(t *testing.T) {
 	assert.False(t, res.Complete)
 	_, serr := os.Stat(target)
 	assert.True(t, os.IsNotExist(serr))
+}
+
+// Zero runs of a streamed image reach a block device as deallocating
+// zero-outs (thin storage and a loop device's backing file free them), not
+// as written zeros.
+func TestBlockZeroRunsAreDeallocated(t *testing.T) {
+	testimg.Need(t, "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 8<<20, 14) // 2 of every 5 64 KiB blocks are zeros
+	zst := testimg.Compress(t, raw, "zst")
+	loop := testimg.LoopDevice(t, dir, 8<<20) // backing file fully written with 0xA5
+	res, err := importer.Import(context.Background(), importer.Options{Source: zst, Target: loop, Logger: testLogger(t)})
+	require.NoError(t, err)
+	expectImage(t, raw, loop, true)
+	assert.EqualValues(t, 8<<20, res.BytesWritten)
+	assert.Less(t, res.DataBytes, int64(6<<20), "zero runs counted as data")
+	assert.Greater(t, res.DataBytes, int64(4<<20))
+	out, err := exec.Command("losetup", "--noheadings", "-O", "BACK-FILE", loop).Output()
+	require.NoError(t, err)
+	st, err := os.Stat(strings.TrimSpace(string(out)))
+	require.NoError(t, err)
+	allocated := st.Sys().(*syscall.Stat_t).Blocks * 512
+	assert.Less(t, allocated, int64(7<<20), "the zero runs stayed allocated: %d bytes", allocated)
 }

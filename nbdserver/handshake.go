@@ -139,8 +139,8 @@ func (s *Server) infoReply(w *bufio.Writer, opt uint32, data []byte) (valid bool
 	if wantBlock {
 		var bs [14]byte
 		be.PutUint16(bs[0:], infoBlockSize)
-		be.PutUint32(bs[2:], 1)            // minimum
-		be.PutUint32(bs[6:], 4096)         // preferred
+		be.PutUint32(bs[2:], 1)             // minimum
+		be.PutUint32(bs[6:], 4096)          // preferred
 		be.PutUint32(bs[10:], s.MaxRequest) // maximum
 		if err := optReply(w, opt, repInfo, bs[:]); err != nil {
 			return false, err

@@ -13,8 +13,15 @@ import (
 
 // Ways to make a zero run read back as zeros on a block device, tried in
 // order; the Writer moves on for good once a way reports "unsupported".
+//
+// Punching a hole comes first: on a block device the kernel turns it into a
+// zero-out that may unmap (deallocate) but never falls back to writing, and
+// it fails when the device cannot guarantee zeros. Thin storage (and a loop
+// device's backing file) then frees the range, as qemu-img convert does,
+// where BLKZEROOUT and ZERO_RANGE keep it allocated.
 const (
-	zeroByIoctl     = iota // BLKZEROOUT
+	zeroByPunchHole = iota // fallocate(FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE)
+	zeroByIoctl            // BLKZEROOUT
 	zeroByFallocate        // fallocate(FALLOC_FL_ZERO_RANGE)
 	zeroByWriting          // plain O_DIRECT writes of a zero buffer
 )
@@ -123,6 +130,11 @@ func (w *Writer) zeroRange(off, n int64) error {
 	for al > 0 {
 		var err error
 		switch w.zeroMethod {
+		case zeroByPunchHole:
+			err = unix.Fallocate(int(w.out.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, al)
+			if err != nil {
+				err = fmt.Errorf("fallocate(PUNCH_HOLE) %s [%d, +%d): %w", w.t.path, off, al, err)
+			}
 		case zeroByIoctl:
 			err = blockdev.ZeroOut(w.out, off, al)
 		case zeroByFallocate:
