@@ -225,7 +225,7 @@ func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
 	f.Close()
 	j.result.ScratchUsed = true
 
-	scratch, err := target.Open(ctx, target.Options{Path: j.scratchPath, Logger: j.log})
+	scratch, err := target.Open(ctx, target.Options{Path: j.scratchPath, Scratch: true, Logger: j.log})
 	if err != nil {
 		return processor.Error, fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
 	}

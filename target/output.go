@@ -119,6 +119,9 @@ func (w *Writer) writeData(off int64, p []byte) error {
 		}
 	}
 	w.data.Add(int64(len(p)))
+	if w.pacer != nil {
+		return w.pacer.wrote(off + int64(len(p)))
+	}
 	return nil
 }
 

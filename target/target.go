@@ -56,7 +56,12 @@ type Options struct {
 	// target does not apply it to Capacity (CDI does not either); it is kept
 	// for callers sizing the final image.
 	FilesystemOverhead float64
-	Logger             *slog.Logger
+	// Scratch marks a short-lived file that a converter reads right after
+	// it is written: it goes through the page cache (with bounded dirty
+	// memory, see writeback.go) so the reader finds it cached, and Commit
+	// does not fsync it.
+	Scratch bool
+	Logger  *slog.Logger
 }
 
 // Target is an opened import destination. It is not safe for concurrent use,
@@ -68,6 +73,7 @@ type Target struct {
 	f         *os.File
 	capacity  int64
 	lbs       int // logical block size (block only)
+	scratch   bool
 	log       *slog.Logger
 
 	mu     sync.Mutex
@@ -112,7 +118,12 @@ func Open(ctx context.Context, o Options) (*Target, error) {
 	if err == nil {
 		replaced = fi.Size()
 	}
-	return openFile(path, replaced, o.RequestedSize, log)
+	t, err := openFile(path, replaced, o.RequestedSize, log)
+	if err != nil {
+		return nil, err
+	}
+	t.scratch = o.Scratch
+	return t, nil
 }
 
 func openBlock(path string, log *slog.Logger) (*Target, error) {
@@ -214,19 +225,24 @@ func (t *Target) Commit(ctx context.Context) error {
 	}
 	// Re-open by name: a converter may have replaced the temporary file, and
 	// then our descriptor would point at an orphaned inode.
-	g, err := os.OpenFile(t.writePath, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("reopen %s for fsync: %w", t.writePath, err)
-	}
-	err = unix.Fdatasync(int(g.Fd()))
-	g.Close()
-	if err != nil {
-		return fmt.Errorf("fsync %s: %w", t.writePath, err)
+	if !t.scratch {
+		g, err := os.OpenFile(t.writePath, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("reopen %s for fsync: %w", t.writePath, err)
+		}
+		err = unix.Fdatasync(int(g.Fd()))
+		g.Close()
+		if err != nil {
+			return fmt.Errorf("fsync %s: %w", t.writePath, err)
+		}
 	}
 	if err := os.Rename(t.writePath, t.path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", t.writePath, t.path, err)
 	}
 	t.done = true
+	if t.scratch {
+		return nil
+	}
 	if err := syncDir(filepath.Dir(t.path)); err != nil {
 		return err
 	}

@@ -58,9 +58,10 @@ type Writer struct {
 	capacity     int64
 	lbs          int64
 
-	out      *os.File // the O_DIRECT descriptor (for files without O_DIRECT support: the temp file)
-	buffered *os.File // descriptor without O_DIRECT for unaligned tails
-	ownOut   bool     // out was opened by the Writer (file targets)
+	out      *os.File   // the O_DIRECT descriptor (for files without O_DIRECT support: the temp file)
+	buffered *os.File   // descriptor without O_DIRECT for unaligned tails
+	ownOut   bool       // out was opened by the Writer (file targets)
+	pacer    *writeback // bounds dirty page cache of scratch files
 
 	bufs     [][]byte // all chunk buffers
 	stage    []byte   // chunk partly filled by Write or a short ReadFrom
@@ -124,6 +125,11 @@ func (t *Target) NewWriter(opts ...WriterOption) (*Writer, error) {
 		// filesystems without O_DIRECT (EINVAL) use the plain descriptor.
 		w.buffered = t.f
 		w.lbs = alignment
+		if t.scratch {
+			w.out, w.lbs = t.f, 1
+			w.pacer = &writeback{fd: int(t.f.Fd())}
+			break
+		}
 		if f, err := os.OpenFile(t.writePath, os.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0); err == nil {
 			w.out = f
 			w.ownOut = true
