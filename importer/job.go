@@ -49,6 +49,9 @@ type job struct {
 	convertFormat format.Format
 	scratchPath   string
 	remote        bool // convertSrc is an HTTP object read with ranges
+	// deviceWritten: a converter wrote the block target, so a failure must
+	// wipe the device's first MiB (the streamed path never writes it early).
+	deviceWritten bool
 
 	// Clone (clone.go): the source's local path ("" for streams), and
 	// whether the whole block target was zeroed so zero runs may be skipped.
@@ -301,6 +304,7 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 // convert writes the target with qemu-img and drops the scratch copy.
 func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 	block := j.tgt.Kind() == target.Block
+	j.deviceWritten = block
 	applied, err := j.qemu.Convert(ctx, j.convertSrc, j.tgt.WritePath(), qemu.ConvertOptions{
 		SrcFormat:    j.convertFormat.QemuName(),
 		DstFormat:    j.outFormat,
@@ -355,6 +359,13 @@ func (j *job) removeScratch() {
 }
 
 func (j *job) abort() {
+	if j.tgt != nil && j.deviceWritten {
+		if err := j.tgt.ClearHead(); err != nil {
+			j.log.Warn("Wiping the first MiB of the failed target failed", "target", j.tgt.Path(), "err", err)
+		} else {
+			j.log.Info("Wiped the first MiB of the failed target so it does not look bootable", "target", j.tgt.Path())
+		}
+	}
 	if j.tgt != nil {
 		if err := j.tgt.Abort(); err != nil {
 			j.log.Warn("Cleaning up the target failed", "target", j.tgt.Path(), "err", err)

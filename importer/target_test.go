@@ -2,6 +2,7 @@ package importer_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/processor"
 )
 
 func TestFileTargetGrowsToRequestedSize(t *testing.T) {
@@ -128,4 +130,32 @@ func TestBlockZeroRunsAreDeallocated(t *testing.T) {
 	require.NoError(t, err)
 	allocated := st.Sys().(*syscall.Stat_t).Blocks * 512
 	assert.Less(t, allocated, int64(7<<20), "the zero runs stayed allocated: %d bytes", allocated)
+}
+
+// When an import fails after qemu-img wrote to a device, the device's first
+// MiB is wiped so the half-written disk does not look bootable.
+func TestFailedConvertWipesDeviceHead(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 15)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	loop := testimg.LoopDevice(t, dir, 8<<20)
+	boom := errors.New("injected failure after convert")
+	res, err := importer.Import(context.Background(), importer.Options{
+		Source: q, Target: loop, Logger: testLogger(t),
+		WrapPhase: func(phase processor.Phase, exec processor.Executor) processor.Executor {
+			if phase != processor.Convert {
+				return exec
+			}
+			return func(ctx context.Context) (processor.Phase, error) {
+				if _, err := exec(ctx); err != nil {
+					return processor.Error, err
+				}
+				return processor.Error, boom
+			}
+		},
+	})
+	require.ErrorIs(t, err, boom)
+	assert.False(t, res.Complete)
+	testimg.AssertZeros(t, loop, 0, 1<<20)
 }
