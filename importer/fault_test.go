@@ -72,6 +72,7 @@ func TestTargetFillsUp(t *testing.T) {
 				}
 			}
 			err := importFailsWith(t, importer.Options{Source: src, Target: target, WrapPhase: hog})
+			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)
 			assert.True(t, strings.Contains(strings.ToLower(err.Error()), "no space left on device") || errors.Is(err, importer.ErrTargetTooSmall),
 				"error does not name the full filesystem: %v", err)
 			assertEmptyDir(t, filepath.Join(fs, "t"))

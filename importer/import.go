@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/diskimport/engine/datasource"
@@ -164,5 +166,19 @@ func (j *job) classify(ctx context.Context, err error) error {
 	if ctx.Err() != nil && !errors.Is(err, errdefs.ErrCancelled) {
 		err = fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 	}
+	// A full target (ENOSPC/EDQUOT from our writes, or qemu-img's message)
+	// is a target that is too small, as CDI's controller reads it too; a
+	// full scratch directory keeps its own error.
+	if !errors.Is(err, errdefs.ErrTargetTooSmall) && !errors.Is(err, errdefs.ErrScratchSpaceRequired) && outOfSpace(err) {
+		err = fmt.Errorf("%w: %w", errdefs.ErrTargetTooSmall, err)
+	}
 	return err
+}
+
+func outOfSpace(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "no space left on device") || strings.Contains(msg, "disk quota exceeded")
 }
