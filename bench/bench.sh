@@ -7,7 +7,8 @@
 #
 # Environment: BENCH_SIZE (2G; e.g. 256M for a quick check), BENCH_RUNS (3),
 # BENCH_CASES (space-separated subset of: raw.zst raw.gz raw.xz raw.mt.xz raw
-# qcow2 c.qcow2 qcow2.gz stream.vmdk vhdx), BENCH_GOXZ (1: also time the
+# qcow2 c.qcow2 qcow2.gz stream.vmdk vhdx registry-raw-gz registry-qcow2),
+# BENCH_GOXZ (1: also time the
 # pure-Go xz decoder, in the first run only: ~20 s at 2G), BENCH_GO (1: also
 # run the go test -bench stage benchmarks), BENCH_XZ_BLOCK (24MiB).
 set -euo pipefail
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/.."
 root=$PWD
 size=${BENCH_SIZE:-2G}
 runs=${BENCH_RUNS:-3}
-cases=${BENCH_CASES:-raw.zst raw.gz raw.xz raw.mt.xz raw qcow2 c.qcow2 qcow2.gz stream.vmdk vhdx}
+cases=${BENCH_CASES:-raw.zst raw.gz raw.xz raw.mt.xz raw qcow2 c.qcow2 qcow2.gz stream.vmdk vhdx registry-raw-gz registry-qcow2}
+cases=${cases//,/ }
 goxz=${BENCH_GOXZ:-1}
 cache=$root/bench/cache
 img=$cache/img-$size
@@ -34,18 +36,25 @@ $go build -trimpath -o bin/importer ./cmd/importer
 cp bin/importer "$cache/bin/importer"
 $go build -o "$cache/bin/benchtool" ./bench/benchtool
 $go build -o "$cache/bin/demoserve" ./internal/demoserve
+# crane (the reference for the registry cases) from the module cache, with
+# a copy of go.mod so the tree's go.sum is left alone.
+if [[ $cases == *registry-* && ! -x $cache/bin/crane ]]; then
+	cp go.mod "$cache/bin/crane.mod"; cp go.sum "$cache/bin/crane.sum"
+	GOFLAGS=-mod=mod $go build -modfile="$cache/bin/crane.mod" -o "$cache/bin/crane" github.com/google/go-containerregistry/cmd/crane
+fi
 bt=$cache/bin/benchtool
 bench/images.sh "$bt" "$size" "$img"
 vsize=$(stat -c %s "$img/disk.raw")
 
 # --- fixtures: HTTP server, loop device, file target; all undone at exit ---
-srv_pid="" loop=""
+srv_pid="" reg_pid="" loop=""
 backing=$work/loop-backing.img
 out=$work/out/disk.img
 dl=$work/download
 cleanup() {
 	set +e # every step must run, whatever failed before
 	if [[ -n $srv_pid ]]; then kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; fi
+	if [[ -n $reg_pid ]]; then kill "$reg_pid" 2>/dev/null; wait "$reg_pid" 2>/dev/null; fi
 	if [[ -n $loop ]]; then losetup -d "$loop" || echo "bench: could not detach $loop" >&2; fi
 	rm -rf "$backing" "$work/out" "$dl"
 }
@@ -57,6 +66,18 @@ for _ in $(seq 50); do [[ -s $work/url ]] && break; sleep 0.1; done
 url=$(head -1 "$work/url")
 url=${url%/}
 [[ -n $url ]] || { echo "bench: HTTP server did not start" >&2; exit 1; }
+# The containerdisks (disk.raw and disk.qcow2 in gzip layers; blobs cached
+# under $img/registry/) on a go-containerregistry registry run by benchtool.
+reg=""
+declare -A regblob=()
+if [[ $cases == *registry-* ]]; then
+	"$bt" registry -dir "$img" -listen 127.0.0.1:0 >"$work/registry" 2>"$work/logs/registry.err" &
+	reg_pid=$!
+	for _ in $(seq 3000); do [[ $(wc -l <"$work/registry") -ge 3 ]] && break; kill -0 "$reg_pid" 2>/dev/null || break; sleep 0.1; done
+	reg=$(head -1 "$work/registry")
+	[[ $(wc -l <"$work/registry") -ge 3 ]] || { echo "bench: registry did not start: $(tail -c 300 "$work/logs/registry.err")" >&2; exit 1; }
+	while read -r tag dig; do regblob[$tag]=$dig; done < <(tail -n +2 "$work/registry")
+fi
 truncate -s "$vsize" "$backing"
 loop=$(losetup --direct-io=on --show -f "$backing")
 mkdir -p "$work/out"
@@ -120,11 +141,36 @@ dd_loop="dd of=$loop bs=4M iflag=fullblock oflag=direct conv=fsync status=none"
 declare -A fmt=([qcow2]=qcow2 [c.qcow2]=qcow2 [qcow2.gz]=qcow2 [stream.vmdk]=vmdk [vhdx]=vhdx)
 declare -A cdi=([raw.xz]=27.9 [raw.mt.xz]=29.0 [raw.gz]=5.7 [raw.zst]=4.8 [qcow2]=3.7 [qcow2.gz]=5.9 [stream.vmdk]=5.4)
 
+# registry_round TAG: the containerdisk :TAG imported from the registry onto
+# the loop device, against crane export | tar -xO (| dd, or > file and
+# qemu-img convert) and the same with the layer blob fetched by curl.
+registry_round() {
+	local tag=$1 label="ours registry $1 →loop" ref=$reg/$benchrepo:$1
+	local blob="curl -sS http://$reg/v2/$benchrepo/blobs/${regblob[$1]} | pigz -dc"
+	measure "$label" reset_loop "$imp --insecure-tls docker://$ref $loop"
+	extra "$label" bytesWritten "$(grep -o '"bytesWritten":[0-9]*' "$log.out" | cut -d: -f2 || echo 0)"
+	extra "$label" backing_alloc "$(( $(stat -c '%b*%B' "$backing") ))"
+	measure "curl $1 layer blob → /dev/null" reset_none "curl -sS -o /dev/null http://$reg/v2/$benchrepo/blobs/${regblob[$1]}"
+	case $tag in
+	raw-gz)
+		measure "crane export|tar -xO|dd raw-gz → loop" reset_loop "$cache/bin/crane export --insecure $ref - | tar -xO disk/disk.img | $dd_loop"
+		measure "curl blob|pigz -dc|tar -xO|dd raw-gz → loop" reset_loop "$blob | tar -xO disk/disk.img | $dd_loop" ;;
+	qcow2)
+		measure "crane export|tar -xO >file; qemu-img convert qcow2 → loop" reset_loop "$cache/bin/crane export --insecure $ref - | tar -xO disk/disk.qcow2 >$dl && $qconv -f qcow2 $dl $loop"
+		measure "curl blob|pigz -dc|tar -xO >file; qemu-img convert qcow2 → loop" reset_loop "$blob | tar -xO disk/disk.qcow2 >$dl && $qconv -f qcow2 $dl $loop" ;;
+	esac
+}
+benchrepo=bench/disk
+
 one_round() {
 	local c f
 	for c in $cases; do
 		f=$img/disk.$c
 		[[ -n ${cdi[$c]:-} && $run == 1 ]] && quote "CDI importer $c (issue 3)" "${cdi[$c]}"
+		if [[ $c == registry-* ]]; then
+			registry_round "${c#registry-}"
+			continue
+		fi
 		ours_loop "$c"
 		ours_file "$c"
 		measure "curl $c → /dev/null" reset_none "curl -sS -o /dev/null $url/disk.$c"
@@ -174,6 +220,14 @@ one_round() {
 for c in $cases; do
 	L="ours $c http→loop" F="ours $c http→file"
 	case $c in
+	registry-raw-gz)
+		L="ours registry raw-gz →loop"
+		compare "$L" "crane export|tar -xO|dd raw-gz → loop" 1 "≥1× (no slower)"
+		compare "$L" "curl blob|pigz -dc|tar -xO|dd raw-gz → loop" ;;
+	registry-qcow2)
+		L="ours registry qcow2 →loop"
+		compare "$L" "crane export|tar -xO >file; qemu-img convert qcow2 → loop" 0.909 "≤1.1× time"
+		compare "$L" "curl blob|pigz -dc|tar -xO >file; qemu-img convert qcow2 → loop" ;;
 	raw.zst | raw.gz)
 		d=${c#raw.}; dn=$([[ $d == zst ]] && echo zstd || echo gzip)
 		compare "$L" "go $dn (engine) → null" 0.9 "≥0.9× decoder"
@@ -212,6 +266,7 @@ done
 
 # Warm the page cache with the sources (they stand in for a network).
 cat "$img"/disk.* >/dev/null
+[[ -n $reg ]] && cat "$img"/registry/blobs/sha256/* >/dev/null
 for run in $(seq "$runs"); do
 	one_round
 done

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"runtime"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -39,6 +41,15 @@ type RegistryOptions struct {
 	// TempDir receives an oci-archive's extracted content and a copy of
 	// CertDir when it holds *.pem files. Default: the system temp dir.
 	TempDir string
+	// Retries bounds how many times a failed layer-blob request or a
+	// broken blob transfer is tried again, over the life of the source, on
+	// top of containers/image's own single Range resume: 0 means 10, < 0
+	// disables. RetryBackoff (0: 1 s) is the first delay, doubling with
+	// jitter up to 30 s; RetryMaxElapsed (0: 5 minutes) bounds one streak
+	// of failures with no byte received.
+	Retries         int
+	RetryBackoff    time.Duration
+	RetryMaxElapsed time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -67,10 +78,11 @@ func IsRegistryRef(ref string) bool {
 }
 
 type registrySource struct {
-	ref    string
-	opts   RegistryOptions
-	log    *slog.Logger
-	labels map[string]string
+	ref     string
+	opts    RegistryOptions
+	log     *slog.Logger
+	labels  map[string]string
+	retries atomic.Int64 // blob requests re-sent, every Open together
 }
 
 // NewRegistry returns a source that streams the VM disk out of a
@@ -95,6 +107,15 @@ func NewRegistry(ref string, o RegistryOptions) (Source, error) {
 }
 
 func (s *registrySource) String() string { return s.ref }
+
+// Retries reports how many layer-blob requests were re-sent after a
+// failure (containers/image's own internal resume is not counted: it does
+// not tell).
+func (s *registrySource) Retries() int { return int(s.retries.Load()) }
+
+func (o RegistryOptions) retryPolicy() retryPolicy {
+	return newRetryPolicy(HTTPOptions{Retries: o.Retries, RetryBackoff: o.RetryBackoff, RetryMaxElapsed: o.RetryMaxElapsed})
+}
 
 // Labels returns the labels derived from the image config (valid after
 // Open).

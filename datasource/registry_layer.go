@@ -56,13 +56,16 @@ func (s *recordingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func openLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache, ref string) (*layerReader, error) {
+func (s *registrySource) openLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache) (*layerReader, error) {
+	ref := s.ref
 	if err := info.Digest.Validate(); err != nil {
 		return nil, fmt.Errorf("image %s: layer digest %q: %v: %w", ref, info.Digest, err, errdefs.ErrInvalidImage)
 	}
-	blob, _, err := src.GetBlob(ctx, info, cache)
+	// Broken transfers are resumed below the digest verifier, so the
+	// verifier sees each byte of the blob once.
+	blob, err := openBlob(ctx, src, info, cache, ref, s.opts.retryPolicy(), &s.retries, s.log)
 	if err != nil {
-		return nil, pullError(ctx, ref, fmt.Errorf("fetching layer %s: %w", info.Digest, err))
+		return nil, pullError(ctx, ref, err)
 	}
 	l := &layerReader{info: info, ref: ref, blob: blob, verifier: info.Digest.Verifier()}
 	// The digest covers the blob as stored, so it is taken below every

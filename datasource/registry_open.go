@@ -30,7 +30,7 @@ func (s *registrySource) Open(ctx context.Context) (*Stream, error) {
 	cache := memory.New()
 	for i, info := range p.img.LayerInfos() {
 		s.log.Info("Processing layer", "image", s.ref, "index", i, "digest", info.Digest, "size", info.Size, "mediaType", info.MediaType)
-		l, err := openLayer(ctx, p.src, info, cache, s.ref)
+		l, err := s.openLayer(ctx, p.src, info, cache)
 		if err != nil {
 			p.close()
 			return nil, err

@@ -12,15 +12,18 @@ import (
 // registryOptions picks the options a container-image source uses.
 func registryOptions(o Options) datasource.RegistryOptions {
 	return datasource.RegistryOptions{
-		Username:       o.Username,
-		Password:       o.Password,
-		AuthFile:       o.AuthFile,
-		CertDir:        o.CertDir,
-		InsecureTLS:    o.InsecureTLS,
-		Arch:           o.Arch,
-		RegistriesConf: o.RegistriesConf,
-		TempDir:        o.ScratchDir,
-		Logger:         o.Logger,
+		Username:        o.Username,
+		Password:        o.Password,
+		AuthFile:        o.AuthFile,
+		CertDir:         o.CertDir,
+		InsecureTLS:     o.InsecureTLS,
+		Arch:            o.Arch,
+		RegistriesConf:  o.RegistriesConf,
+		TempDir:         o.ScratchDir,
+		Retries:         o.Retries,
+		RetryBackoff:    o.RetryBackoff,
+		RetryMaxElapsed: o.RetryMaxElapsed,
+		Logger:          o.Logger,
 	}
 }
 

@@ -23,6 +23,8 @@ func main() {
 		err = runReport(os.Args[2:])
 	case "profile":
 		err = runProfile(os.Args[2:])
+	case "registry":
+		err = runRegistry(os.Args[2:])
 	default:
 		usage()
 	}
@@ -37,6 +39,7 @@ func usage() {
   benchtool gen SIZE OUT.raw          write the sparse test disk; prints its layout as JSON
   benchtool decode [-goxz] FILE       decode FILE with the engine's decoders to nowhere
   benchtool report RUNS.tsv META.json OUT.json   print the table, write the JSON
-  benchtool profile [-o cpu.prof] SOURCE DEST    one in-process import under the CPU profiler`)
+  benchtool profile [-o cpu.prof] SOURCE DEST    one in-process import under the CPU profiler
+  benchtool registry -dir IMGDIR [-listen 127.0.0.1:0]  serve the disk as containerdisks (prints HOST:PORT)`)
 	os.Exit(2)
 }

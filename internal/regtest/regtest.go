@@ -55,13 +55,16 @@ type Registry struct {
 	opts   Options
 	mu     sync.Mutex
 	bad    map[string]bool // blob digests whose bytes are corrupted on GET
+	drops  map[string]*dropRule
+	ranges map[string][]string // Range headers of blob GETs, by digest
 }
 
 // Start runs a registry until the test ends.
 func Start(t testing.TB, o Options) *Registry {
 	t.Helper()
-	r := &Registry{opts: o, bad: map[string]bool{}}
+	r := &Registry{opts: o, bad: map[string]bool{}, drops: map[string]*dropRule{}, ranges: map[string][]string{}}
 	var h http.Handler = registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	h = r.ranging(h)
 	h = r.corrupting(h)
 	if o.User != "" {
 		h = basicAuth(h, o.User, o.Pass)
