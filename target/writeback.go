@@ -11,7 +11,7 @@ import (
 // writebackWindow is how much dirty data a scratch file may gather before
 // its writeback is started; the window before it is waited for, so at most
 // about two windows are dirty at once.
-const writebackWindow = 64 << 20
+const writebackWindow = 32 << 20
 
 // writeback paces page-cache writes of a scratch file: the data stays
 // cached (clean) for the converter that reads it next, while dirty memory
