@@ -49,6 +49,8 @@ type job struct {
 	convertFormat format.Format
 	scratchPath   string
 	remote        bool // convertSrc is an HTTP object read with ranges
+	rangedSrc     *datasource.RangedURL
+	export        *rangedExport // ranged.go: serves rangedSrc to qemu-img over NBD
 	// deviceWritten: a converter wrote the block target, so a failure must
 	// wipe the device's first MiB (the streamed path never writes it early).
 	deviceWritten bool
@@ -104,8 +106,8 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 		return processor.TransferDataFile, nil
 	}
 	if j.useRanged(st, img) {
-		j.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", st.Ranged.URL)
-		j.convertSrc = rangedSpec(st.Ranged)
+		j.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", j.source.String())
+		j.rangedSrc = st.Ranged
 		j.convertFormat = img.Format
 		j.remote = true
 		return processor.Validate, nil
@@ -171,7 +173,8 @@ func (j *job) copyRaw(ctx context.Context, t *target.Target) (int64, error) {
 		src = tail
 	}
 	if _, err := w.ReadFrom(src); err != nil {
-		return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+		// Source errors name the source and target errors the target.
+		return 0, err
 	}
 	if tail != nil {
 		if format.IsFixedVHDFooter(tail.Tail(), w.Written()) {
@@ -254,6 +257,12 @@ func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
 // validate checks the image qemu-img is about to read: structure, no
 // references to other files, and a virtual size that fits the target.
 func (j *job) validate(ctx context.Context) (processor.Phase, error) {
+	if j.remote {
+		// Served to qemu-img over NBD until Convert ends (ranged.go).
+		if err := j.startExport(ctx); err != nil {
+			return processor.Error, err
+		}
+	}
 	src, f := j.convertSrc, j.convertFormat
 	if j.scratchPath == "" && !j.remote && j.verifier != nil {
 		// A local image converted in place: hash it before trusting it.
@@ -274,6 +283,9 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 	}
 	info, err := j.qemu.Info(ctx, src, f.QemuName())
 	if err != nil {
+		if rerr := j.export.cause(err); rerr != err {
+			return processor.Error, rerr // the HTTP side failed, not the image
+		}
 		return processor.Error, fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
 	}
 	if info.BackingFilename != "" {
@@ -289,7 +301,7 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 		}
 	}
 	if err := j.qemu.Check(ctx, src, f.QemuName()); err != nil {
-		return processor.Error, err
+		return processor.Error, j.export.cause(err)
 	}
 	j.result.VirtualSize = info.VirtualSize
 	if capacity := j.tgt.Capacity(); info.VirtualSize > capacity {
@@ -316,6 +328,10 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 			j.convertPercent.Store(math.Float64bits(p))
 		},
 	})
+	err = j.export.cause(err)
+	if !j.opts.Verify {
+		j.stopExport() // ranged.go
+	}
 	if err != nil {
 		return processor.Error, fmt.Errorf("converting %s image to %s: %w", j.convertFormat, j.outFormat, err)
 	}
@@ -381,6 +397,7 @@ func (j *job) cleanup() {
 		j.body.Close()
 	}
 	j.removeScratch()
+	j.stopExport()
 	if j.tgt != nil {
 		j.tgt.Close()
 	}

@@ -107,8 +107,17 @@ func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedRea
 	defer stop()
 	res, err := importer.Import(ctx, h.importOptions(body, func() {}))
 	body.close()
+	if err != nil && r.Context().Err() != nil && h.opts.BaseContext.Err() == nil {
+		err = errClientGone(err)
+	}
 	h.finish(res, err)
 	h.respond(w, res, err)
+}
+
+// errClientGone names the cause of an import the request context stopped:
+// the engine only sees a cancelled context.
+func errClientGone(err error) error {
+	return fmt.Errorf("the upload client disconnected before the image was complete: %w", err)
 }
 
 // runAsync answers once the upload is received and validated and lets the
@@ -126,10 +135,12 @@ func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedRe
 	// a client that disconnects during the transfer still fails it,
 	// because reading the body fails.
 	ctx, cancel := context.WithCancel(h.opts.BaseContext)
+	var clientGone atomic.Bool
 	stopOnDisconnect := context.AfterFunc(r.Context(), func() {
 		select {
 		case <-receivedCh:
 		default:
+			clientGone.Store(true)
 			cancel()
 		}
 	})
@@ -139,6 +150,9 @@ func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedRe
 		defer cancel()
 		res, err := importer.Import(ctx, h.importOptions(body, received))
 		body.close()
+		if err != nil && clientGone.Load() {
+			err = errClientGone(err)
+		}
 		h.finish(res, err)
 		doneCh <- outcome{res, err}
 	}()
