@@ -226,10 +226,11 @@ func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
 	b.etag = strongETag(resp.Header.Get("ETag"))
 	b.lastMod = resp.Header.Get("Last-Modified")
 	st := &Stream{Body: b, Size: b.size}
-	// Another client (qemu-img's curl driver) may read the object in place
-	// when it needs nothing but the URL and the server serves ranges.
-	if s.plain && b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
-		st.Ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure}
+	// The object may be read in place (httprange.go) when the server
+	// serves ranges of an object of known size.
+	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
+		st.Ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
+			Size: b.size, src: s, etag: b.etag, lastMod: b.lastMod}
 	}
 	return st, nil
 }

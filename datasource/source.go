@@ -35,10 +35,9 @@ type Stream struct {
 	// LocalPath is set (absolute) when the bytes are a local regular file or
 	// block device that qemu-img could read in place; "" otherwise.
 	LocalPath string
-	// Ranged, when not nil, says the bytes are also readable at random by a
-	// range-capable reader such as qemu-img's curl driver: the server
-	// advertised byte ranges and needs nothing the engine alone knows
-	// (no credentials, extra headers or private CA).
+	// Ranged, when not nil, says the bytes are also readable at random:
+	// the server advertised byte ranges for an object of known size.
+	// Ranged.Open reads it with the source's own client settings.
 	Ranged *RangedURL
 }
 
@@ -46,6 +45,15 @@ type Stream struct {
 type RangedURL struct {
 	URL         string // after redirects
 	InsecureTLS bool
+	// Plain: nothing but the URL is needed to read it (no credentials,
+	// extra headers or private CA), so another client (qemu-img's curl
+	// driver) could read it too.
+	Plain bool
+	Size  int64
+
+	src     *httpSource
+	etag    string // strong ETag of the first response, pins every read
+	lastMod string
 }
 
 // schemeRe matches a URL scheme prefix ("s3://", "docker://") as RFC 3986

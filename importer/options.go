@@ -80,10 +80,10 @@ type Options struct {
 	Arch           string // platform picked from an image index; default this machine's
 	AuthFile       string // auth.json / docker config.json; "" = containers/image's default places
 	RegistriesConf string // registries.conf to use; "" = the system's
-	// RangedRead lets qemu-img read a convertible image straight from an
-	// HTTP server that serves byte ranges, with no scratch copy. Off by
-	// default for now: qemu 7.2's curl driver can hang mid-convert.
-	RangedRead bool
+	// NoRangedRead always copies a convertible image from HTTP to scratch,
+	// even when the server serves byte ranges and qemu-img could read it in
+	// place (through an NBD export of our own range reader, ranged.go).
+	NoRangedRead bool
 
 	// Progress, when set, is called about once a second and at each phase.
 	Progress func(Progress)

@@ -1,38 +1,141 @@
 package importer
 
 import (
+	"context"
 	"encoding/json"
-	"net/url"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/nbdserver"
 )
 
 // useRanged says whether qemu-img should read the image straight from the
-// HTTP server with range requests instead of from a scratch copy. That skips
-// a full write and read of the image, and qemu-img fetches only allocated
-// clusters. It needs an uncompressed convertible image on a server that
-// serves ranges, and no checksum: a digest must see every byte in order.
+// HTTP server instead of from a scratch copy. That skips a full write and
+// read of the image, and qemu-img fetches only allocated clusters. It needs
+// an uncompressed convertible image on a server that serves ranges, and no
+// checksum: a digest must see every byte in order.
 func (j *job) useRanged(st *datasource.Stream, img *format.Stream) bool {
-	return st.Ranged != nil && j.opts.RangedRead && j.verifier == nil &&
-		len(img.Compressions) == 0 && img.Format.NeedsConversion() &&
-		// A truncated VDI converts "fine" (qemu reads missing blocks as
-		// zeros); only the local check in vdicheck.go catches it.
-		img.Format != format.VDI
+	return st.Ranged != nil && !j.opts.NoRangedRead && j.verifier == nil &&
+		len(img.Compressions) == 0 && img.Format.NeedsConversion()
 }
 
-// rangedSpec is the qemu-img filename that reads r with qemu's curl driver.
-// "backing": null keeps qemu-img from opening any backing file the server
-// might name, even if it served a different header to our own check.
-func rangedSpec(r *datasource.RangedURL) string {
-	driver := "http"
-	if u, err := url.Parse(r.URL); err == nil && u.Scheme == "https" {
-		driver = "https"
+// rangedExport serves the HTTP object to qemu-img as a read-only NBD
+// export on a Unix socket in a private directory. Our own client does the
+// range reads (credentials, CA, headers, retries); qemu-img never talks
+// HTTP itself (its curl driver hangs now and then on qemu 7.2).
+type rangedExport struct {
+	dir    string
+	sock   string
+	reader *datasource.RangeReader
+	server *nbdserver.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startRangedExport opens the range reader and starts the NBD server.
+func startRangedExport(ctx context.Context, r *datasource.RangedURL, log *slog.Logger) (*rangedExport, error) {
+	parent := ""
+	if len(os.TempDir()) > 60 {
+		// A Unix socket path must fit in 108 bytes.
+		parent = "/tmp"
 	}
-	file := map[string]any{"driver": driver, "url": r.URL}
-	if r.InsecureTLS {
-		file["sslverify"] = false
+	dir, err := os.MkdirTemp(parent, "importer-nbd-*") // mode 0700
+	if err != nil {
+		return nil, fmt.Errorf("creating the NBD socket directory: %w", err)
 	}
+	e := &rangedExport{dir: dir, sock: filepath.Join(dir, "image.sock"), done: make(chan error, 1)}
+	ln, err := net.Listen("unix", e.sock)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("listening on %s: %w", e.sock, err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	e.cancel = cancel
+	if e.reader, err = r.Open(sctx); err != nil {
+		cancel()
+		ln.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	e.server = nbdserver.New(e.reader, e.reader.Size(), log)
+	go func() { e.done <- e.server.Serve(sctx, ln) }()
+	return e, nil
+}
+
+// spec is the qemu-img filename of the export. "backing": null keeps
+// qemu-img from opening any backing file the image might name, even if it
+// served a different header to our own check.
+func (e *rangedExport) spec() string {
+	file := map[string]any{"driver": "nbd", "server": map[string]any{"type": "unix", "path": e.sock}}
 	b, _ := json.Marshal(map[string]any{"backing": nil, "file": file})
 	return "json:" + string(b)
+}
+
+// cause prefers the export's own read error (what actually went wrong on
+// the HTTP side) over qemu-img's bare "Input/output error".
+func (e *rangedExport) cause(err error) error {
+	if e == nil || err == nil {
+		return err
+	}
+	if rerr := e.server.Err(); rerr != nil {
+		return fmt.Errorf("%w (reading the image over HTTP failed: %w)", err, rerr)
+	}
+	return err
+}
+
+// stop ends the server, aborts reads in flight and removes the socket
+// directory. Safe to call more than once.
+func (e *rangedExport) stop(log *slog.Logger) {
+	if e == nil || e.cancel == nil {
+		return
+	}
+	e.cancel()
+	e.reader.Close()
+	select {
+	case err := <-e.done:
+		if err != nil {
+			log.Warn("NBD export ended with an error", "err", err)
+		}
+	case <-time.After(30 * time.Second):
+		log.Warn("NBD export did not stop in time")
+	}
+	os.RemoveAll(e.dir)
+	e.cancel = nil
+}
+
+// startExport serves the remote image and points qemu-img at it, and runs
+// the structural checks qemu-img cannot be trusted with on the same bytes.
+func (j *job) startExport(ctx context.Context) error {
+	if j.export == nil {
+		e, err := startRangedExport(ctx, j.rangedSrc, j.log)
+		if err != nil {
+			return err
+		}
+		j.export = e
+		j.convertSrc = e.spec()
+	}
+	var err error
+	switch j.convertFormat {
+	case format.QCOW2:
+		err = format.CheckQCOW2(j.export.reader, j.export.reader.Size())
+	case format.VDI:
+		err = checkVDI(j.export.reader, j.export.reader.Size())
+	}
+	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
+		// A read failure, not a verdict on the image.
+		err = fmt.Errorf("checking the %s image over HTTP: %w", j.convertFormat, err)
+	}
+	return err
+}
+
+func (j *job) stopExport() {
+	j.export.stop(j.log)
 }

@@ -25,7 +25,11 @@ func checkVDIFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	size := st.Size()
+	return checkVDI(f, st.Size())
+}
+
+// checkVDI is checkVDIFile for any reader (the HTTP range reader too).
+func checkVDI(f io.ReaderAt, size int64) error {
 	head := make([]byte, 0x200)
 	if _, err := f.ReadAt(head, 0); err != nil {
 		return fmt.Errorf("vdi: reading header: %v: %w", err, errdefs.ErrInvalidImage)

@@ -60,7 +60,7 @@ func (s *Server) handshake(c net.Conn) (ok bool, err error) {
 		case optExportName:
 			// No option reply: size, flags and (unless NO_ZEROES) padding.
 			out := make([]byte, 10, 10+124)
-			be.PutUint64(out[0:], uint64(s.size))
+			be.PutUint64(out[0:], uint64(s.wire))
 			be.PutUint16(out[8:], transmissionFlags)
 			if !noZeroes {
 				out = out[:10+124]
@@ -131,7 +131,7 @@ func (s *Server) infoReply(w *bufio.Writer, opt uint32, data []byte) (valid bool
 	}
 	var exp [12]byte
 	be.PutUint16(exp[0:], infoExport)
-	be.PutUint64(exp[2:], uint64(s.size))
+	be.PutUint64(exp[2:], uint64(s.wire))
 	be.PutUint16(exp[10:], transmissionFlags)
 	if err := optReply(w, opt, repInfo, exp[:]); err != nil {
 		return false, err

@@ -27,13 +27,16 @@ const (
 // accepted: the server listens on a private socket for one client.
 type Server struct {
 	export io.ReaderAt
-	size   int64
+	size   int64 // the export's real size
+	wire   int64 // the size advertised: size rounded up to 512 (see New)
 	log    *slog.Logger
 
 	// MaxRequest and MaxInFlight may be set before Serve; zero means the
 	// defaults above.
 	MaxRequest  uint32
 	MaxInFlight int
+
+	bufs sync.Pool // *[]byte of pooledBufSize, reused between reads
 
 	mu    sync.Mutex
 	err   error // first read error of the export
@@ -46,7 +49,14 @@ func New(export io.ReaderAt, size int64, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{export: export, size: size, log: log, conns: map[net.Conn]struct{}{}}
+	// qemu's block layer rounds every size up to 512 bytes, and its NBD
+	// client (7.2) then reads the padded tail of an unaligned export with
+	// simple replies wrongly: it expects the padding on the wire, loses
+	// sync and fails with "Connection closed". So advertise the rounded
+	// size and serve zeros past the end, which is what qemu shows for a
+	// local file of that size anyway.
+	wire := (size + 511) &^ 511
+	return &Server{export: export, size: size, wire: wire, log: log, conns: map[net.Conn]struct{}{}}
 }
 
 // Serve runs New(export, size, log).Serve(ctx, ln).

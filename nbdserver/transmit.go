@@ -48,7 +48,7 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 		n := be.Uint32(h[24:])
 		switch typ {
 		case cmdRead:
-			if n > s.MaxRequest || off > uint64(s.size) || uint64(n) > uint64(s.size)-off {
+			if n > s.MaxRequest || off > uint64(s.wire) || uint64(n) > uint64(s.wire)-off {
 				if err := reply(cookie, errInval, nil); err != nil {
 					return err
 				}
@@ -61,9 +61,17 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				buf := make([]byte, n)
-				got, err := s.export.ReadAt(buf, int64(off))
-				if got == len(buf) {
+				buf, put := s.getBuf(int(n))
+				defer put()
+				// Past the real end is padding: zeros.
+				want := buf[:max(0, min(int64(n), s.size-int64(off)))]
+				clear(buf[len(want):])
+				var got int
+				var err error
+				if len(want) > 0 {
+					got, err = s.export.ReadAt(want, int64(off))
+				}
+				if got == len(want) {
 					err = nil // io.ReaderAt may say io.EOF with a full read at the end
 				} else if err == nil {
 					err = io.ErrUnexpectedEOF
@@ -98,4 +106,22 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 			}
 		}
 	}
+}
+
+// pooledBufSize is the buffer size recycled between reads: qemu-img
+// convert reads 2 MiB at a time, and fresh buffers for each read made
+// measurable garbage-collector work.
+const pooledBufSize = 2 << 20
+
+// getBuf returns an n-byte buffer and the function that gives it back.
+func (s *Server) getBuf(n int) ([]byte, func()) {
+	if n > pooledBufSize {
+		return make([]byte, n), func() {}
+	}
+	bp, _ := s.bufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, pooledBufSize)
+		bp = &b
+	}
+	return (*bp)[:n], func() { s.bufs.Put(bp) }
 }

@@ -1,0 +1,238 @@
+package datasource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// rangeIdleConns is how many keep-alive connections a range reader keeps
+// per host: qemu-img keeps several reads in flight.
+const rangeIdleConns = 16
+
+// RangeReader reads an HTTP object at random with Range requests, through
+// the source's own client settings (credentials, extra headers, CA, redirect
+// policy, retries). Every read is pinned to the object first seen: it sends
+// If-Range with the first response's validator and accepts only a 206 for
+// exactly the asked range of an object of the same size, so a replaced
+// object fails the read instead of mixing two. It is safe for concurrent
+// use.
+type RangeReader struct {
+	src       *httpSource
+	url       *url.URL
+	withCreds bool
+	size      int64
+	etag      string
+	lastMod   string
+	tr        *http.Transport
+	client    *http.Client
+	ctx       context.Context
+	cancel    context.CancelFunc
+}
+
+// Open returns a reader for the object, or an error when this RangedURL
+// came from elsewhere than an HTTP source of this package. Reads stop when
+// ctx ends or Close is called.
+func (r *RangedURL) Open(ctx context.Context) (*RangeReader, error) {
+	if r == nil || r.src == nil {
+		return nil, fmt.Errorf("ranged URL has no HTTP source to read it with: %w", errdefs.ErrInvalidOptions)
+	}
+	s := r.src
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("ranged URL: %w: %w", errdefs.ErrInvalidOptions, err)
+	}
+	// The single streaming GET runs without keep-alives; random reads want
+	// them, on a transport of their own that Close can empty.
+	tr := s.client.Transport.(*http.Transport).Clone()
+	tr.DisableKeepAlives = false
+	tr.MaxIdleConnsPerHost = rangeIdleConns
+	tr.MaxIdleConns = rangeIdleConns
+	ctx, cancel := context.WithCancel(ctx)
+	return &RangeReader{
+		src:       s,
+		url:       u,
+		withCreds: origin(u) == s.origin, // the redirect policy's rule
+		size:      r.Size,
+		etag:      r.etag,
+		lastMod:   r.lastMod,
+		tr:        tr,
+		client:    &http.Client{Transport: tr, CheckRedirect: s.checkRedirect},
+		ctx:       ctx,
+		cancel:    cancel,
+	}, nil
+}
+
+// Size is the object's length in bytes.
+func (r *RangeReader) Size() int64 { return r.size }
+
+// Close aborts reads in progress and drops the idle connections.
+func (r *RangeReader) Close() error {
+	r.cancel()
+	r.tr.CloseIdleConnections()
+	return nil
+}
+
+// ReadAt reads len(p) bytes at off (fewer, with io.EOF, at the end of the
+// object), retrying transient failures like the streaming path does.
+func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("GET %s: negative offset %d: %w", r.src.redacted, off, errdefs.ErrInvalidOptions)
+	}
+	if off >= r.size {
+		return 0, io.EOF
+	}
+	want := p[:min(int64(len(p)), r.size-off)]
+	if len(want) == 0 {
+		return 0, nil
+	}
+	var streakStart time.Time
+	delay := r.src.retry.backoff
+	for {
+		err := r.fetch(want, off)
+		if err == nil {
+			if len(want) < len(p) {
+				return len(want), io.EOF
+			}
+			return len(want), nil
+		}
+		var re *retryable
+		if !errors.As(err, &re) {
+			return 0, err
+		}
+		err = re.err
+		if streakStart.IsZero() {
+			streakStart = time.Now()
+		}
+		if werr := r.wait(err, &delay, streakStart, re.hint, off); werr != nil {
+			return 0, werr
+		}
+	}
+}
+
+// retryable marks a failure another try may fix.
+type retryable struct {
+	err  error
+	hint time.Duration // Retry-After
+}
+
+func (e *retryable) Error() string { return e.err.Error() }
+
+// wait applies the source's retry policy (its count is shared with the
+// streaming path) and sleeps a jittered backoff.
+func (r *RangeReader) wait(cause error, delay *time.Duration, streakStart time.Time, hint time.Duration, off int64) error {
+	s := r.src
+	p := s.retry
+	if p.max < 0 {
+		return cause
+	}
+	if done := int(s.retries.Load()); done >= p.max {
+		return fmt.Errorf("%w (gave up after %d retries)", cause, done)
+	}
+	d := max(*delay/2+rand.N(*delay/2+1), hint)
+	if elapsed := time.Since(streakStart); elapsed+d > p.maxElapsed {
+		return fmt.Errorf("%w (gave up after retrying for %s)", cause, elapsed.Round(time.Millisecond))
+	}
+	*delay = min(*delay*2, maxRetryBackoff)
+	n := s.retries.Add(1)
+	s.log.Warn("HTTP range read failed, retrying", "url", s.redacted, "retry", n, "maxRetries", p.max,
+		"delay", d.Round(time.Millisecond), "offset", off, "cause", cause.Error())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-r.ctx.Done():
+		return cancelError(s.redacted, r.ctx.Err())
+	}
+}
+
+// fetch sends one range GET for p at off and reads the body into p. A
+// failure worth retrying comes back as *retryable.
+func (r *RangeReader) fetch(p []byte, off int64) error {
+	s := r.src
+	name := s.redacted
+	end := off + int64(len(p)) - 1
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	defer cancel(nil)
+	stallErr := fmt.Errorf("GET %s bytes %d-%d: no data received for %s: %w", name, off, end, s.stall, errdefs.ErrSourceUnreachable)
+	// The watchdog is re-armed whenever bytes arrive.
+	timer := time.AfterFunc(s.stall, func() { cancel(stallErr) })
+	defer timer.Stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url.String(), nil)
+	if err != nil {
+		return fmt.Errorf("building request for %s: %w: %w", name, errdefs.ErrInvalidOptions, err)
+	}
+	s.decorate(req, r.withCreds)
+	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(end, 10))
+	if r.etag != "" {
+		req.Header.Set("If-Range", r.etag)
+	} else if r.lastMod != "" {
+		req.Header.Set("If-Range", r.lastMod)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		if context.Cause(ctx) == stallErr {
+			return &retryable{err: stallErr}
+		}
+		err = s.requestError(r.ctx, ctx, err)
+		if errors.Is(err, errdefs.ErrCancelled) || permanentTransportError(err) {
+			return err
+		}
+		return &retryable{err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent {
+		if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+			return fmt.Errorf("GET %s bytes %d-%d: the server answered %q instead of 206 Partial Content: the object changed while reading, or the server stopped serving ranges: %w",
+				name, off, end, resp.Status, errdefs.ErrSourceUnreachable)
+		}
+		serr := &errdefs.HTTPStatusError{URL: name, StatusCode: resp.StatusCode, Status: resp.Status}
+		if retryableStatus(resp.StatusCode) {
+			return &retryable{err: serr, hint: retryAfter(resp)}
+		}
+		return fmt.Errorf("GET %s bytes %d-%d: %w", name, off, end, serr)
+	}
+	cr := resp.Header.Get("Content-Range")
+	start, total, ok := parseContentRange(cr)
+	if !ok || start != off || total != r.size || (resp.ContentLength >= 0 && resp.ContentLength != int64(len(p))) {
+		return fmt.Errorf("GET %s bytes %d-%d: unexpected Content-Range %q for a %d-byte object (the object changed while reading?): %w",
+			name, off, end, cr, r.size, errdefs.ErrSourceUnreachable)
+	}
+	if et := strongETag(resp.Header.Get("ETag")); et != "" && r.etag != "" && et != r.etag {
+		return fmt.Errorf("GET %s: the object changed while reading (ETag %s, was %s): %w", name, et, r.etag, errdefs.ErrSourceUnreachable)
+	}
+	got := 0
+	for got < len(p) {
+		n, err := resp.Body.Read(p[got:])
+		got += n
+		if n > 0 {
+			timer.Reset(s.stall)
+		}
+		if err != nil {
+			if got == len(p) && err == io.EOF {
+				break
+			}
+			if perr := r.ctx.Err(); perr != nil {
+				return cancelError(name, perr)
+			}
+			if context.Cause(ctx) == stallErr {
+				return &retryable{err: stallErr}
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: connection broke after %d bytes: %w (%v)",
+				name, off, end, got, errdefs.ErrSourceUnreachable, err)}
+		}
+	}
+	return nil
+}

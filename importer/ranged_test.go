@@ -1,0 +1,214 @@
+package importer_test
+
+import (
+	"context"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/processor"
+)
+
+// rangeCounter wraps a handler and counts the requests with a Range header.
+type rangeCounter struct {
+	h      http.Handler
+	ranges atomic.Int64
+	all    atomic.Int64
+}
+
+func (c *rangeCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.all.Add(1)
+	if r.Header.Get("Range") != "" {
+		c.ranges.Add(1)
+	}
+	c.h.ServeHTTP(w, r)
+}
+
+// privateTmp points TMPDIR (where the NBD socket directory goes) at a test
+// directory, so the test can see that nothing is left behind.
+func privateTmp(t *testing.T) string {
+	d := t.TempDir()
+	t.Setenv("TMPDIR", d)
+	return d
+}
+
+// assertNoSocketDir checks that the NBD socket directory is gone.
+func assertNoSocketDir(t *testing.T, tmp string) {
+	t.Helper()
+	left, err := filepath.Glob(filepath.Join(tmp, "importer-nbd-*"))
+	require.NoError(t, err)
+	assert.Empty(t, left)
+}
+
+func TestRangedFormatsReadInPlace(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	tmp := privateTmp(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 11)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	cases := []struct {
+		name, qfmt, want string
+		opts             []string
+	}{
+		{"disk.qcow2", "qcow2", "qcow2", nil},
+		{"disk.vmdk", "vmdk", "vmdk", nil},
+		{"stream.vmdk", "vmdk", "vmdk", []string{"subformat=streamOptimized"}},
+		{"disk.vhdx", "vhdx", "vhdx", nil},
+		{"dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}},
+		{"disk.vdi", "vdi", "vdi", nil},
+	}
+	for _, c := range cases {
+		testimg.Convert(t, raw, filepath.Join(www, c.name), c.qfmt, c.opts...)
+	}
+	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := rc.ranges.Load()
+			o := importer.Options{
+				Source: srv.URL + "/" + c.name, Target: filepath.Join(t.TempDir(), "disk.img"),
+				ScratchDir: t.TempDir(), Logger: testLogger(t),
+			}
+			res, err := importer.Import(context.Background(), o)
+			require.NoError(t, err)
+			assert.Equal(t, c.want, res.SourceFormat)
+			assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
+			assert.NotContains(t, res.Phases, processor.TransferScratch)
+			assert.Greater(t, rc.ranges.Load()-before, int64(0), "no range request reached the server")
+			expectImage(t, raw, o.Target, false)
+			assertEmptyDir(t, o.ScratchDir)
+			assertNoSocketDir(t, tmp)
+		})
+	}
+
+	t.Run("opt-out", func(t *testing.T) {
+		o := importer.Options{
+			Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
+			ScratchDir: t.TempDir(), Logger: testLogger(t), NoRangedRead: true,
+		}
+		res, err := importer.Import(context.Background(), o)
+		require.NoError(t, err)
+		assert.True(t, res.ScratchUsed)
+		expectImage(t, raw, o.Target, false)
+	})
+}
+
+func TestRangedTruncatedImagesRefused(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	tmp := privateTmp(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 12)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	for _, f := range []string{"qcow2", "vdi"} {
+		p := testimg.Convert(t, raw, filepath.Join(www, "disk."+f), f)
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.NoError(t, os.Truncate(p, st.Size()*2/3))
+	}
+	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	for _, f := range []string{"qcow2", "vdi"} {
+		t.Run(f, func(t *testing.T) {
+			before := rc.ranges.Load()
+			o := importer.Options{
+				Source: srv.URL + "/disk." + f, Target: filepath.Join(t.TempDir(), "disk.img"),
+				ScratchDir: t.TempDir(), Logger: testLogger(t),
+			}
+			res, err := importer.Import(context.Background(), o)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, importer.ErrInvalidImage)
+			// Our structural check said so, before qemu-img ran.
+			assert.Contains(t, err.Error(), f+":")
+			assert.Contains(t, err.Error(), "past the end")
+			assert.NotContains(t, res.Phases, processor.Convert)
+			assert.False(t, res.ScratchUsed)
+			assert.Greater(t, rc.ranges.Load()-before, int64(0), "the check did not read over HTTP")
+			assertEmptyDir(t, filepath.Dir(o.Target))
+			assertNoSocketDir(t, tmp)
+		})
+	}
+}
+
+func TestRangedAuthTLSHeaders(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 13)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
+	var denied atomic.Int64
+	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		if !ok || u != "bob" || p != "hunter2" || r.Header.Get("X-Tenant") != "blue" {
+			denied.Add(1)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		rc.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	certDir := t.TempDir()
+	b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	require.NoError(t, os.WriteFile(filepath.Join(certDir, "ca.crt"), b, 0o644))
+
+	o := importer.Options{
+		Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
+		ScratchDir: t.TempDir(), Logger: testLogger(t),
+		Username: "bob", Password: "hunter2", Headers: []string{"X-Tenant: blue"}, CertDir: certDir,
+	}
+	res, err := importer.Import(context.Background(), o)
+	require.NoError(t, err)
+	assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
+	assert.Greater(t, rc.ranges.Load(), int64(0))
+	assert.Zero(t, denied.Load(), "a request went out without credentials or headers")
+	expectImage(t, raw, o.Target, false)
+}
+
+func TestRangedReadFailureNamesCause(t *testing.T) {
+	testimg.Need(t, "qemu-img", "prlimit")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 14)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	testimg.Convert(t, raw, filepath.Join(www, "disk.vmdk"), "vmdk")
+	fs := http.FileServer(http.Dir(www))
+	var ranges atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The data past 1 MiB is gone: info and check pass, convert fails.
+		var start int64
+		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-", &start); err == nil && start >= 1<<20 {
+			ranges.Add(1)
+			http.Error(w, "gone", http.StatusNotFound)
+			return
+		}
+		fs.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	o := importer.Options{
+		Source: srv.URL + "/disk.vmdk", Target: filepath.Join(t.TempDir(), "disk.img"),
+		ScratchDir: t.TempDir(), Logger: testLogger(t),
+	}
+	_, err := importer.Import(context.Background(), o)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, importer.ErrSourceRefused)
+	assert.True(t, strings.Contains(err.Error(), "404"), "error does not name the HTTP cause: %v", err)
+	assert.Contains(t, err.Error(), "converting")
+	assert.Positive(t, ranges.Load())
+	assertEmptyDir(t, filepath.Dir(o.Target))
+}
