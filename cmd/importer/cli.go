@@ -34,6 +34,7 @@ type cliFlags struct {
 	filesystemOverhead float64
 	cacheMode          string
 	stallTimeout       time.Duration
+	noRangedRead       bool
 	retries            int
 	retryMaxElapsed    time.Duration
 	terminationLog     string
@@ -109,6 +110,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
+	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
 	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
 	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
@@ -155,6 +157,7 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		FilesystemOverhead: f.filesystemOverhead,
 		CacheMode:          f.cacheMode,
 		StallTimeout:       f.stallTimeout,
+		NoRangedRead:       f.noRangedRead,
 		Retries:            cliRetries(f.retries),
 		RetryMaxElapsed:    f.retryMaxElapsed,
 		ContentType:        f.contentType,
