@@ -2,6 +2,7 @@ package importer
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -11,19 +12,32 @@ import (
 	"github.com/diskimport/engine/format"
 )
 
-// checkQCOW2File runs our structural check: qemu-img convert reads the
-// missing clusters of a truncated qcow2 as zeros and still exits 0.
-func checkQCOW2File(path string) error {
-	f, err := os.Open(path)
+// checkStructure runs our own structural checks on an image: qemu-img
+// reads the missing clusters of a truncated qcow2 or VDI as zeros and still
+// exits 0 (check included, for VDI), so a cut-off download would become a
+// "complete" disk with holes. Other formats are left to qemu-img check.
+func checkStructure(f format.Format, r io.ReaderAt, size int64) error {
+	switch f {
+	case format.QCOW2:
+		return format.CheckQCOW2(r, size)
+	case format.VDI:
+		return checkVDI(r, size) // vdicheck.go
+	}
+	return nil
+}
+
+// checkStructureFile is checkStructure for a local file.
+func checkStructureFile(f format.Format, path string) error {
+	file, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", path, err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
+	defer file.Close()
+	st, err := file.Stat()
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	return format.CheckQCOW2(f, st.Size())
+	return checkStructure(f, file, st.Size())
 }
 
 // checkExtents refuses a vmdk whose extents are other files: qemu-img would

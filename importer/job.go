@@ -270,14 +270,8 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 			return processor.Error, err
 		}
 	}
-	if f == format.QCOW2 && !j.remote {
-		// For a remote image qemu-img check below covers the same ground.
-		if err := checkQCOW2File(src); err != nil {
-			return processor.Error, err
-		}
-	}
-	if f == format.VDI && !j.remote {
-		if err := checkVDIFile(src); err != nil { // vdicheck.go
+	if !j.remote { // a remote image was checked as its export started
+		if err := checkStructureFile(f, src); err != nil {
 			return processor.Error, err
 		}
 	}

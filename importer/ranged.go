@@ -122,13 +122,7 @@ func (j *job) startExport(ctx context.Context) error {
 		j.export = e
 		j.convertSrc = e.spec()
 	}
-	var err error
-	switch j.convertFormat {
-	case format.QCOW2:
-		err = format.CheckQCOW2(j.export.reader, j.export.reader.Size())
-	case format.VDI:
-		err = checkVDI(j.export.reader, j.export.reader.Size())
-	}
+	err := checkStructure(j.convertFormat, j.export.reader, j.export.reader.Size())
 	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
 		// A read failure, not a verdict on the image.
 		err = fmt.Errorf("checking the %s image over HTTP: %w", j.convertFormat, err)

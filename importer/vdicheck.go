@@ -5,30 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/diskimport/engine/errdefs"
 )
 
-// checkVDIFile refuses a VDI whose allocated blocks lie past the end of
-// the file. qemu-img reads a truncated VDI's missing blocks as zeros, and
-// both `qemu-img check` and `convert` exit 0, so without this a cut-off
-// download would be written as a "complete" disk with holes.
-// The block map is streamed, so memory stays small whatever it claims.
-func checkVDIFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("stat %s: %w", path, err)
-	}
-	return checkVDI(f, st.Size())
-}
-
-// checkVDI is checkVDIFile for any reader (the HTTP range reader too).
+// checkVDI refuses a VDI whose allocated blocks lie past the end of the
+// image: qemu-img reads a truncated VDI's missing blocks as zeros, and both
+// `qemu-img check` and `convert` exit 0. The block map is streamed, so
+// memory stays small whatever it claims.
 func checkVDI(f io.ReaderAt, size int64) error {
 	head := make([]byte, 0x200)
 	if _, err := f.ReadAt(head, 0); err != nil {
