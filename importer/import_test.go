@@ -119,8 +119,9 @@ func TestImportMatrix(t *testing.T) {
 					assert.Equal(t, c.convert, contains(res.Phases, processor.Convert), "phases %v", res.Phases)
 					// qemu-img reads a local file in place, and an HTTP
 					// object that serves ranges through our NBD export
-					// (ranged.go); stdin goes through scratch.
-					wantScratch := c.convert && srcName == "stdin"
+					// (ranged.go) unless it is a streamOptimized vmdk;
+					// stdin goes through scratch.
+					wantScratch := c.convert && (srcName == "stdin" || srcName == "http" && c.name == "stream.vmdk")
 					assert.Equal(t, wantScratch, res.ScratchUsed, "phases %v", res.Phases)
 					want := raw
 					if c.self {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/diskimport/engine/datasource"
@@ -24,7 +25,16 @@ import (
 // checksum: a digest must see every byte in order.
 func (j *job) useRanged(st *datasource.Stream, img *format.Stream) bool {
 	return st.Ranged != nil && !j.opts.NoRangedRead && j.verifier == nil &&
-		len(img.Compressions) == 0 && img.Format.NeedsConversion()
+		len(img.Compressions) == 0 && img.Format.NeedsConversion() &&
+		!streamOptimized(img)
+}
+
+// streamOptimized: a vmdk of deflated grains, which qemu-img reads one
+// small grain at a time; measured on the 2 GiB bench image, one range
+// request per grain made the ranged path 0.6x of download-then-convert,
+// while the scratch path reaches 0.9x.
+func streamOptimized(img *format.Stream) bool {
+	return img.Format == format.VMDK && strings.EqualFold(img.Header.VMDKCreateType, "streamOptimized")
 }
 
 // rangedExport serves the HTTP object to qemu-img as a read-only NBD
