@@ -20,7 +20,7 @@ import (
 // other formats through qemu-img); this file adds what a volume copy needs
 // on top: an exact-size rule for storage migrations, a whole-device zeroing
 // so zero blocks can be skipped, a refusal to copy a device onto itself, and
-// a read-back verification of both sides (verify.go).
+// a read-back verification of both sides (clone_verify.go).
 
 // ErrVerifyMismatch is returned (wrapped in a *VerifyError) when the target
 // read back after the copy differs from the source.
