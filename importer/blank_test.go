@@ -30,7 +30,7 @@ func TestBlankRawFileWithOverhead(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 60<<20, st.Size()) // 64 MiB / 1.06 rounded down to a MiB
 	assert.EqualValues(t, 60<<20, res.VirtualSize)
-	assert.Less(t, allocated(t, path), int64(1<<20), "blank file must be sparse")
+	assert.Less(t, testimg.Allocated(t, path), int64(1<<20), "blank file must be sparse")
 	testimg.AssertZeros(t, path, 0, 60<<20)
 	entries, err := os.ReadDir(out)
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestBlankRawFilePreallocated(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.True(t, res.PreallocationApplied)
-	assert.GreaterOrEqual(t, allocated(t, path), int64(16<<20))
+	assert.GreaterOrEqual(t, testimg.Allocated(t, path), int64(16<<20))
 	testimg.AssertZeros(t, path, 0, 16<<20)
 }
 
@@ -69,7 +69,7 @@ func TestBlankQCOW2File(t *testing.T) {
 	back := filepath.Join(t.TempDir(), "back.raw")
 	testimg.Run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", path, back)
 	testimg.AssertZeros(t, back, 0, 60<<20)
-	assert.Less(t, allocated(t, path), int64(1<<20))
+	assert.Less(t, testimg.Allocated(t, path), int64(1<<20))
 }
 
 func TestBlankFileOptionErrors(t *testing.T) {
@@ -87,7 +87,7 @@ func TestBlankBlockPreallocationZeroes(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "data.raw", 8<<20, 41)
 	dev := testimg.LoopDevice(t, dir, 8<<20)
-	fillDevice(t, dev, raw) // the device holds data
+	testimg.WriteDevice(t, dev, raw) // the device holds data
 	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
 		Target: dev, Size: 8 << 20, Preallocation: true, Logger: testLogger(t),
 	})

@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,26 +33,6 @@ func readPrefix(t *testing.T, path string, n int64) []byte {
 func sameBytes(t *testing.T, a, b string, n int64) {
 	t.Helper()
 	require.True(t, bytes.Equal(readPrefix(t, a, n), readPrefix(t, b, n)), "%s and %s differ in their first %d bytes", a, b, n)
-}
-
-// fillDevice writes the file's content to the start of dev and syncs it.
-func fillDevice(t *testing.T, dev, file string) {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	require.NoError(t, err)
-	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = f.WriteAt(data, 0)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
-}
-
-func allocated(t *testing.T, path string) int64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	require.NoError(t, err)
-	return st.Sys().(*syscall.Stat_t).Blocks * 512
 }
 
 func TestCloneFileToFileVerifiedAndSparse(t *testing.T) {
@@ -90,7 +69,7 @@ func TestCloneFileToFileVerifiedAndSparse(t *testing.T) {
 	assert.Equal(t, want, m.TargetDigest)
 
 	// Raw's zero 64 KiB blocks and the 10 MiB tail are holes.
-	assert.Less(t, allocated(t, dest), int64(6<<20), "clone should be sparse")
+	assert.Less(t, testimg.Allocated(t, dest), int64(6<<20), "clone should be sparse")
 }
 
 func TestCloneFileToBlock(t *testing.T) {
@@ -113,7 +92,7 @@ func TestCloneBlockToFile(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "src.raw", 8<<20, 33)
 	dev := testimg.LoopDevice(t, dir, 8<<20)
-	fillDevice(t, dev, raw)
+	testimg.WriteDevice(t, dev, raw)
 
 	// The source device is held exclusively by someone else (as a mounted
 	// filesystem would): a clone only reads it, so it still works.
@@ -140,7 +119,7 @@ func TestCloneBlockToBlockExactZeroTarget(t *testing.T) {
 	raw := testimg.Raw(t, dir, "src.raw", 8<<20, 34)
 	src := testimg.LoopDevice(t, dir, 8<<20)
 	dst := testimg.LoopDevice(t, dir, 8<<20)
-	fillDevice(t, src, raw)
+	testimg.WriteDevice(t, src, raw)
 
 	// ZeroTarget: the destination (0xA5 everywhere) is zeroed first, then
 	// the source's zero blocks are skipped; they must still read as zeros.
@@ -269,23 +248,7 @@ func TestCloneVerifyMismatchFails(t *testing.T) {
 	dev := testimg.LoopDevice(t, dir, 4<<20)
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: raw, Target: dev, Verify: true, Logger: testLogger(t),
-		WrapPhase: func(p processor.Phase, exec processor.Executor) processor.Executor {
-			if p != processor.TransferDataFile {
-				return exec
-			}
-			return func(ctx context.Context) (processor.Phase, error) {
-				next, err := exec(ctx)
-				if err == nil {
-					// Flip bytes behind the importer's back.
-					f, oerr := os.OpenFile(dev, os.O_WRONLY|os.O_SYNC, 0)
-					require.NoError(t, oerr)
-					_, werr := f.WriteAt(bytes.Repeat([]byte("X"), 4096), 2<<20)
-					require.NoError(t, werr)
-					require.NoError(t, f.Close())
-				}
-				return next, err
-			}
-		},
+		WrapPhase: corruptAfter(t, processor.TransferDataFile, dev, 2<<20, 'X'),
 	})
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.False(t, res.Complete)
@@ -316,25 +279,31 @@ func TestCloneVerifyCompareMismatchFails(t *testing.T) {
 	dev := testimg.LoopDevice(t, dir, 4<<20)
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: q, Target: dev, Verify: true, Logger: testLogger(t),
-		WrapPhase: func(p processor.Phase, exec processor.Executor) processor.Executor {
-			if p != processor.Convert {
-				return exec
-			}
-			return func(ctx context.Context) (processor.Phase, error) {
-				next, err := exec(ctx)
-				if err == nil {
-					f, oerr := os.OpenFile(dev, os.O_WRONLY|os.O_SYNC, 0)
-					require.NoError(t, oerr)
-					_, werr := f.WriteAt(bytes.Repeat([]byte("Y"), 4096), 1<<20)
-					require.NoError(t, werr)
-					require.NoError(t, f.Close())
-				}
-				return next, err
-			}
-		},
+		WrapPhase: corruptAfter(t, processor.Convert, dev, 1<<20, 'Y'),
 	})
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.Contains(t, err.Error(), "qemu-img compare")
 	assert.False(t, res.Complete)
 	assert.False(t, res.Verified)
+}
+
+// corruptAfter wraps phase so that, once it succeeded, 4 KiB at off of dev
+// are overwritten with fill behind the importer's back.
+func corruptAfter(t *testing.T, phase processor.Phase, dev string, off int64, fill byte) func(processor.Phase, processor.Executor) processor.Executor {
+	return func(p processor.Phase, exec processor.Executor) processor.Executor {
+		if p != phase {
+			return exec
+		}
+		return func(ctx context.Context) (processor.Phase, error) {
+			next, err := exec(ctx)
+			if err == nil {
+				f, oerr := os.OpenFile(dev, os.O_WRONLY|os.O_SYNC, 0)
+				require.NoError(t, oerr)
+				_, werr := f.WriteAt(bytes.Repeat([]byte{fill}, 4096), off)
+				require.NoError(t, werr)
+				require.NoError(t, f.Close())
+			}
+			return next, err
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,8 +38,7 @@ func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, 4<<20))
 		testimg.AssertZeros(t, target, 4<<20, 56<<20)
 		// Sparse: the grown part and the image's holes take no space.
-		blocks := st.Sys().(*syscall.Stat_t).Blocks * 512
-		assert.Less(t, blocks, int64(8<<20), "allocated %d bytes", blocks)
+		assert.Less(t, testimg.Allocated(t, target), int64(8<<20))
 	}
 }
 
@@ -56,9 +54,7 @@ func TestPreallocationAllocatesFile(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.True(t, res.PreallocationApplied)
-		st, err := os.Stat(target)
-		require.NoError(t, err)
-		assert.GreaterOrEqual(t, st.Sys().(*syscall.Stat_t).Blocks*512, int64(16<<20))
+		assert.GreaterOrEqual(t, testimg.Allocated(t, target), int64(16<<20))
 		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, 4<<20))
 	}
 }
@@ -126,10 +122,7 @@ func TestBlockZeroRunsAreDeallocated(t *testing.T) {
 	assert.Greater(t, res.DataBytes, int64(4<<20))
 	out, err := exec.Command("losetup", "--noheadings", "-O", "BACK-FILE", loop).Output()
 	require.NoError(t, err)
-	st, err := os.Stat(strings.TrimSpace(string(out)))
-	require.NoError(t, err)
-	allocated := st.Sys().(*syscall.Stat_t).Blocks * 512
-	assert.Less(t, allocated, int64(7<<20), "the zero runs stayed allocated: %d bytes", allocated)
+	assert.Less(t, testimg.Allocated(t, strings.TrimSpace(string(out))), int64(7<<20), "the zero runs stayed allocated")
 }
 
 // When an import fails after qemu-img wrote to a device, the device's first

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,25 +13,6 @@ import (
 
 	"github.com/diskimport/engine/internal/testimg"
 )
-
-func allocatedBytes(t *testing.T, path string) int64 {
-	t.Helper()
-	st, err := os.Stat(path)
-	require.NoError(t, err)
-	return st.Sys().(*syscall.Stat_t).Blocks * 512
-}
-
-func writeDevice(t *testing.T, dev, file string) {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	require.NoError(t, err)
-	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = f.WriteAt(data, 0)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
-}
 
 func TestCLIBlankRawAndQCOW2(t *testing.T) {
 	dir := t.TempDir()
@@ -45,7 +25,7 @@ func TestCLIBlankRawAndQCOW2(t *testing.T) {
 	st, err := os.Stat(raw)
 	require.NoError(t, err)
 	assert.EqualValues(t, 60<<20, st.Size())
-	assert.Less(t, allocatedBytes(t, raw), int64(1<<20), "sparse")
+	assert.Less(t, testimg.Allocated(t, raw), int64(1<<20), "sparse")
 	testimg.AssertZeros(t, raw, 0, 60<<20)
 
 	testimg.Need(t, "qemu-img", "prlimit")
@@ -97,7 +77,7 @@ func TestEnvBlankFileAndBlock(t *testing.T) {
 	dir := t.TempDir()
 	data := testimg.Raw(t, dir, "data.raw", 4<<20, 51)
 	loop := testimg.LoopDevice(t, dir, 4<<20)
-	writeDevice(t, loop, data)
+	testimg.WriteDevice(t, loop, data)
 	root = cdiRoot(t)
 	require.NoError(t, os.Symlink(loop, filepath.Join(root, "dev/cdi-block-volume")))
 	code, _, _ = runCLI(t, nil, env(map[string]string{
@@ -119,7 +99,7 @@ func TestCLICloneExactVerify(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 52)
 	src := testimg.LoopDevice(t, dir, 4<<20)
-	writeDevice(t, src, raw)
+	testimg.WriteDevice(t, src, raw)
 	dst := testimg.LoopDevice(t, dir, 4<<20)
 	code, stdout, _ := runCLI(t, nil, env(nil), "--exact-size", "--verify", "--zero-target", "--json", src, dst)
 	require.Equal(t, exitOK, code)

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -197,4 +198,35 @@ func AssertZeros(t testing.TB, path string, off, n int64) {
 		off += int64(k)
 		n -= int64(k)
 	}
+}
+
+// WriteDevice writes the content of file to the start of dev and syncs it
+// (a device that holds data, to show what an import overwrites or leaves).
+func WriteDevice(t testing.TB, dev, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Allocated returns the bytes a file occupies on disk (holes excluded).
+func Allocated(t testing.TB, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Sys().(*syscall.Stat_t).Blocks * 512
 }
