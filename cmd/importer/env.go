@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -65,6 +66,11 @@ func envOptions(getenv func(string) string, paths cdiPaths) (importer.Options, e
 	if o.Source == "" {
 		return o, fmt.Errorf("IMPORTER_ENDPOINT is empty: %w", errdefs.ErrInvalidOptions)
 	}
+	if getenv("IMPORTER_SOURCE") == "http" {
+		if err := checkHTTPEndpoint(o.Source); err != nil {
+			return o, err
+		}
+	}
 	size, err := parseQuantity(getenv("IMPORTER_IMAGE_SIZE"))
 	if err != nil {
 		return o, fmt.Errorf("IMPORTER_IMAGE_SIZE: %v: %w", err, errdefs.ErrInvalidOptions)
@@ -109,6 +115,29 @@ func envOptions(getenv func(string) string, paths cdiPaths) (importer.Options, e
 	}
 	o.ScratchDir = paths.Scratch
 	return o, nil
+}
+
+// checkHTTPEndpoint accepts only an http or https URL with a host, as CDI's
+// http source does. The engine itself also reads local files and file://
+// URLs, and in a pod that would copy the pod's own files (service-account
+// tokens under /var/run/secrets, say) into the volume. The error names the
+// scheme, never the whole endpoint, which may carry credentials.
+func checkHTTPEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return fmt.Errorf("IMPORTER_SOURCE=http: IMPORTER_ENDPOINT is not a valid URL: %w", errdefs.ErrInvalidOptions)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+	case "":
+		return fmt.Errorf("IMPORTER_SOURCE=http: IMPORTER_ENDPOINT is a path, not an http or https URL: %w", errdefs.ErrInvalidOptions)
+	default:
+		return fmt.Errorf("IMPORTER_SOURCE=http: IMPORTER_ENDPOINT has scheme %q, want http or https: %w", u.Scheme, errdefs.ErrInvalidOptions)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("IMPORTER_SOURCE=http: IMPORTER_ENDPOINT has no host: %w", errdefs.ErrInvalidOptions)
+	}
+	return nil
 }
 
 func envBool(getenv func(string) string, name string) (bool, error) {
