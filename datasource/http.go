@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -160,33 +161,32 @@ func origin(u *url.URL) string {
 	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
-// isCredentialHeader names the headers that must not follow a redirect to
-// another origin.
-func isCredentialHeader(name string) bool {
-	switch http.CanonicalHeaderKey(name) {
-	case "Authorization", "Cookie", "Cookie2":
-		return true
-	}
-	return false
-}
+// credentialHeaders are dropped from any request to another origin, even
+// when Go's client copied them there from the first request.
+var credentialHeaders = [...]string{"Authorization", "Cookie", "Cookie2"}
 
-// decorate sets the user agent, extra headers and, when allowed, the
-// credentials on a request (the first one or a redirect).
-func (s *httpSource) decorate(req *http.Request, withCreds bool) {
-	req.Header.Set("User-Agent", s.ua)
-	for k, v := range s.headers {
-		if !withCreds && isCredentialHeader(k) {
-			continue
-		}
-		req.Header[k] = slices.Clone(v)
-	}
-	if !withCreds {
-		// Go copies Authorization to a redirect on the same host name even
-		// when the port differs; our rule is stricter.
-		for _, k := range []string{"Authorization", "Cookie", "Cookie2"} {
+// decorate sets the user agent, and on a request to the source's own origin
+// the extra headers and the credentials (the first request, a redirect, or
+// a range read). Extra headers are scoped like credentials: they are how
+// tokens are passed (X-Auth-Token, pre-signed cookies…), so on a request to
+// another origin they are removed, as Go removes Authorization.
+func (s *httpSource) decorate(req *http.Request, sameOrigin bool) {
+	if !sameOrigin {
+		// Go's client copies the first request's headers onto a redirect
+		// and only strips Authorization and cookies, and only for another
+		// host name (a different port is the same host to it).
+		for k := range s.headers {
 			req.Header.Del(k)
 		}
+		for _, k := range credentialHeaders {
+			req.Header.Del(k)
+		}
+		req.Header.Set("User-Agent", s.ua)
 		return
+	}
+	req.Header.Set("User-Agent", s.ua)
+	for k, v := range s.headers {
+		req.Header[k] = slices.Clone(v)
 	}
 	if s.hasAuth {
 		req.SetBasicAuth(s.user, s.pass)
@@ -198,8 +198,9 @@ func (s *httpSource) checkRedirect(req *http.Request, via []*http.Request) error
 		return fmt.Errorf("stopped after %d redirects: %w", maxRedirects, errdefs.ErrSourceRefused)
 	}
 	same := origin(req.URL) == s.origin
-	if !same && (s.hasAuth || s.headers.Get("Authorization") != "") {
-		s.log.Info("redirected to another host, not sending credentials", "from", s.redacted, "to", redactURL(req.URL))
+	if !same && (s.hasAuth || len(s.headers) > 0) {
+		s.log.Info("redirected to another origin, not sending credentials or extra headers",
+			"from", s.redacted, "to", redactURL(req.URL), "dropped_headers", slices.Sorted(maps.Keys(s.headers)))
 	}
 	s.decorate(req, same)
 	return nil
