@@ -112,7 +112,18 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Stream, error) {
 			s.Close()
 			return nil, err
 		}
-		c, f := Sniff(head)
+		c, f, err := Detect(head)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		if c == None && len(head) == 0 {
+			// Zero bytes, as sent or once decompressed: calling that a
+			// disk would leave whatever the target held under a
+			// "complete" label.
+			s.Close()
+			return nil, errEmptySource(s.Compressions)
+		}
 		if c == None {
 			h, err := ParseHeaderMax(f, head, o.MaxVirtualSize)
 			if err != nil {
@@ -164,4 +175,12 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 		return 0, fmt.Errorf("format: %w: %w", errdefs.ErrCancelled, err)
 	}
 	return c.r.Read(p)
+}
+
+// errEmptySource names the source as empty, and which layers it passed.
+func errEmptySource(layers []Compression) error {
+	if len(layers) == 0 {
+		return fmt.Errorf("format: the source is empty: %w", errdefs.ErrInvalidImage)
+	}
+	return fmt.Errorf("format: the source is empty (0 bytes once %v compression is removed): %w", layers, errdefs.ErrInvalidImage)
 }
