@@ -177,6 +177,9 @@ func (j *job) copyRaw(ctx context.Context, t *target.Target) (int64, error) {
 		return 0, err
 	}
 	if tail != nil {
+		if err := format.CheckTrailer(tail.Tail()); err != nil {
+			return 0, err // a DMG: known by its trailer; the head was never written
+		}
 		if format.IsFixedVHDFooter(tail.Tail(), w.Written()) {
 			j.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
 			j.result.SourceFormat = string(format.VHD)
