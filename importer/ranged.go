@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -22,11 +23,37 @@ import (
 // HTTP server instead of from a scratch copy. That skips a full write and
 // read of the image, and qemu-img fetches only allocated clusters. It needs
 // an uncompressed convertible image on a server that serves ranges, and no
-// checksum: a digest must see every byte in order.
-func (j *job) useRanged(st *datasource.Stream, img *format.Stream) bool {
-	return st.Ranged != nil && !j.opts.NoRangedRead && j.verifier == nil &&
-		len(img.Compressions) == 0 && img.Format.NeedsConversion() &&
-		!streamOptimized(img)
+// checksum: a digest must see every byte in order. A server may advertise
+// "Accept-Ranges: bytes" and still answer a range with the whole object
+// (200), so one range read is tried first; when it fails the import takes
+// the streamed path (a scratch copy) instead, which needs no ranges.
+func (j *job) useRanged(ctx context.Context, st *datasource.Stream, img *format.Stream) bool {
+	if st.Ranged == nil || j.opts.NoRangedRead || j.verifier != nil ||
+		len(img.Compressions) != 0 || !img.Format.NeedsConversion() || streamOptimized(img) {
+		return false
+	}
+	if err := probeRanges(ctx, st.Ranged); err != nil {
+		j.log.Warn("The server advertises byte ranges but a range read failed; downloading the image to scratch instead",
+			"url", j.source.String(), "cause", err.Error())
+		return false
+	}
+	return true
+}
+
+// probeRanges reads the object's last byte with a range request: that
+// proves the server answers 206 with the range asked for, and that the
+// object still has the size the first response gave.
+func probeRanges(ctx context.Context, r *datasource.RangedURL) error {
+	rr, err := r.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rr.Close()
+	var last [1]byte
+	if _, err := rr.ReadAt(last[:], rr.Size()-1); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // streamOptimized: a vmdk of deflated grains, which qemu-img reads one
