@@ -105,7 +105,7 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 	if !img.Format.NeedsConversion() && j.outFormat == "raw" {
 		return processor.TransferDataFile, nil
 	}
-	if j.useRanged(st, img) {
+	if j.useRanged(ctx, st, img) {
 		j.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", j.source.String())
 		j.rangedSrc = st.Ranged
 		j.convertFormat = img.Format
