@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"slices"
 
 	"github.com/diskimport/engine/errdefs"
@@ -22,6 +23,8 @@ const (
 	qcow2RefTReserved    = uint64(0x1ff)              // bits 0..8
 
 	qcow2ChunkBytes = 64 << 10 // L1 and refcount tables are read in chunks
+
+	qcow2Subclusters = 32 // per cluster, with extended L2 entries
 )
 
 // CheckQCOW2 checks the structure of a complete qcow2 file of size bytes:
@@ -196,13 +199,40 @@ func (c *qcow2Checker) checkL2Entry(cluster, e uint64, raw []byte) error {
 		return invalidf(QCOW2, "L2 entry for cluster %d has the zero flag in a version 2 image", cluster)
 	}
 	off := e & qcow2OffsetMask
-	if off == 0 {
-		return nil
-	}
 	if off%c.clusterSize != 0 {
 		return invalidf(QCOW2, "L2 entry for cluster %d: data offset %#x not cluster aligned", cluster, off)
 	}
+	if h.ExtendedL2 {
+		return c.checkSubclusters(cluster, off, binary.BigEndian.Uint64(raw[8:]))
+	}
+	if off == 0 {
+		return nil
+	}
 	return c.inside(fmt.Sprintf("data cluster %d", cluster), off, c.clusterSize)
+}
+
+// checkSubclusters checks the data of a cluster with extended L2 entries.
+// Its 64-bit bitmap holds one "allocated" bit (low half) and one "reads as
+// zero" bit (high half) for each of the 32 subclusters; qemu writes only
+// the allocated ones, so a cluster may legitimately end early in the file,
+// but not before the end of its last allocated subcluster.
+func (c *qcow2Checker) checkSubclusters(cluster, off, bitmap uint64) error {
+	allocated := uint32(bitmap)
+	zero := uint32(bitmap >> 32)
+	if both := allocated & zero; both != 0 {
+		return invalidf(QCOW2, "L2 entry for cluster %d: subclusters %#x are marked both allocated and zero", cluster, both)
+	}
+	if off == 0 {
+		if allocated != 0 {
+			return invalidf(QCOW2, "L2 entry for cluster %d: subclusters %#x allocated in an unallocated cluster", cluster, allocated)
+		}
+		return nil
+	}
+	if allocated == 0 {
+		return nil // nothing of this cluster is read from the file
+	}
+	last := uint64(31 - bits.LeadingZeros32(allocated))
+	return c.inside(fmt.Sprintf("data cluster %d (up to its allocated subcluster %d)", cluster, last), off, (last+1)*(c.clusterSize/qcow2Subclusters))
 }
 
 // readFullAt reads len(p) bytes at off; a short read is a truncated image.
