@@ -21,7 +21,9 @@ func checkStructure(f format.Format, r io.ReaderAt, size int64) error {
 	case format.QCOW2:
 		return format.CheckQCOW2(r, size)
 	case format.VDI:
-		return checkVDI(r, size) // vdicheck.go
+		return format.CheckVDI(r, size)
+	case format.VHD:
+		return format.CheckVHD(r, size)
 	}
 	return nil
 }

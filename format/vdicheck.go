@@ -1,0 +1,72 @@
+package format
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// vdiUnallocated and above mark block map entries with no data in the file
+// (unallocated, or a block that reads as zeros).
+const vdiUnallocated = 0xfffffffe
+
+// CheckVDI refuses a VDI of size bytes whose block map or allocated blocks
+// lie past the end of the file: qemu-img reads a truncated VDI's missing
+// blocks as zeros, and both `qemu-img check` and `convert` exit 0. The
+// block map is streamed, so memory stays small whatever it claims.
+func CheckVDI(r io.ReaderAt, size int64) error {
+	head := make([]byte, vdiHeaderEnd)
+	if err := readHeadAt(VDI, r, head, size); err != nil {
+		return err
+	}
+	if _, err := parseVDIHeader(head); err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	offBlocks := int64(le.Uint32(head[0x154:]))
+	offData := int64(le.Uint32(head[0x158:]))
+	blockSize := int64(le.Uint32(head[0x178:]))
+	blocks := int64(le.Uint32(head[0x180:]))
+	if offBlocks+4*blocks > size {
+		return invalidf(VDI, "block map of %d entries at offset %d lies past the end of the %d-byte file (truncated image?)", blocks, offBlocks, size)
+	}
+	br := bufio.NewReaderSize(io.NewSectionReader(r, offBlocks, 4*blocks), 64<<10)
+	var e [4]byte
+	for i := int64(0); i < blocks; i++ {
+		if _, err := io.ReadFull(br, e[:]); err != nil {
+			return fmt.Errorf("vdi: reading block map entry %d: %w", i, readFailure(err))
+		}
+		v := le.Uint32(e[:])
+		if v >= vdiUnallocated {
+			continue
+		}
+		if end := offData + (int64(v)+1)*blockSize; end > size {
+			return invalidf(VDI, "block %d is stored at bytes %d..%d, past the end of the %d-byte file (truncated image?)", i, end-blockSize, end, size)
+		}
+	}
+	return nil
+}
+
+// readHeadAt reads the first len(p) bytes of an image of size bytes; a
+// file shorter than that is a truncated image.
+func readHeadAt(f Format, r io.ReaderAt, p []byte, size int64) error {
+	if size < int64(len(p)) {
+		return invalidf(f, "file of %d bytes is shorter than its %d-byte header (truncated image?)", size, len(p))
+	}
+	if _, err := r.ReadAt(p, 0); err != nil && err != io.EOF {
+		return fmt.Errorf("%s: reading the header: %w", f, readFailure(err))
+	}
+	return nil
+}
+
+// readFailure keeps a read error's cause (a broken connection under a
+// ranged read stays that) and calls a short read a truncated image.
+func readFailure(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return fmt.Errorf("short read: %w", errdefs.ErrInvalidImage)
+	}
+	return err
+}

@@ -1,0 +1,85 @@
+package format
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// TestStructureChecksAcceptRealImages: dynamic VHDs and VDIs made by
+// Virtual PC, Hyper-V, Disk2VHD, VirtualBox and qemu pass our checks.
+func TestStructureChecksAcceptRealImages(t *testing.T) {
+	for rel, check := range map[string]func(r *bytes.Reader, n int64) error{
+		"qemu/hyperv2012r2-dynamic.vhd": func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
+		"qemu/virtualpc-dynamic.vhd":    func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
+		"qemu/d2v-zerofilled.vhd":       func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
+		"dissect/dynamic.vhd":           func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
+		"slx/image-default.vdi":         func(r *bytes.Reader, n int64) error { return CheckVDI(r, n) },
+	} {
+		t.Run(rel, func(t *testing.T) {
+			b, err := os.ReadFile(sharedImage(t, rel))
+			require.NoError(t, err)
+			require.NoError(t, check(bytes.NewReader(b), int64(len(b))))
+		})
+	}
+}
+
+// TestTruncatedVHDAndVDIRefused cuts qemu-made images inside their last
+// data block, where qemu-img itself converts them "successfully" with
+// zeros (VHD: the last 511 bytes, which qemu rounds up to a sector; VDI:
+// anywhere), and checks ours refuses each cut.
+func TestTruncatedVHDAndVDIRefused(t *testing.T) {
+	needTool(t, "qemu-img")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.raw")
+	writeRaw(t, raw, variedContent(6<<20, 9))
+	for _, tc := range []struct {
+		qfmt  string
+		check func(r *bytes.Reader, n int64) error
+		cuts  func(n int) []int
+	}{
+		{"vpc", func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
+			func(n int) []int { return []int{n - 512 - 1, n - 512 - 88, n - 512 - 511, n - 4096, n / 2} }},
+		{"vdi", func(r *bytes.Reader, n int64) error { return CheckVDI(r, n) },
+			func(n int) []int { return []int{n - 1, n - 4096, n / 2, 0x300} }},
+	} {
+		t.Run(tc.qfmt, func(t *testing.T) {
+			p := filepath.Join(dir, "disk."+tc.qfmt)
+			run(t, "qemu-img", "convert", "-f", "raw", "-O", tc.qfmt, raw, p)
+			full := filepath.Join(dir, tc.qfmt+".raw")
+			run(t, "qemu-img", "convert", "-f", tc.qfmt, "-O", "raw", p, full)
+			b, err := os.ReadFile(p)
+			require.NoError(t, err)
+			require.NoError(t, tc.check(bytes.NewReader(b), int64(len(b))))
+			for i, cut := range tc.cuts(len(b)) {
+				err := tc.check(bytes.NewReader(b[:cut]), int64(cut))
+				require.ErrorIs(t, err, errdefs.ErrInvalidImage, "cut at %d of %d", cut, len(b))
+				assert.Contains(t, err.Error(), "past the end", "cut at %d", cut)
+				if i == 0 {
+					// The hole this closes: qemu-img converts the cut file
+					// without an error, and the disk differs.
+					c := filepath.Join(dir, "cut."+tc.qfmt)
+					require.NoError(t, os.WriteFile(c, b[:cut], 0o644))
+					out := filepath.Join(dir, "cut.raw")
+					if err := exec.Command("qemu-img", "convert", "-f", tc.qfmt, "-O", "raw", c, out).Run(); err == nil {
+						assert.NotEqual(t, fileSHA(t, full), fileSHA(t, out), "qemu-img lost data silently")
+					}
+				}
+			}
+		})
+	}
+}
+
+func fileSHA(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return sha(b)
+}
