@@ -8,10 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +15,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/qemu"
 )
 
 const (
@@ -146,13 +143,13 @@ func (j *job) verifyCompare(ctx context.Context, n int64) error {
 	if src == "" {
 		return fmt.Errorf("verify: no local copy of the source to compare with: %w", errdefs.ErrInvalidOptions)
 	}
-	srcOpts := imageOpts(srcFmt.QemuName(), src, 0)
-	tgtOpts := imageOpts(j.outFormat, j.tgt.WritePath(), 0)
+	srcImg := qemu.CompareImage{Path: src, Format: srcFmt.QemuName()}
+	tgtImg := qemu.CompareImage{Path: j.tgt.WritePath(), Format: j.outFormat}
 	if j.outFormat == "raw" {
-		tgtOpts = imageOpts("raw", j.tgt.WritePath(), n)
+		tgtImg.Size = n
 	}
 	j.result.VerifyMethod = verifyByCompare
-	out, err := j.runCompare(ctx, srcOpts, tgtOpts)
+	out, err := j.runCompare(ctx, srcImg, tgtImg)
 	if err != nil {
 		return err
 	}
@@ -167,66 +164,18 @@ func (j *job) verifyCompare(ctx context.Context, n int64) error {
 	return nil
 }
 
-// imageOpts builds a qemu --image-opts string: the format driver, on the
-// host_device or file protocol, limited to size bytes when size > 0.
-// Commas in a path are doubled, as qemu's option syntax wants.
-func imageOpts(driver, path string, size int64) string {
-	proto := "file"
-	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeDevice != 0 {
-		proto = "host_device"
-	}
-	s := "driver=" + driver
-	if size > 0 {
-		s += ",size=" + strconv.FormatInt(size, 10)
-	}
-	return s + ",file.driver=" + proto + ",file.filename=" + strings.ReplaceAll(path, ",", ",,")
-}
-
-// Compare limits: like convert, compare reads the whole image through the
-// format driver.
-const (
-	compareAddressSpace = 2 << 30
-	compareCPUSeconds   = 6 * 60 * 60
-)
-
-// runCompare runs qemu-img compare under prlimit (never without limits).
-// Exit 0: identical; 1: different; anything else: qemu-img failed.
-func (j *job) runCompare(ctx context.Context, src, dst string) (string, error) {
-	prlimit, qemuImg := "prlimit", "qemu-img"
-	if j.qemu.Prlimit != "" {
-		prlimit = j.qemu.Prlimit
-	}
-	if j.qemu.QemuImg != "" {
-		qemuImg = j.qemu.QemuImg
-	}
-	p, err := exec.LookPath(prlimit)
-	if err != nil {
-		return "", fmt.Errorf("verify: prlimit not found, refusing to run qemu-img without limits: %w", err)
-	}
-	q, err := exec.LookPath(qemuImg)
-	if err != nil {
-		return "", fmt.Errorf("verify: qemu-img not found: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, p, "--as="+strconv.Itoa(compareAddressSpace), "--cpu="+strconv.Itoa(compareCPUSeconds),
-		"--", q, "compare", "--image-opts", src, dst)
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "MALLOC_ARENA_MAX=2")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	text := strings.TrimSpace(string(out))
-	if len(text) > 1024 {
-		text = text[:1024] + "…"
-	}
+// runCompare runs qemu-img compare through the Runner (sandboxed, with
+// limits). Identical: nil; different: a VerifyError; else qemu-img failed.
+func (j *job) runCompare(ctx context.Context, src, dst qemu.CompareImage) (string, error) {
+	out, err := j.qemu.Compare(ctx, src, dst)
 	if err == nil {
-		return text, nil
+		return out, nil
 	}
 	if ctx.Err() != nil {
 		return "", fmt.Errorf("verify: qemu-img compare: %w: %w", errdefs.ErrCancelled, ctx.Err())
 	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 1 {
-		return "", &VerifyError{Method: verifyByCompare, Detail: text}
+	if errors.Is(err, qemu.ErrImagesDiffer) {
+		return "", &VerifyError{Method: verifyByCompare, Detail: out}
 	}
-	return "", fmt.Errorf("verify: qemu-img compare failed: %v: %s", err, text)
+	return "", fmt.Errorf("verify: %w", err)
 }

@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -55,12 +56,13 @@ func (r *Runner) Check(ctx context.Context, path, format string) error {
 		args:   []string{"check", "--output=json", "-f", format, "--", path},
 		limits: r.Limits.merge(defaultInfoLimits),
 		stdout: out,
+		reads:  []string{path},
 	})
 	if err == nil {
 		return nil
 	}
 	code := res.exitCode
-	if code < 0 || ctx.Err() != nil {
+	if code < 0 || ctx.Err() != nil || errors.Is(err, errdefs.ErrUnsafeImage) {
 		return err // killed, cancelled or not started: already described
 	}
 	var j checkJSON

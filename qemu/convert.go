@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
@@ -58,6 +59,19 @@ func (r *Runner) Convert(ctx context.Context, src, dst string, o ConvertOptions)
 	if err := o.validate(); err != nil {
 		return false, err
 	}
+	created, err := createTarget(dst)
+	if err != nil {
+		return false, fmt.Errorf("qemu-img convert: %w", err)
+	}
+	if created {
+		// The sandbox grants qemu-img this file, not its directory; a
+		// failed run leaves nothing behind, as before.
+		defer func() {
+			if err != nil {
+				_ = os.Remove(dst)
+			}
+		}()
+	}
 	if !o.Preallocate {
 		return false, r.convert(ctx, src, dst, o, nil)
 	}
@@ -106,6 +120,8 @@ func (r *Runner) convertRes(ctx context.Context, src, dst string, o ConvertOptio
 		args:   args,
 		limits: r.Limits.merge(defaultConvertLimits),
 		stdout: pw,
+		reads:  []string{src},
+		writes: []string{dst},
 	})
 	pw.Flush()
 	return res, err

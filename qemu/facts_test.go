@@ -82,17 +82,24 @@ func TestFactInfoDoesNotOpenDataFileOrBacking(t *testing.T) {
 }
 
 // Fact 3: info DOES open vmdk extent files: a descriptor pointing at another
-// file makes info read it, so extents must be vetted before qemu-img info
-// runs on an untrusted vmdk descriptor.
+// file makes qemu-img info read it, so extents must be vetted before qemu-img
+// info runs on an untrusted vmdk descriptor. The sandbox now denies that open
+// (only the image itself is granted), so the fact is pinned unconfined.
 func TestFactInfoOpensVmdkExtents(t *testing.T) {
 	requireTools(t)
 	dir := t.TempDir()
 	d := filepath.Join(dir, "flat.vmdk")
 	qemuImg(t, "create", "-q", "-f", "vmdk", "-o", "subformat=monolithicFlat", d, "1M")
-	r := &Runner{}
+	r := &Runner{unconfined: true}
 	info, err := r.Info(context.Background(), d, "vmdk")
 	require.NoError(t, err)
 	assert.Equal(t, []string{filepath.Join(dir, "flat-flat.vmdk")}, info.ExtentFilenames)
+
+	requireLandlock(t)
+	_, err = (&Runner{}).Info(context.Background(), d, "vmdk")
+	require.ErrorIs(t, err, errdefs.ErrUnsafeImage, "the sandbox grants the descriptor, not its extent")
+	assert.Contains(t, err.Error(), "flat-flat.vmdk")
+
 	require.NoError(t, os.Remove(filepath.Join(dir, "flat-flat.vmdk")))
 	_, err = r.Info(context.Background(), d, "vmdk")
 	require.Error(t, err, "info opens the extent file")

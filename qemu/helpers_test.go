@@ -10,16 +10,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/diskimport/engine/internal/sandbox"
 	"github.com/stretchr/testify/require"
 )
 
 // requireTools skips when the real tools are missing: these tests never mock.
 func requireTools(t *testing.T) {
 	t.Helper()
-	for _, tool := range []string{"qemu-img", "prlimit"} {
+	for _, tool := range []string{"qemu-img"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed: %v", tool, err)
 		}
+	}
+}
+
+// requireLandlock skips tests of the confinement itself on kernels
+// without Landlock (everything else runs there with limits only).
+func requireLandlock(t *testing.T) {
+	t.Helper()
+	if sandbox.ABI() == 0 {
+		t.Skip("the kernel has no Landlock")
 	}
 }
 

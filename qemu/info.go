@@ -60,6 +60,7 @@ func (r *Runner) Info(ctx context.Context, path, format string) (*ImageInfo, err
 		args:   []string{"info", "--output=json", "-f", format, "--", path},
 		limits: r.Limits.merge(defaultInfoLimits),
 		stdout: out,
+		reads:  []string{path},
 	})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/sandbox"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -226,14 +227,11 @@ func TestEmptyFormatIsAnError(t *testing.T) {
 	require.ErrorIs(t, r.Create(ctx, "a", "", 1, false), errdefs.ErrInvalidOptions)
 }
 
-func TestMissingPrlimitFailsClearly(t *testing.T) {
-	requireTools(t)
-	dir := t.TempDir()
-	raw, _ := makeRaw(t, dir)
-	r := &Runner{Prlimit: filepath.Join(dir, "no-such-prlimit")}
-	_, err := r.Info(context.Background(), raw, "raw")
+func TestMissingQemuImgFailsClearly(t *testing.T) {
+	r := &Runner{QemuImg: filepath.Join(t.TempDir(), "no-such-qemu-img")}
+	_, err := r.Info(context.Background(), "/nonexistent", "raw")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "refusing to run qemu-img without resource limits")
+	assert.Contains(t, err.Error(), "not found")
 }
 
 func TestErrorsCarrySubcommandAndStderr(t *testing.T) {
@@ -378,9 +376,11 @@ func TestCheckAcceptsLeaks(t *testing.T) {
 
 func TestDescribeFailureNamesCPULimit(t *testing.T) {
 	requireTools(t)
-	// A real process killed by RLIMIT_CPU: prlimit --cpu=1 on a busy loop.
-	cmd := exec.Command("prlimit", "--cpu=1", "--", "sh", "-c", "while :; do :; done")
-	err := cmd.Run()
+	// A real process killed by RLIMIT_CPU, set by the same launcher that
+	// starts qemu-img: a 1 s CPU limit on a busy loop.
+	cmd, err := sandbox.Command(&sandbox.Policy{Program: "/bin/sh", Args: []string{"-c", "while :; do :; done"}, CPUSeconds: 1})
+	require.NoError(t, err)
+	err = cmd.Run()
 	require.Error(t, err)
 	got := describeFailure(runSpec{sub: "convert", limits: Limits{AddressSpace: 1 << 30, CPUSeconds: 1}}, "", err)
 	assert.Contains(t, got.Error(), "qemu-img convert was killed")

@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -30,7 +31,7 @@ func (r *Runner) Resize(ctx context.Context, path, format string, size int64, pr
 		// "--" so a size is never taken for an option (shrinking needs an
 		// explicit --shrink, which we never pass).
 		args = append(args, "--", path, strconv.FormatInt(size, 10))
-		res, err := r.run(ctx, runSpec{sub: "resize", args: args, limits: r.Limits.merge(defaultMetaLimits)})
+		res, err := r.run(ctx, runSpec{sub: "resize", args: args, limits: r.Limits.merge(defaultMetaLimits), writes: []string{path}})
 		if err == nil {
 			return nil
 		}
@@ -55,6 +56,13 @@ func (r *Runner) Create(ctx context.Context, path, format string, size int64, pr
 		args = append(args, "-o", "preallocation=falloc")
 	}
 	args = append(args, "--", path, strconv.FormatInt(size, 10))
-	_, err := r.run(ctx, runSpec{sub: "create", args: args, limits: r.Limits.merge(defaultMetaLimits)})
+	created, err := createTarget(path)
+	if err != nil {
+		return fmt.Errorf("qemu-img create: %w", err)
+	}
+	_, err = r.run(ctx, runSpec{sub: "create", args: args, limits: r.Limits.merge(defaultMetaLimits), writes: []string{path}})
+	if err != nil && created {
+		_ = os.Remove(path)
+	}
 	return err
 }

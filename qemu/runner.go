@@ -6,26 +6,32 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/diskimport/engine/internal/sandbox"
 )
 
-// Runner runs qemu-img under prlimit. The zero value is usable.
+// Runner runs qemu-img confined by a Landlock sandbox and resource limits
+// (see doc.go). The zero value is usable.
 type Runner struct {
-	QemuImg string // qemu-img binary; default "qemu-img"
-	// Prlimit is the util-linux prlimit binary; default "prlimit". If it
-	// cannot be found every call fails: qemu-img is never run without limits.
-	Prlimit string
+	QemuImg string // qemu-img binary; default "qemu-img" from PATH
 	// Limits overrides the per-subcommand defaults field by field (a zero
 	// field keeps the default). See limits.go for the defaults and why.
 	Limits Limits
 	// InfoTimeout is the wall-clock limit for info and check; default 30s.
 	InfoTimeout time.Duration
 	Logger      *slog.Logger
+
+	// unconfined runs qemu-img with the limits but without Landlock; only
+	// tests set it, to show what the sandbox prevents.
+	unconfined bool
+	// missingLandlock makes the "no Landlock" warning appear once per Runner.
+	missingLandlock sync.Once
 }
 
 func (r *Runner) logger() *slog.Logger {
@@ -42,24 +48,30 @@ func (r *Runner) infoTimeout() time.Duration {
 	return DefaultInfoTimeout
 }
 
-// lookPaths resolves both binaries so that a missing prlimit is reported as
-// such instead of as a confusing exec error.
-func (r *Runner) lookPaths() (prlimit, qemuImg string, err error) {
-	p := r.Prlimit
-	if p == "" {
-		p = "prlimit"
+// Sandbox names the confinement qemu-img runs under: "landlock vN" (the
+// Landlock ABI in force) or "rlimits only" on kernels without Landlock.
+func (r *Runner) Sandbox() string {
+	if r.unconfined {
+		return "rlimits only"
 	}
+	return sandbox.Describe()
+}
+
+// qemuImgPath resolves the binary to an absolute path: the sandbox grants
+// that one file, and a missing qemu-img is reported as such.
+func (r *Runner) qemuImgPath() (string, error) {
 	q := r.QemuImg
 	if q == "" {
 		q = "qemu-img"
 	}
-	if prlimit, err = exec.LookPath(p); err != nil {
-		return "", "", fmt.Errorf("prlimit (%q) not found, refusing to run qemu-img without resource limits: %w", p, err)
+	p, err := exec.LookPath(q)
+	if err != nil {
+		return "", fmt.Errorf("qemu-img (%q) not found: %w", q, err)
 	}
-	if qemuImg, err = exec.LookPath(q); err != nil {
-		return "", "", fmt.Errorf("qemu-img (%q) not found: %w", q, err)
+	if p, err = filepath.Abs(p); err != nil {
+		return "", fmt.Errorf("qemu-img (%q): %w", q, err)
 	}
-	return prlimit, qemuImg, nil
+	return p, nil
 }
 
 // stderrKeep bounds what we keep of qemu-img's stderr from each end: the
@@ -101,6 +113,9 @@ type runSpec struct {
 	args   []string // arguments after "qemu-img"
 	limits Limits   // already merged with defaults
 	stdout io.Writer
+	// reads and writes are the qemu-img filenames (paths or json: specs)
+	// the run opens; the sandbox grants exactly these, writes read-write.
+	reads, writes []string
 }
 
 // runResult carries what callers need to interpret a failure.
@@ -109,31 +124,35 @@ type runResult struct {
 	exitCode int // qemu-img's exit status; -1 if it did not exit normally
 }
 
-// run executes qemu-img under prlimit. The returned error already names the
-// subcommand and includes stderr; res.stderr lets callers look for specific
-// messages (e.g. unsupported preallocation) to decide on a retry.
+// run executes qemu-img in the sandbox. The returned error already names
+// the subcommand and includes stderr; res.stderr lets callers look for
+// specific messages (e.g. unsupported preallocation) to decide on a retry.
 func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
-	prlimit, qemuImg, err := r.lookPaths()
+	qemuImg, err := r.qemuImgPath()
 	if err != nil {
 		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return runResult{}, fmt.Errorf("qemu-img %s not started: %w", s.sub, err)
 	}
-	argv := []string{
-		"--as=" + strconv.FormatUint(s.limits.AddressSpace, 10),
-		"--cpu=" + strconv.FormatUint(s.limits.CPUSeconds, 10),
-		"--", qemuImg,
+	confinement := r.Sandbox()
+	landlock := strings.HasPrefix(confinement, "landlock")
+	if !landlock && !r.unconfined {
+		r.missingLandlock.Do(func() {
+			r.logger().Warn("the kernel has no Landlock: qemu-img runs with resource limits only, not confined to its files")
+		})
 	}
-	argv = append(argv, s.args...)
-	cmd := exec.Command(prlimit, argv...)
-	// C locale keeps qemu-img's messages stable for the string matching
-	// below; the fixed arena count keeps the address-space need independent
-	// of the core count (see doc.go).
-	cmd.Env = append(os.Environ(), "LC_ALL=C", "MALLOC_ARENA_MAX=2")
+	policy, err := r.policy(qemuImg, s, landlock)
+	if err != nil {
+		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
+	}
+	cmd, err := sandbox.Command(policy)
+	if err != nil {
+		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
+	}
 	// Own process group, so a cancel kills qemu-img and anything it spawned;
 	// Pdeathsig, so it dies with us even if we are killed without a chance
-	// to clean up (prlimit execs qemu-img in place, keeping the setting).
+	// to clean up (the launcher execs qemu-img in place, which keeps it).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr := &headTailBuffer{}
 	cmd.Stderr = stderr
@@ -144,7 +163,7 @@ func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
 	}
 
 	log := r.logger().With("subcommand", s.sub)
-	log.Debug("running qemu-img", "args", s.args, "as", s.limits.AddressSpace, "cpu", s.limits.CPUSeconds)
+	log.Debug("running qemu-img", "args", s.args, "as", s.limits.AddressSpace, "cpu", s.limits.CPUSeconds, "sandbox", confinement)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return runResult{}, fmt.Errorf("qemu-img %s: start: %w", s.sub, err)
@@ -173,6 +192,12 @@ func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
 	}
 	if waitErr == nil {
 		return res, nil
+	}
+	if msg, ok := sandbox.SetupError(res.exitCode, res.stderr); ok {
+		return res, fmt.Errorf("qemu-img %s: %s", s.sub, msg)
+	}
+	if denied := sandboxDenied(confinement, res.stderr); denied != nil {
+		return res, fmt.Errorf("qemu-img %s failed: %w (%s)", s.sub, denied, withStderr(res.stderr))
 	}
 	return res, describeFailure(s, res.stderr, waitErr)
 }

@@ -1,0 +1,41 @@
+package sandbox
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// selfExe is the running binary as the kernel sees it: unlike the path
+// os.Executable returns, it still works when the file was replaced or
+// deleted since we started (an upgrade in place).
+const selfExe = "/proc/self/exe"
+
+// Command returns a command that runs p.Program confined by p. The caller
+// sets stdio, SysProcAttr and the like; Env must be left alone (the
+// program's environment is p.Env).
+func Command(p *Policy) (*exec.Cmd, error) {
+	enc, err := p.encode()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(selfExe)
+	// argv[0] names what the launcher is for in ps; it becomes the
+	// program's own argv after exec.
+	cmd.Args = []string{"diskimport-sandbox " + p.Program}
+	cmd.Env = []string{policyEnv + "=" + enc}
+	return cmd, nil
+}
+
+// SetupError reports whether stderr is that of a launcher that failed to
+// set up the sandbox (exit status ChildFailedExit), and its message.
+func SetupError(exitCode int, stderr string) (string, bool) {
+	if exitCode != ChildFailedExit {
+		return "", false
+	}
+	msg, ok := strings.CutPrefix(strings.TrimSpace(stderr), childErrorPrefix)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("setting up the sandbox failed: %s", msg), true
+}

@@ -1,0 +1,123 @@
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/sandbox"
+)
+
+// qemuEnv is qemu-img's whole environment. The C locale keeps its messages
+// stable for the string matching in this package; the fixed arena count
+// keeps the address space it needs independent of the core count (doc.go).
+var qemuEnv = []string{"LC_ALL=C", "MALLOC_ARENA_MAX=2"}
+
+// systemRules are what qemu-img needs to start and run, whatever the
+// image: its shared libraries and the loader's cache (read and map them),
+// /dev/null (it reopens stdio on it) and /dev/urandom (glib, gnutls).
+// Nothing else of the host is readable: no /etc, no /proc, no /home, no
+// other device. qemu-img needs no data files (firmware, keymaps are for
+// the emulator); its block modules (curl, iscsi, nfs, rbd, ssh, gluster)
+// live under /usr/lib and can load, but every TCP connect is denied.
+var systemRules = []sandbox.Rule{
+	{Path: "/lib", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/lib64", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/usr/lib", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/usr/lib64", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/usr/local/lib", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/etc/ld.so.cache", Read: true, Optional: true},
+	{Path: "/dev/null", Read: true, Write: true},
+	{Path: "/dev/urandom", Read: true, Optional: true},
+}
+
+// policy builds the sandbox for one run: the system rules, qemu-img
+// itself, read access to what s reads and read-write access to what it
+// writes (the target), derived from the very filenames qemu-img is given.
+func (r *Runner) policy(qemuImg string, s runSpec, landlock bool) (*sandbox.Policy, error) {
+	p := &sandbox.Policy{
+		Program:      qemuImg,
+		Args:         s.args,
+		Env:          qemuEnv,
+		AddressSpace: s.limits.AddressSpace,
+		CPUSeconds:   s.limits.CPUSeconds,
+		Landlock:     landlock,
+	}
+	p.Rules = append(p.Rules, systemRules...)
+	p.Rules = append(p.Rules, sandbox.Rule{Path: qemuImg, Read: true, Exec: true})
+	for _, name := range s.reads {
+		rules, err := imageRules(name, false)
+		if err != nil {
+			return nil, err
+		}
+		p.Rules = append(p.Rules, rules...)
+	}
+	for _, name := range s.writes {
+		rules, err := imageRules(name, true)
+		if err != nil {
+			return nil, err
+		}
+		p.Rules = append(p.Rules, rules...)
+	}
+	return p, nil
+}
+
+// imageRules grants access to what one qemu-img filename names. A file
+// that does not exist gets no rule (Optional): qemu-img then fails on it
+// with its own "No such file or directory".
+func imageRules(name string, write bool) ([]sandbox.Rule, error) {
+	files, sockets, err := namedResources(name)
+	if err != nil {
+		return nil, err
+	}
+	var rules []sandbox.Rule
+	for _, f := range files {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			return nil, fmt.Errorf("qemu-img filename %q: %w", f, err)
+		}
+		fi, err := os.Stat(abs)
+		isDevice := err == nil && fi.Mode()&os.ModeDevice != 0
+		rules = append(rules, sandbox.Rule{Path: abs, Read: true, Write: write, Ioctl: isDevice, Optional: true})
+	}
+	for _, s := range sockets {
+		abs, err := filepath.Abs(s)
+		if err != nil {
+			return nil, fmt.Errorf("NBD socket %q: %w", s, err)
+		}
+		rules = append(rules, sandbox.Rule{Path: abs, Connect: true, Optional: true})
+	}
+	return rules, nil
+}
+
+// createTarget creates an empty file at dst when nothing is there yet, so
+// that the sandbox can grant qemu-img that one file instead of the right
+// to create files in its directory. It reports whether it created one
+// (which the caller removes if qemu-img then fails).
+func createTarget(dst string) (created bool, err error) {
+	if strings.HasPrefix(dst, jsonPrefix) {
+		return false, nil
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating the target %s for qemu-img: %w", dst, err)
+	}
+	return true, f.Close()
+}
+
+// sandboxDenied recognises a run that failed because the sandbox refused
+// an open or a connect: with the image's own files granted, only an image
+// that names another file, device or host gets there.
+func sandboxDenied(confinement, stderr string) error {
+	if !strings.HasPrefix(confinement, "landlock") || !strings.Contains(stderr, "Permission denied") {
+		return nil
+	}
+	return fmt.Errorf("the sandbox (%s) denied qemu-img access to something outside the image and the target: the image refers to another file, device or host: %w",
+		confinement, errdefs.ErrUnsafeImage)
+}
