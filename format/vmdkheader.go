@@ -1,65 +1,145 @@
 package format
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"regexp"
-	"strings"
 )
 
 // VMDK sparse extent header (little endian), from VMware's "Virtual Disk
-// Format 1.1" specification.
+// Format 1.1" specification; limits and quirks as qemu's vmdk driver reads
+// it.
 const (
 	vmdkHeaderLen      = 512
 	vmdkSector         = 512
 	vmdkMaxGTEsPerGT   = 512 // qemu refuses larger grain tables
 	vmdkMaxGrainSector = 1 << 16
-	vmdkMaxDescBytes   = 1 << 20
+	// qemu reads at most 1 MiB - 1 bytes of descriptor text.
+	vmdkMaxDescBytes = 1<<20 - 1
+	// vmdkGDAtEnd in the header's grain directory offset says the real
+	// header is the footer at the end of the file (streamOptimized).
+	vmdkGDAtEnd = ^uint64(0)
+
+	vmdkFlagRedundantGD = 1 << 1
+	vmdkFlagZeroGrain   = 1 << 2
+	vmdkFlagMarkers     = 1 << 17
+	vmdkCompressDeflate = 1
+
+	// Whatever the header says, qemu looks for a parent ("backing file")
+	// and the CIDs in this window of a sparse file: DESC_SIZE bytes at
+	// 0x200 (vmdk_parent_open).
+	vmdkParentScanOffset = 0x200
+	vmdkParentScanLen    = 20 * vmdkSector
 )
 
+// vmdkSparseHeader is the decoded sparse extent header (or footer).
+type vmdkSparseHeader struct {
+	magic      []byte
+	version    uint32
+	flags      uint32
+	capacity   uint64 // sectors
+	grain      uint64 // sectors
+	descOffset uint64 // sectors
+	descSize   uint64 // sectors
+	gtesPerGT  uint32
+	rgdOffset  uint64 // sectors
+	gdOffset   uint64 // sectors
+	overhead   uint64 // sectors before the first grain
+	compress   uint16
+}
+
+// decodeVMDKSparseHeader reads the 512-byte header b (magic first).
+func decodeVMDKSparseHeader(b []byte) vmdkSparseHeader {
+	le := binary.LittleEndian
+	return vmdkSparseHeader{
+		magic:      b[0:4],
+		version:    le.Uint32(b[4:]),
+		flags:      le.Uint32(b[8:]),
+		capacity:   le.Uint64(b[12:]),
+		grain:      le.Uint64(b[20:]),
+		descOffset: le.Uint64(b[28:]),
+		descSize:   le.Uint64(b[36:]),
+		gtesPerGT:  le.Uint32(b[44:]),
+		rgdOffset:  le.Uint64(b[48:]),
+		gdOffset:   le.Uint64(b[56:]),
+		overhead:   le.Uint64(b[64:]),
+		compress:   le.Uint16(b[77:]),
+	}
+}
+
+// validate checks the fields that do not need the rest of the file.
+func (h vmdkSparseHeader) validate() error {
+	const f = VMDK
+	if !bytes.Equal(h.magic, magicVMDK) {
+		return invalidf(f, "bad magic")
+	}
+	if h.version < 1 || h.version > 3 {
+		return unsupportedf(f, "sparse header version %d", h.version)
+	}
+	if h.capacity == 0 {
+		if h.descOffset != 0 || h.descSize != 0 {
+			// qemu opens such a header's descriptor as a descriptor
+			// file, with whatever extent files it names.
+			return unsafef(f, "sparse header of capacity 0 carries a descriptor (qemu would open the extents it names)")
+		}
+		return invalidf(f, "capacity is 0: the disk is empty")
+	}
+	if h.capacity > 1<<53 {
+		return unsafef(f, "capacity of %d sectors is absurd", h.capacity)
+	}
+	if h.grain == 0 || h.grain > vmdkMaxGrainSector || h.grain&(h.grain-1) != 0 {
+		return invalidf(f, "grain size of %d sectors", h.grain)
+	}
+	if h.gtesPerGT == 0 || h.gtesPerGT > vmdkMaxGTEsPerGT {
+		return invalidf(f, "%d grain table entries per grain table", h.gtesPerGT)
+	}
+	if h.compress > vmdkCompressDeflate {
+		return unsupportedf(f, "compression algorithm %d", h.compress)
+	}
+	if h.descOffset == 0 && h.descSize != 0 {
+		return invalidf(f, "descriptor of %d sectors at offset 0", h.descSize)
+	}
+	if h.descOffset != 0 {
+		// Every sparse vmdk puts its descriptor right after the header,
+		// and qemu reads the parent and CIDs from there whatever the
+		// header says: anywhere else, the two readers would disagree.
+		if h.descOffset != 1 {
+			return unsafef(f, "embedded descriptor at sector %d, not right after the header", h.descOffset)
+		}
+		if h.descSize == 0 || h.descSize*vmdkSector > vmdkMaxDescBytes {
+			return invalidf(f, "embedded descriptor of %d sectors (at most %d bytes allowed)", h.descSize, vmdkMaxDescBytes)
+		}
+	}
+	return nil
+}
+
+func (h vmdkSparseHeader) compressed() bool { return h.compress == vmdkCompressDeflate }
+
+// parseVMDKHeader checks a sparse vmdk's header and embedded descriptor
+// from the first bytes of the file (head holds the whole file when it is
+// shorter than head's usual length).
 func parseVMDKHeader(head []byte) (Header, error) {
 	const f = VMDK
-	le := binary.LittleEndian
 	if err := needHead(f, head, vmdkHeaderLen, "sparse header"); err != nil {
 		return Header{}, err
 	}
 	if !bytes.HasPrefix(head, magicVMDK) {
 		return Header{}, invalidf(f, "bad magic")
 	}
-	version := le.Uint32(head[4:])
-	if version < 1 || version > 3 {
-		return Header{}, unsupportedf(f, "sparse header version %d", version)
+	sh := decodeVMDKSparseHeader(head)
+	if err := sh.validate(); err != nil {
+		return Header{}, err
 	}
-	capacity := le.Uint64(head[12:])
-	grain := le.Uint64(head[20:])
-	descOff := le.Uint64(head[28:])
-	descSize := le.Uint64(head[36:])
-	gtes := le.Uint32(head[44:])
-	if capacity > 1<<53 {
-		return Header{}, unsafef(f, "capacity of %d sectors is absurd", capacity)
+	if err := checkVMDKParentWindow(head); err != nil {
+		return Header{}, err
 	}
-	if grain == 0 || grain > vmdkMaxGrainSector || grain&(grain-1) != 0 {
-		return Header{}, invalidf(f, "grain size of %d sectors", grain)
-	}
-	if gtes == 0 || gtes > vmdkMaxGTEsPerGT {
-		return Header{}, invalidf(f, "%d grain table entries per grain table", gtes)
-	}
-	h := Header{Format: f, VirtualSize: int64(capacity) * vmdkSector, GrainSize: int64(grain) * vmdkSector}
-	if descOff == 0 && descSize == 0 {
+	h := Header{Format: f, VirtualSize: int64(sh.capacity) * vmdkSector, GrainSize: int64(sh.grain) * vmdkSector}
+	if sh.descOffset == 0 {
 		// No embedded descriptor: qemu uses the extent on its own.
 		return h, nil
 	}
-	if descSize == 0 || descSize*vmdkSector > vmdkMaxDescBytes || descOff > vmdkMaxDescBytes/vmdkSector {
-		return Header{}, invalidf(f, "embedded descriptor at sector %d of %d sectors", descOff, descSize)
-	}
-	start, end := descOff*vmdkSector, (descOff+descSize)*vmdkSector
-	if end > uint64(len(head)) {
-		return Header{}, invalidf(f, "embedded descriptor (bytes %d..%d) lies beyond the %d bytes examined", start, end, len(head))
-	}
-	desc := head[start:end]
-	if i := bytes.IndexByte(desc, 0); i >= 0 {
-		desc = desc[:i]
+	desc, err := embeddedVMDKDescriptor(head, sh)
+	if err != nil {
+		return Header{}, err
 	}
 	ct, err := checkVMDKDescriptor(desc)
 	if err != nil {
@@ -69,72 +149,35 @@ func parseVMDKHeader(head []byte) (Header, error) {
 	return h, nil
 }
 
-// checkVMDKDescriptor accepts only a self-contained monolithic descriptor:
-// no parent, and exactly one SPARSE extent, which is the file itself.
-func checkVMDKDescriptor(desc []byte) (string, error) {
-	const f = VMDK
-	var createType string
-	extents := 0
-	sc := bufio.NewScanner(bytes.NewReader(desc))
-	sc.Buffer(make([]byte, 0, 4096), vmdkMaxDescBytes)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if key, val, ok := strings.Cut(line, "="); ok && !isExtentLine(line) {
-			key = strings.TrimSpace(key)
-			val = strings.Trim(strings.TrimSpace(val), `"`)
-			switch strings.ToLower(key) {
-			case "parentcid":
-				if strings.ToLower(val) != "ffffffff" {
-					return "", unsafef(f, "descriptor names a parent (parentCID=%s)", val)
-				}
-			case "parentfilenamehint":
-				return "", unsafef(f, "descriptor names a parent file %q", val)
-			case "createtype":
-				createType = val
-			}
-			continue
-		}
-		if !isExtentLine(line) {
-			continue
-		}
-		extents++
-		fields := vmdkExtentRE.FindStringSubmatch(line)
-		if fields == nil || fields[3] != "SPARSE" {
-			return "", unsafef(f, "descriptor extent %q is not the file's own sparse extent", line)
-		}
-		// The rest must be just the quoted file name: a trailing offset
-		// would point into another file.
-		name := strings.TrimSpace(fields[4])
-		if len(name) < 2 || name[0] != '"' || strings.IndexByte(name[1:], '"') != len(name)-2 {
-			return "", unsafef(f, "descriptor extent %q has extra fields", line)
-		}
+// embeddedVMDKDescriptor returns the descriptor text as qemu reads it: from
+// the descriptor's offset up to the first NUL byte. The text must end (NUL)
+// inside the sectors the header gives it and inside head, or qemu would
+// read on into grain data that our check never saw.
+func embeddedVMDKDescriptor(head []byte, sh vmdkSparseHeader) ([]byte, error) {
+	start, end := sh.descOffset*vmdkSector, (sh.descOffset+sh.descSize)*vmdkSector
+	if end > uint64(len(head)) {
+		return nil, invalidf(VMDK, "embedded descriptor (bytes %d..%d) lies beyond the end of the file or the %d bytes examined", start, end, len(head))
 	}
-	if err := sc.Err(); err != nil {
-		return "", invalidf(f, "embedded descriptor: %v", err)
+	desc := head[start:end]
+	i := bytes.IndexByte(desc, 0)
+	if i < 0 {
+		return nil, unsafef(VMDK, "embedded descriptor fills its %d sectors without a terminating NUL (qemu would read past them)", sh.descSize)
 	}
-	if extents != 1 {
-		return "", unsafef(f, "descriptor lists %d extents, want exactly the file itself", extents)
-	}
-	switch createType {
-	case "monolithicSparse", "streamOptimized":
-	default:
-		return "", unsafef(f, "createType %q is not a single-file sparse vmdk", createType)
-	}
-	return createType, nil
+	return desc[:i], nil
 }
 
-func isExtentLine(line string) bool {
-	for _, p := range []string{"RW ", "RDONLY ", "NOACCESS "} {
-		if strings.HasPrefix(line, p) {
-			return true
-		}
+// checkVMDKParentWindow refuses a parent named anywhere in the window qemu
+// searches for one, comment or grain data included.
+func checkVMDKParentWindow(head []byte) error {
+	if len(head) <= vmdkParentScanOffset {
+		return nil
 	}
-	return false
+	w := head[vmdkParentScanOffset:min(len(head), vmdkParentScanOffset+vmdkParentScanLen)]
+	if i := bytes.IndexByte(w, 0); i >= 0 {
+		w = w[:i]
+	}
+	if bytes.Contains(bytes.ToLower(w), []byte("parentfilenamehint")) {
+		return unsafef(VMDK, "descriptor names a parent file (parentFileNameHint)")
+	}
+	return nil
 }
-
-// vmdkExtentRE splits "RW 2048 SPARSE "name.vmdk"" into access, sectors,
-// type and the rest.
-var vmdkExtentRE = regexp.MustCompile(`^(RW|RDONLY|NOACCESS)\s+(\d+)\s+(\S+)\s*(.*)$`)
