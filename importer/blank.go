@@ -108,6 +108,8 @@ func blankFile(ctx context.Context, tgt *target.Target, o BlankOptions, res *Res
 		if runner == nil {
 			runner = &qemu.Runner{Logger: log}
 		}
+		res.Sandbox = runner.Sandbox()
+		log.Info("qemu-img sandbox", "sandbox", res.Sandbox)
 		// qemu-img create replaces the (empty) temporary file; Commit reopens
 		// it by name.
 		if err := runner.Create(ctx, tgt.WritePath(), "qcow2", size, o.Preallocation); err != nil {

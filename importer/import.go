@@ -103,6 +103,8 @@ func newJob(o Options) (*job, error) {
 	if runner == nil {
 		runner = &qemu.Runner{Logger: log}
 	}
+	confinement := runner.Sandbox()
+	log.Info("qemu-img sandbox", "sandbox", confinement)
 	scratch := o.ScratchDir
 	if scratch == "" {
 		scratch = os.TempDir()
@@ -114,7 +116,7 @@ func newJob(o Options) (*job, error) {
 		source:     src,
 		checksums:  sums,
 		scratchDir: scratch,
-		result:     Result{Target: o.Target},
+		result:     Result{Target: o.Target, Sandbox: confinement},
 	}
 	j.phase.Store(string(processor.Info))
 	return j, nil

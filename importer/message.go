@@ -34,6 +34,7 @@ type TerminationMessage struct {
 	ScratchUsed     bool    `json:"scratchUsed"`
 	DurationSeconds float64 `json:"durationSeconds"`
 	Retries         int     `json:"retries"`
+	Sandbox         string  `json:"sandbox,omitempty"`
 	Verified        bool    `json:"verified,omitempty"`
 	SourceDigest    string  `json:"sourceDigest,omitempty"`
 	TargetDigest    string  `json:"targetDigest,omitempty"`
@@ -56,6 +57,7 @@ func (r *Result) TerminationMessage(err error) TerminationMessage {
 		ScratchUsed:          r.ScratchUsed,
 		DurationSeconds:      float64(r.Duration.Milliseconds()) / 1000,
 		Retries:              r.Retries,
+		Sandbox:              r.Sandbox,
 		Verified:             r.Verified,
 		SourceDigest:         r.SourceDigest,
 		TargetDigest:         r.TargetDigest,

@@ -33,6 +33,10 @@ type Result struct {
 	// Retries counts requests re-sent after a failure (resumes, reconnects,
 	// retried statuses), restarts from the beginning included.
 	Retries int
+	// Sandbox names the confinement qemu-img runs under: "landlock vN"
+	// (confined to the image and the target) or "rlimits only" (a kernel
+	// without Landlock).
+	Sandbox string
 
 	// Verification (Options.Verify): Verified is true once the target read
 	// back matched the source; VerifyMethod is "sha256" (digests of both
