@@ -159,6 +159,12 @@ func openFile(path string, replaced, requested int64, log *slog.Logger) (*Target
 	if !di.IsDir() {
 		return nil, fmt.Errorf("target directory %s is not a directory: %w", dir, errdefs.ErrInvalidOptions)
 	}
+	// Before measuring free space: what an import killed before Commit
+	// left behind is ours to reclaim.
+	reclaimed, err := removeStaleTemps(dir, path, log)
+	if err != nil {
+		return nil, err
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return nil, fmt.Errorf("statfs %s: %w", dir, err)
@@ -170,9 +176,16 @@ func openFile(path string, replaced, requested int64, log *slog.Logger) (*Target
 	if requested > 0 && requested < capacity {
 		capacity = requested
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".partial-*")
+	f, err := os.CreateTemp(dir, tempPattern(path))
 	if err != nil {
 		return nil, fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	// Held until the Target closes: another import of the same target
+	// starting meanwhile sees the file is live and leaves it alone.
+	if err := lockTemp(f); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
 	}
 	// CDI leaves disk.img at 0660; CreateTemp gives 0600.
 	if err := f.Chmod(0o660); err != nil {
@@ -180,7 +193,7 @@ func openFile(path string, replaced, requested int64, log *slog.Logger) (*Target
 		os.Remove(f.Name())
 		return nil, fmt.Errorf("chmod %s: %w", f.Name(), err)
 	}
-	log.Debug("opened file target", "path", path, "temp", f.Name(), "capacity", capacity, "replacing_bytes", replaced)
+	log.Debug("opened file target", "path", path, "temp", f.Name(), "capacity", capacity, "replacing_bytes", replaced, "reclaimed_bytes", reclaimed)
 	return &Target{kind: File, path: path, writePath: f.Name(), f: f, capacity: capacity, log: log}, nil
 }
 
