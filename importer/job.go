@@ -273,7 +273,7 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 			return processor.Error, err
 		}
 	}
-	if !j.remote { // a remote image was checked as its export started
+	if !j.remote { // a remote image was checked, on its HTTP bytes, as its export started
 		if err := checkStructureFile(f, src); err != nil {
 			return processor.Error, err
 		}
@@ -285,17 +285,10 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 		}
 		return processor.Error, fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
 	}
-	if info.BackingFilename != "" {
-		return processor.Error, fmt.Errorf("%w: image has a backing file %q", errdefs.ErrUnsafeImage, info.BackingFilename)
-	}
-	if info.DataFile != "" {
-		return processor.Error, fmt.Errorf("%w: image has an external data file %q", errdefs.ErrUnsafeImage, info.DataFile)
-	}
-	if !j.remote {
-		// A remote vmdk descriptor was refused from its header already.
-		if err := checkExtents(src, info.ExtentFilenames); err != nil {
-			return processor.Error, err
-		}
+	// What qemu-img itself opened, on every path alike: the very source
+	// it will convert must be nothing but the image.
+	if err := checkInfoSelfContained(info, selfNames(src, j.export)...); err != nil {
+		return processor.Error, err
 	}
 	if err := j.qemu.Check(ctx, src, f.QemuName()); err != nil {
 		return processor.Error, j.export.cause(err)

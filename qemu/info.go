@@ -19,6 +19,16 @@ type ImageInfo struct {
 	DataFile        string   // qcow2 external data file, "" if none
 	ExtentFilenames []string // vmdk extents' file names (includes the image itself for monolithic vmdk)
 	Corrupt         bool     // qcow2 "corrupt" flag in the header
+	// Children are the block nodes under the image (qemu 8+ reports
+	// them; qemu 7.2 does not): "file" is the image itself, anything else
+	// (a vmdk extent, a data file) is another file qemu opened.
+	Children []ChildInfo
+}
+
+// ChildInfo is one entry of qemu-img info's "children".
+type ChildInfo struct {
+	Name     string // "file", "extents.0", "data-file", ...
+	Filename string
 }
 
 // infoJSON mirrors the qemu-img JSON; unknown fields are ignored by
@@ -30,7 +40,13 @@ type infoJSON struct {
 	ActualSize      int64  `json:"actual-size"`
 	ClusterSize     int64  `json:"cluster-size"`
 	BackingFilename string `json:"backing-filename"`
-	FormatSpecific  *struct {
+	Children        []struct {
+		Name string `json:"name"`
+		Info struct {
+			Filename string `json:"filename"`
+		} `json:"info"`
+	} `json:"children"`
+	FormatSpecific *struct {
 		Type string `json:"type"`
 		Data struct {
 			DataFile string `json:"data-file"`
@@ -86,6 +102,9 @@ func parseInfo(b []byte) (*ImageInfo, error) {
 		ActualSize:      j.ActualSize,
 		ClusterSize:     j.ClusterSize,
 		BackingFilename: j.BackingFilename,
+	}
+	for _, c := range j.Children {
+		info.Children = append(info.Children, ChildInfo{Name: c.Name, Filename: c.Info.Filename})
 	}
 	if fs := j.FormatSpecific; fs != nil {
 		info.DataFile = fs.Data.DataFile
