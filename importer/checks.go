@@ -25,6 +25,8 @@ func checkStructure(f format.Format, r io.ReaderAt, size int64) error {
 		return format.CheckVDI(r, size)
 	case format.VHD:
 		return format.CheckVHD(r, size)
+	case format.VHDX:
+		return format.CheckVHDX(r, size)
 	}
 	return nil
 }
