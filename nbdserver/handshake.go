@@ -14,6 +14,11 @@ var be = binary.BigEndian
 // data, so a client may open more than one.
 const transmissionFlags = transHasFlags | transReadOnly | transCanMultiConn
 
+// writableFlags: what qemu's client needs to write a disk without falling
+// back to writing zero buffers. No FUA: qemu then flushes instead, which
+// it does once at the end of a convert anyway.
+const writableFlags = transHasFlags | transSendFlush | transSendTrim | transSendWriteZeroes | transSendFastZero
+
 // handshake runs the fixed newstyle negotiation. ok says the client chose
 // the export and transmission follows; false with a nil error is a clean
 // NBD_OPT_ABORT.
@@ -61,7 +66,7 @@ func (s *Server) handshake(c net.Conn) (ok bool, err error) {
 			// No option reply: size, flags and (unless NO_ZEROES) padding.
 			out := make([]byte, 10, 10+124)
 			be.PutUint64(out[0:], uint64(s.wire))
-			be.PutUint16(out[8:], transmissionFlags)
+			be.PutUint16(out[8:], s.flags())
 			if !noZeroes {
 				out = out[:10+124]
 			}
@@ -132,14 +137,14 @@ func (s *Server) infoReply(w *bufio.Writer, opt uint32, data []byte) (valid bool
 	var exp [12]byte
 	be.PutUint16(exp[0:], infoExport)
 	be.PutUint64(exp[2:], uint64(s.wire))
-	be.PutUint16(exp[10:], transmissionFlags)
+	be.PutUint16(exp[10:], s.flags())
 	if err := optReply(w, opt, repInfo, exp[:]); err != nil {
 		return false, err
 	}
 	if wantBlock {
 		var bs [14]byte
 		be.PutUint16(bs[0:], infoBlockSize)
-		be.PutUint32(bs[2:], 1)             // minimum
+		be.PutUint32(bs[2:], s.MinBlock)    // minimum
 		be.PutUint32(bs[6:], 4096)          // preferred
 		be.PutUint32(bs[10:], s.MaxRequest) // maximum
 		if err := optReply(w, opt, repInfo, bs[:]); err != nil {

@@ -34,19 +34,34 @@ const (
 	infoBlockSize = 3
 
 	// Transmission flags.
-	transHasFlags     = 1 << 0
-	transReadOnly     = 1 << 1
-	transCanMultiConn = 1 << 8
+	transHasFlags        = 1 << 0
+	transReadOnly        = 1 << 1
+	transSendFlush       = 1 << 2
+	transSendTrim        = 1 << 5
+	transSendWriteZeroes = 1 << 6
+	transCanMultiConn    = 1 << 8
+	transSendFastZero    = 1 << 11
 
 	// Commands.
-	cmdRead  = 0
-	cmdWrite = 1
-	cmdDisc  = 2
+	cmdRead        = 0
+	cmdWrite       = 1
+	cmdDisc        = 2
+	cmdFlush       = 3
+	cmdTrim        = 4
+	cmdWriteZeroes = 6
+
+	// Command flags.
+	cmdFlagFUA      = 1 << 0
+	cmdFlagNoHole   = 1 << 1
+	cmdFlagFastZero = 1 << 4
 
 	// Errors (errno values fixed by the protocol, not the host's).
-	errPerm  = 1
-	errIO    = 5
-	errInval = 22
+	errPerm   = 1
+	errIO     = 5
+	errNoMem  = 12
+	errInval  = 22
+	errNoSpc  = 28
+	errNotSup = 95
 
 	// maxOptionLen bounds an option's payload we are willing to read; real
 	// clients send a few hundred bytes at most.

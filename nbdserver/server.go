@@ -1,7 +1,8 @@
 // Package nbdserver serves one io.ReaderAt as a read-only NBD export
 // (fixed newstyle handshake, simple replies), so qemu-img can read an
 // object our own code fetches (an HTTP range reader) through nbd+unix
-// instead of through its own network drivers.
+// instead of through its own network drivers; or one WritableExport as a
+// writable export, so qemu-img writes a target only through our code.
 package nbdserver
 
 import (
@@ -23,18 +24,23 @@ const (
 	DefaultMaxInFlight = 16
 )
 
-// Server is a read-only NBD server for one export. Any export name is
-// accepted: the server listens on a private socket for one client.
+// Server is an NBD server for one export, read-only (New) or writable
+// (NewWritable). Any export name is accepted: the server listens on a
+// private socket for one client.
 type Server struct {
-	export io.ReaderAt
-	size   int64 // the export's real size
-	wire   int64 // the size advertised: size rounded up to 512 (see New)
-	log    *slog.Logger
+	export   io.ReaderAt
+	writable WritableExport // nil for a read-only export
+	size     int64          // the export's real size
+	wire     int64          // the size advertised: size rounded up to 512 (see New)
+	log      *slog.Logger
 
 	// MaxRequest and MaxInFlight may be set before Serve; zero means the
-	// defaults above.
+	// defaults above. MinBlock is the minimum block size advertised (zero:
+	// 1); the client aligns its requests to it, doing any read-modify-write
+	// itself.
 	MaxRequest  uint32
 	MaxInFlight int
+	MinBlock    uint32
 
 	bufs sync.Pool // *[]byte of pooledBufSize, reused between reads
 
@@ -57,6 +63,28 @@ func New(export io.ReaderAt, size int64, log *slog.Logger) *Server {
 	// local file of that size anyway.
 	wire := (size + 511) &^ 511
 	return &Server{export: export, size: size, wire: wire, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+// NewWritable returns a server for a writable export of size bytes, which
+// must be a multiple of 512 (qemu rounds sizes up to that, and padding
+// cannot be written). It offers WRITE, FLUSH, TRIM, WRITE_ZEROES and fast
+// zeroes, and no multi-conn: a flush on one connection need not cover the
+// writes of another.
+func NewWritable(export WritableExport, size int64, log *slog.Logger) (*Server, error) {
+	if size%512 != 0 {
+		return nil, fmt.Errorf("nbd: writable export size %d is not a multiple of 512", size)
+	}
+	s := New(export, size, log)
+	s.writable = export
+	return s, nil
+}
+
+// flags are the transmission flags advertised.
+func (s *Server) flags() uint16 {
+	if s.writable == nil {
+		return transmissionFlags
+	}
+	return writableFlags
 }
 
 // Serve runs New(export, size, log).Serve(ctx, ln).
@@ -89,6 +117,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	if s.MaxInFlight <= 0 {
 		s.MaxInFlight = DefaultMaxInFlight
+	}
+	if s.MinBlock == 0 {
+		s.MinBlock = 1
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

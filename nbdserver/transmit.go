@@ -10,10 +10,10 @@ import (
 )
 
 // transmit serves requests until NBD_CMD_DISC, a protocol error or a
-// closed connection. Reads run concurrently (qemu keeps several in
-// flight), at most MaxInFlight at once; replies are written whole under
-// a mutex so they never interleave. It returns after every read it
-// started has finished.
+// closed connection. Reads and write-side commands run concurrently (qemu
+// keeps several in flight), at most MaxInFlight at once, each replied to
+// when it is done; replies are written whole under a mutex so they never
+// interleave. It returns after every request it started has finished.
 func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 	r := bufio.NewReaderSize(c, 64<<10)
 	var wmu sync.Mutex
@@ -31,9 +31,8 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 		_, err := bufs.WriteTo(c)
 		return err
 	}
-	sem := make(chan struct{}, s.MaxInFlight)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	pool := startWorkers(s.MaxInFlight)
+	defer pool.stop()
 	for {
 		var h [28]byte
 		if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -54,13 +53,7 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 				}
 				continue
 			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
+			err := pool.run(ctx, func() {
 				buf, put := s.getBuf(int(n))
 				defer put()
 				// Past the real end is padding: zeros.
@@ -86,16 +79,50 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 					c.Close() // the reader loop sees it and ends
 				}
 			})
-		case cmdWrite:
-			// The payload follows the header and must be consumed to stay
-			// in sync; a huge one means a confused client.
-			if n > s.MaxRequest {
-				return fmt.Errorf("write request of %d bytes", n)
-			}
-			if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+			if err != nil {
 				return err
 			}
-			if err := reply(cookie, errPerm, nil); err != nil {
+		case cmdWrite, cmdWriteZeroes, cmdTrim, cmdFlush:
+			// A write's payload follows the header and must be consumed to
+			// stay in sync; a huge one means a confused client.
+			if typ == cmdWrite && n > s.MaxRequest {
+				return fmt.Errorf("write request of %d bytes", n)
+			}
+			if s.writable == nil || !s.inBounds(off, n) {
+				if typ == cmdWrite {
+					if _, err := io.CopyN(io.Discard, r, int64(n)); err != nil {
+						return err
+					}
+				}
+				errno := uint32(errNoSpc) // past the end of a writable export
+				switch {
+				case s.writable == nil && typ == cmdWrite:
+					errno = errPerm
+				case s.writable == nil:
+					errno = errInval
+				}
+				if err := reply(cookie, errno, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			req := writeRequest{typ: typ, flags: be.Uint16(h[4:]), off: int64(off), n: n}
+			put := func() {}
+			if typ == cmdWrite {
+				req.payload, put = s.getBuf(int(n))
+				if _, err := io.ReadFull(r, req.payload); err != nil {
+					put()
+					return fmt.Errorf("reading write payload: %w", err)
+				}
+			}
+			err := pool.run(ctx, func() {
+				defer put()
+				if err := reply(cookie, s.serveWrite(req), nil); err != nil {
+					c.Close() // the reader loop sees it and ends
+				}
+			})
+			if err != nil {
+				put()
 				return err
 			}
 		case cmdDisc:
@@ -108,20 +135,59 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 	}
 }
 
-// pooledBufSize is the buffer size recycled between reads: qemu-img
-// convert reads 2 MiB at a time, and fresh buffers for each read made
-// measurable garbage-collector work.
+// pooledBufSize is the buffer size recycled between requests: qemu-img
+// convert reads and writes 2 MiB at a time, and fresh buffers for each
+// request made measurable garbage-collector work.
 const pooledBufSize = 2 << 20
 
-// getBuf returns an n-byte buffer and the function that gives it back.
+// getBuf returns an n-byte buffer (aligned, see bufAlign) and the
+// function that gives it back.
 func (s *Server) getBuf(n int) ([]byte, func()) {
 	if n > pooledBufSize {
-		return make([]byte, n), func() {}
+		return alignedBuf(n), func() {}
 	}
 	bp, _ := s.bufs.Get().(*[]byte)
 	if bp == nil {
-		b := make([]byte, pooledBufSize)
+		b := alignedBuf(pooledBufSize)
 		bp = &b
 	}
 	return (*bp)[:n], func() { s.bufs.Put(bp) }
+}
+
+// workers run a connection's requests on a fixed set of goroutines: at
+// most n at once, and goroutines whose stacks have already grown to what
+// an export's I/O path needs (a goroutine per request spent measurable
+// time growing fresh stacks).
+type workers struct {
+	jobs chan func()
+	wg   sync.WaitGroup
+}
+
+func startWorkers(n int) *workers {
+	w := &workers{jobs: make(chan func())}
+	for range n {
+		w.wg.Go(func() {
+			for job := range w.jobs {
+				job()
+			}
+		})
+	}
+	return w
+}
+
+// run hands job to a free worker, waiting for one; it fails only when ctx
+// ends first, and then job does not run.
+func (w *workers) run(ctx context.Context, job func()) error {
+	select {
+	case w.jobs <- job:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop lets the workers finish the jobs they hold and waits for them.
+func (w *workers) stop() {
+	close(w.jobs)
+	w.wg.Wait()
 }
