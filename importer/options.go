@@ -89,8 +89,8 @@ type Options struct {
 	Progress func(Progress)
 	// Logger receives the phase log; default slog.Default().
 	Logger *slog.Logger
-	// Qemu runs qemu-img; the zero value uses qemu-img and prlimit from PATH
-	// with the package's default limits.
+	// Qemu runs qemu-img; nil uses qemu-img from PATH, sandboxed, with the
+	// package's default limits.
 	Qemu *qemu.Runner
 	// WrapPhase, when set, may replace or decorate the executor of any phase
 	// (return exec unchanged to keep it).

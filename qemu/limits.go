@@ -2,8 +2,9 @@ package qemu
 
 import "time"
 
-// Limits are the resource caps applied to a qemu-img run. They are set by
-// prlimit before qemu-img is exec'd, so they hold from its first instruction.
+// Limits are the resource caps applied to a qemu-img run. The sandbox
+// launcher sets them before it execs qemu-img, so they hold from its first
+// instruction.
 // A zero field means "use the default for this subcommand".
 type Limits struct {
 	AddressSpace uint64 // RLIMIT_AS in bytes
