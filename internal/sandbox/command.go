@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 )
@@ -19,7 +20,14 @@ func Command(p *Policy) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(selfExe)
+	exe := selfExe
+	if _, err := os.Stat(selfExe); err != nil {
+		// No /proc (an unusual container): the path we were started from.
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("finding our own executable to start the sandbox: %w", err)
+		}
+	}
+	cmd := exec.Command(exe)
 	// argv[0] names what the launcher is for in ps; it becomes the
 	// program's own argv after exec.
 	cmd.Args = []string{"diskimport-sandbox " + p.Program}
