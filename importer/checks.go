@@ -14,8 +14,8 @@ import (
 )
 
 // checkStructure runs our own structural checks on an image: qemu-img
-// reads the missing clusters of a truncated qcow2 or VDI as zeros and still
-// exits 0 (check included, for VDI), so a cut-off download would become a
+// reads the missing clusters of a truncated qcow2, VDI or vmdk as zeros and
+// still exits 0 (check included), so a cut-off download would become a
 // "complete" disk with holes. Other formats are left to qemu-img check.
 func checkStructure(f format.Format, r io.ReaderAt, size int64) error {
 	switch f {
@@ -27,6 +27,10 @@ func checkStructure(f format.Format, r io.ReaderAt, size int64) error {
 		return format.CheckVHD(r, size)
 	case format.VHDX:
 		return format.CheckVHDX(r, size)
+	case format.VMDK:
+		// Also re-reads the header, footer and embedded descriptor from
+		// the very bytes qemu-img will open.
+		return format.CheckVMDK(r, size)
 	}
 	return nil
 }
