@@ -30,17 +30,21 @@ func (h *Handler) uploadHandler(form, async bool) http.Handler {
 			http.Error(w, err.Error(), code)
 			return
 		}
+		stall := newStallGuard(w, h.opts.Import.StallTimeout)
+		defer stall.disarm()
+		stall.arm() // the multipart preamble counts too
 		var src io.Reader = r.Body
 		if form {
 			part, err := filePart(r)
 			if err != nil {
+				err = stall.explain(err)
 				h.release(err)
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
 			src = part
 		}
-		body := &gatedReader{r: src, n: count}
+		body := &gatedReader{r: src, n: count, stall: stall}
 		h.log.Info("Upload started", "path", r.URL.Path, "remote", r.RemoteAddr, "contentLength", r.ContentLength)
 		if async {
 			h.runAsync(w, r, body)
@@ -107,7 +111,11 @@ func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedRea
 	defer stop()
 	res, err := importer.Import(ctx, h.importOptions(body, func() {}))
 	body.close()
-	if err != nil && r.Context().Err() != nil && h.opts.BaseContext.Err() == nil {
+	if serr := body.stalled(); err != nil && serr != nil {
+		// The expired read deadline also ends the request's context, and
+		// the engine may report that cancellation first.
+		err = serr
+	} else if err != nil && r.Context().Err() != nil && h.opts.BaseContext.Err() == nil {
 		err = errClientGone(err)
 	}
 	h.finish(res, err)
@@ -150,7 +158,9 @@ func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedRe
 		defer cancel()
 		res, err := importer.Import(ctx, h.importOptions(body, received))
 		body.close()
-		if err != nil && clientGone.Load() {
+		if serr := body.stalled(); err != nil && serr != nil {
+			err = serr
+		} else if err != nil && clientGone.Load() {
 			err = errClientGone(err)
 		}
 		h.finish(res, err)
@@ -199,10 +209,12 @@ func httpStatus(err error) int {
 // gatedReader counts the bytes received and can be closed so nothing reads
 // the request body after its handler returned (net/http forbids it).
 type gatedReader struct {
-	mu     sync.Mutex
-	r      io.Reader
-	n      *atomic.Int64
-	closed bool
+	mu       sync.Mutex
+	r        io.Reader
+	n        *atomic.Int64
+	stall    *stallGuard
+	closed   bool
+	stallErr error // the stall that ended the upload, if one did
 }
 
 var errUploadClosed = errors.New("upload body already closed")
@@ -213,12 +225,24 @@ func (g *gatedReader) Read(p []byte) (int, error) {
 	if g.closed {
 		return 0, errUploadClosed
 	}
+	g.stall.arm()
 	n, err := g.r.Read(p)
 	g.n.Add(int64(n))
 	if err != nil && err != io.EOF {
+		if serr := g.stall.explain(err); serr != err {
+			g.stallErr = fmt.Errorf("receiving the upload: %w", serr)
+			return n, g.stallErr
+		}
 		err = fmt.Errorf("receiving the upload: %w: %w", errdefs.ErrSourceUnreachable, err)
 	}
 	return n, err
+}
+
+// stalled returns the stall error that ended the upload, or nil.
+func (g *gatedReader) stalled() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stallErr
 }
 
 func (g *gatedReader) close() {
