@@ -51,9 +51,13 @@ type job struct {
 	remote        bool // convertSrc is an HTTP object read with ranges
 	rangedSrc     *datasource.RangedURL
 	export        *rangedExport // ranged.go: serves rangedSrc to qemu-img over NBD
-	// deviceWritten: a converter wrote the block target, so a failure must
-	// wipe the device's first MiB (the streamed path never writes it early).
+	// deviceWritten: the image's first MiB reached the block target
+	// through the conversion's export, so a later failure (verify, commit)
+	// must wipe it. Before that it was only in our memory.
 	deviceWritten bool
+	// deviceWriter writes the block target for qemu-img (targetexport.go);
+	// the progress reporter reads its byte count.
+	deviceWriter atomic.Pointer[target.DeviceWriter]
 
 	// Clone (clone.go): the source's local path ("" for streams), and
 	// whether the whole block target was zeroed so zero runs may be skipped.
@@ -303,11 +307,26 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 	return processor.Convert, nil
 }
 
-// convert writes the target with qemu-img and drops the scratch copy.
+// convert writes the target with qemu-img and drops the scratch copy. A
+// block device is written through our own NBD export of it
+// (targetexport.go), which keeps the image's first MiB in memory until
+// qemu-img succeeded and the rest is synced: qemu-img never opens the
+// device, and a kill at any moment leaves no bootable-looking disk.
 func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 	block := j.tgt.Kind() == target.Block
-	j.deviceWritten = block
-	applied, err := j.qemu.Convert(ctx, j.convertSrc, j.tgt.WritePath(), qemu.ConvertOptions{
+	dst := j.tgt.WritePath()
+	var dev *targetExport
+	if block {
+		e, err := startTargetExport(ctx, j.tgt, j.log)
+		if err != nil {
+			return processor.Error, fmt.Errorf("serving %s to qemu-img: %w", j.tgt.Path(), err)
+		}
+		dev = e
+		defer dev.stop(j.log)
+		j.deviceWriter.Store(dev.writer)
+		dst = dev.spec()
+	}
+	applied, err := j.qemu.Convert(ctx, j.convertSrc, dst, qemu.ConvertOptions{
 		SrcFormat:    j.convertFormat.QemuName(),
 		DstFormat:    j.outFormat,
 		CacheMode:    j.cacheMode(block),
@@ -318,9 +337,12 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 			j.convertPercent.Store(math.Float64bits(p))
 		},
 	})
-	err = j.export.cause(err)
+	err = dev.cause(j.export.cause(err))
 	if !j.opts.Verify {
 		j.stopExport() // ranged.go
+	}
+	if err == nil && dev != nil {
+		err = j.finishDevice(ctx, dev)
 	}
 	if err != nil {
 		return processor.Error, fmt.Errorf("converting %s image to %s: %w", j.convertFormat, j.outFormat, err)
@@ -331,6 +353,22 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 		j.removeScratch()
 	}
 	return processor.Resize, nil
+}
+
+// finishDevice ends the export after qemu-img succeeded, refuses the result
+// if any write failed (even one qemu-img did not report), and writes the
+// held-back head; from then on a failure must wipe it (abort).
+func (j *job) finishDevice(ctx context.Context, dev *targetExport) error {
+	dev.stop(j.log)
+	if err := dev.server.Err(); err != nil {
+		return fmt.Errorf("writing %s: %w", j.tgt.Path(), err)
+	}
+	if err := dev.writer.Finish(ctx); err != nil {
+		return err
+	}
+	j.deviceWritten = true
+	j.result.DataBytes = dev.writer.DataBytes()
+	return nil
 }
 
 // cacheMode picks qemu-img's target cache: O_DIRECT unless asked otherwise
@@ -364,6 +402,9 @@ func (j *job) removeScratch() {
 	j.scratchPath = ""
 }
 
+// abort releases a failed target. A converted block device whose head was
+// already written is wiped (defence in depth: only verify or commit can
+// fail that late).
 func (j *job) abort() {
 	if j.tgt != nil && j.deviceWritten {
 		if err := j.tgt.ClearHead(); err != nil {

@@ -47,7 +47,9 @@ func (j *job) snapshot() Progress {
 	if c := j.counter.Load(); c != nil {
 		p.BytesRead = c.Count()
 	}
-	if w := j.writer.Load(); w != nil {
+	if d := j.deviceWriter.Load(); d != nil { // qemu-img writing a device
+		p.BytesWritten = d.Written()
+	} else if w := j.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
 	}
 	switch {
