@@ -147,7 +147,7 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 func TestLUKSRefused(t *testing.T) {
 	needTool(t, "qemu-img")
 	p := filepath.Join(t.TempDir(), "disk.luks")
-	run(t, "qemu-img", "create", "-q", "-f", "luks", "--object", "secret,id=s0,data=x", "-o", "key-secret=s0,iter-time=10", p, "4M")
+	run(t, "qemu-img", "create", "-q", "-f", "luks", "--object", "secret,id=s0,data=x", "-o", "key-secret=s0,iter-time=100", p, "4M")
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	_, _, err = openBytes(t, b)
