@@ -99,7 +99,7 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 	j.log.Info("Image detected", "format", img.Format, "compression", j.result.Compressions,
 		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
 
-	if err := j.checkEarlySize(img, st); err != nil {
+	if err := j.checkEarlySize(ctx, img, st); err != nil {
 		return processor.Error, err
 	}
 	if err := j.checkClone(ctx, img, st); err != nil {
@@ -127,7 +127,7 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 
 // checkEarlySize refuses an image whose size is known up front and does not
 // fit, before anything is written.
-func (j *job) checkEarlySize(img *format.Stream, st *datasource.Stream) error {
+func (j *job) checkEarlySize(ctx context.Context, img *format.Stream, st *datasource.Stream) error {
 	capacity := j.tgt.Capacity()
 	if v := img.Header.VirtualSize; v > 0 {
 		j.result.VirtualSize = v
@@ -136,13 +136,23 @@ func (j *job) checkEarlySize(img *format.Stream, st *datasource.Stream) error {
 		}
 		return nil
 	}
-	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 {
+	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 || st.Size <= capacity {
 		return nil
 	}
-	// An uncompressed raw stream of known length: it may carry a fixed VHD's
-	// 512-byte footer, which does not go to the disk.
+	tooBig := &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}
 	if st.Size-fixedVHDFooterSize > capacity {
-		return &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}
+		return tooBig
+	}
+	// One sector too many: fine only if that sector is a fixed VHD's footer,
+	// which does not go to the disk. Where the end can be read now (a local
+	// file or device, or a server that serves ranges), decide before a byte
+	// is written; a plain stream is decided at its end (copyRaw).
+	tail, err := readLastSector(ctx, st)
+	if err != nil {
+		return err
+	}
+	if tail != nil && !format.IsFixedVHDFooter(tail, st.Size-fixedVHDFooterSize) {
+		return tooBig
 	}
 	return nil
 }
