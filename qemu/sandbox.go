@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/sandbox"
@@ -82,6 +85,9 @@ func imageRules(name string, write bool) ([]sandbox.Rule, error) {
 		fi, err := os.Stat(abs)
 		isDevice := err == nil && fi.Mode()&os.ModeDevice != 0
 		rules = append(rules, sandbox.Rule{Path: abs, Read: true, Write: write, Ioctl: isDevice, Optional: true})
+		if queue, ok := blockQueueDir(fi); ok {
+			rules = append(rules, sandbox.Rule{Path: queue, Read: true, Dir: true, Optional: true})
+		}
 	}
 	for _, s := range sockets {
 		abs, err := filepath.Abs(s)
@@ -91,6 +97,20 @@ func imageRules(name string, write bool) ([]sandbox.Rule, error) {
 		rules = append(rules, sandbox.Rule{Path: abs, Connect: true, Optional: true})
 	}
 	return rules, nil
+}
+
+// blockQueueDir is the sysfs directory of a block device's request queue:
+// qemu-img reads max_segments there to size its O_DIRECT requests. The
+// rule follows the /sys/dev/block symlink to the device's own directory.
+func blockQueueDir(fi os.FileInfo) (string, bool) {
+	if fi == nil || fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return "", false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("/sys/dev/block/%d:%d/queue", unix.Major(st.Rdev), unix.Minor(st.Rdev)), true
 }
 
 // createTarget creates an empty file at dst when nothing is there yet, so
