@@ -158,7 +158,7 @@ const digestBlock = 64 << 10
 // same digest exactly when they have the same length and the same bytes,
 // yet holes (found with SEEK_DATA, so a 127 GiB sparse image costs
 // milliseconds) are never read. Where SEEK_DATA is unsupported (a block
-// device) everything is read.
+// device) everything is read. A file shorter than n reads as zero-padded.
 func contentDigest(path string, n int64) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -190,16 +190,23 @@ func contentDigest(path string, n int64) (int64, string, error) {
 		if off >= n {
 			break
 		}
-		k, err := f.ReadAt(buf[:min(digestBlock, n-off)], off)
-		if err != nil && !(errors.Is(err, io.EOF) && int64(k) == min(digestBlock, n-off)) {
+		want := int(min(digestBlock, n-off))
+		k, err := f.ReadAt(buf[:want], off)
+		if err != nil && !errors.Is(err, io.EOF) {
 			return 0, "", fmt.Errorf("reading %s at %d: %w", path, off, err)
 		}
-		if !allZero(buf[:k]) {
+		if k < want {
+			// Past the end of a file shorter than n: zeros, as qemu's
+			// raw driver reads the tail of a file that is not a whole
+			// number of sectors.
+			clear(buf[k:want])
+		}
+		if !allZero(buf[:want]) {
 			binary.BigEndian.PutUint64(word[:], uint64(off))
 			h.Write(word[:])
-			h.Write(buf[:k])
+			h.Write(buf[:want])
 		}
-		off += int64(k)
+		off += int64(want)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
