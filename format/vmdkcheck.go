@@ -89,6 +89,20 @@ type vmdkChecker struct {
 	r    *windowReader
 	size uint64
 	h    vmdkSparseHeader
+	// Bytes the tables and grains seen so far take at the least: more than
+	// the file holds means they overlap, and stops a hostile directory
+	// from making the walk cost far more than the file's size.
+	claimed uint64
+}
+
+// claim adds n bytes of distinct structure, failing once the total
+// exceeds the file.
+func (c *vmdkChecker) claim(what string, n uint64) error {
+	c.claimed += n
+	if c.claimed > c.size {
+		return invalidf(VMDK, "%s: the grain tables and grains would take more than the %d-byte file (they overlap)", what, c.size)
+	}
+	return nil
 }
 
 // inside fails unless [off, off+n) lies inside the file.
@@ -148,6 +162,9 @@ func (c *vmdkChecker) checkGrainTable(index, gtSector uint64) error {
 	if err := c.inside("grain table", gtSector*vmdkSector, gtBytes); err != nil {
 		return err
 	}
+	if err := c.claim("grain table", gtBytes); err != nil {
+		return err
+	}
 	gte := make([]byte, 4)
 	grainBytes := h.grain * vmdkSector
 	capacityBytes := h.capacity * vmdkSector
@@ -177,7 +194,14 @@ func (c *vmdkChecker) checkGrainTable(index, gtSector uint64) error {
 // for the disk's last one) at byte offset off.
 func (c *vmdkChecker) checkGrain(index, off, want uint64) error {
 	if !c.h.compressed() {
-		return c.inside("grain", off, want)
+		if err := c.inside("grain", off, want); err != nil {
+			return err
+		}
+		return c.claim("grain", want)
+	}
+	// Each compressed grain starts on a sector of its own.
+	if err := c.claim("compressed grain", vmdkSector); err != nil {
+		return err
 	}
 	marker := make([]byte, vmdkGrainMarkerLen)
 	if err := c.inside("compressed grain marker", off, vmdkGrainMarkerLen); err != nil {

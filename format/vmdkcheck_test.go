@@ -180,3 +180,31 @@ func logQemuConvert(t *testing.T, b []byte) {
 	out, err := exec.Command("qemu-img", "convert", "-f", "vmdk", "-O", "raw", p, p+".raw").CombinedOutput()
 	t.Logf("qemu-img convert of the cut file: err=%v %s", err, out)
 }
+
+// A grain directory whose tables all point at the same grain is refused
+// (the grains overlap) instead of being walked entry by entry.
+func TestCheckVMDKOverlappingGrains(t *testing.T) {
+	needTool(t, "qemu-img")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.raw")
+	writeRaw(t, raw, variedContent(64<<10, 78))
+	require.NoError(t, os.Truncate(raw, 256<<20)) // the rest a hole
+	p := convert(t, raw, dir, "disk.vmdk", "vmdk")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.NoError(t, checkVMDKBytes(b))
+	le := binary.LittleEndian
+	gd := le.Uint64(b[56:]) * 512
+	gt0 := le.Uint32(b[gd:])
+	grain := le.Uint32(b[uint64(gt0)*512:])
+	require.NotZero(t, grain)
+	for i := 0; i < 8; i++ { // 256 MiB: 8 grain tables of 512 grains
+		le.PutUint32(b[gd+uint64(i)*4:], gt0)
+	}
+	for j := 0; j < 512; j++ {
+		le.PutUint32(b[uint64(gt0)*512+uint64(j)*4:], grain)
+	}
+	err = checkVMDKBytes(b)
+	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
+	assert.Contains(t, err.Error(), "overlap")
+}
