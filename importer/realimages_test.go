@@ -370,6 +370,7 @@ func assertPath(t *testing.T, img realImage, res *importer.Result, path importPa
 func expectRefusal(t *testing.T, img realImage, res *importer.Result, err error, targetDir string) {
 	t.Helper()
 	require.Error(t, err, "want a refusal (%v): %s", img.refuse, img)
+	t.Logf("refused: %v", err)
 	assert.ErrorIs(t, err, img.refuse, "%s", img)
 	assert.Regexp(t, img.causeRE(), err.Error(), "the message should name the cause: %s", img.why)
 	if res != nil {
