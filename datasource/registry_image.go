@@ -2,6 +2,7 @@ package datasource
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -198,6 +199,12 @@ func (p *pulledImage) choose(ctx context.Context, ref string, o RegistryOptions)
 				ref, o.arch(), strings.Join(platforms(list), ", "), errdefs.ErrUnsupportedFormat)
 		}
 		instance = &d
+		if raw, _, err = p.src.GetManifest(ctx, instance); err != nil {
+			return pullError(ctx, ref, err)
+		}
+	}
+	if err := checkNotArtifact(ref, raw); err != nil {
+		return err
 	}
 	img, err := image.FromUnparsedImage(ctx, p.sys, image.UnparsedInstance(p.src, instance))
 	if err != nil {
@@ -212,6 +219,35 @@ func (p *pulledImage) choose(ctx context.Context, ref string, o RegistryOptions)
 	if o.Arch != "" && cfg.Architecture != "" && cfg.Architecture != o.Arch {
 		return fmt.Errorf("image %s is for %s, not the requested architecture %s: %w",
 			ref, cfg.Architecture, o.Arch, errdefs.ErrUnsupportedFormat)
+	}
+	return nil
+}
+
+// checkNotArtifact refuses an OCI artifact (a manifest with an
+// artifactType, or a config that is not an image config, such as a KubeVirt
+// VM export whose layers are raw disks): it is no containerdisk, and
+// containers/image would fail on it with an error that reads as an
+// unreachable source, which a controller retries.
+func checkNotArtifact(ref string, raw []byte) error {
+	var m struct {
+		ArtifactType string `json:"artifactType"`
+		Config       struct {
+			MediaType string `json:"mediaType"`
+		} `json:"config"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return nil // containers/image reports a manifest it cannot parse
+	}
+	kind := m.ArtifactType
+	switch m.Config.MediaType {
+	case "", imgspecv1.MediaTypeImageConfig, manifest.DockerV2Schema2ConfigMediaType:
+	default:
+		if kind == "" {
+			kind = m.Config.MediaType
+		}
+	}
+	if kind != "" {
+		return fmt.Errorf("image %s is an OCI artifact of type %s, not a containerdisk: %w", ref, kind, errdefs.ErrUnsupportedFormat)
 	}
 	return nil
 }

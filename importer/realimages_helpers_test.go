@@ -326,13 +326,3 @@ func readTree(t *testing.T, dir string) map[string]treeEntry {
 	}
 	return tree
 }
-
-// tarMember returns the bytes of one member of a tar file (`tar -xO`).
-func tarMember(t *testing.T, tarFile, member string) []byte {
-	t.Helper()
-	out, err := exec.Command("tar", "-xOf", tarFile, member).Output()
-	if err != nil {
-		t.Fatalf("tar -xOf %s %s: %v", tarFile, member, err)
-	}
-	return out
-}
