@@ -134,7 +134,11 @@ func TestOpenMultiStream(t *testing.T) {
 }
 
 func TestOpenTinyStreams(t *testing.T) {
-	for _, n := range []int{0, 10, 300, 70000} {
+	// Zero bytes are no disk at all (issue 9): refused, see
+	// TestEmptySourceRefused; one byte already is a raw stream.
+	_, emptyErr := Open(context.Background(), bytes.NewReader(nil), Options{})
+	require.ErrorIs(t, emptyErr, errdefs.ErrInvalidImage)
+	for _, n := range []int{1, 10, 300, 70000} {
 		data := bytes.Repeat([]byte{'a', 'b', 'c', 0}, n/4+1)[:n]
 		s, err := Open(context.Background(), bytes.NewReader(data), Options{})
 		require.NoError(t, err)
