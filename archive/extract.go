@@ -63,8 +63,11 @@ type extractor struct {
 	chown bool
 	log   *slog.Logger
 	buf   []byte
-	dirs  map[string]dirMeta
-	stats Stats
+	// physical counts the archive bytes archive/tar has read (sparse.go).
+	physical *physicalCounter
+	zeros    []byte // sparseBlock zero bytes to compare data with
+	dirs     map[string]dirMeta
+	stats    Stats
 }
 
 // copyChunk is how much file data is read at once; sparseBlock is the unit
@@ -99,9 +102,11 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts Options) (Stats,
 		chown: !opts.SkipOwnership && os.Geteuid() == 0,
 		log:   log,
 		buf:   make([]byte, copyChunk),
+		zeros: make([]byte, sparseBlock),
 		dirs:  map[string]dirMeta{},
 	}
-	tr := tar.NewReader(r)
+	x.physical = &physicalCounter{r: r}
+	tr := tar.NewReader(x.physical)
 	for {
 		if err := ctx.Err(); err != nil {
 			return x.stats, fmt.Errorf("extracting archive: %w: %w", errdefs.ErrCancelled, err)
@@ -208,6 +213,9 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	if err := x.clearSlot(pfd, rel, base); err != nil {
 		return err
 	}
+	if err := x.checkRoom(hdr.Name, hdr.Size); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating file %q: %w", rel, err)
@@ -228,37 +236,6 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	return x.setTimes(pfd, base, hdr.ModTime, accessTime(hdr))
 }
 
-// writeSparse copies a member's data, leaving all-zero blocks as holes,
-// and sets the final length.
-func (x *extractor) writeSparse(f *os.File, r io.Reader) (int64, error) {
-	var off int64
-	for {
-		if err := x.ctx.Err(); err != nil {
-			return off, fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-		}
-		n, rerr := fill(r, x.buf)
-		for i := 0; i < n; i += sparseBlock {
-			b := x.buf[i:min(i+sparseBlock, n)]
-			if !allZero(b) {
-				if _, err := f.WriteAt(b, off+int64(i)); err != nil {
-					return off, err
-				}
-			}
-		}
-		off += int64(n)
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return off, readError(rerr)
-		}
-	}
-	if err := f.Truncate(off); err != nil {
-		return off, err
-	}
-	return off, nil
-}
-
 // fill reads until buf is full or the reader fails; unlike io.ReadFull it
 // keeps io.EOF (the member ended) apart from io.ErrUnexpectedEOF (the
 // archive is truncated).
@@ -272,15 +249,6 @@ func fill(r io.Reader, buf []byte) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // fileMeta restores ownership, then the mode (chown clears set-id bits).
