@@ -3,7 +3,8 @@ package importer_test
 // Hostile vmdks end to end (issue 9): descriptors that make qemu open a
 // host file or device, capacity 0, disagreeing footers and vmdks cut
 // inside their last grain. Each is imported from a file, over HTTP from a
-// server that serves ranges, and compressed (.xz) through scratch, and
+// server that serves ranges, compressed (.xz) through scratch, and as an
+// upload stream, and
 // must fail with its own error, never complete, and never leave the
 // secret file's bytes in the target (a loop device, when root, keeps what
 // was written even after a failure).
@@ -199,6 +200,13 @@ func TestHostileVMDKs(t *testing.T) {
 			})
 			t.Run("scratch-xz", func(t *testing.T) {
 				importVMDKFails(t, importer.Options{Source: srv.URL + "/" + filepath.Base(xz), Target: target()}, c.want, c.msg)
+			})
+			t.Run("upload-stream", func(t *testing.T) {
+				// What uploadserver hands the engine: the request body.
+				body, err := os.Open(img)
+				require.NoError(t, err)
+				t.Cleanup(func() { body.Close() })
+				importVMDKFails(t, importer.Options{Source: "-", SourceReader: body, Target: target()}, c.want, c.msg)
 			})
 			if device == "" {
 				return
