@@ -124,6 +124,10 @@ func (c *vmdkChecker) checkGrainDirectory() error {
 	if h.gdOffset == 0 {
 		return invalidf(VMDK, "no grain directory")
 	}
+	if h.gdOffset > c.size/vmdkSector || h.rgdOffset > c.size/vmdkSector {
+		// Checked in sectors first: a byte offset could wrap around.
+		return invalidf(VMDK, "grain directory at sector %d (redundant: %d) lies past the end of the %d-byte file", h.gdOffset, h.rgdOffset, c.size)
+	}
 	if err := c.inside("grain directory", h.gdOffset*vmdkSector, gdBytes); err != nil {
 		return err
 	}
