@@ -3,7 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
-	"syscall"
+	"runtime"
 )
 
 // init turns this process into the sandbox launcher when the parent asked
@@ -26,7 +26,9 @@ func launch(enc string) error {
 	if err != nil {
 		return err
 	}
-	argv := append([]string{p.Program}, p.Args...)
+	// Never unlocked: the Landlock domain is this thread's, and this thread
+	// execs.
+	runtime.LockOSThread()
 	if p.Landlock {
 		abi := ABI()
 		if abi == 0 {
@@ -36,9 +38,12 @@ func launch(enc string) error {
 			return err
 		}
 	}
-	if err := setLimits(p); err != nil {
+	img, err := prepareExec(p)
+	if err != nil {
 		return err
 	}
-	err = syscall.Exec(p.Program, argv, p.Env)
-	return fmt.Errorf("exec %s: %w", p.Program, err)
+	if err := img.limitAndExec(); err != nil {
+		return fmt.Errorf("exec %s: %w", p.Program, err)
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -60,8 +59,8 @@ func accessRights(r Rule, handled landlock.AccessFSSet) landlock.AccessFSSet {
 	return a & handled
 }
 
-// restrictThread applies the policy's rules to the calling OS thread (which
-// it locks for good: the caller execs next). abi is ABI().
+// restrictThread applies the policy's rules to the calling OS thread, which
+// the caller has locked and execs from next. abi is ABI().
 func restrictThread(p *Policy, abi int) error {
 	cfg := abiConfigs[abi]
 	if abi >= 7 {
@@ -92,7 +91,6 @@ func restrictThread(p *Policy, abi int) error {
 		return fmt.Errorf("Landlock ABI %d gave no ruleset", abi)
 	}
 	defer unix.Close(fd)
-	runtime.LockOSThread() // never unlocked: this thread execs
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}

@@ -2,25 +2,63 @@ package sandbox
 
 import (
 	"fmt"
+	"runtime/debug"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// setLimits sets RLIMIT_AS and RLIMIT_CPU (soft and hard) on the process.
-// It runs last before execve: once the address space is capped, the Go
-// runtime of the launcher itself may no longer be able to grow.
-func setLimits(p *Policy) error {
-	set := func(name string, res int, v uint64) error {
-		if v == 0 {
-			return nil
-		}
-		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
-			return fmt.Errorf("setrlimit %s=%d: %w", name, v, err)
-		}
-		return nil
+// execImage is the program to exec, converted to what execve wants before
+// the limits are set.
+type execImage struct {
+	path       *byte
+	argv, envv []*byte
+	limits     []rlimit
+}
+
+type rlimit struct {
+	name     string
+	resource int
+	value    unix.Rlimit
+}
+
+func prepareExec(p *Policy) (*execImage, error) {
+	img := &execImage{}
+	var err error
+	if img.path, err = syscall.BytePtrFromString(p.Program); err != nil {
+		return nil, fmt.Errorf("program %q: %w", p.Program, err)
 	}
-	if err := set("RLIMIT_AS", unix.RLIMIT_AS, p.AddressSpace); err != nil {
-		return err
+	if img.argv, err = syscall.SlicePtrFromStrings(append([]string{p.Program}, p.Args...)); err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
 	}
-	return set("RLIMIT_CPU", unix.RLIMIT_CPU, p.CPUSeconds)
+	if img.envv, err = syscall.SlicePtrFromStrings(p.Env); err != nil {
+		return nil, fmt.Errorf("environment: %w", err)
+	}
+	if p.AddressSpace > 0 {
+		img.limits = append(img.limits, rlimit{"RLIMIT_AS", unix.RLIMIT_AS, unix.Rlimit{Cur: p.AddressSpace, Max: p.AddressSpace}})
+	}
+	if p.CPUSeconds > 0 {
+		img.limits = append(img.limits, rlimit{"RLIMIT_CPU", unix.RLIMIT_CPU, unix.Rlimit{Cur: p.CPUSeconds, Max: p.CPUSeconds}})
+	}
+	return img, nil
+}
+
+// limitAndExec sets the limits and execs, with raw system calls and no
+// allocation in between: this launcher's own Go runtime has already mapped
+// more address space than qemu-img may use, so once RLIMIT_AS is set any
+// heap growth here would crash it before qemu-img starts. The collector is
+// switched off for the same reason. It returns only on failure.
+func (img *execImage) limitAndExec() error {
+	debug.SetGCPercent(-1)
+	for i := range img.limits {
+		l := &img.limits[i]
+		_, _, errno := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(l.resource), uintptr(unsafe.Pointer(&l.value)), 0, 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("setrlimit %s=%d: %w", l.name, l.value.Cur, errno)
+		}
+	}
+	_, _, errno := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(img.path)),
+		uintptr(unsafe.Pointer(&img.argv[0])), uintptr(unsafe.Pointer(&img.envv[0])))
+	return fmt.Errorf("execve: %w", errno)
 }

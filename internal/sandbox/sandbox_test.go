@@ -111,3 +111,15 @@ func TestDescribe(t *testing.T) {
 		assert.True(t, strings.HasPrefix(d, "landlock v"), d)
 	}
 }
+
+// The launcher's own Go runtime has mapped more address space than the
+// program may get; setting the limit and exec'ing must not touch its heap.
+func TestLauncherExecsUnderALimitBelowItsOwnSize(t *testing.T) {
+	sh := program(t, "sh")
+	for i := 0; i < 20; i++ {
+		out, stderr, err := run(t, &Policy{Program: sh, Args: []string{"-c", "ulimit -v"}, AddressSpace: 16 << 20,
+			Env: []string{strings.Repeat("X", 100) + "=1"}})
+		require.NoError(t, err, stderr)
+		require.Equal(t, "16384\n", out)
+	}
+}
