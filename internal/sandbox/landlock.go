@@ -10,10 +10,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// abiConfigs are go-landlock's presets, indexed by Landlock ABI version;
-// each handles every access right its version knows. Index 0: no Landlock.
-var abiConfigs = [...]landlock.Config{{}, landlock.V1, landlock.V2, landlock.V3, landlock.V4,
-	landlock.V5, landlock.V6, landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
+// newestABI is the newest Landlock ABI version go-landlock has a preset for.
+const newestABI = 11
+
+// abiConfig is go-landlock's preset for ABI version v (1..newestABI),
+// which handles every access right that version knows.
+func abiConfig(v int) landlock.Config {
+	presets := [...]landlock.Config{{}, landlock.V1, landlock.V2, landlock.V3, landlock.V4,
+		landlock.V5, landlock.V6, landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
+	return presets[v]
+}
 
 // ABI is the Landlock ABI version the sandbox enforces: the kernel's,
 // capped at the newest this package knows; 0 when the kernel has none.
@@ -22,7 +28,7 @@ func ABI() int {
 	if err != nil || v < 0 {
 		return 0 // ENOSYS (not built in) or EOPNOTSUPP (disabled at boot)
 	}
-	return min(v, len(abiConfigs)-1)
+	return min(v, newestABI)
 }
 
 // Describe names the confinement a program started now gets: "landlock v7"
@@ -62,7 +68,7 @@ func accessRights(r Rule, handled landlock.AccessFSSet) landlock.AccessFSSet {
 // restrictThread applies the policy's rules to the calling OS thread, which
 // the caller has locked and execs from next. abi is ABI().
 func restrictThread(p *Policy, abi int) error {
-	cfg := abiConfigs[abi]
+	cfg := abiConfig(abi)
 	if abi >= 7 {
 		// Denials after execve are audit-logged only when asked for.
 		cfg = cfg.EnableLoggingForSubprocesses()
