@@ -40,17 +40,18 @@ func (j *job) useRanged(ctx context.Context, st *datasource.Stream, img *format.
 	return true
 }
 
-// probeRanges reads the object's last byte with a range request: that
-// proves the server answers 206 with the range asked for, and that the
-// object still has the size the first response gave.
+// probeRanges reads the object's first byte with a range request: that
+// proves the server answers 206 with the range asked for, and (through
+// Content-Range) that the object still has the size the first response
+// gave.
 func probeRanges(ctx context.Context, r *datasource.RangedURL) error {
 	rr, err := r.Open(ctx)
 	if err != nil {
 		return err
 	}
 	defer rr.Close()
-	var last [1]byte
-	if _, err := rr.ReadAt(last[:], rr.Size()-1); err != nil && !errors.Is(err, io.EOF) {
+	var first [1]byte
+	if _, err := rr.ReadAt(first[:], 0); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	return nil
