@@ -79,3 +79,11 @@ func TestCheckVHDXRefusals(t *testing.T) {
 	one[vhdxRegionTable1+20] ^= 0xff
 	assert.NoError(t, CheckVHDX(bytes.NewReader(one), int64(len(one))))
 }
+
+func TestCheckVHDXDifferencingRefused(t *testing.T) {
+	b, err := os.ReadFile(sharedImage(t, "dissect/differencing.avhdx"))
+	require.NoError(t, err)
+	err = CheckVHDX(bytes.NewReader(b), int64(len(b)))
+	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
+	assert.Contains(t, err.Error(), "differencing disk refers to a parent image")
+}

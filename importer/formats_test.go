@@ -289,14 +289,31 @@ func TestTruncatedVHDAndVDIRefused(t *testing.T) {
 	}
 }
 
-// TestRealVHDImported: a dynamic VHD from dissect's test data passes the
-// new check and imports as qemu-img converts it (the 127 GiB Virtual PC and
-// Hyper-V samples are checked in format's unit tests instead).
+// TestRealVHDImported: dynamic VHD and VHDX files from dissect's test data
+// pass the new checks and import as qemu-img converts them (the 127 GiB
+// Virtual PC and Hyper-V samples are checked in format's unit tests).
 func TestRealVHDImported(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
-	p := sharedImage(t, t.TempDir(), "dissect/dynamic.vhd")
-	want := qemuRaw(t, p, "vpc")
+	for rel, qfmt := range map[string]string{"dissect/dynamic.vhd": "vpc", "dissect/dynamic.vhdx": "vhdx", "dissect/fixed.vhdx": "vhdx"} {
+		t.Run(rel, func(t *testing.T) {
+			p := sharedImage(t, t.TempDir(), rel)
+			want := qemuRaw(t, p, qfmt)
+			for how, src := range sources(t, p) {
+				t.Run(how, func(t *testing.T) { importEqualsQemu(t, src, want) })
+			}
+		})
+	}
+}
+
+// TestDifferencingVHDXRefused: a differencing VHDX names its parent; it is
+// refused as unsafe on every path, not left to qemu-img's "Operation not
+// supported".
+func TestDifferencingVHDXRefused(t *testing.T) {
+	testimg.Need(t, "xz")
+	p := sharedImage(t, t.TempDir(), "dissect/differencing.avhdx")
 	for how, src := range sources(t, p) {
-		t.Run(how, func(t *testing.T) { importEqualsQemu(t, src, want) })
+		t.Run(how, func(t *testing.T) {
+			importRefused(t, src, importer.ErrUnsafeImage, "differencing disk refers to a parent image")
+		})
 	}
 }
