@@ -1,8 +1,11 @@
 // Package format is the one place where the engine recognises disk-image
-// formats and compression wrappers: it sniffs magic numbers, validates image
-// headers (refusing images that would make qemu-img open other files or use
-// absurd resources), checks qcow2 structure against truncation, recognises
-// fixed-VHD footers, and peels gzip/xz/zstd layers off a stream.
+// formats and compression wrappers: it sniffs magic numbers (refusing by
+// name the formats qemu-img knows and the engine does not, and heads that
+// match two formats), validates image headers (refusing images that would
+// make qemu-img open other files or use absurd resources), checks the
+// structure of qcow2, VDI, dynamic VHD and VHDX files against truncation,
+// recognises fixed-VHD footers and DMG trailers, and peels gzip/xz/zstd
+// (pzstd's skippable frames included) layers off a stream.
 package format
 
 // Format is a disk-image format the engine knows.
