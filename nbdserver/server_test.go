@@ -247,8 +247,18 @@ func TestCancelStopsEverything(t *testing.T) {
 	noLeak(t, before)
 }
 
-// negotiate runs a fixed newstyle handshake with NBD_OPT_GO by hand.
+// negotiate runs a fixed newstyle handshake with NBD_OPT_GO by hand
+// against a read-only export.
 func negotiate(t *testing.T, c net.Conn) uint64 {
+	t.Helper()
+	size, flags := negotiateFlags(t, c)
+	assert.Equal(t, uint16(transmissionFlags), flags)
+	return size
+}
+
+// negotiateFlags runs the handshake and returns the export's size and
+// transmission flags.
+func negotiateFlags(t *testing.T, c net.Conn) (uint64, uint16) {
 	t.Helper()
 	hello := make([]byte, 18)
 	_, err := io.ReadFull(c, hello)
@@ -281,8 +291,7 @@ func negotiate(t *testing.T, c net.Conn) uint64 {
 	_, err = io.ReadFull(c, rep)
 	require.NoError(t, err)
 	require.Equal(t, uint32(repAck), be.Uint32(rep[12:]))
-	assert.Equal(t, uint16(transmissionFlags), be.Uint16(info[10:]))
-	return be.Uint64(info[2:])
+	return be.Uint64(info[2:]), be.Uint16(info[10:])
 }
 
 func request(typ uint16, cookie, off uint64, n uint32) []byte {
