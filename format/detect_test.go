@@ -124,6 +124,7 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 		"qemu/empty.bochs":          Bochs,
 		"qemu/simple-pattern.cloop": Cloop,
 		"tsk/image.qcow":            QCOW1,
+		"dissect/sesparse.vmdk":     VMDKSESparse,
 	}
 	for rel, want := range cases {
 		t.Run(rel, func(t *testing.T) {
@@ -136,6 +137,13 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 			assert.Contains(t, err.Error(), "Invalid format "+string(want)+" for image")
 		})
 	}
+	t.Run("vmdk COWD", func(t *testing.T) {
+		head := append([]byte("COWD"), make([]byte, 2044)...)
+		_, f := Sniff(head)
+		assert.Equal(t, VMDKCOWD, f)
+		_, _, err := openBytes(t, head)
+		require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
+	})
 	t.Run("plain parallels is raw", func(t *testing.T) {
 		b, err := os.ReadFile(sharedImage(t, "dissect/plain.hds"))
 		require.NoError(t, err)

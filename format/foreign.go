@@ -19,6 +19,11 @@ const (
 	Cloop     Format = "cloop"
 	DMG       Format = "dmg"
 	LUKS      Format = "luks"
+	// VMDK extents of other kinds than the single-file sparse ones we check:
+	// VMware's seSparse (ESXi snapshots) and the old VMware 3 "COWD" disks.
+	// Both are only ever parts of a multi-file disk.
+	VMDKSESparse Format = "vmdk (seSparse)"
+	VMDKCOWD     Format = "vmdk (COWD)"
 )
 
 // Magic numbers of the refused formats, as qemu's drivers probe them.
@@ -30,6 +35,9 @@ var (
 	magicCloop       = []byte("#!/bin/sh\n#V2.0 Format\nmodprobe cloop file=$0 && mount -r -t iso9660 /dev/cloop $1\n")
 	magicLUKS        = []byte{'L', 'U', 'K', 'S', 0xba, 0xbe}
 	magicDMGTrailer  = []byte("koly")
+	// seSparse: the little-endian 64-bit constant 0x00000000cafebabe.
+	magicSESparse = []byte{0xbe, 0xba, 0xfe, 0xca, 0, 0, 0, 0}
+	magicCOWD     = []byte("COWD")
 )
 
 // DMGTrailerLen is the size of the UDIF ("koly") trailer that ends a DMG:
@@ -49,6 +57,10 @@ func sniffForeign(head []byte) Format {
 		return Cloop
 	case bytes.HasPrefix(head, magicLUKS):
 		return LUKS
+	case bytes.HasPrefix(head, magicSESparse):
+		return VMDKSESparse
+	case bytes.HasPrefix(head, magicCOWD):
+		return VMDKCOWD
 	case bytes.HasPrefix(head, magicQCOW2) && len(head) >= 8 && binary.BigEndian.Uint32(head[4:]) == 1:
 		// qcow version 1 shares the qcow2 magic; the version tells.
 		return QCOW1

@@ -71,7 +71,7 @@ func ParseHeaderMax(f Format, head []byte, maxVirtualSize int64) (Header, error)
 		h, err = parseVHDXHeader(head)
 	case VDI:
 		h, err = parseVDIHeader(head)
-	case QCOW1, QED, Parallels, Bochs, Cloop, DMG, LUKS:
+	case QCOW1, QED, Parallels, Bochs, Cloop, DMG, LUKS, VMDKSESparse, VMDKCOWD:
 		return Header{}, errInvalidFormat(f)
 	default:
 		return Header{}, fmt.Errorf("format %q: %w", f, errdefs.ErrUnsupportedFormat)
