@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // sharedImage decompresses ../shared/real-images/<rel>.xz into a temporary
@@ -155,7 +156,7 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 func TestLUKSRefused(t *testing.T) {
 	needTool(t, "qemu-img")
 	p := filepath.Join(t.TempDir(), "disk.luks")
-	run(t, "qemu-img", "create", "-q", "-f", "luks", "--object", "secret,id=s0,data=x", "-o", "key-secret=s0,iter-time=100", p, "4M")
+	testimg.LUKS(t, p)
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	_, _, err = openBytes(t, b)

@@ -81,7 +81,7 @@ func TestForeignFormatsRefused(t *testing.T) {
 			var p string
 			if rel == "luks" {
 				p = filepath.Join(dir, "disk.luks")
-				testimg.Run(t, "qemu-img", "create", "-q", "-f", "luks", "--object", "secret,id=s0,data=x", "-o", "key-secret=s0,iter-time=100", p, "4M")
+				testimg.LUKS(t, p)
 			} else {
 				p = sharedImage(t, dir, rel)
 			}
@@ -94,15 +94,21 @@ func TestForeignFormatsRefused(t *testing.T) {
 	}
 }
 
-// TestDMGOntoDeviceLeavesNoHead: a DMG is known only at its end; by then
-// most of it is on the device, but not its first MiB, so the device keeps
-// its old head and nothing is reported complete.
+// TestDMGOntoDeviceLeavesNoHead: a DMG is known only at its end. A local
+// one is refused from its last sector before anything is written; a stream
+// is refused at its end, when most of it is on the device but not its
+// first MiB, so the device keeps its old head. Nothing is reported complete.
 func TestDMGOntoDeviceLeavesNoHead(t *testing.T) {
 	testimg.Need(t, "xz")
 	dir := t.TempDir()
 	p := sharedImage(t, dir, "qemu/simple-dmg.dmg")
 	dev := testimg.LoopDevice(t, dir, 8<<20)
 	err := importFailsWith(t, importer.Options{Source: p, Target: dev})
+	assert.ErrorIs(t, err, importer.ErrUnsupportedFormat)
+	assertPattern(t, dev, 0, 8<<20)
+
+	xz := testimg.Compress(t, p, "xz")
+	err = importFailsWith(t, importer.Options{Source: xz, Target: dev})
 	assert.ErrorIs(t, err, importer.ErrUnsupportedFormat)
 	assertPattern(t, dev, 0, 1<<20)
 }

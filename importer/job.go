@@ -136,7 +136,22 @@ func (j *job) checkEarlySize(ctx context.Context, img *format.Stream, st *dataso
 		}
 		return nil
 	}
-	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 || st.Size <= capacity {
+	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 {
+		return nil
+	}
+	if st.LocalPath != "" {
+		// A DMG is known only by its last sector: read it now, so a local
+		// one is refused before a byte reaches the target (a stream is
+		// refused at its end, before its held-back head is written).
+		tail, err := readLastSector(ctx, st)
+		if err != nil {
+			return err
+		}
+		if err := format.CheckTrailer(tail); err != nil {
+			return err
+		}
+	}
+	if st.Size <= capacity {
 		return nil
 	}
 	tooBig := &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}

@@ -230,3 +230,22 @@ func Allocated(t testing.TB, path string) int64 {
 	}
 	return st.Sys().(*syscall.Stat_t).Blocks * 512
 }
+
+// LUKS writes a 4 MiB LUKS image to path with qemu-img. qemu 7.2's key
+// derivation benchmark fails now and then on fast or busy machines
+// ("Unable to get accurate CPU usage", fixed in qemu 9.2.1), so it is tried
+// a few times before the test gives up.
+func LUKS(t testing.TB, path string) {
+	t.Helper()
+	Need(t, "qemu-img")
+	var out []byte
+	var err error
+	for range 5 {
+		out, err = exec.Command("qemu-img", "create", "-q", "-f", "luks", "--object", "secret,id=s0,data=x",
+			"-o", "key-secret=s0,iter-time=100", path, "4M").CombinedOutput()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("qemu-img create -f luks %s: %v\n%s", path, err, out)
+}
