@@ -52,6 +52,12 @@ type DeviceWriter struct {
 
 	written atomic.Int64
 	data    atomic.Int64
+
+	// changes counts completed requests that changed the device; synced
+	// is the count the last completed Sync covered. Finish skips its own
+	// fsync when the converter's final flush already covered everything.
+	changes atomic.Uint64
+	synced  atomic.Uint64
 }
 
 // NewDeviceWriter returns a random-access writer of a block target. Writes
@@ -131,6 +137,7 @@ func (w *DeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		w.changes.Add(1)
 	}
 	w.written.Add(int64(len(p)))
 	return len(p), nil
@@ -218,6 +225,7 @@ func (w *DeviceWriter) ZeroAt(off, n int64, mayDeallocate, fast bool) error {
 		if err := w.zeroBody(off, n, mayDeallocate, fast); err != nil {
 			return err
 		}
+		w.changes.Add(1)
 	}
 	w.written.Add(n)
 	return nil
@@ -282,10 +290,16 @@ func (w *DeviceWriter) ReadAt(p []byte, off int64) (int, error) {
 // Sync makes every completed write durable on the device (the head stays
 // in memory until Finish).
 func (w *DeviceWriter) Sync() error {
+	covered := w.changes.Load()
 	if err := unix.Fdatasync(int(w.dev.Fd())); err != nil {
 		return fmt.Errorf("fsync %s: %w", w.t.path, err)
 	}
-	return nil
+	for {
+		old := w.synced.Load()
+		if old >= covered || w.synced.CompareAndSwap(old, covered) {
+			return nil
+		}
+	}
 }
 
 // Finish ends the writer: it waits for writes in flight, refuses any
@@ -310,8 +324,10 @@ func (w *DeviceWriter) Finish(ctx context.Context) error {
 	if err := cancelled(); err != nil {
 		return err
 	}
-	if err := w.Sync(); err != nil {
-		return err
+	if w.changes.Load() != w.synced.Load() {
+		if err := w.Sync(); err != nil {
+			return err
+		}
 	}
 	// A cancel during the fsync must still keep the head off the device.
 	if err := cancelled(); err != nil {
