@@ -342,7 +342,7 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 	dst := j.tgt.WritePath()
 	var dev *targetExport
 	if block {
-		e, err := startTargetExport(ctx, j.tgt, j.log)
+		e, err := startTargetExport(ctx, j.tgt, j.opts.Preallocation, j.log)
 		if err != nil {
 			return processor.Error, fmt.Errorf("serving %s to qemu-img: %w", j.tgt.Path(), err)
 		}

@@ -36,8 +36,10 @@ type targetExport struct {
 const exportMaxRequest = 4 << 20
 
 // startTargetExport opens a DeviceWriter on tgt and starts serving it.
-func startTargetExport(ctx context.Context, tgt *target.Target, log *slog.Logger) (*targetExport, error) {
-	w, err := tgt.NewDeviceWriter(ctx)
+// With preallocate, zeros qemu-img writes as data keep their blocks
+// allocated.
+func startTargetExport(ctx context.Context, tgt *target.Target, preallocate bool, log *slog.Logger) (*targetExport, error) {
+	w, err := tgt.NewDeviceWriter(ctx, target.DeviceWriterOptions{KeepAllocated: preallocate})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,8 @@ type DeviceWriter struct {
 	lbs      int64
 	zeros    []byte // aligned, read-only
 	zero     deviceZeroer
+	// keepAllocated: all-zero data is zeroed without deallocating.
+	keepAllocated bool
 
 	headMu sync.Mutex
 	head   []byte // the image's first bytes; zeros until written
@@ -60,10 +62,17 @@ type DeviceWriter struct {
 	synced  atomic.Uint64
 }
 
+// DeviceWriterOptions configure NewDeviceWriter.
+type DeviceWriterOptions struct {
+	// KeepAllocated zeroes all-zero data writes without deallocating
+	// (preallocation: the converter was told to write every block).
+	KeepAllocated bool
+}
+
 // NewDeviceWriter returns a random-access writer of a block target. Writes
 // fail with errdefs.ErrCancelled once ctx ends. The target must stay open
 // until the writer is finished or abandoned.
-func (t *Target) NewDeviceWriter(ctx context.Context) (*DeviceWriter, error) {
+func (t *Target) NewDeviceWriter(ctx context.Context, o DeviceWriterOptions) (*DeviceWriter, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.kind != Block {
@@ -74,14 +83,15 @@ func (t *Target) NewDeviceWriter(ctx context.Context) (*DeviceWriter, error) {
 	}
 	zeros := alignedBuf(headSize)
 	return &DeviceWriter{
-		t:        t,
-		ctx:      ctx,
-		dev:      t.f,
-		capacity: t.capacity,
-		lbs:      int64(t.lbs),
-		zeros:    zeros,
-		zero:     deviceZeroer{f: t.f, path: t.path, log: t.log, zeros: zeros},
-		head:     alignedBuf(int(min(headSize, t.capacity))),
+		t:             t,
+		ctx:           ctx,
+		keepAllocated: o.KeepAllocated,
+		dev:           t.f,
+		capacity:      t.capacity,
+		lbs:           int64(t.lbs),
+		zeros:         zeros,
+		zero:          deviceZeroer{f: t.f, path: t.path, log: t.log, zeros: zeros},
+		head:          alignedBuf(int(min(headSize, t.capacity))),
 	}, nil
 }
 
@@ -130,7 +140,7 @@ func (w *DeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 	if len(body) > 0 {
 		var err error
 		if allZero(body, w.zeros) {
-			err = w.zeroBody(bodyOff, int64(len(body)), true, false)
+			err = w.zeroBody(bodyOff, int64(len(body)), !w.keepAllocated, false)
 		} else {
 			err = w.writeBody(body, bodyOff)
 		}

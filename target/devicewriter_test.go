@@ -65,7 +65,7 @@ func TestDeviceWriterHoldsHeadUntilFinish(t *testing.T) {
 	tgt, err := target.Open(context.Background(), target.Options{Path: dev})
 	require.NoError(t, err)
 	defer tgt.Close()
-	w, err := tgt.NewDeviceWriter(context.Background())
+	w, err := tgt.NewDeviceWriter(context.Background(), target.DeviceWriterOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 10*mib, w.Size())
 
@@ -119,7 +119,7 @@ func TestDeviceWriterCancelAndBounds(t *testing.T) {
 	require.NoError(t, err)
 	defer tgt.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := tgt.NewDeviceWriter(ctx)
+	w, err := tgt.NewDeviceWriter(ctx, target.DeviceWriterOptions{})
 	require.NoError(t, err)
 
 	_, err = w.WriteAt(make([]byte, 4096), 4*mib-2048)
@@ -144,6 +144,6 @@ func TestDeviceWriterRefusesFiles(t *testing.T) {
 	tgt, err := target.Open(context.Background(), target.Options{Path: t.TempDir() + "/disk.img"})
 	require.NoError(t, err)
 	defer tgt.Close()
-	_, err = tgt.NewDeviceWriter(context.Background())
+	_, err = tgt.NewDeviceWriter(context.Background(), target.DeviceWriterOptions{})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
