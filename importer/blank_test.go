@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -35,7 +36,7 @@ func TestBlankRawFileWithOverhead(t *testing.T) {
 	entries, err := os.ReadDir(out)
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no temporary file left behind")
-	assert.Equal(t, importer.MessageComplete, res.TerminationMessage(nil).Message)
+	assert.Equal(t, cdi.MessageComplete, cdi.NewTerminationMessage(res, nil).Message)
 }
 
 func TestBlankRawFilePreallocated(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/processor"
 )
@@ -63,7 +64,7 @@ func TestCloneFileToFileVerifiedAndSparse(t *testing.T) {
 	assert.Equal(t, "sha256", res.VerifyMethod)
 	assert.Equal(t, want, res.SourceDigest)
 	assert.Equal(t, want, res.TargetDigest)
-	m := res.TerminationMessage(nil)
+	m := cdi.NewTerminationMessage(res, nil)
 	assert.True(t, m.Verified)
 	assert.Equal(t, want, m.SourceDigest)
 	assert.Equal(t, want, m.TargetDigest)
@@ -255,7 +256,7 @@ func TestCloneVerifyMismatchFails(t *testing.T) {
 	assert.False(t, res.Verified)
 	assert.Equal(t, "sha256:"+testimg.Digest(t, raw, -1), res.SourceDigest)
 	assert.NotEqual(t, res.SourceDigest, res.TargetDigest)
-	assert.Contains(t, res.TerminationMessage(err).Message, "verification failed")
+	assert.Contains(t, cdi.NewTerminationMessage(res, err).Message, "verification failed")
 }
 
 func TestCloneVerifyNeedsLocalSource(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/processor"
 )
@@ -95,7 +96,7 @@ func importFailsWith(t *testing.T, o importer.Options) error {
 	require.Error(t, err)
 	t.Logf("error: %v", err)
 	assert.False(t, res.Complete)
-	assert.NotContains(t, string(res.TerminationMessage(err).JSON()), importer.MessageComplete)
+	assert.NotContains(t, string(cdi.NewTerminationMessage(res, err).JSON()), cdi.MessageComplete)
 	if st, serr := os.Stat(o.Target); serr == nil && st.Mode().IsRegular() {
 		t.Errorf("target file %s exists after a failed import", o.Target)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -154,7 +155,7 @@ func importVMDKFails(t *testing.T, o importer.Options, want error, msg string) *
 	assert.ErrorIs(t, err, want)
 	assert.Contains(t, err.Error(), msg)
 	assert.False(t, res.Complete)
-	assert.NotContains(t, string(res.TerminationMessage(err).JSON()), importer.MessageComplete)
+	assert.NotContains(t, string(cdi.NewTerminationMessage(res, err).JSON()), cdi.MessageComplete)
 	if st, serr := os.Stat(o.Target); serr == nil && st.Mode().IsRegular() {
 		t.Errorf("target file %s exists after a failed import", o.Target)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/regtest"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/processor"
@@ -173,7 +174,7 @@ func TestRegistryLabelsAndTerminationMessage(t *testing.T) {
 	var msg struct {
 		Labels map[string]string `json:"labels"`
 	}
-	require.NoError(t, json.Unmarshal(res.TerminationMessage(nil).JSON(), &msg))
+	require.NoError(t, json.Unmarshal(cdi.NewTerminationMessage(res, nil).JSON(), &msg))
 	assert.Equal(t, want, msg.Labels)
 	assertSameDisk(t, d.raw, target)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -120,7 +121,7 @@ func TestImportResumesAfterServerDies(t *testing.T) {
 			require.Len(t, reqs, 4)
 			assert.Equal(t, "bytes="+strconv.Itoa(s.cut)+"-", reqs[1])
 			var m map[string]any
-			require.NoError(t, json.Unmarshal(res.TerminationMessage(nil).JSON(), &m))
+			require.NoError(t, json.Unmarshal(cdi.NewTerminationMessage(res, nil).JSON(), &m))
 			assert.EqualValues(t, 3, m["retries"])
 		})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/processor"
 )
 
@@ -189,18 +190,17 @@ func (h *Handler) respond(w http.ResponseWriter, res *importer.Result, err error
 	h.log.Info("Upload import complete", "target", res.Target, "format", res.SourceFormat, "bytesRead", res.BytesRead)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(res.TerminationMessage(nil).JSON(), '\n'))
+	_, _ = w.Write(append(cdi.NewTerminationMessage(res, nil).JSON(), '\n'))
 }
 
 // httpStatus maps an import error to a response status: the client's
 // fault (a bad or unsafe image, wrong checksum) is 400, no room is 507,
 // everything else 500.
 func httpStatus(err error) int {
-	switch {
-	case errors.Is(err, errdefs.ErrInvalidImage), errors.Is(err, errdefs.ErrUnsafeImage),
-		errors.Is(err, errdefs.ErrUnsupportedFormat), errors.Is(err, errdefs.ErrChecksumMismatch):
+	switch cdi.Classify(err) {
+	case cdi.BadImage, cdi.ChecksumMismatch:
 		return http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrTargetTooSmall), errors.Is(err, errdefs.ErrScratchSpaceRequired):
+	case cdi.TargetTooSmall, cdi.ScratchSpaceRequired:
 		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/testtar"
 	"github.com/diskimport/engine/uploadserver"
@@ -123,9 +124,9 @@ func TestUploadToken(t *testing.T) {
 
 	code, body := post(t, base+uploadserver.PathUpload, im.raw, "s3cret", false)
 	require.Equal(t, http.StatusOK, code, body)
-	var msg importer.TerminationMessage
+	var msg cdi.TerminationMessage
 	require.NoError(t, json.Unmarshal([]byte(body), &msg))
-	assert.Equal(t, importer.MessageComplete, msg.Message)
+	assert.Equal(t, cdi.MessageComplete, msg.Message)
 	assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
 	assert.Equal(t, "Complete", getStatus(t, base, "s3cret").Phase)
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
-	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 )
 
 // newBlankCommand is `importer blank --size SIZE DEST`: an empty disk.
@@ -37,9 +33,9 @@ device supports it, written zeros otherwise).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := parseQuantity(size)
+			n, err := cdi.ParseQuantity(size)
 			if err != nil {
-				*code = exitUsage
+				*code = cdi.ExitUsage
 				return err
 			}
 			res, err := importer.CreateBlank(ctx, importer.BlankOptions{
@@ -72,57 +68,4 @@ func blankSummary(res *importer.Result) string {
 		return ""
 	}
 	return fmt.Sprintf("Blank disk created: %s (%d bytes)", res.Target, res.VirtualSize)
-}
-
-// runEnvBlank is IMPORTER_SOURCE=none: CDI's blank volume, on the block
-// volume when /dev/cdi-block-volume exists, else /data/disk.img.
-func runEnvBlank(ctx context.Context, getenv func(string) string, paths cdiPaths, log *slog.Logger, stderr io.Writer) int {
-	o, err := envBlankOptions(getenv, paths)
-	var res *importer.Result
-	if err == nil {
-		o.Logger = log
-		res, err = importer.CreateBlank(ctx, o)
-	}
-	return reportEnv(paths, res, err, log, stderr, "blank disk failed")
-}
-
-func envBlankOptions(getenv func(string) string, paths cdiPaths) (importer.BlankOptions, error) {
-	var o importer.BlankOptions
-	size, err := parseQuantity(getenv("IMPORTER_IMAGE_SIZE"))
-	if err != nil {
-		return o, fmt.Errorf("IMPORTER_IMAGE_SIZE: %v: %w", err, errdefs.ErrInvalidOptions)
-	}
-	o.Size = size
-	if o.Preallocation, err = envBool(getenv, "PREALLOCATION"); err != nil {
-		return o, err
-	}
-	if v := getenv("FILESYSTEM_OVERHEAD"); v != "" {
-		if o.FilesystemOverhead, err = strconv.ParseFloat(v, 64); err != nil {
-			return o, fmt.Errorf("FILESYSTEM_OVERHEAD %q: %w", v, errdefs.ErrInvalidOptions)
-		}
-	}
-	o.Target = paths.DataFile
-	if _, err := os.Stat(paths.BlockDevice); err == nil {
-		o.Target = paths.BlockDevice
-		o.FilesystemOverhead = 0
-	}
-	return o, nil
-}
-
-// envCloneOptions adds what IMPORTER_SOURCE=clone needs to the options
-// envOptions read: IMPORTER_ENDPOINT must be a local path (a block device or
-// an image file), and IMPORTER_EXACT_SIZE / IMPORTER_VERIFY (this engine's,
-// not CDI's) ask for an exact-size copy and a read-back check.
-func envCloneOptions(getenv func(string) string, o *importer.Options) error {
-	if !filepath.IsAbs(o.Source) {
-		return fmt.Errorf("IMPORTER_SOURCE=clone: IMPORTER_ENDPOINT %q must be an absolute path to a block device or image file: %w", o.Source, errdefs.ErrInvalidOptions)
-	}
-	var err error
-	if o.ExactSize, err = envBool(getenv, "IMPORTER_EXACT_SIZE"); err != nil {
-		return err
-	}
-	if o.Verify, err = envBool(getenv, "IMPORTER_VERIFY"); err != nil {
-		return err
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -18,7 +19,7 @@ func TestCLIBlankRawAndQCOW2(t *testing.T) {
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "blank.img")
 	code, stdout, _ := runCLI(t, nil, env(nil), "blank", "--size", "64Mi", "--filesystem-overhead", "0.06", "--json", raw)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	m := decode(t, []byte(stdout))
 	assert.Equal(t, "Import Complete", m.Message)
 	assert.EqualValues(t, 60<<20, m.VirtualSize)
@@ -31,13 +32,13 @@ func TestCLIBlankRawAndQCOW2(t *testing.T) {
 	testimg.Need(t, "qemu-img", "prlimit")
 	q := filepath.Join(dir, "blank.qcow2")
 	code, _, _ = runCLI(t, nil, env(nil), "blank", "--size", "32Mi", "--format", "qcow2", q)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	out, err := exec.Command("qemu-img", "info", "-f", "qcow2", q).Output()
 	require.NoError(t, err)
 	assert.Contains(t, string(out), "virtual size: 32 MiB")
 
 	code, _, stderr := runCLI(t, nil, env(nil), "blank", filepath.Join(dir, "nosize.img"))
-	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, cdi.ExitUsage, code)
 	assert.Contains(t, stderr, "size is required")
 }
 
@@ -46,13 +47,13 @@ func TestCLIBlankBlockPreallocation(t *testing.T) {
 	dev := testimg.LoopDevice(t, dir, 4<<20)
 	// Without --preallocation the device is left alone.
 	code, _, _ := runCLI(t, nil, env(nil), "blank", dev)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	b, err := os.ReadFile(dev)
 	require.NoError(t, err)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 4<<20), b)
 
 	code, stdout, _ := runCLI(t, nil, env(nil), "blank", "--preallocation", "--json", dev)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	assert.True(t, decode(t, []byte(stdout)).PreallocationApplied)
 	testimg.AssertZeros(t, dev, 0, 4<<20)
 }
@@ -65,7 +66,7 @@ func TestEnvBlankFileAndBlock(t *testing.T) {
 		"FILESYSTEM_OVERHEAD":  "0.06",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	img := filepath.Join(root, "data/disk.img")
 	st, err := os.Stat(img)
 	require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestEnvBlankFileAndBlock(t *testing.T) {
 		"PREALLOCATION":        "true",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	testimg.AssertZeros(t, loop, 0, 4<<20)
 	b, err = os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)
@@ -102,7 +103,7 @@ func TestCLICloneExactVerify(t *testing.T) {
 	testimg.WriteDevice(t, src, raw)
 	dst := testimg.LoopDevice(t, dir, 4<<20)
 	code, stdout, _ := runCLI(t, nil, env(nil), "--exact-size", "--verify", "--zero-target", "--json", src, dst)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	m := decode(t, []byte(stdout))
 	want := "sha256:" + testimg.Digest(t, raw, -1)
 	assert.True(t, m.Verified)
@@ -114,7 +115,7 @@ func TestCLICloneExactVerify(t *testing.T) {
 	big := testimg.Raw(t, dir, "big.raw", 2<<20, 53)
 	require.NoError(t, os.Truncate(big, 3<<20))
 	code, _, stderr := runCLI(t, nil, env(nil), "--exact-size", big, dst)
-	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, cdi.ExitUsage, code)
 	assert.Contains(t, stderr, "exact size")
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dst, -1))
 }
@@ -130,7 +131,7 @@ func TestEnvClone(t *testing.T) {
 		"IMPORTER_EXACT_SIZE":  "true",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	img := filepath.Join(root, "data/disk.img")
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, img, -1))
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
@@ -145,6 +146,6 @@ func TestEnvClone(t *testing.T) {
 		"IMPORTER_ENDPOINT":    "http://127.0.0.1:1/disk.img",
 		"IMPORTER_PATH_PREFIX": cdiRoot(t),
 	}))
-	assert.Equal(t, exitError, code)
+	assert.Equal(t, cdi.ExitFailed, code)
 	assert.True(t, strings.Contains(stderr, "absolute path"), stderr)
 }

@@ -12,13 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/diskimport/engine/importer"
-)
-
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	"github.com/diskimport/engine/internal/cdi"
 )
 
 type cliFlags struct {
@@ -52,7 +46,7 @@ type cliFlags struct {
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	code := exitOK
+	code := cdi.ExitOK
 	var f cliFlags
 	cmd := &cobra.Command{
 		Use:   "importer [flags] SOURCE DEST",
@@ -75,18 +69,18 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 			switch len(args) {
 			case 0:
 				if getenv("IMPORTER_SOURCE") == "" {
-					code = exitUsage
+					code = cdi.ExitUsage
 					return errors.New("SOURCE and DEST are required (or IMPORTER_SOURCE for the container contract)")
 				}
-				code = runEnv(ctx, getenv, defaultCDIPaths(getenv), log, stderr)
+				code = runEnv(ctx, getenv, log, stderr)
 				return nil
 			case 1:
-				code = exitUsage
+				code = cdi.ExitUsage
 				return errors.New("DEST is required")
 			}
 			opts, err := f.options(args[0], args[1], stdin)
 			if err != nil {
-				code = exitUsage
+				code = cdi.ExitUsage
 				return err
 			}
 			opts.Logger = log
@@ -131,15 +125,15 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	cmd.SetErr(stderr)
 	if err := cmd.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "importer:", err)
-		if code == exitOK {
-			code = exitUsage
+		if code == cdi.ExitOK {
+			code = cdi.ExitUsage
 		}
 	}
 	return code
 }
 
 func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Options, error) {
-	size, err := parseQuantity(f.size)
+	size, err := cdi.ParseQuantity(f.size)
 	if err != nil {
 		return importer.Options{}, err
 	}

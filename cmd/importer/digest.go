@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 )
 
 // addRegistryFlags adds the options of docker://, oci-archive: and oci:
@@ -36,14 +37,14 @@ func newDigestCommand(ctx context.Context, stdout io.Writer, code *int) *cobra.C
 			if f.creds != "" {
 				user, pass, ok := strings.Cut(f.creds, ":")
 				if !ok {
-					*code = exitUsage
+					*code = cdi.ExitUsage
 					return fmt.Errorf("--creds wants USER:PASSWORD")
 				}
 				o.Username, o.Password = user, pass
 			}
 			d, err := importer.ResolveDigest(ctx, args[0], o)
 			if err != nil {
-				*code = exitError
+				*code = cdi.ExitFailed
 				return err
 			}
 			fmt.Fprintln(stdout, d)

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -31,9 +31,9 @@ func runCLI(t *testing.T, stdin []byte, getenv func(string) string, args ...stri
 	return code, out.String(), errb.String()
 }
 
-func decode(t *testing.T, b []byte) importer.TerminationMessage {
+func decode(t *testing.T, b []byte) cdi.TerminationMessage {
 	t.Helper()
-	var m importer.TerminationMessage
+	var m cdi.TerminationMessage
 	require.NoError(t, json.Unmarshal(bytes.TrimSpace(b), &m), string(b))
 	assert.LessOrEqual(t, len(bytes.TrimSpace(b)), 4096)
 	assert.NotContains(t, strings.TrimSpace(string(b)), "\n")
@@ -49,7 +49,7 @@ func TestCLIStdinToFile(t *testing.T) {
 	require.NoError(t, err)
 	dest := filepath.Join(dir, "out.img")
 	code, stdout, _ := runCLI(t, data, env(nil), "--json", "--checksum", testimg.FileDigest(t, zst), "-", dest)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	m := decode(t, []byte(stdout))
 	assert.Equal(t, "Import Complete", m.Message)
 	assert.Equal(t, "raw", m.SourceFormat)
@@ -65,7 +65,7 @@ func TestCLIFailureExitsNonZero(t *testing.T) {
 	dir := t.TempDir()
 	tlog := filepath.Join(dir, "result.json")
 	code, _, stderr := runCLI(t, nil, env(nil), "--termination-log", tlog, srv.URL+"/disk.img", filepath.Join(dir, "disk.img"))
-	assert.Equal(t, exitError, code)
+	assert.Equal(t, cdi.ExitFailed, code)
 	assert.Contains(t, stderr, "404 Not Found")
 	b, err := os.ReadFile(tlog)
 	require.NoError(t, err)
@@ -78,10 +78,10 @@ func TestCLIFailureExitsNonZero(t *testing.T) {
 
 func TestCLIUsage(t *testing.T) {
 	code, _, stderr := runCLI(t, nil, env(nil))
-	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, cdi.ExitUsage, code)
 	assert.Contains(t, stderr, "SOURCE and DEST are required")
 	code, _, _ = runCLI(t, nil, env(nil), "--size", "lots", "a", "b")
-	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, cdi.ExitUsage, code)
 }
 
 // cdiRoot makes a directory tree with CDI's fixed paths under a prefix.
@@ -112,7 +112,7 @@ func TestEnvContractFilesystem(t *testing.T) {
 		"IMPORTER_EXTRA_HEADER_0": "X-Test: yes",
 		"IMPORTER_PATH_PREFIX":    root,
 	}))
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	for _, phase := range []string{"Info", "TransferScratch", "Validate", "Convert", "Resize", "Complete"} {
 		assert.Contains(t, stderr, "New phase: "+phase)
 	}
@@ -148,7 +148,7 @@ func TestEnvContractBlock(t *testing.T) {
 		"PREALLOCATION":        "false",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, loop, 4<<20))
 	_, err := os.Stat(filepath.Join(root, "data/disk.img"))
 	assert.True(t, os.IsNotExist(err), "block mode must not write /data/disk.img")
@@ -165,7 +165,7 @@ func TestEnvChecksumMismatchExitsZeroWithMessage(t *testing.T) {
 		"IMPORTER_CHECKSUM":    "sha256:" + strings.Repeat("0", 64),
 		"IMPORTER_PATH_PREFIX": root,
 	}))
-	assert.Equal(t, exitOK, code)
+	assert.Equal(t, cdi.ExitOK, code)
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)
 	m := decode(t, b)
@@ -181,7 +181,7 @@ func TestEnvUnsupportedSource(t *testing.T) {
 		"IMPORTER_ENDPOINT":    "s3://bucket/disk",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
-	assert.Equal(t, exitError, code)
+	assert.Equal(t, cdi.ExitFailed, code)
 	assert.Contains(t, stderr, "not supported yet")
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)

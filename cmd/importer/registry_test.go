@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/regtest"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -30,7 +31,7 @@ func TestCLIRegistryImportAndDigest(t *testing.T) {
 
 	dest := filepath.Join(dir, "out.img")
 	code, stdout, _ := runCLI(t, nil, env(nil), append(append([]string{"--json"}, flags...), ref, dest)...)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	m := decode(t, []byte(stdout))
 	assert.Equal(t, map[string]string{"instancetype.kubevirt.io/default-preference": "fedora"}, m.Labels)
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
@@ -38,11 +39,11 @@ func TestCLIRegistryImportAndDigest(t *testing.T) {
 	want, err := img.Digest()
 	require.NoError(t, err)
 	code, stdout, _ = runCLI(t, nil, env(nil), append(append([]string{"digest"}, flags...), ref)...)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	assert.Equal(t, want.String(), strings.TrimSpace(stdout))
 
 	code, _, stderr := runCLI(t, nil, env(nil), append(append([]string{"digest"}, flags...), ref+"-missing")...)
-	assert.Equal(t, exitError, code)
+	assert.Equal(t, cdi.ExitFailed, code)
 	assert.Contains(t, stderr, "failed to pull image")
 }
 
@@ -63,7 +64,7 @@ func TestEnvRegistryImport(t *testing.T) {
 		"CONTAINERS_REGISTRIES_CONF":           conf,
 		"IMPORTER_PATH_PREFIX":                 prefix,
 	}))
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	b, err := os.ReadFile(filepath.Join(prefix, "dev", "termination-log"))
 	require.NoError(t, err)
 	m := decode(t, b)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/uploadserver"
 )
 
@@ -49,7 +48,7 @@ successful import unless --keep-running.`,
 			log := newLogger(stderr, f.verbose, f.quiet)
 			opts, err := f.options("-", args[0], nil)
 			if err != nil {
-				*code = exitUsage
+				*code = cdi.ExitUsage
 				return err
 			}
 			opts.SourceReader = nil
@@ -58,17 +57,17 @@ successful import unless --keep-running.`,
 			if tokenFile != "" {
 				b, err := os.ReadFile(tokenFile)
 				if err != nil {
-					*code = exitUsage
+					*code = cdi.ExitUsage
 					return fmt.Errorf("--token-file: %w", err)
 				}
 				token = strings.TrimSpace(string(b))
 				if token == "" {
-					*code = exitUsage
+					*code = cdi.ExitUsage
 					return fmt.Errorf("--token-file %s is empty", tokenFile)
 				}
 			}
 			if (cert == "") != (key == "") {
-				*code = exitUsage
+				*code = cdi.ExitUsage
 				return errors.New("--tls-cert and --tls-key go together")
 			}
 			srv := &uploadserver.Server{
@@ -109,30 +108,14 @@ successful import unless --keep-running.`,
 	return cmd
 }
 
-// envImport runs the import of CDI's env contract: for IMPORTER_SOURCE=upload
-// the upload server on :8443 (IMPORTER_UPLOAD_LISTEN overrides; TLS_CERT and
-// TLS_KEY hold PEM certificate and key as in CDI's upload server;
-// IMPORTER_UPLOAD_TOKEN_FILE optionally names a bearer-token file), else a
-// plain import.
-func envImport(ctx context.Context, getenv func(string) string, o importer.Options) (*importer.Result, error) {
-	if getenv("IMPORTER_SOURCE") != "upload" {
-		return importer.Import(ctx, o)
-	}
+// serveEnvUpload runs the upload server of IMPORTER_SOURCE=upload: o is the
+// template of every uploaded import, c where and how to serve.
+func serveEnvUpload(ctx context.Context, o importer.Options, c cdi.UploadConfig) (*importer.Result, error) {
 	o.Source, o.SourceReader = "-", nil
-	srv := &uploadserver.Server{Options: uploadserver.Options{Import: o, Logger: o.Logger}, Addr: getenv("IMPORTER_UPLOAD_LISTEN")}
-	if certPEM, keyPEM := getenv("TLS_CERT"), getenv("TLS_KEY"); certPEM != "" || keyPEM != "" {
-		pair, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
-		if err != nil {
-			return &importer.Result{}, fmt.Errorf("TLS_CERT/TLS_KEY: %v: %w", err, errdefs.ErrInvalidOptions)
-		}
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	}
-	if p := getenv("IMPORTER_UPLOAD_TOKEN_FILE"); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return &importer.Result{}, fmt.Errorf("IMPORTER_UPLOAD_TOKEN_FILE: %v: %w", err, errdefs.ErrInvalidOptions)
-		}
-		srv.Token = strings.TrimSpace(string(b))
+	srv := &uploadserver.Server{
+		Options:   uploadserver.Options{Import: o, Token: c.Token, Logger: o.Logger},
+		Addr:      c.Listen,
+		TLSConfig: c.TLS,
 	}
 	return srv.Run(ctx)
 }

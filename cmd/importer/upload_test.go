@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/testtar"
 	"github.com/diskimport/engine/uploadserver"
@@ -128,7 +129,7 @@ func TestCLIUploadServerTLSToken(t *testing.T) {
 	waitHealthy(t, client, base)
 	assert.Equal(t, http.StatusUnauthorized, uploadFile(t, client, base+uploadserver.PathUpload, gz, ""))
 	assert.Equal(t, http.StatusOK, uploadFile(t, client, base+uploadserver.PathUpload, gz, "tok3n"))
-	assert.Equal(t, exitOK, waitExit(t, done))
+	assert.Equal(t, cdi.ExitOK, waitExit(t, done))
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
 	b, err := os.ReadFile(tl)
 	require.NoError(t, err)
@@ -151,7 +152,7 @@ func TestEnvUploadArchive(t *testing.T) {
 	base := "http://" + addr
 	waitHealthy(t, http.DefaultClient, base)
 	assert.Equal(t, http.StatusOK, uploadFile(t, http.DefaultClient, base+uploadserver.PathUpload, tarPath, ""))
-	assert.Equal(t, exitOK, waitExit(t, done))
+	assert.Equal(t, cdi.ExitOK, waitExit(t, done))
 	testtar.Verify(t, filepath.Join(root, "data"), tree)
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)
@@ -163,9 +164,9 @@ func TestCLIArchiveContentType(t *testing.T) {
 	tarPath := testtar.Write(t, t.TempDir(), "tree.tar", tree)
 	dest := t.TempDir()
 	code, _, _ := runCLI(t, nil, env(nil), "--content-type", "archive", tarPath, dest)
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cdi.ExitOK, code)
 	testtar.Verify(t, dest, tree)
 	code, _, stderr := runCLI(t, nil, env(nil), "--content-type", "archive", tarPath, filepath.Join(dest, "etc", "config"))
-	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, cdi.ExitUsage, code)
 	assert.Contains(t, stderr, "not a directory")
 }

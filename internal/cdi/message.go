@@ -1,4 +1,4 @@
-package importer
+package cdi
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/diskimport/engine/importer"
 )
 
 // MessageComplete is the message of a successful import, as CDI writes it.
@@ -40,9 +42,13 @@ type TerminationMessage struct {
 	TargetDigest    string  `json:"targetDigest,omitempty"`
 }
 
-// TerminationMessage builds the result message for r and the import's
-// error (nil on success).
-func (r *Result) TerminationMessage(err error) TerminationMessage {
+// NewTerminationMessage builds the result message for r and the import's
+// error (nil on success). A nil r stands for an import that failed before
+// it produced a result.
+func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
+	if r == nil {
+		r = &importer.Result{}
+	}
 	m := TerminationMessage{
 		PreallocationApplied: r.PreallocationApplied,
 		Labels:               r.Labels,

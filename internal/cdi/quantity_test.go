@@ -1,4 +1,4 @@
-package main
+package cdi
 
 import (
 	"testing"
@@ -12,12 +12,12 @@ func TestParseQuantity(t *testing.T) {
 		"1Gi": 1073741824, "1G": 1000000000, "10Ki": 10240, "10k": 10000,
 		"512": 512, "1.5Mi": 1572864, "": 0, " 2Mi ": 2 << 20,
 	} {
-		got, err := parseQuantity(in)
+		got, err := ParseQuantity(in)
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
 	for _, bad := range []string{"abc", "-1", "1Zi", "1e400Gi"} {
-		_, err := parseQuantity(bad)
+		_, err := ParseQuantity(bad)
 		assert.Error(t, err, bad)
 	}
 }

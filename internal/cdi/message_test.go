@@ -1,4 +1,4 @@
-package importer_test
+package cdi_test
 
 import (
 	"encoding/json"
@@ -13,11 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 )
 
 // renderPromptly runs JSON with a deadline, so a truncation loop that never
 // ends fails the test instead of hanging it.
-func renderPromptly(t *testing.T, m importer.TerminationMessage) []byte {
+func renderPromptly(t *testing.T, m cdi.TerminationMessage) []byte {
 	t.Helper()
 	done := make(chan []byte, 1)
 	go func() { done <- m.JSON() }()
@@ -71,13 +72,13 @@ func TestTerminationMessageFitsWithThousandLabels(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			res := &importer.Result{Labels: tc.labels, SourceFormat: "qcow2", VirtualSize: 1 << 30}
-			m := res.TerminationMessage(tc.cause)
+			m := cdi.NewTerminationMessage(res, tc.cause)
 			b := renderPromptly(t, m)
 			got := decodeMessage(t, b)
 
 			msg, _ := got["message"].(string)
 			if tc.cause == nil {
-				assert.Equal(t, importer.MessageComplete, msg)
+				assert.Equal(t, cdi.MessageComplete, msg)
 			} else {
 				// The cause comes first: its beginning survives, whatever else is cut.
 				require.True(t, strings.HasPrefix(msg, "Unable to process data: "+tc.cause.Error()[:20]), "message %q", msg)
@@ -96,7 +97,7 @@ func TestTerminationMessageFitsWithThousandLabels(t *testing.T) {
 
 			// Deterministic: map iteration order must not change the result.
 			for range 5 {
-				assert.Equal(t, string(b), string(renderPromptly(t, res.TerminationMessage(tc.cause))))
+				assert.Equal(t, string(b), string(renderPromptly(t, cdi.NewTerminationMessage(res, tc.cause))))
 			}
 		})
 	}
@@ -104,7 +105,7 @@ func TestTerminationMessageFitsWithThousandLabels(t *testing.T) {
 
 func TestTerminationMessageSmallIsUntouched(t *testing.T) {
 	res := &importer.Result{Labels: map[string]string{"a": "b"}}
-	got := decodeMessage(t, res.TerminationMessage(errors.New("boom")).JSON())
+	got := decodeMessage(t, cdi.NewTerminationMessage(res, errors.New("boom")).JSON())
 	assert.Equal(t, "Unable to process data: boom", got["message"])
 	assert.Equal(t, map[string]any{"a": "b"}, got["labels"])
 	assert.NotContains(t, got, "labelsOmitted")
