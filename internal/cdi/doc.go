@@ -1,0 +1,83 @@
+// Package cdi is the contract between the importer binary and KubeVirt
+// CDI's controller: what a pod made for CDI's importer image tells the
+// importer, and how the importer answers. The engine itself (package
+// importer) knows nothing of pods; this package turns a pod's environment
+// into importer options, and an import's result or error into a
+// termination message and an exit code. The binary (cmd/importer) and the
+// upload server use it; nothing here is API for library users, which take
+// importer.Result as it is.
+//
+// # Environment
+//
+// ReadEnv reads these variables (the names and meanings are CDI's unless
+// marked ours):
+//
+//	IMPORTER_SOURCE          http, registry, clone (ours: a local device or
+//	                         image file), none (a blank disk) or upload (serve
+//	                         CDI's upload paths); s3, gcs, imageio and vddk are
+//	                         refused as not supported yet
+//	IMPORTER_ENDPOINT        the URL, image reference or, for clone, the
+//	                         absolute path of the source; for http only an
+//	                         http or https URL with a host is taken
+//	IMPORTER_CONTENTTYPE     kubevirt (default) or archive (a tar extracted
+//	                         into the data directory; filesystem volumes only)
+//	IMPORTER_IMAGE_SIZE      the requested volume size, a Kubernetes quantity
+//	IMPORTER_ACCESS_KEY_ID   basic-auth user name
+//	IMPORTER_SECRET_KEY      basic-auth password
+//	IMPORTER_CERT_DIR        directory of CA certificates (*.crt, *.pem)
+//	                         to trust
+//	INSECURE_TLS             true: do not verify the server's certificate
+//	IMPORTER_CHECKSUM        algo:hex digest expected of the bytes received
+//	IMPORTER_EXTRA_HEADER_n  extra request header lines, n from 0 to 99
+//	FILESYSTEM_OVERHEAD      fraction of a filesystem volume kept free
+//	PREALLOCATION            true: allocate the whole target
+//	CACHE_MODE               TRYNONE: qemu-img tries O_DIRECT, falls back
+//
+//	registry:
+//	IMPORTER_REGISTRY_IMAGE_ARCHITECTURE  platform to pick from an index
+//	REGISTRY_AUTH_FILE                    containers auth.json to read
+//	CONTAINERS_REGISTRIES_CONF            registries.conf to read
+//
+//	clone (ours):
+//	IMPORTER_EXACT_SIZE      true: the target must be the source's size
+//	IMPORTER_VERIFY          true: read both back and compare them
+//
+//	upload:
+//	IMPORTER_UPLOAD_LISTEN   listen address (ours; default :8443)
+//	TLS_CERT, TLS_KEY        PEM certificate and key, as CDI's upload server
+//	                         takes them; without them the server speaks HTTP
+//	IMPORTER_UPLOAD_TOKEN_FILE  file holding a bearer token (ours)
+//
+//	IMPORTER_PATH_PREFIX     (ours, for tests and non-root trials) put in
+//	                         front of every fixed path below
+//
+// # Files
+//
+// The fixed paths of CDI's pod (Paths):
+//
+//	/dev/cdi-block-volume  the target when it exists (a block-mode volume)
+//	/data/disk.img         the target otherwise; /data for an archive
+//	/scratch               scratch space, the only place the importer puts a
+//	                       decompressed image a format must read at random
+//	/dev/termination-log   written once at the end: the termination message
+//
+// Besides these, the importer reads the files the variables above name:
+// the clone source, the certificates in IMPORTER_CERT_DIR,
+// REGISTRY_AUTH_FILE, CONTAINERS_REGISTRIES_CONF and
+// IMPORTER_UPLOAD_TOKEN_FILE.
+//
+// # Results
+//
+// The termination message (TerminationMessage) is one line of JSON of at
+// most 4096 bytes, Kubernetes' limit: CDI's fields (scratchSpaceRequired,
+// preallocationApplied, labels, message) and this engine's. When it would
+// be longer, the cause in message is kept first and labels are dropped in a
+// fixed order and counted.
+//
+// Classify reads an import's error, through the engine's sentinels in
+// package errdefs, into one Class; ExitCode and CLIExitCode map a class to
+// the exit code (0, 1, or 2 for wrong command-line options), and the
+// upload server maps it to an HTTP status. Like CDI's importer, a checksum
+// mismatch exits 0 under the contract, so the controller fails the import
+// for good rather than restarting the pod to fetch the same bytes again.
+package cdi

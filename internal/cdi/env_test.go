@@ -1,0 +1,144 @@
+package cdi
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// podPaths returns the paths of a pod rooted in a temp dir, with a block
+// device when block is set (any file stands for it: only its presence is
+// looked at).
+func podPaths(t *testing.T, block bool) Paths {
+	root := t.TempDir()
+	p := PathsFromEnv(envOf(map[string]string{"IMPORTER_PATH_PREFIX": root}))
+	if block {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p.BlockDevice), 0o755))
+		require.NoError(t, os.WriteFile(p.BlockDevice, nil, 0o600))
+	}
+	return p
+}
+
+func TestPathsFromEnvPrefix(t *testing.T) {
+	assert.Equal(t, Paths{
+		BlockDevice: "/dev/cdi-block-volume", DataDir: "/data", DataFile: "/data/disk.img",
+		Scratch: "/scratch", TerminationLog: "/dev/termination-log",
+	}, PathsFromEnv(envOf(nil)))
+	assert.Equal(t, "/p/data/disk.img", PathsFromEnv(envOf(map[string]string{"IMPORTER_PATH_PREFIX": "/p"})).DataFile)
+}
+
+func TestReadEnvHTTP(t *testing.T) {
+	p := podPaths(t, false)
+	req, err := ReadEnv(envOf(map[string]string{
+		"IMPORTER_SOURCE":         "http",
+		"IMPORTER_ENDPOINT":       "https://example.org/disk.qcow2",
+		"IMPORTER_IMAGE_SIZE":     "1Gi",
+		"IMPORTER_ACCESS_KEY_ID":  "user",
+		"IMPORTER_SECRET_KEY":     "secret",
+		"IMPORTER_CERT_DIR":       "/certs",
+		"INSECURE_TLS":            "true",
+		"PREALLOCATION":           "true",
+		"IMPORTER_CHECKSUM":       "sha256:00",
+		"FILESYSTEM_OVERHEAD":     "0.055",
+		"CACHE_MODE":              "TryNone",
+		"IMPORTER_EXTRA_HEADER_0": "A: 1",
+		"IMPORTER_EXTRA_HEADER_7": "B: 2",
+	}), p)
+	require.NoError(t, err)
+	assert.Equal(t, Import, req.Kind)
+	assert.Equal(t, importer.Options{
+		Source: "https://example.org/disk.qcow2", Target: p.DataFile, ScratchDir: p.Scratch,
+		Size: 1 << 30, Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
+		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
+		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"},
+	}, req.Import)
+}
+
+func TestReadEnvTargets(t *testing.T) {
+	base := map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "FILESYSTEM_OVERHEAD": "0.1"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{k: v}
+		for bk, bv := range base {
+			m[bk] = bv
+		}
+		return m
+	}
+
+	p := podPaths(t, true)
+	req, err := ReadEnv(envOf(base), p)
+	require.NoError(t, err)
+	assert.Equal(t, p.BlockDevice, req.Import.Target)
+	assert.Zero(t, req.Import.FilesystemOverhead, "a device keeps no filesystem overhead")
+
+	_, err = ReadEnv(envOf(with("IMPORTER_CONTENTTYPE", "archive")), p)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	assert.ErrorContains(t, err, "needs a filesystem volume")
+
+	p = podPaths(t, false)
+	req, err = ReadEnv(envOf(with("IMPORTER_CONTENTTYPE", "archive")), p)
+	require.NoError(t, err)
+	assert.Equal(t, p.DataDir, req.Import.Target)
+	assert.Equal(t, importer.ContentTypeArchive, req.Import.ContentType)
+}
+
+func TestReadEnvBlankAndUpload(t *testing.T) {
+	p := podPaths(t, true)
+	req, err := ReadEnv(envOf(map[string]string{
+		"IMPORTER_SOURCE": "none", "IMPORTER_IMAGE_SIZE": "10M", "PREALLOCATION": "true", "FILESYSTEM_OVERHEAD": "0.1",
+	}), p)
+	require.NoError(t, err)
+	assert.Equal(t, Blank, req.Kind)
+	assert.Equal(t, importer.BlankOptions{Target: p.BlockDevice, Size: 10e6, Preallocation: true}, req.Blank)
+
+	_, err = ReadEnv(envOf(map[string]string{"IMPORTER_SOURCE": "none", "IMPORTER_IMAGE_SIZE": "lots"}), p)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte(" s3cret\n"), 0o600))
+	req, err = ReadEnv(envOf(map[string]string{
+		"IMPORTER_SOURCE": "upload", "IMPORTER_UPLOAD_LISTEN": "127.0.0.1:0", "IMPORTER_UPLOAD_TOKEN_FILE": token,
+	}), p)
+	require.NoError(t, err)
+	assert.Equal(t, Upload, req.Kind)
+	assert.Equal(t, "-", req.Import.Source)
+	assert.Equal(t, UploadConfig{Listen: "127.0.0.1:0", Token: "s3cret"}, req.Upload)
+
+	req, err = ReadEnv(envOf(map[string]string{"IMPORTER_SOURCE": "upload", "TLS_CERT": "not PEM"}), p)
+	assert.Equal(t, Upload, req.Kind, "the kind is known even when the rest is wrong")
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	assert.ErrorContains(t, err, "TLS_CERT/TLS_KEY")
+}
+
+func TestReadEnvRefuses(t *testing.T) {
+	p := podPaths(t, false)
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no source":          {map[string]string{}, "Unknown data source"},
+		"s3":                 {map[string]string{"IMPORTER_SOURCE": "s3"}, "not supported yet"},
+		"no endpoint":        {map[string]string{"IMPORTER_SOURCE": "http"}, "IMPORTER_ENDPOINT is empty"},
+		"file endpoint":      {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "/etc/passwd"}, "is a path"},
+		"content type":       {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "IMPORTER_CONTENTTYPE": "iso"}, "unknown IMPORTER_CONTENTTYPE"},
+		"bool":               {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "INSECURE_TLS": "yes please"}, "INSECURE_TLS"},
+		"overhead":           {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "FILESYSTEM_OVERHEAD": "6%"}, "FILESYSTEM_OVERHEAD"},
+		"relative clone":     {map[string]string{"IMPORTER_SOURCE": "clone", "IMPORTER_ENDPOINT": "dev/sdb"}, "must be an absolute path"},
+		"clone verify value": {map[string]string{"IMPORTER_SOURCE": "clone", "IMPORTER_ENDPOINT": "/dev/sdb", "IMPORTER_VERIFY": "maybe"}, "IMPORTER_VERIFY"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ReadEnv(envOf(tc.env), p)
+			assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
