@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
 )
 
 type fileSource struct {
@@ -26,7 +27,7 @@ func (s *fileSource) String() string { return s.path }
 
 func (s *fileSource) Open(ctx context.Context) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, cancelError(s.path, err)
+		return nil, ctxio.Cancelled("reading "+s.path, err)
 	}
 	f, err := os.Open(s.path)
 	if err != nil {
@@ -40,7 +41,7 @@ func (s *fileSource) Open(ctx context.Context) (*Stream, error) {
 		f.Close()
 		return nil, err
 	}
-	st.Body = &ctxReader{ctx: ctx, name: s.path, r: f, close: f.Close}
+	st.Body = ctxio.NewReadCloser(ctx, "reading "+s.path, f, f.Close)
 	return st, nil
 }
 

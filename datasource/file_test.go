@@ -140,18 +140,18 @@ func TestReaderContextCancel(t *testing.T) {
 }
 
 func TestNewDispatch(t *testing.T) {
-	src, err := datasource.New("-", datasource.HTTPOptions{})
+	src, err := datasource.New("-", datasource.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, "stdin", src.String())
 
-	src, err = datasource.New("https://example.com/a.qcow2", datasource.HTTPOptions{})
+	src, err = datasource.New("https://example.com/a.qcow2", datasource.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, "https://example.com/a.qcow2", src.String())
 
 	data := testImage(t, 4096)
 	p := writeTemp(t, data)
 	for _, ep := range []string{p, "file://" + p} {
-		src, err = datasource.New(ep, datasource.HTTPOptions{})
+		src, err = datasource.New(ep, datasource.Config{})
 		require.NoError(t, err)
 		st, got, err := readAll(t, src)
 		require.NoError(t, err, ep)
@@ -160,13 +160,13 @@ func TestNewDispatch(t *testing.T) {
 	}
 
 	for _, ep := range []string{"s3://bucket/key", "gs://b/o"} {
-		_, err = datasource.New(ep, datasource.HTTPOptions{})
+		_, err = datasource.New(ep, datasource.Config{})
 		require.Error(t, err, ep)
 		assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 		assert.Contains(t, err.Error(), "not supported yet")
 	}
-	_, err = datasource.New("", datasource.HTTPOptions{})
+	_, err = datasource.New("", datasource.Config{})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	_, err = datasource.New("http://example.com/x", datasource.HTTPOptions{Headers: []string{"broken"}})
+	_, err = datasource.New("http://example.com/x", datasource.Config{Headers: []string{"broken"}})
 	assert.True(t, errors.Is(err, errdefs.ErrInvalidOptions))
 }

@@ -12,10 +12,11 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/retry"
 )
 
 const (
@@ -23,39 +24,6 @@ const (
 	defaultUserAgent    = "diskimport-engine"
 	maxRedirects        = 10
 )
-
-// HTTPOptions configure an HTTP(S) source.
-type HTTPOptions struct {
-	// Username and Password are sent as basic auth. When both are empty,
-	// user info in the URL (https://user:pw@host/...) is used instead.
-	Username, Password string
-	// Headers are extra request headers as "Name: value" lines (CDI's
-	// IMPORTER_EXTRA_HEADER_n format). They are applied before basic auth,
-	// so basic auth wins over an "Authorization:" line.
-	Headers []string
-	// CertDir: every *.crt and *.pem in it is added to the system pool.
-	CertDir string
-	// InsecureTLS skips server certificate verification.
-	InsecureTLS bool
-	// StallTimeout cancels the transfer when no byte arrives for this long
-	// while the engine is waiting for one; <= 0 means 5 minutes.
-	StallTimeout time.Duration
-	// Retries bounds how many times a failed request or a broken transfer
-	// is tried again, over the life of the source (every Open together):
-	// connection errors, stalls, 5xx, 429 and 408 are retried; 401, 403,
-	// 404, 410 and other statuses are not. 0 means 10; < 0 disables.
-	Retries int
-	// RetryBackoff is the first delay before a retry; it doubles for each
-	// failure in a row (at most 30 s), with jitter. 0 means 1 s.
-	RetryBackoff time.Duration
-	// RetryMaxElapsed bounds one streak of failures (from the first failure
-	// until bytes flow again); no retry starts past it. 0 means 5 minutes.
-	RetryMaxElapsed time.Duration
-	// UserAgent defaults to "diskimport-engine".
-	UserAgent string
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-}
 
 type httpSource struct {
 	url      *url.URL // user info removed; credentials live in user/pass
@@ -74,14 +42,13 @@ type httpSource struct {
 	// it too.
 	plain    bool
 	insecure bool
-	retry    retryPolicy
-	retries  atomic.Int64 // retries so far, across every Open
+	budget   *retry.Budget // retries so far, across every Open
 }
 
 // NewHTTP builds a source that fetches rawURL (http or https) with one GET
 // per Open. Malformed options (URL, headers, certificate directory) fail
 // here rather than at Open.
-func NewHTTP(rawURL string, o HTTPOptions) (Source, error) {
+func NewHTTP(rawURL string, o Config) (Source, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse errors quote the input, which may hold a password.
@@ -95,12 +62,12 @@ func NewHTTP(rawURL string, o HTTPOptions) (Source, error) {
 		return nil, fmt.Errorf("source URL %s has no host: %w", redactURL(u), errdefs.ErrInvalidOptions)
 	}
 	s := &httpSource{
-		user:  o.Username,
-		pass:  o.Password,
-		ua:    o.UserAgent,
-		stall: o.StallTimeout,
-		log:   o.Logger,
-		retry: newRetryPolicy(o),
+		user:   o.Username,
+		pass:   o.Password,
+		ua:     o.UserAgent,
+		stall:  o.StallTimeout,
+		log:    o.logger(),
+		budget: retry.NewBudget(o.retryPolicy(nil)),
 	}
 	if u.User != nil {
 		if s.user == "" && s.pass == "" {
@@ -121,20 +88,38 @@ func NewHTTP(rawURL string, o HTTPOptions) (Source, error) {
 	if s.stall <= 0 {
 		s.stall = defaultStallTimeout
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
 	if s.headers, err = parseHeaders(o.Headers); err != nil {
 		return nil, err
 	}
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.InsecureTLS} //nolint:gosec // only when the caller asks
-	if o.CertDir != "" {
-		if tlsConf.RootCAs, err = certPool(o.CertDir, s.log); err != nil {
+	tr := o.Transport
+	if tr == nil {
+		if tr, err = s.transport(o); err != nil {
 			return nil, err
 		}
 	}
+	s.client = &http.Client{Transport: tr, CheckRedirect: s.checkRedirect}
+	// A caller's transport may add what the URL alone does not carry.
+	s.plain = !s.hasAuth && len(s.headers) == 0 && o.CertDir == "" && o.Transport == nil
+	s.insecure = o.InsecureTLS
+	return s, nil
+}
+
+// transport builds the source's own transport from the TLS and proxy
+// settings of o.
+func (s *httpSource) transport(o Config) (*http.Transport, error) {
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.InsecureTLS} //nolint:gosec // only when the caller asks
+	if o.CertDir != "" {
+		pool, err := certPool(o.CertDir, s.log)
+		if err != nil {
+			return nil, err
+		}
+		tlsConf.RootCAs = pool
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = http.ProxyFromEnvironment
+	tr.Proxy = o.Proxy
+	if tr.Proxy == nil {
+		tr.Proxy = http.ProxyFromEnvironment
+	}
 	tr.TLSClientConfig = tlsConf
 	tr.ProxyConnectHeader = http.Header{"User-Agent": {s.ua}}
 	// The bytes must arrive as stored (checksums cover them, and the
@@ -143,10 +128,7 @@ func NewHTTP(rawURL string, o HTTPOptions) (Source, error) {
 	// One GET per import: no idle connection (and its goroutines) should
 	// outlive the stream that used it.
 	tr.DisableKeepAlives = true
-	s.client = &http.Client{Transport: tr, CheckRedirect: s.checkRedirect}
-	s.plain = !s.hasAuth && len(s.headers) == 0 && o.CertDir == ""
-	s.insecure = o.InsecureTLS
-	return s, nil
+	return tr, nil
 }
 
 func (s *httpSource) String() string { return s.redacted }
@@ -212,6 +194,7 @@ func (s *httpSource) checkRedirect(req *http.Request, via []*http.Request) error
 func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
 	life, kill := context.WithCancelCause(ctx)
 	b := &httpBody{src: s, parent: ctx, life: life, kill: kill, size: -1}
+	b.streak = b.newStreak()
 	if err := b.connect(); err != nil {
 		kill(nil)
 		return nil, err
@@ -227,8 +210,8 @@ func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
 	b.etag = strongETag(resp.Header.Get("ETag"))
 	b.lastMod = resp.Header.Get("Last-Modified")
 	st := &Stream{Body: b, Size: b.size}
-	// The object may be read in place (httprange.go) when the server
-	// serves ranges of an object of known size.
+	// The object may be read in place when the server serves ranges of
+	// an object of known size.
 	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
 		st.Ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
 			Size: b.size, src: s, etag: b.etag, lastMod: b.lastMod}
@@ -237,13 +220,13 @@ func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
 }
 
 // Retries reports how many requests were re-sent after a failure.
-func (s *httpSource) Retries() int { return int(s.retries.Load()) }
+func (s *httpSource) Retries() int { return s.budget.Used() }
 
 // requestError classifies a failed client.Do: caller cancellation, stall,
 // refusal from the redirect policy, or an unreachable server.
 func (s *httpSource) requestError(parent, reqCtx context.Context, err error) error {
 	if perr := parent.Err(); perr != nil {
-		return cancelError(s.redacted, perr)
+		return ctxio.Cancelled("reading "+s.redacted, perr)
 	}
 	if cause := context.Cause(reqCtx); cause != nil && errors.Is(cause, errdefs.ErrSourceUnreachable) {
 		return cause

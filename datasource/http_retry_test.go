@@ -21,7 +21,7 @@ import (
 )
 
 // fastRetry makes retries quick enough for tests.
-func fastRetry(o datasource.HTTPOptions) datasource.HTTPOptions {
+func fastRetry(o datasource.Config) datasource.Config {
 	o.RetryBackoff = 5 * time.Millisecond
 	if o.Logger == nil {
 		o.Logger = testLogger()
@@ -95,7 +95,7 @@ func TestHTTPResumesAfterDrops(t *testing.T) {
 	data := testImage(t, 1<<20)
 	f := &flakyServer{data: data, etag: `"v1"`, drops: 3, cut: 100 << 10}
 	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func TestHTTPResumesAfterStall(t *testing.T) {
 		}
 		http.ServeContent(w, r, "", time.Date(2006, 1, 2, 15, 4, 5, 0, time.UTC), bytes.NewReader(data))
 	}))
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{StallTimeout: 200 * time.Millisecond}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{StallTimeout: 200 * time.Millisecond}))
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestHTTPRetriesServerErrorsOnOpen(t *testing.T) {
 			serveBytes(data)(w, r)
 		}
 	}))
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
 	require.NoError(t, err)
 	start := time.Now()
 	_, got, err := readAll(t, src)
@@ -162,7 +162,7 @@ func TestHTTPPermanentStatusNotRetried(t *testing.T) {
 			n.Add(1)
 			http.Error(w, "no", code)
 		}))
-		src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{}))
+		src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
 		require.NoError(t, err)
 		_, err = src.Open(context.Background())
 		var se *errdefs.HTTPStatusError
@@ -177,7 +177,7 @@ func TestHTTPRetryBudgetExhausted(t *testing.T) {
 	data := testImage(t, 64<<10)
 	f := &flakyServer{data: data, etag: `"v1"`, drops: 1000, cut: 1000}
 	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{Retries: 4}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{Retries: 4}))
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.Error(t, err)
@@ -189,7 +189,7 @@ func TestHTTPRetryBudgetExhausted(t *testing.T) {
 	assert.Equal(t, 5000, len(got))
 
 	// The elapsed-time bound: one streak may not exceed RetryMaxElapsed.
-	src, err = datasource.NewHTTP(srv.URL, datasource.HTTPOptions{Retries: 1000, RetryBackoff: 100 * time.Millisecond,
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Retries: 1000, RetryBackoff: 100 * time.Millisecond,
 		RetryMaxElapsed: 300 * time.Millisecond, Logger: testLogger()})
 	require.NoError(t, err)
 	f.mu.Lock()
@@ -206,11 +206,11 @@ func TestHTTPServerIgnoringRangesRestarts(t *testing.T) {
 	data := testImage(t, 256<<10)
 	f := &flakyServer{data: data, etag: `"v1"`, drops: 1, cut: 50 << 10, noRanges: true}
 	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.Error(t, err)
-	assert.ErrorIs(t, err, datasource.ErrRestart)
+	assert.ErrorIs(t, err, errdefs.ErrRestart)
 	var re *datasource.RestartError
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, int64(50<<10), re.Offset)
@@ -237,10 +237,10 @@ func TestHTTPObjectChangedRestarts(t *testing.T) {
 		}()
 		f.ServeHTTP(w, r)
 	}))
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
-	require.ErrorIs(t, err, datasource.ErrRestart)
+	require.ErrorIs(t, err, errdefs.ErrRestart)
 	assert.Contains(t, err.Error(), `the object changed (ETag "v2", was "v1")`)
 	assert.Equal(t, v1[:50<<10], got)
 	_, got, err = readAll(t, src)
@@ -252,10 +252,10 @@ func TestHTTPNoValidatorRestarts(t *testing.T) {
 	data := testImage(t, 128<<10)
 	f := &flakyServer{data: data, drops: 1, cut: 10 << 10, noETag: true}
 	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.HTTPOptions{}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
 	require.NoError(t, err)
 	_, _, err = readAll(t, src)
-	require.ErrorIs(t, err, datasource.ErrRestart)
+	require.ErrorIs(t, err, errdefs.ErrRestart)
 	assert.Contains(t, err.Error(), "no ETag or Last-Modified")
 	assert.Len(t, f.seen(), 1, "an unguarded range request was sent")
 }
@@ -264,7 +264,7 @@ func TestHTTPCloseDuringRetryWait(t *testing.T) {
 	data := testImage(t, 64<<10)
 	f := &flakyServer{data: data, etag: `"v1"`, drops: 1000, cut: 1000}
 	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{RetryBackoff: 10 * time.Second, Logger: testLogger()})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{RetryBackoff: 10 * time.Second, Logger: testLogger()})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
@@ -282,6 +282,6 @@ func TestHTTPCloseDuringRetryWait(t *testing.T) {
 	start = time.Now()
 	_, err = io.Copy(io.Discard, st.Body)
 	assert.ErrorIs(t, err, errdefs.ErrCancelled)
-	assert.False(t, errors.Is(err, datasource.ErrRestart))
+	assert.False(t, errors.Is(err, errdefs.ErrRestart))
 	assert.Less(t, time.Since(start), 2*time.Second)
 }

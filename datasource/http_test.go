@@ -64,7 +64,7 @@ func TestHTTPOK(t *testing.T) {
 		rec.add(r)
 		serveBytes(data)(w, r)
 	}))
-	src, err := datasource.NewHTTP(srv.URL+"/disk.img", datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL+"/disk.img", datasource.Config{})
 	require.NoError(t, err)
 	for range 2 { // HTTP sources can be reopened
 		st, got, err := readAll(t, src)
@@ -88,7 +88,7 @@ func TestHTTPUnknownLength(t *testing.T) {
 		w.(http.Flusher).Flush()
 		w.Write(data)
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestHTTPBasicAuthAndHeaders(t *testing.T) {
 		}
 		serveBytes(data)(w, r)
 	}))
-	src, err := datasource.NewHTTP(srv.URL+"/x", datasource.HTTPOptions{
+	src, err := datasource.NewHTTP(srv.URL+"/x", datasource.Config{
 		Username:  "alice",
 		Password:  "s3cret",
 		Headers:   []string{"X-Token: abc def", "X-Multi: 1", "X-Multi: 2"},
@@ -124,7 +124,7 @@ func TestHTTPBasicAuthAndHeaders(t *testing.T) {
 	assert.Equal(t, "test-agent/1", h[0].Get("User-Agent"))
 
 	// Wrong password: the server's 401 is a refusal.
-	src, err = datasource.NewHTTP(srv.URL+"/x", datasource.HTTPOptions{Username: "alice", Password: "bad"})
+	src, err = datasource.NewHTTP(srv.URL+"/x", datasource.Config{Username: "alice", Password: "bad"})
 	require.NoError(t, err)
 	_, err = src.Open(context.Background())
 	var se *errdefs.HTTPStatusError
@@ -142,7 +142,7 @@ func TestHTTPCredentialsFromURLAreRedacted(t *testing.T) {
 		serveBytes(data)(w, r)
 	}))
 	raw := "http://bob:pw123@" + srv.Listener.Addr().String() + "/d.img?X-Amz-Signature=deadbeef&v=2"
-	src, err := datasource.NewHTTP(raw, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(raw, datasource.Config{})
 	require.NoError(t, err)
 	assert.NotContains(t, src.String(), "pw123")
 	assert.NotContains(t, src.String(), "deadbeef")
@@ -154,12 +154,12 @@ func TestHTTPCredentialsFromURLAreRedacted(t *testing.T) {
 
 func TestHTTPMalformedOptions(t *testing.T) {
 	for _, hdr := range []string{"no colon here", ": value", "Bad Name: v", "X-Ok: a\nInjected: b"} {
-		_, err := datasource.NewHTTP("http://127.0.0.1/x", datasource.HTTPOptions{Headers: []string{hdr}})
+		_, err := datasource.NewHTTP("http://127.0.0.1/x", datasource.Config{Headers: []string{hdr}})
 		require.Error(t, err, hdr)
 		assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	}
 	for _, u := range []string{"ftp://h/x", "http:///nohost", "::bad"} {
-		_, err := datasource.NewHTTP(u, datasource.HTTPOptions{})
+		_, err := datasource.NewHTTP(u, datasource.Config{})
 		assert.ErrorIs(t, err, errdefs.ErrInvalidOptions, u)
 	}
 }
@@ -183,7 +183,7 @@ func TestHTTPRedirectSameHostKeepsAuth(t *testing.T) {
 		serveBytes(data)(w, r)
 	})
 	srv := newServer(t, mux)
-	src, err := datasource.NewHTTP(srv.URL+"/start", datasource.HTTPOptions{
+	src, err := datasource.NewHTTP(srv.URL+"/start", datasource.Config{
 		Username: "alice", Password: "pw", Headers: []string{"X-Extra: yes"},
 	})
 	require.NoError(t, err)
@@ -211,7 +211,7 @@ func TestHTTPRedirectOtherHostDropsAuth(t *testing.T) {
 		http.Redirect(w, r, other.URL+"/blob", http.StatusTemporaryRedirect)
 	}))
 	var logs bytes.Buffer
-	src, err := datasource.NewHTTP(origin.URL+"/img", datasource.HTTPOptions{
+	src, err := datasource.NewHTTP(origin.URL+"/img", datasource.Config{
 		Username: "alice", Password: "pw",
 		Headers: []string{"X-Extra: yes", "Authorization: Bearer tok", "Cookie: c=1"},
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
@@ -235,7 +235,7 @@ func TestHTTPTooManyRedirects(t *testing.T) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		http.Redirect(w, r, fmt.Sprintf("/?n=%d", n+1), http.StatusFound)
 	}))
-	src, err := datasource.NewHTTP(srv.URL+"/?n=0", datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL+"/?n=0", datasource.Config{})
 	require.NoError(t, err)
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
@@ -248,7 +248,7 @@ func TestHTTPStatusErrors(t *testing.T) {
 		srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "nope", code)
 		}))
-		src, err := datasource.NewHTTP(srv.URL+"/missing.img", datasource.HTTPOptions{Retries: -1})
+		src, err := datasource.NewHTTP(srv.URL+"/missing.img", datasource.Config{Retries: -1})
 		require.NoError(t, err)
 		_, err = src.Open(context.Background())
 		require.Error(t, err)
@@ -265,7 +265,7 @@ func TestHTTPRefusedConnection(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	u := srv.URL
 	srv.Close() // nothing listens on that port any more
-	src, err := datasource.NewHTTP(u+"/x", datasource.HTTPOptions{Retries: -1})
+	src, err := datasource.NewHTTP(u+"/x", datasource.Config{Retries: -1})
 	require.NoError(t, err)
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
@@ -285,7 +285,7 @@ func TestHTTPShortBody(t *testing.T) {
 		buf.Write(data[:400])
 		buf.Flush()
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{Retries: -1})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Retries: -1})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.Error(t, err)
@@ -312,7 +312,7 @@ func stallHandler(head []byte, total int) http.HandlerFunc {
 func TestHTTPStall(t *testing.T) {
 	head := testImage(t, 4096)
 	srv := newServer(t, stallHandler(head, 1<<20))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 300 * time.Millisecond, Retries: -1})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{StallTimeout: 300 * time.Millisecond, Retries: -1})
 	require.NoError(t, err)
 	start := time.Now()
 	_, got, err := readAll(t, src)
@@ -332,7 +332,7 @@ func TestHTTPStallBeforeHeaders(t *testing.T) {
 		case <-time.After(10 * time.Second):
 		}
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 200 * time.Millisecond, Retries: -1})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{StallTimeout: 200 * time.Millisecond, Retries: -1})
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = src.Open(context.Background())
@@ -347,7 +347,7 @@ func TestHTTPStallBeforeHeaders(t *testing.T) {
 func TestHTTPSlowConsumerIsNotAStall(t *testing.T) {
 	data := testImage(t, 64<<10)
 	srv := newServer(t, serveBytes(data))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{StallTimeout: 100 * time.Millisecond})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{StallTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
@@ -369,7 +369,7 @@ func TestHTTPSlowConsumerIsNotAStall(t *testing.T) {
 func TestHTTPContextCancelMidBody(t *testing.T) {
 	head := testImage(t, 8192)
 	srv := newServer(t, stallHandler(head, 1<<20))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -392,7 +392,7 @@ func TestHTTPContextCancelMidBody(t *testing.T) {
 
 func TestHTTPContextCancelledBeforeOpen(t *testing.T) {
 	srv := newServer(t, serveBytes([]byte("x")))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -402,7 +402,7 @@ func TestHTTPContextCancelledBeforeOpen(t *testing.T) {
 
 func TestHTTPCloseUnblocksRead(t *testing.T) {
 	srv := newServer(t, stallHandler([]byte("abc"), 100))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
@@ -421,7 +421,7 @@ func TestHTTPTextContentTypeWarns(t *testing.T) {
 		io.WriteString(w, "<html>login</html>")
 	}))
 	var logs bytes.Buffer
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -442,7 +442,7 @@ func TestHTTPSCertificates(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	// The test CA is not in the system pool.
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 	require.NoError(t, err)
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
@@ -452,7 +452,7 @@ func TestHTTPSCertificates(t *testing.T) {
 	dir := t.TempDir()
 	writeCertPEM(t, dir, "ca.pem", srv)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.txt"), []byte("ignored"), 0o644))
-	src, err = datasource.NewHTTP(srv.URL, datasource.HTTPOptions{CertDir: dir})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{CertDir: dir})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -464,13 +464,13 @@ func TestHTTPSCertificates(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(kdir, "..data"), 0o755))
 	writeCertPEM(t, filepath.Join(kdir, "..data"), "tls.crt", srv)
 	require.NoError(t, os.Symlink("..data/tls.crt", filepath.Join(kdir, "tls.crt")))
-	src, err = datasource.NewHTTP(srv.URL, datasource.HTTPOptions{CertDir: kdir})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{CertDir: kdir})
 	require.NoError(t, err)
 	_, got, err = readAll(t, src)
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 
-	src, err = datasource.NewHTTP(srv.URL, datasource.HTTPOptions{InsecureTLS: true})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{InsecureTLS: true})
 	require.NoError(t, err)
 	_, got, err = readAll(t, src)
 	require.NoError(t, err)
@@ -478,16 +478,16 @@ func TestHTTPSCertificates(t *testing.T) {
 }
 
 func TestHTTPSCertDirErrors(t *testing.T) {
-	_, err := datasource.NewHTTP("https://127.0.0.1/x", datasource.HTTPOptions{CertDir: filepath.Join(t.TempDir(), "missing")})
+	_, err := datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: filepath.Join(t.TempDir(), "missing")})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 
 	empty := t.TempDir()
-	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.HTTPOptions{CertDir: empty})
+	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: empty})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 
 	junk := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(junk, "bad.crt"), []byte("not a cert"), 0o644))
-	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.HTTPOptions{CertDir: junk})
+	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: junk})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "no parsable")
 }
@@ -498,9 +498,9 @@ func TestHTTPNoGoroutineLeak(t *testing.T) {
 	data := testImage(t, 128<<10)
 	full := newServer(t, serveBytes(data))
 	stall := newServer(t, stallHandler([]byte("abcd"), 1000))
-	fullSrc, err := datasource.NewHTTP(full.URL, datasource.HTTPOptions{})
+	fullSrc, err := datasource.NewHTTP(full.URL, datasource.Config{})
 	require.NoError(t, err)
-	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.HTTPOptions{StallTimeout: 50 * time.Millisecond, Retries: -1})
+	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.Config{StallTimeout: 50 * time.Millisecond, Retries: -1})
 	require.NoError(t, err)
 
 	cycle := func() {

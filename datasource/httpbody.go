@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/retry"
 )
 
 // httpBody is the Stream body of an HTTP source. It turns the transport's
@@ -40,8 +42,8 @@ type httpBody struct {
 	etag    string // strong ETag of the first response
 	lastMod string
 	got     int64
-	rs      retryState
-	err     error // sticky: once the stream failed or ended, it stays so
+	streak  *retry.Streak // this stream's failures in a row
+	err     error         // sticky: once the stream failed or ended, it stays so
 }
 
 // httpAttempt is one request and its response body.
@@ -58,10 +60,8 @@ func (a *httpAttempt) close() {
 	if a.resp != nil {
 		a.resp.Body.Close()
 	}
-	a.cancel(errBodyClosed)
+	a.cancel(errdefs.ErrClosed)
 }
-
-var errBodyClosed = errors.New("read on closed HTTP source stream")
 
 // do sends one GET (with a Range from b.got when resuming) under a fresh
 // stall watchdog. A transport failure comes back classified, with
@@ -203,7 +203,7 @@ func (b *httpBody) install(a *httpAttempt) error {
 	defer b.mu.Unlock()
 	if b.closed {
 		a.close()
-		return errBodyClosed
+		return errdefs.ErrClosed
 	}
 	b.cur = a
 	return nil
@@ -217,7 +217,7 @@ func (b *httpBody) isClosed() bool {
 
 func (b *httpBody) Read(p []byte) (int, error) {
 	if b.isClosed() {
-		return 0, errBodyClosed
+		return 0, errdefs.ErrClosed
 	}
 	if b.err != nil {
 		return 0, b.err
@@ -284,13 +284,13 @@ func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 		return io.EOF, false
 	}
 	if perr := b.parent.Err(); perr != nil {
-		return cancelError(name, perr), false
+		return ctxio.Cancelled("reading "+name, perr), false
 	}
 	if context.Cause(a.ctx) == a.stallErr {
 		return a.stallErr, true
 	}
 	if b.isClosed() {
-		return errBodyClosed, false
+		return errdefs.ErrClosed, false
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		if b.size >= 0 {
@@ -312,11 +312,11 @@ func (b *httpBody) Close() error {
 	b.closed = true
 	a := b.cur
 	b.mu.Unlock()
-	b.kill(errBodyClosed)
+	b.kill(errdefs.ErrClosed)
 	if a != nil {
 		a.timer.Stop()
 		err := a.resp.Body.Close()
-		a.cancel(errBodyClosed)
+		a.cancel(errdefs.ErrClosed)
 		return err
 	}
 	return nil

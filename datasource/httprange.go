@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/retry"
 )
 
 // rangeIdleConns is how many keep-alive connections a range reader keeps
@@ -32,7 +33,7 @@ type RangeReader struct {
 	size      int64
 	etag      string
 	lastMod   string
-	tr        *http.Transport
+	closeIdle func() // drops the idle connections of a transport of our own
 	client    *http.Client
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -50,12 +51,18 @@ func (r *RangedURL) Open(ctx context.Context) (*RangeReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ranged URL: %w: %w", errdefs.ErrInvalidOptions, err)
 	}
+	client := &http.Client{Transport: s.client.Transport, CheckRedirect: s.checkRedirect}
+	closeIdle := func() {}
 	// The single streaming GET runs without keep-alives; random reads want
-	// them, on a transport of their own that Close can empty.
-	tr := s.client.Transport.(*http.Transport).Clone()
-	tr.DisableKeepAlives = false
-	tr.MaxIdleConnsPerHost = rangeIdleConns
-	tr.MaxIdleConns = rangeIdleConns
+	// them, on a transport of their own that Close can empty. A caller's
+	// transport is used as it is.
+	if own, ok := s.client.Transport.(*http.Transport); ok {
+		tr := own.Clone()
+		tr.DisableKeepAlives = false
+		tr.MaxIdleConnsPerHost = rangeIdleConns
+		tr.MaxIdleConns = rangeIdleConns
+		client.Transport, closeIdle = tr, tr.CloseIdleConnections
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	return &RangeReader{
 		src:       s,
@@ -64,8 +71,8 @@ func (r *RangedURL) Open(ctx context.Context) (*RangeReader, error) {
 		size:      r.Size,
 		etag:      r.etag,
 		lastMod:   r.lastMod,
-		tr:        tr,
-		client:    &http.Client{Transport: tr, CheckRedirect: s.checkRedirect},
+		closeIdle: closeIdle,
+		client:    client,
 		ctx:       ctx,
 		cancel:    cancel,
 	}, nil
@@ -77,7 +84,7 @@ func (r *RangeReader) Size() int64 { return r.size }
 // Close aborts reads in progress and drops the idle connections.
 func (r *RangeReader) Close() error {
 	r.cancel()
-	r.tr.CloseIdleConnections()
+	r.closeIdle()
 	return nil
 }
 
@@ -94,8 +101,7 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(want) == 0 {
 		return 0, nil
 	}
-	var streakStart time.Time
-	delay := r.src.retry.backoff
+	streak := r.newStreak(off)
 	for {
 		err := r.fetch(want, off)
 		if err == nil {
@@ -108,11 +114,10 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 		if !errors.As(err, &re) {
 			return 0, err
 		}
-		err = re.err
-		if streakStart.IsZero() {
-			streakStart = time.Now()
-		}
-		if werr := r.wait(err, &delay, streakStart, re.hint, off); werr != nil {
+		if werr := streak.Wait(r.ctx, re.err, re.hint); werr != nil {
+			if perr := r.ctx.Err(); perr != nil {
+				return 0, ctxio.Cancelled("reading "+r.src.redacted, perr)
+			}
 			return 0, werr
 		}
 	}
@@ -126,33 +131,16 @@ type retryable struct {
 
 func (e *retryable) Error() string { return e.err.Error() }
 
-// wait applies the source's retry policy (its count is shared with the
-// streaming path) and sleeps a jittered backoff.
-func (r *RangeReader) wait(cause error, delay *time.Duration, streakStart time.Time, hint time.Duration, off int64) error {
+func (e *retryable) Unwrap() error { return e.err }
+
+// newStreak paces the failures of one ReadAt, logging each retry; the
+// retry count is the source's, shared with the streaming path.
+func (r *RangeReader) newStreak(off int64) *retry.Streak {
 	s := r.src
-	p := s.retry
-	if p.max < 0 {
-		return cause
-	}
-	if done := int(s.retries.Load()); done >= p.max {
-		return fmt.Errorf("%w (gave up after %d retries)", cause, done)
-	}
-	d := max(*delay/2+rand.N(*delay/2+1), hint)
-	if elapsed := time.Since(streakStart); elapsed+d > p.maxElapsed {
-		return fmt.Errorf("%w (gave up after retrying for %s)", cause, elapsed.Round(time.Millisecond))
-	}
-	*delay = min(*delay*2, maxRetryBackoff)
-	n := s.retries.Add(1)
-	s.log.Warn("HTTP range read failed, retrying", "url", s.redacted, "retry", n, "maxRetries", p.max,
-		"delay", d.Round(time.Millisecond), "offset", off, "cause", cause.Error())
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-r.ctx.Done():
-		return cancelError(s.redacted, r.ctx.Err())
-	}
+	return s.budget.Streak(func(a retry.Attempt) {
+		s.log.Warn("HTTP range read failed, retrying", "url", s.redacted, "retry", a.N, "maxRetries", a.Max,
+			"delay", a.Delay.Round(time.Millisecond), "offset", off, "cause", a.Cause.Error())
+	})
 }
 
 // fetch sends one range GET for p at off and reads the body into p. A
@@ -222,7 +210,7 @@ func (r *RangeReader) fetch(p []byte, off int64) error {
 				break
 			}
 			if perr := r.ctx.Err(); perr != nil {
-				return cancelError(name, perr)
+				return ctxio.Cancelled("reading "+name, perr)
 			}
 			if context.Cause(ctx) == stallErr {
 				return &retryable{err: stallErr}

@@ -38,7 +38,7 @@ func TestRangeReaderContent(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "disk.qcow2"), data, 0o644))
 	srv := newServer(t, http.FileServer(http.Dir(dir)))
-	src, err := datasource.NewHTTP(srv.URL+"/disk.qcow2", datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL+"/disk.qcow2", datasource.Config{})
 	require.NoError(t, err)
 	rr := openRanged(t, src)
 	assert.Equal(t, int64(len(data)), rr.Size())
@@ -88,7 +88,7 @@ func TestRangeReaderObjectReplaced(t *testing.T) {
 		old := time.Now().Add(-time.Hour)
 		require.NoError(t, os.Chtimes(p, old, old))
 		srv := newServer(t, http.FileServer(http.Dir(dir)))
-		src, err := datasource.NewHTTP(srv.URL+"/disk.vmdk", datasource.HTTPOptions{})
+		src, err := datasource.NewHTTP(srv.URL+"/disk.vmdk", datasource.Config{})
 		require.NoError(t, err)
 		rr := openRanged(t, src)
 		buf := make([]byte, 4096)
@@ -113,7 +113,7 @@ func TestRangeReaderObjectReplaced(t *testing.T) {
 			w.Header().Set("ETag", tag)
 			http.ServeContent(w, r, "disk.vhdx", time.Time{}, bytes.NewReader(b))
 		}))
-		src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+		src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 		require.NoError(t, err)
 		rr := openRanged(t, src)
 		buf := make([]byte, 4096)
@@ -134,7 +134,7 @@ func TestRangeReaderNotOfferedWithoutRanges(t *testing.T) {
 		w.Header().Set("Content-Length", "65536")
 		w.Write(data)
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestRangeReaderAuthCAHeaders(t *testing.T) {
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
 	writeCertPEM(t, dir, "ca.crt", srv)
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{
 		Username: "alice", Password: "s3cret", Headers: []string{"X-Token: abc"}, CertDir: dir,
 	})
 	require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestRangeReaderAuthCAHeaders(t *testing.T) {
 	assert.Equal(t, int32(1), ranged.Load())
 
 	// Without the credentials, the range read is refused (and not retried).
-	src2, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{CertDir: dir, Headers: []string{"X-Token: abc"}})
+	src2, err := datasource.NewHTTP(srv.URL, datasource.Config{CertDir: dir, Headers: []string{"X-Token: abc"}})
 	require.NoError(t, err)
 	_, err = src2.Open(context.Background())
 	require.Error(t, err)
@@ -206,7 +206,7 @@ func TestRangeReaderRetries(t *testing.T) {
 		}
 		http.ServeContent(w, r, "disk", time.Time{}, bytes.NewReader(data))
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.HTTPOptions{RetryBackoff: time.Millisecond})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{RetryBackoff: time.Millisecond})
 	require.NoError(t, err)
 	rr := openRanged(t, src)
 	buf := make([]byte, 100000)

@@ -18,7 +18,7 @@ import (
 // HTTP_PROXY set and asks for a non-loopback name only the proxy serves.
 func TestHTTPProxyFromEnvironment(t *testing.T) {
 	if want := os.Getenv("DATASOURCE_PROXY_CHILD_SHA"); want != "" {
-		src, err := datasource.NewHTTP("http://image.invalid/disk.img", datasource.HTTPOptions{})
+		src, err := datasource.NewHTTP("http://image.invalid/disk.img", datasource.Config{})
 		require.NoError(t, err)
 		_, got, err := readAll(t, src)
 		require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
 )
 
 type readerSource struct {
@@ -24,13 +25,13 @@ func (s *readerSource) String() string { return s.name }
 
 func (s *readerSource) Open(ctx context.Context) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, cancelError(s.name, err)
+		return nil, ctxio.Cancelled("reading "+s.name, err)
 	}
 	if !s.opened.CompareAndSwap(false, true) {
 		return nil, fmt.Errorf("source %s is a one-time stream and was already opened: %w", s.name, errdefs.ErrInvalidOptions)
 	}
 	return &Stream{
-		Body: &ctxReader{ctx: ctx, name: s.name, r: s.r},
+		Body: ctxio.NewReader(ctx, "reading "+s.name, s.r),
 		Size: -1,
 	}, nil
 }

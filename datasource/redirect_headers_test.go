@@ -37,7 +37,7 @@ func TestHTTPRedirectOtherOriginDropsExtraHeaders(t *testing.T) {
 	var rec seen
 	entry := redirectPair(t, data, &rec)
 	var logs bytes.Buffer
-	src, err := datasource.NewHTTP(entry, datasource.HTTPOptions{
+	src, err := datasource.NewHTTP(entry, datasource.Config{
 		Headers: []string{"X-Auth-Token: s3cr3t", "X-Tenant: blue", "Authorization: Bearer tok"},
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -82,7 +82,7 @@ func TestHTTPRedirectSameOriginKeepsExtraHeaders(t *testing.T) {
 		serveBytes(data)(w, r)
 	})
 	srv := newServer(t, mux)
-	src, err := datasource.NewHTTP(srv.URL+"/img", datasource.HTTPOptions{Headers: []string{"X-Auth-Token: s3cr3t"}})
+	src, err := datasource.NewHTTP(srv.URL+"/img", datasource.Config{Headers: []string{"X-Auth-Token: s3cr3t"}})
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.NoError(t, err)

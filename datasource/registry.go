@@ -1,144 +1,114 @@
 package datasource
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"maps"
-	"runtime"
+	"os"
+	"regexp"
 	"strings"
-	"sync/atomic"
-	"time"
 
 	"github.com/diskimport/engine/errdefs"
 )
 
-// RegistryOptions configure a container-image source (docker://, oci-archive:,
-// oci:). The zero value pulls anonymously with the library's usual lookups
-// of auth files and registries.conf on this machine.
-type RegistryOptions struct {
-	// Username and Password authenticate to the registry. They win over
-	// AuthFile.
-	Username, Password string
-	// AuthFile is a containers auth.json or docker config.json. "" lets
-	// containers/image look in its default places (REGISTRY_AUTH_FILE,
-	// $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json).
-	AuthFile string
-	// CertDir holds CA certificates (*.crt or *.pem) and client
-	// certificates (*.cert + *.key) for the registry.
-	CertDir string
-	// InsecureTLS skips certificate verification and allows plain HTTP.
-	InsecureTLS bool
-	// Arch picks the platform from an image index (default runtime.GOARCH).
-	// When set explicitly, a single-platform image must match it too.
-	Arch string
-	// RegistriesConf is the registries.conf to use (mirrors, blocked and
-	// insecure registries). "" uses the system's. When set, its drop-in
-	// directory is RegistriesConf+".d" and the signature-storage directory
-	// (registries.d) is the one next to it, so nothing else of the host is
-	// read.
-	RegistriesConf string
-	// TempDir receives an oci-archive's extracted content and a copy of
-	// CertDir when it holds *.pem files. Default: the system temp dir.
-	TempDir string
-	// Retries bounds how many times a failed layer-blob request or a
-	// broken blob transfer is tried again, over the life of the source, on
-	// top of containers/image's own single Range resume: 0 means 10, < 0
-	// disables. RetryBackoff (0: 1 s) is the first delay, doubling with
-	// jitter up to 30 s; RetryMaxElapsed (0: 5 minutes) bounds one streak
-	// of failures with no byte received.
-	Retries         int
-	RetryBackoff    time.Duration
-	RetryMaxElapsed time.Duration
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-}
+// An Opener builds the Source an endpoint names. It receives the endpoint
+// whole (scheme included) and the import's Config, and should refuse a
+// malformed endpoint or option now rather than at Open.
+type Opener func(endpoint string, c Config) (Source, error)
 
-// Labeler is implemented by sources that carry labels for the imported
-// volume (a registry image's KUBEVIRT_IO_ env vars). Labels is valid after
-// a successful Open.
-type Labeler interface {
-	Labels() map[string]string
-}
-
-// Transport prefixes of container-image references.
+// Keys of a Registry that are not URL schemes.
 const (
-	dockerPrefix      = "docker://"
-	ociArchivePrefix  = "oci-archive:"
-	ociLayoutPrefix   = "oci:"
-	registryDiskDir   = "disk/"
-	kubevirtEnvMarker = "KUBEVIRT_IO_"
+	// StdinKey is the opener of the endpoint "-".
+	StdinKey = "-"
+	// PathKey is the opener of an endpoint without a scheme: a local path.
+	PathKey = ""
 )
 
-// IsRegistryRef reports whether ref names a container image (docker://,
-// oci-archive: or oci:) rather than a URL or path.
-func IsRegistryRef(ref string) bool {
-	l := strings.ToLower(ref)
-	return strings.HasPrefix(l, dockerPrefix) || strings.HasPrefix(l, ociArchivePrefix) || strings.HasPrefix(l, ociLayoutPrefix)
+// A Registry maps endpoint schemes to the openers of their sources. A
+// scheme is registered with the separator its endpoints use: "https://" for
+// URLs, "oci:" for references that have no authority ("oci:/dir:tag"), so
+// that a file name holding a colon is not taken for a scheme. Builtin
+// returns the engine's registry; a program may Register more on its own.
+type Registry struct {
+	openers map[string]Opener
 }
 
-type registrySource struct {
-	ref     string
-	opts    RegistryOptions
-	log     *slog.Logger
-	labels  map[string]string
-	retries atomic.Int64 // blob requests re-sent, every Open together
+// Builtin returns a Registry holding the engine's built-in sources, one
+// line each.
+func Builtin() *Registry {
+	r := &Registry{openers: map[string]Opener{}}
+	r.Register("http://", NewHTTP)
+	r.Register("https://", NewHTTP)
+	r.Register("docker://", NewContainerImage)
+	r.Register("oci-archive:", NewContainerImage)
+	r.Register("oci:", NewContainerImage)
+	r.Register("file://", openFileURL)
+	r.Register(PathKey, openPath)
+	r.Register(StdinKey, openStdin)
+	return r
 }
 
-// NewRegistry returns a source that streams the VM disk out of a
-// containerdisk image: the first regular file under disk/ in the image's
-// layers, in manifest order. Every layer blob read is checked against its
-// digest before the stream reports its end. Errors surface at Open.
-func NewRegistry(ref string, o RegistryOptions) (Source, error) {
-	if !IsRegistryRef(ref) {
-		return nil, fmt.Errorf("%q is not a container image reference (docker://, oci-archive: or oci:): %w", ref, errdefs.ErrInvalidOptions)
-	}
-	// oci-archive:/oci: paths are checked by Open (parsing already stats
-	// them); a docker reference can be checked now.
-	if strings.HasPrefix(strings.ToLower(ref), dockerPrefix) {
-		if _, err := parseImageRef(ref); err != nil {
-			return nil, err
-		}
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	return &registrySource{ref: ref, opts: o, log: o.Logger}, nil
+// Register makes o the opener of the endpoints starting with scheme
+// ("s3://", case-insensitive), replacing any earlier one. StdinKey and
+// PathKey name the two endpoints that have no scheme.
+func (r *Registry) Register(scheme string, o Opener) {
+	r.openers[strings.ToLower(scheme)] = o
 }
 
-func (s *registrySource) String() string { return s.ref }
+// schemeRe matches a scheme prefix ("s3://", "oci:") as RFC 3986 defines
+// scheme characters.
+var schemeRe = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*):(//)?`)
 
-// Retries reports how many layer-blob requests were re-sent after a
-// failure (containers/image's own internal resume is not counted: it does
-// not tell).
-func (s *registrySource) Retries() int { return int(s.retries.Load()) }
-
-func (o RegistryOptions) retryPolicy() retryPolicy {
-	return newRetryPolicy(HTTPOptions{Retries: o.Retries, RetryBackoff: o.RetryBackoff, RetryMaxElapsed: o.RetryMaxElapsed})
-}
-
-// Labels returns the labels derived from the image config (valid after
-// Open).
-func (s *registrySource) Labels() map[string]string { return maps.Clone(s.labels) }
-
-func (o RegistryOptions) arch() string {
-	if o.Arch != "" {
-		return o.Arch
-	}
-	return runtime.GOARCH
-}
-
-// ResolveDigest returns the digest of the manifest ref resolves to (the
-// index's digest for a multi-platform image), without reading any layer: a
-// poller compares it with the last imported one.
-func ResolveDigest(ctx context.Context, ref string, o RegistryOptions) (string, error) {
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	p, err := openImage(ctx, ref, o)
+// New builds the source of an endpoint written the way a command line or
+// an IMPORTER_ENDPOINT value is: "-" is standard input, an endpoint with a
+// registered scheme goes to its opener, and anything else without "://" is
+// a local path. An unknown "scheme://" is refused, so that
+// "s3://bucket/key" is never mistaken for a path.
+func (r *Registry) New(endpoint string, c Config) (Source, error) {
+	open, err := r.opener(endpoint)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer p.close()
-	return p.topDigest.String(), nil
+	return open(endpoint, c)
+}
+
+func (r *Registry) opener(endpoint string) (Opener, error) {
+	if endpoint == "" {
+		return nil, fmt.Errorf("empty source endpoint: %w", errdefs.ErrInvalidOptions)
+	}
+	key := PathKey
+	if endpoint == "-" {
+		key = StdinKey
+	} else if m := schemeRe.FindStringSubmatch(endpoint); m != nil {
+		scheme := strings.ToLower(m[1])
+		if o, ok := r.openers[scheme+"://"]; ok && m[2] != "" {
+			return o, nil
+		}
+		if o, ok := r.openers[scheme+":"]; ok {
+			return o, nil
+		}
+		if m[2] != "" {
+			return nil, fmt.Errorf("%s:// sources are not supported yet: %w", scheme, errdefs.ErrInvalidOptions)
+		}
+		// Otherwise a colon in a file name ("disk:1.img").
+	}
+	o, ok := r.openers[key]
+	if !ok {
+		return nil, fmt.Errorf("source %q: no opener registered for it: %w", endpoint, errdefs.ErrInvalidOptions)
+	}
+	return o, nil
+}
+
+// New builds the source of an endpoint with the built-in Registry.
+func New(endpoint string, c Config) (Source, error) { return Builtin().New(endpoint, c) }
+
+func openStdin(string, Config) (Source, error) { return NewReader("stdin", os.Stdin), nil }
+
+func openPath(path string, _ Config) (Source, error) { return NewFile(path), nil }
+
+// openFileURL reads file:///abs/path.
+func openFileURL(endpoint string, _ Config) (Source, error) {
+	p := endpoint[len("file://"):]
+	if !strings.HasPrefix(p, "/") {
+		return nil, fmt.Errorf("file URL %q must hold an absolute path (file:///path): %w", endpoint, errdefs.ErrInvalidOptions)
+	}
+	return NewFile(p), nil
 }

@@ -1,18 +1,8 @@
-// Package datasource hands the engine the image bytes exactly as a source
-// delivers them (still compressed, if they were). Format detection and
-// decompression happen in other packages; a source only knows how to start
-// a byte stream and how much of it to expect.
 package datasource
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"os"
-	"regexp"
-	"strings"
-
-	"github.com/diskimport/engine/errdefs"
 )
 
 // A Source produces the image bytes as received (compressed or not).
@@ -54,43 +44,4 @@ type RangedURL struct {
 	src     *httpSource
 	etag    string // strong ETag of the first response, pins every read
 	lastMod string
-}
-
-// schemeRe matches a URL scheme prefix ("s3://", "docker://") as RFC 3986
-// defines scheme characters.
-var schemeRe = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
-
-// New picks a source from an endpoint string the way a command line or an
-// IMPORTER_ENDPOINT value is written: "-" is standard input, http(s) URLs
-// go to NewHTTP, file:// URLs and plain paths to NewFile, and any other
-// scheme is refused so that "s3://bucket/key" is never mistaken for a path.
-func New(endpoint string, o HTTPOptions) (Source, error) {
-	if endpoint == "-" {
-		return NewReader("stdin", os.Stdin), nil
-	}
-	if IsRegistryRef(endpoint) {
-		// docker://, oci-archive:, oci: — the latter two have no "//".
-		return NewRegistry(endpoint, RegistryOptions{
-			Username: o.Username, Password: o.Password, CertDir: o.CertDir, InsecureTLS: o.InsecureTLS, Logger: o.Logger,
-		})
-	}
-	m := schemeRe.FindStringSubmatch(endpoint)
-	if m == nil {
-		if endpoint == "" {
-			return nil, fmt.Errorf("empty source endpoint: %w", errdefs.ErrInvalidOptions)
-		}
-		return NewFile(endpoint), nil
-	}
-	switch scheme := strings.ToLower(m[1]); scheme {
-	case "http", "https":
-		return NewHTTP(endpoint, o)
-	case "file":
-		p := endpoint[len(m[0]):]
-		if !strings.HasPrefix(p, "/") {
-			return nil, fmt.Errorf("file URL %q must hold an absolute path (file:///path): %w", endpoint, errdefs.ErrInvalidOptions)
-		}
-		return NewFile(p), nil
-	default:
-		return nil, fmt.Errorf("%s:// sources are not supported yet: %w", scheme, errdefs.ErrInvalidOptions)
-	}
 }

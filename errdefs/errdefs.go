@@ -40,6 +40,13 @@ var (
 	ErrScratchSpaceRequired = errors.New("scratch space required and none found")
 	// ErrInvalidOptions: the caller's options are inconsistent or malformed.
 	ErrInvalidOptions = errors.New("invalid options")
+	// ErrRestart: a transfer broke off and cannot resume where it stopped
+	// (the server ignored the range, or the object changed), so whoever
+	// consumes the stream must discard what it made of the bytes so far and
+	// read the source again from the start.
+	ErrRestart = errors.New("transfer must start over")
+	// ErrClosed: a read on a source stream after its Close.
+	ErrClosed = errors.New("read on a closed source stream")
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx

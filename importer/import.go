@@ -122,14 +122,19 @@ func newJob(o Options) (*job, error) {
 	return j, nil
 }
 
+// newSource builds the import's source through the datasource registry:
+// every scheme gets the same Config, whichever entry point the endpoint came
+// through. An upload body handed in by the caller is a stream of its own.
 func newSource(o Options) (datasource.Source, error) {
 	if o.Source == "-" && o.SourceReader != nil {
 		return datasource.NewReader("upload", o.SourceReader), nil
 	}
-	if datasource.IsRegistryRef(o.Source) {
-		return datasource.NewRegistry(o.Source, registryOptions(o))
-	}
-	return datasource.New(o.Source, datasource.HTTPOptions{
+	return datasource.New(o.Source, sourceConfig(o))
+}
+
+// sourceConfig is the part of the options that configures a source.
+func sourceConfig(o Options) datasource.Config {
+	return datasource.Config{
 		Username:        o.Username,
 		Password:        o.Password,
 		Headers:         o.Headers,
@@ -140,7 +145,11 @@ func newSource(o Options) (datasource.Source, error) {
 		RetryBackoff:    o.RetryBackoff,
 		RetryMaxElapsed: o.RetryMaxElapsed,
 		Logger:          o.Logger,
-	})
+		Arch:            o.Arch,
+		AuthFile:        o.AuthFile,
+		RegistriesConf:  o.RegistriesConf,
+		TempDir:         o.ScratchDir,
+	}
 }
 
 // register installs the engine's executors, letting WrapPhase replace any.

@@ -15,8 +15,8 @@ import (
 // the layers in manifest order up to the first regular file under disk/,
 // which becomes the stream. Layers before it are read whole (never
 // written anywhere) and digest-checked.
-func (s *registrySource) Open(ctx context.Context) (*Stream, error) {
-	p, err := openImage(ctx, s.ref, s.opts)
+func (s *imageSource) Open(ctx context.Context) (*Stream, error) {
+	p, err := openImage(ctx, s.ref, s.conf)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func parseImageRef(ref string) (types.ImageReference, error) {
 
 // systemContext maps the options onto containers/image's knobs. The
 // returned cleanup removes a temporary certificate directory.
-func (o RegistryOptions) systemContext() (*types.SystemContext, func(), error) {
+func (o Config) systemContext() (*types.SystemContext, func(), error) {
 	sys := &types.SystemContext{
 		ArchitectureChoice:   o.arch(),
 		OSChoice:             "linux",
@@ -154,7 +154,7 @@ func crtDir(dir, tmp string) (string, func(), error) {
 }
 
 // openImage resolves ref to one platform's image and reads its config.
-func openImage(ctx context.Context, ref string, o RegistryOptions) (*pulledImage, error) {
+func openImage(ctx context.Context, ref string, o Config) (*pulledImage, error) {
 	r, err := parseImageRef(ref)
 	if err != nil {
 		return nil, err
@@ -179,7 +179,7 @@ func openImage(ctx context.Context, ref string, o RegistryOptions) (*pulledImage
 
 // choose picks the platform instance of an index and opens its manifest
 // and config.
-func (p *pulledImage) choose(ctx context.Context, ref string, o RegistryOptions) error {
+func (p *pulledImage) choose(ctx context.Context, ref string, o Config) error {
 	raw, mime, err := p.src.GetManifest(ctx, nil)
 	if err != nil {
 		return pullError(ctx, ref, err)

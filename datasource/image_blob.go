@@ -6,15 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/types"
 
-	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/retry"
 )
 
 // resumingBlob is a layer blob that survives broken transfers.
@@ -31,35 +29,33 @@ import (
 // still covers the whole blob, so a blob that changed under us fails the
 // import rather than splicing two versions.
 type resumingBlob struct {
-	ctx     context.Context
-	src     types.ImageSource
-	info    types.BlobInfo
-	cache   types.BlobInfoCache
-	ref     string
-	policy  retryPolicy
-	retries *atomic.Int64 // the source's, across every Open
-	log     *slog.Logger
+	ctx    context.Context
+	src    types.ImageSource
+	info   types.BlobInfo
+	cache  types.BlobInfoCache
+	streak *retry.Streak // failures since bytes last flowed; the count is the source's
 
 	rc      io.ReadCloser // nil between a failure and the next reopen
 	off     int64         // bytes delivered to the reader
 	pending error         // the failure that closed rc, retried on the next Read
-
-	streakStart time.Time // first failure since bytes last flowed
-	delay       time.Duration
 }
 
 // openBlob opens info's blob, retrying transient failures of the request
-// itself.
+// itself. Retries are counted in budget and logged to log.
 func openBlob(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache,
-	ref string, policy retryPolicy, retries *atomic.Int64, log *slog.Logger,
+	ref string, budget *retry.Budget, log *slog.Logger,
 ) (*resumingBlob, error) {
-	b := &resumingBlob{ctx: ctx, src: src, info: info, cache: cache, ref: ref, policy: policy, retries: retries, log: log}
+	b := &resumingBlob{ctx: ctx, src: src, info: info, cache: cache}
+	b.streak = budget.Streak(func(a retry.Attempt) {
+		log.Warn("Layer blob transfer failed, retrying", "image", ref, "digest", info.Digest, "retry", a.N,
+			"maxRetries", a.Max, "delay", a.Delay.Round(time.Millisecond), "offset", b.off, "cause", a.Cause.Error())
+	})
 	for {
 		err := b.reopen()
 		if err == nil {
 			return b, nil
 		}
-		if werr := b.wait(err); werr != nil {
+		if werr := b.streak.Wait(ctx, err, 0); werr != nil {
 			return nil, werr
 		}
 	}
@@ -88,7 +84,7 @@ func (b *resumingBlob) reopen() error {
 func (b *resumingBlob) Read(p []byte) (int, error) {
 	for {
 		if b.rc == nil {
-			if err := b.wait(b.pending); err != nil {
+			if err := b.streak.Wait(b.ctx, b.pending, 0); err != nil {
 				return 0, err
 			}
 			if err := b.reopen(); err != nil {
@@ -99,7 +95,7 @@ func (b *resumingBlob) Read(p []byte) (int, error) {
 		n, err := b.rc.Read(p)
 		b.off += int64(n)
 		if n > 0 {
-			b.streakStart = time.Time{} // bytes flow again: a new streak later
+			b.streak.Reset() // bytes flow again: a new streak later
 		}
 		if err == nil || err == io.EOF {
 			return n, err
@@ -115,54 +111,21 @@ func (b *resumingBlob) Read(p []byte) (int, error) {
 	}
 }
 
-// wait decides whether cause may be retried, and sleeps the jittered,
-// doubling backoff. It returns nil to try again, or the error to give up
-// with.
-func (b *resumingBlob) wait(cause error) error {
-	if err := b.ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-	}
-	if permanentBlobError(cause) {
-		return cause
-	}
-	p := b.policy
-	now := time.Now()
-	if b.streakStart.IsZero() {
-		b.streakStart, b.delay = now, p.backoff
-	}
-	done := int(b.retries.Load())
-	if p.max < 0 {
-		return cause
-	}
-	if done >= p.max {
-		return fmt.Errorf("%w (gave up after %d retries)", cause, done)
-	}
-	d := b.delay/2 + rand.N(b.delay/2+1)
-	if elapsed := now.Sub(b.streakStart); elapsed+d > p.maxElapsed {
-		return fmt.Errorf("%w (gave up after retrying for %s)", cause, elapsed.Round(time.Millisecond))
-	}
-	b.delay = min(b.delay*2, maxRetryBackoff)
-	n := b.retries.Add(1)
-	b.log.Warn("Layer blob transfer failed, retrying", "image", b.ref, "digest", b.info.Digest, "retry", n,
-		"maxRetries", p.max, "delay", d.Round(time.Millisecond), "offset", b.off, "cause", cause.Error())
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-b.ctx.Done():
-		return fmt.Errorf("%w: %w", errdefs.ErrCancelled, b.ctx.Err())
-	}
-}
+// retryableBlobError classifies a failed blob request or transfer for the
+// retry policy: everything but the registry's final word (credentials
+// refused, the blob or repository unknown, a certificate problem), which
+// no retry changes.
+func retryableBlobError(err error) bool { return !permanentBlobError(err) }
 
-// permanentBlobError: the registry's final word (credentials refused, the
-// blob or repository unknown, a certificate problem), which no retry
-// changes.
 func permanentBlobError(err error) bool {
 	var unauth docker.ErrUnauthorizedForCredentials
 	if errors.As(err, &unauth) || permanentTransportError(err) {
 		return true
 	}
+	// containers/image reports the registry's error codes (UNAUTHORIZED,
+	// DENIED, BLOB_UNKNOWN, ...) and unexpected statuses in types of its
+	// own or of docker/distribution that it does not export consistently;
+	// their text is the one stable signal.
 	msg := strings.ToLower(err.Error())
 	for _, s := range []string{"unauthorized", "denied", "not found", "unknown to registry", "manifest unknown", "name unknown"} {
 		if strings.Contains(msg, s) {

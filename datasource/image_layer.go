@@ -56,14 +56,14 @@ func (s *recordingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *registrySource) openLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache) (*layerReader, error) {
+func (s *imageSource) openLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache) (*layerReader, error) {
 	ref := s.ref
 	if err := info.Digest.Validate(); err != nil {
 		return nil, fmt.Errorf("image %s: layer digest %q: %v: %w", ref, info.Digest, err, errdefs.ErrInvalidImage)
 	}
 	// Broken transfers are resumed below the digest verifier, so the
 	// verifier sees each byte of the blob once.
-	blob, err := openBlob(ctx, src, info, cache, ref, s.opts.retryPolicy(), &s.retries, s.log)
+	blob, err := openBlob(ctx, src, info, cache, ref, s.budget, s.log)
 	if err != nil {
 		return nil, pullError(ctx, ref, err)
 	}

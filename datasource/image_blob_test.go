@@ -47,10 +47,10 @@ func pushResumeImage(t *testing.T, reg *regtest.Registry) (string, v1.Hash, []by
 	return "docker://" + reg.Push(t, "bench/resume:v1", regtest.Image(t, regtest.Config{}, l), nil), d, data
 }
 
-func readRegistry(t *testing.T, ref string, o RegistryOptions) (Source, []byte, error) {
+func readRegistry(t *testing.T, ref string, o Config) (Source, []byte, error) {
 	conf, auth := regtest.Hermetic(t)
 	o.RegistriesConf, o.AuthFile, o.InsecureTLS = conf, auth, true
-	s, err := NewRegistry(ref, o)
+	s, err := NewContainerImage(ref, o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	t.Cleanup(cancel)
@@ -69,7 +69,7 @@ func TestRegistryBlobResumedByContainersImage(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	ref, d, data := pushResumeImage(t, reg)
 	reg.DropBlob(d, 300<<10, 1)
-	s, got, err := readRegistry(t, ref, RegistryOptions{RetryBackoff: 10 * time.Millisecond})
+	s, got, err := readRegistry(t, ref, Config{RetryBackoff: 10 * time.Millisecond})
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "content differs after a resumed blob")
 	assert.Equal(t, []string{"", "bytes=307200-"}, reg.BlobRanges(d))
@@ -83,7 +83,7 @@ func TestRegistryBlobRetriedAfterRepeatedDrops(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	ref, d, data := pushResumeImage(t, reg)
 	reg.DropBlob(d, 64<<10, 4)
-	s, got, err := readRegistry(t, ref, RegistryOptions{RetryBackoff: 10 * time.Millisecond})
+	s, got, err := readRegistry(t, ref, Config{RetryBackoff: 10 * time.Millisecond})
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "content differs after retried blob transfers")
 	assert.GreaterOrEqual(t, Retries(s), 1)
@@ -97,7 +97,7 @@ func TestRegistryBlobGivesUpAfterRetries(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	ref, d, _ := pushResumeImage(t, reg)
 	reg.DropBlob(d, 64<<10, 1000)
-	s, _, err := readRegistry(t, ref, RegistryOptions{Retries: 2, RetryBackoff: 10 * time.Millisecond})
+	s, _, err := readRegistry(t, ref, Config{Retries: 2, RetryBackoff: 10 * time.Millisecond})
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 	assert.Contains(t, err.Error(), "gave up after 2 retries")
 	assert.Equal(t, 2, Retries(s))
@@ -109,6 +109,6 @@ func TestRegistryBlobRepeatedDropsFailWithoutRetries(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	ref, d, _ := pushResumeImage(t, reg)
 	reg.DropBlob(d, 64<<10, 4)
-	_, _, err := readRegistry(t, ref, RegistryOptions{Retries: -1})
+	_, _, err := readRegistry(t, ref, Config{Retries: -1})
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 }

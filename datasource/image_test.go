@@ -41,14 +41,14 @@ func TestDiskEntryName(t *testing.T) {
 
 func TestNewRoutesImageReferences(t *testing.T) {
 	for _, ref := range []string{"docker://quay.io/containerdisks/fedora:latest", "oci-archive:/x/image.tar:v1", "oci:/x/layout:v1"} {
-		s, err := New(ref, HTTPOptions{})
+		s, err := New(ref, Config{})
 		require.NoError(t, err, ref)
 		_, ok := s.(Labeler)
 		assert.True(t, ok, ref)
 	}
-	_, err := New("docker://UPPER/bad ref", HTTPOptions{})
+	_, err := New("docker://UPPER/bad ref", Config{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	s, err := New("oci-archive:/nonexistent/image.tar", HTTPOptions{})
+	s, err := New("oci-archive:/nonexistent/image.tar", Config{})
 	require.NoError(t, err)
 	_, err = s.Open(context.Background())
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
@@ -60,15 +60,15 @@ func TestRegistryRefusesEscapingEntryAndStreamsDisk(t *testing.T) {
 		regtest.File{Name: "disk/../../etc/cron.d/x", Data: data}))
 	dir, _ := regtest.OCILayout(t, escaping, "v1")
 	conf, auth := regtest.Hermetic(t)
-	o := RegistryOptions{RegistriesConf: conf, AuthFile: auth}
-	s, err := NewRegistry("oci:"+dir+":v1", o)
+	o := Config{RegistriesConf: conf, AuthFile: auth}
+	s, err := NewContainerImage("oci:"+dir+":v1", o)
 	require.NoError(t, err)
 	_, err = s.Open(context.Background())
 	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 
 	good := regtest.Image(t, regtest.Config{}, regtest.Layer(t, regtest.Zstd, regtest.File{Name: "./disk/disk.img", Data: data}))
 	dir, _ = regtest.OCILayout(t, good, "v1")
-	s, err = NewRegistry("oci:"+dir+":v1", o)
+	s, err = NewContainerImage("oci:"+dir+":v1", o)
 	require.NoError(t, err)
 	st, err := s.Open(context.Background())
 	require.NoError(t, err)

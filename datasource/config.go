@@ -1,0 +1,99 @@
+package datasource
+
+import (
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/diskimport/engine/internal/retry"
+)
+
+// Config is what every source is built with, whatever its scheme. A source
+// uses the fields that apply to it and ignores the others, so one Config
+// describes an import whether its endpoint is a URL, an image reference or
+// a path. The zero value fetches anonymously with the defaults below.
+type Config struct {
+	// Username and Password authenticate to the source: HTTP basic auth
+	// (sent only to the URL's own origin, also across redirects), or
+	// registry credentials, which win over AuthFile. For HTTP, when both
+	// are empty, user info in the URL (https://user:pw@host/...) is used.
+	Username, Password string
+	// Headers are extra HTTP request headers as "Name: value" lines (CDI's
+	// IMPORTER_EXTRA_HEADER_n format). They are scoped like credentials and
+	// applied before basic auth, so basic auth wins over an
+	// "Authorization:" line.
+	Headers []string
+	// CertDir holds CA certificates (*.crt, *.pem) trusted on top of the
+	// system pool; for registries also client certificates (*.cert with
+	// *.key).
+	CertDir string
+	// InsecureTLS skips server certificate verification (and, for
+	// registries, allows plain HTTP).
+	InsecureTLS bool
+	// Proxy picks the proxy of an HTTP request; nil reads HTTP_PROXY,
+	// HTTPS_PROXY and NO_PROXY from the environment.
+	Proxy func(*http.Request) (*url.URL, error)
+	// Transport, when not nil, carries the requests of HTTP sources in
+	// place of a transport built from CertDir, InsecureTLS and Proxy,
+	// which it then applies itself (a custom dialer, instrumentation,
+	// tests). It must not ask for compressed transfer: the bytes have to
+	// arrive as stored. Container-image sources do not use it, since
+	// containers/image builds its own.
+	Transport http.RoundTripper
+	// StallTimeout fails a transfer when no byte arrives for this long
+	// while the engine waits for one; <= 0 means 5 minutes.
+	StallTimeout time.Duration
+	// Retries bounds how many times a failed request or a broken transfer
+	// is tried again over the life of the source (every Open together).
+	// Connection errors, stalls and HTTP 5xx, 429 and 408 are retried;
+	// refusals (401, 403, 404, 410, a rejected certificate, an unknown
+	// image) are not. 0 means 10; < 0 disables retries.
+	Retries int
+	// RetryBackoff is the first delay before a retry; it doubles for each
+	// failure in a row, up to 30 s, with jitter. 0 means 1 s.
+	RetryBackoff time.Duration
+	// RetryMaxElapsed bounds one streak of failures (from the first failure
+	// until bytes flow again); no retry starts past it. 0 means 5 minutes.
+	RetryMaxElapsed time.Duration
+	// UserAgent is sent with HTTP requests; "" means "diskimport-engine".
+	UserAgent string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Arch picks the platform from a container-image index (default
+	// runtime.GOARCH). When set explicitly, a single-platform image must
+	// match it too.
+	Arch string
+	// AuthFile is a containers auth.json or docker config.json. "" lets
+	// containers/image look in its default places (REGISTRY_AUTH_FILE,
+	// $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json).
+	AuthFile string
+	// RegistriesConf is the registries.conf to use (mirrors, blocked and
+	// insecure registries); "" uses the system's. When set, its drop-in
+	// directory is RegistriesConf+".d" and the signature-storage directory
+	// (registries.d) is the one next to it, so nothing else of the host is
+	// read.
+	RegistriesConf string
+	// TempDir receives an oci-archive's extracted content and a copy of
+	// CertDir when it holds *.pem files. Default: the system temp dir.
+	TempDir string
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
+
+// retryPolicy is the Config's retry fields as the retry package reads
+// them; retryable, when not nil, classifies failures.
+func (c Config) retryPolicy(retryable func(error) bool) retry.Policy {
+	return retry.Policy{
+		MaxRetries: c.Retries,
+		FirstDelay: c.RetryBackoff,
+		MaxElapsed: c.RetryMaxElapsed,
+		Retryable:  retryable,
+	}
+}

@@ -1,0 +1,57 @@
+// Package ctxio makes reads that have no cancellation of their own (local
+// files, standard input, a decoder running in the caller's goroutine) stop
+// once a context is done.
+package ctxio
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Reader reads from an underlying reader until its context is done; the
+// next Read then fails with Cancelled's error instead of reading on.
+type Reader struct {
+	ctx   context.Context
+	what  string
+	r     io.Reader
+	close func() error
+}
+
+// NewReader returns a Reader of r under ctx. what names the reading in the
+// cancellation error ("" for none).
+func NewReader(ctx context.Context, what string, r io.Reader) *Reader {
+	return &Reader{ctx: ctx, what: what, r: r}
+}
+
+// NewReadCloser is NewReader whose Close calls closeFn (nil: Close does
+// nothing, for readers owned by someone else).
+func NewReadCloser(ctx context.Context, what string, r io.Reader, closeFn func() error) *Reader {
+	return &Reader{ctx: ctx, what: what, r: r, close: closeFn}
+}
+
+func (c *Reader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, Cancelled(c.what, err)
+	}
+	return c.r.Read(p)
+}
+
+// Close runs the close function given to NewReadCloser, if any.
+func (c *Reader) Close() error {
+	if c.close == nil {
+		return nil
+	}
+	return c.close()
+}
+
+// Cancelled wraps a context error so that callers can match either it or
+// errdefs.ErrCancelled; what, when not "", prefixes the message.
+func Cancelled(what string, ctxErr error) error {
+	if what == "" {
+		return fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctxErr)
+	}
+	return fmt.Errorf("%s: %w: %w", what, errdefs.ErrCancelled, ctxErr)
+}
