@@ -1,6 +1,7 @@
 package format
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -156,4 +157,21 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 		return nil, fmt.Errorf("compression %q: %w", c, errdefs.ErrUnsupportedFormat)
 	}
 	return d, nil
+}
+
+// NewDecompressor returns the bytes of r with compression c removed, by the
+// same decoders and limits Open uses to peel a layer (o's zero fields take
+// the defaults). Its errors match errdefs.ErrInvalidImage, or
+// ErrUnsafeImage for a stream that asks for too much memory, unless r
+// failed first: then they are r's error. Close stops the decoder, not r.
+func NewDecompressor(ctx context.Context, c Compression, r io.Reader, o Options) (io.ReadCloser, error) {
+	o = o.withDefaults()
+	var head []byte
+	if c == XZ {
+		// The dictionary check reads the stream and first block headers.
+		br := bufio.NewReaderSize(r, xzStreamHeaderLen+1024+16)
+		head, _ = br.Peek(br.Size())
+		r = br
+	}
+	return newDecoder(ctx, c, r, head, o)
 }
