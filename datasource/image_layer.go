@@ -3,7 +3,6 @@ package datasource
 import (
 	"archive/tar"
 	"bufio"
-	"bytes"
 	"context"
 	_ "crypto/sha256" // digest algorithms of layer blobs
 	_ "crypto/sha512"
@@ -14,17 +13,12 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	digest "github.com/opencontainers/go-digest"
 	"go.podman.io/image/v5/types"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
 )
-
-// maxLayerZstdWindow bounds a zstd layer's window (what `zstd --long=27`
-// uses), so a hostile frame header cannot make us allocate gigabytes.
-const maxLayerZstdWindow = 128 << 20
 
 // layerReader is one layer blob on its way through digest verification,
 // decompression and the tar reader.
@@ -36,7 +30,7 @@ type layerReader struct {
 	verifier digest.Verifier
 	raw      *bufio.Reader // hashed bytes, buffered for sniffing
 	decomp   io.Reader
-	closeDec func()
+	closeDec func() error
 	tr       *tar.Reader
 }
 
@@ -59,7 +53,7 @@ func (s *recordingReader) Read(p []byte) (int, error) {
 func (s *imageSource) openLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache) (*layerReader, error) {
 	ref := s.ref
 	if err := info.Digest.Validate(); err != nil {
-		return nil, fmt.Errorf("image %s: layer digest %q: %v: %w", ref, info.Digest, err, errdefs.ErrInvalidImage)
+		return nil, fmt.Errorf("image %s: layer digest %q: %w: %w", ref, info.Digest, errdefs.ErrInvalidImage, err)
 	}
 	// Broken transfers are resumed below the digest verifier, so the
 	// verifier sees each byte of the blob once.
@@ -72,7 +66,7 @@ func (s *imageSource) openLayer(ctx context.Context, src types.ImageSource, info
 	// decoder; GetBlob itself does not verify.
 	l.src = &recordingReader{r: blob}
 	l.raw = bufio.NewReaderSize(io.TeeReader(l.src, l.verifier), 64<<10)
-	if err := l.startDecompression(); err != nil {
+	if err := l.startDecompression(ctx); err != nil {
 		l.close()
 		return nil, err
 	}
@@ -81,32 +75,31 @@ func (s *imageSource) openLayer(ctx context.Context, src types.ImageSource, info
 }
 
 // startDecompression sniffs the blob rather than trusting its media type
-// (docker and OCI spell them differently, and some registries lie).
-func (l *layerReader) startDecompression() error {
-	head, err := l.raw.Peek(4)
-	if err != nil && !errors.Is(err, io.EOF) {
+// (docker and OCI spell them differently, and some registries lie). The
+// decoders are the format package's, with its limits (a zstd window is
+// capped, so a hostile frame header cannot make us allocate gigabytes).
+func (l *layerReader) startDecompression(ctx context.Context) error {
+	head, err := l.raw.Peek(layerSniffLen)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		return l.readError(err)
 	}
-	l.closeDec = func() {}
-	switch {
-	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(l.raw)
+	l.decomp, l.closeDec = l.raw, func() error { return nil }
+	// Layers are tar, tar+gzip or tar+zstd; anything else is read as a
+	// tar and fails as such.
+	switch c, _ := format.Sniff(head); c {
+	case format.Gzip, format.Zstd:
+		dec, err := format.NewDecompressor(ctx, c, l.raw, format.Options{})
 		if err != nil {
 			return l.readError(err)
 		}
-		l.decomp, l.closeDec = zr, func() { zr.Close() }
-	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(l.raw, zstd.WithDecoderConcurrency(1),
-			zstd.WithDecoderMaxWindow(maxLayerZstdWindow), zstd.WithDecoderMaxMemory(1<<63))
-		if err != nil {
-			return l.readError(err)
-		}
-		l.decomp, l.closeDec = zr, zr.Close
-	default:
-		l.decomp = l.raw
+		l.decomp, l.closeDec = dec, dec.Close
 	}
 	return nil
 }
+
+// layerSniffLen covers the compression magics, a zstd skippable frame's
+// included.
+const layerSniffLen = 16
 
 // findDisk walks the tar entries up to the first regular file under disk/
 // and returns its header, or nil when the layer has none (it is then read
@@ -176,13 +169,25 @@ func (l *layerReader) readError(err error) error {
 	if l.src.err != nil {
 		return fmt.Errorf("image %s: reading layer %s: %w: %w", l.ref, l.info.Digest, errdefs.ErrSourceUnreachable, l.src.err)
 	}
-	if errors.Is(err, errdefs.ErrCancelled) || errors.Is(err, errdefs.ErrUnsafeImage) || errors.Is(err, errdefs.ErrInvalidImage) {
+	if errors.Is(err, errdefs.ErrCancelled) {
 		return err
 	}
-	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
-		return fmt.Errorf("image %s: layer %s: %v: %w", l.ref, l.info.Digest, err, errdefs.ErrUnsafeImage)
+	// The decoder's errors are classified already (a window too large is
+	// unsafe, a broken stream invalid); tar's are a damaged layer.
+	if errors.Is(err, errdefs.ErrUnsafeImage) || errors.Is(err, errdefs.ErrInvalidImage) {
+		return fmt.Errorf("image %s: layer %s: %w", l.ref, l.info.Digest, err)
 	}
-	return fmt.Errorf("image %s: layer %s is damaged: %v: %w", l.ref, l.info.Digest, err, errdefs.ErrInvalidImage)
+	return fmt.Errorf("image %s: layer %s is damaged: %w: %w", l.ref, l.info.Digest, errdefs.ErrInvalidImage, noShortRead(err))
+}
+
+// noShortRead keeps err's text but not io.ErrUnexpectedEOF as its cause:
+// readers up the pipeline (io.ReadFull users, the decoders) take that value
+// for a normal short end of the image, and a damaged layer is not one.
+func noShortRead(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New(err.Error())
+	}
+	return err
 }
 
 func (l *layerReader) close() {
@@ -212,7 +217,7 @@ func (b *registryBody) Read(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	switch {
 	case b.closed:
-		return 0, errors.New("registry source: read after close")
+		return 0, fmt.Errorf("image %s: %w", b.layer.ref, errdefs.ErrClosed)
 	case b.err != nil:
 		return 0, b.err
 	case b.eof:
