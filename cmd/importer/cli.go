@@ -165,14 +165,20 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 	if source == "-" {
 		o.SourceReader = stdin
 	}
-	if f.creds != "" {
-		user, pass, ok := strings.Cut(f.creds, ":")
-		if !ok {
-			return o, errors.New("--creds wants USER:PASSWORD")
-		}
-		o.Username, o.Password = user, pass
+	o.Username, o.Password, err = f.credentials()
+	return o, err
+}
+
+// credentials splits --creds USER:PASSWORD (both empty without it).
+func (f *cliFlags) credentials() (user, pass string, err error) {
+	if f.creds == "" {
+		return "", "", nil
 	}
-	return o, nil
+	user, pass, ok := strings.Cut(f.creds, ":")
+	if !ok {
+		return "", "", errors.New("--creds wants USER:PASSWORD")
+	}
+	return user, pass, nil
 }
 
 // runImport runs one import and reports it.

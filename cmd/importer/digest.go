@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -34,13 +33,10 @@ func newDigestCommand(ctx context.Context, stdout io.Writer, code *int) *cobra.C
 			o := importer.Options{CertDir: f.certDir, InsecureTLS: f.insecureTLS, Arch: f.arch,
 				AuthFile: f.authFile, RegistriesConf: f.registriesConf,
 				Logger: newLogger(cmd.ErrOrStderr(), f.verbose, f.quiet)}
-			if f.creds != "" {
-				user, pass, ok := strings.Cut(f.creds, ":")
-				if !ok {
-					*code = cdi.ExitUsage
-					return fmt.Errorf("--creds wants USER:PASSWORD")
-				}
-				o.Username, o.Password = user, pass
+			var err error
+			if o.Username, o.Password, err = f.credentials(); err != nil {
+				*code = cdi.ExitUsage
+				return err
 			}
 			d, err := importer.ResolveDigest(ctx, args[0], o)
 			if err != nil {
