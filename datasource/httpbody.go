@@ -294,9 +294,9 @@ func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		if b.size >= 0 {
-			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w (%v)", name, b.got, b.size, errdefs.ErrSourceUnreachable, err), true
+			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w: %w", name, b.got, b.size, errdefs.ErrSourceUnreachable, noShortRead(err)), true
 		}
-		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w (%v)", name, b.got, errdefs.ErrSourceUnreachable, err), true
+		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w: %w", name, b.got, errdefs.ErrSourceUnreachable, noShortRead(err)), true
 	}
 	return fmt.Errorf("GET %s: reading body after %d bytes: %w: %w", name, b.got, errdefs.ErrSourceUnreachable, err), true
 }

@@ -218,8 +218,8 @@ func (r *RangeReader) fetch(p []byte, off int64) error {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: connection broke after %d bytes: %w (%v)",
-				name, off, end, got, errdefs.ErrSourceUnreachable, err)}
+			return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: connection broke after %d bytes: %w: %w",
+				name, off, end, got, errdefs.ErrSourceUnreachable, noShortRead(err))}
 		}
 	}
 	return nil

@@ -180,16 +180,6 @@ func (l *layerReader) readError(err error) error {
 	return fmt.Errorf("image %s: layer %s is damaged: %w: %w", l.ref, l.info.Digest, errdefs.ErrInvalidImage, noShortRead(err))
 }
 
-// noShortRead keeps err's text but not io.ErrUnexpectedEOF as its cause:
-// readers up the pipeline (io.ReadFull users, the decoders) take that value
-// for a normal short end of the image, and a damaged layer is not one.
-func noShortRead(err error) error {
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return errors.New(err.Error())
-	}
-	return err
-}
-
 func (l *layerReader) close() {
 	if l.closeDec != nil {
 		l.closeDec()

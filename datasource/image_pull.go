@@ -64,10 +64,10 @@ func parseImageRef(ref string) (types.ImageReference, error) {
 		return nil, fmt.Errorf("%q is not a container image reference: %w", ref, errdefs.ErrInvalidOptions)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("image %s: %v: %w", ref, err, errdefs.ErrSourceUnreachable)
+		return nil, fmt.Errorf("image %s: %w: %w", ref, errdefs.ErrSourceUnreachable, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("invalid image reference %q: %v: %w", ref, err, errdefs.ErrInvalidOptions)
+		return nil, fmt.Errorf("invalid image reference %q: %w: %w", ref, errdefs.ErrInvalidOptions, err)
 	}
 	return r, nil
 }
@@ -185,13 +185,13 @@ func (p *pulledImage) choose(ctx context.Context, ref string, o Config) error {
 		return pullError(ctx, ref, err)
 	}
 	if p.topDigest, err = manifest.Digest(raw); err != nil {
-		return fmt.Errorf("image %s: digesting manifest: %v: %w", ref, err, errdefs.ErrInvalidImage)
+		return fmt.Errorf("image %s: digesting manifest: %w: %w", ref, errdefs.ErrInvalidImage, err)
 	}
 	var instance *digest.Digest
 	if manifest.MIMETypeIsMultiImage(mime) {
 		list, err := manifest.ListFromBlob(raw, mime)
 		if err != nil {
-			return fmt.Errorf("image %s: parsing image index: %v: %w", ref, err, errdefs.ErrInvalidImage)
+			return fmt.Errorf("image %s: parsing image index: %w: %w", ref, errdefs.ErrInvalidImage, err)
 		}
 		d, err := list.ChooseInstance(p.sys)
 		if err != nil {
@@ -277,6 +277,9 @@ func pullError(ctx context.Context, ref string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("failed to pull image %s: %w: %w", ref, errdefs.ErrCancelled, err)
 	}
+	// A token endpoint's 401 comes back as a typed error; a registry's
+	// UNAUTHORIZED error code only in containers/image's text (see
+	// permanentBlobError).
 	var unauth docker.ErrUnauthorizedForCredentials
 	if errors.As(err, &unauth) || strings.Contains(err.Error(), "unauthorized") {
 		return fmt.Errorf("failed to pull image %s: %w: %w", ref, errdefs.ErrSourceRefused, err)
