@@ -2,7 +2,6 @@ package cdi
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
@@ -183,51 +182,4 @@ func cloneOptions(getenv func(string) string, o *importer.Options) error {
 	}
 	o.Verify, err = envBool(getenv, "IMPORTER_VERIFY")
 	return err
-}
-
-func envBool(getenv func(string) string, name string) (bool, error) {
-	v := getenv(name)
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: want true or false: %w", name, v, errdefs.ErrInvalidOptions)
-	}
-	return b, nil
-}
-
-func envFloat(getenv func(string) string, name string) (float64, error) {
-	v := getenv(name)
-	if v == "" {
-		return 0, nil
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s %q: %w", name, v, errdefs.ErrInvalidOptions)
-	}
-	return f, nil
-}
-
-func envQuantity(getenv func(string) string, name string) (int64, error) {
-	n, err := ParseQuantity(getenv(name))
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w: %w", name, err, errdefs.ErrInvalidOptions)
-	}
-	return n, nil
-}
-
-// maxExtraHeaders bounds the IMPORTER_EXTRA_HEADER_<n> numbers looked at.
-const maxExtraHeaders = 100
-
-// extraHeaders collects IMPORTER_EXTRA_HEADER_0, _1, … in numeric order
-// (gaps allowed).
-func extraHeaders(getenv func(string) string) []string {
-	var out []string
-	for n := range maxExtraHeaders {
-		if v := getenv("IMPORTER_EXTRA_HEADER_" + strconv.Itoa(n)); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }
