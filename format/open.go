@@ -10,6 +10,7 @@ import (
 	"os/exec"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
 )
 
 // Options tune Open. The zero value gives the defaults.
@@ -130,7 +131,7 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Stream, error) {
 				s.Close()
 				return nil, err
 			}
-			s.Reader = &ctxReader{ctx: ctx, r: br}
+			s.Reader = ctxio.NewReader(ctx, "format", br)
 			s.Format, s.Header = f, h
 			o.Logger.Debug("image opened", "format", f, "compressions", s.Compressions, "virtualSize", h.VirtualSize)
 			return s, nil
@@ -161,20 +162,6 @@ func (s *Stream) Close() error {
 	}
 	s.decoders = nil
 	return errors.Join(errs...)
-}
-
-// ctxReader stops reading once the context is done, so decoders that run
-// in the caller's goroutine notice cancellation too.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, fmt.Errorf("format: %w: %w", errdefs.ErrCancelled, err)
-	}
-	return c.r.Read(p)
 }
 
 // errEmptySource names the source as empty, and which layers it passed.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/qemu"
 )
@@ -104,7 +105,7 @@ func readBackDigest(ctx context.Context, path string, n int64) (string, error) {
 	}
 	// Advisory: a kernel that keeps the pages only makes the check weaker.
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	return hashPrefix(&ctxReader{ctx: ctx, r: f}, n)
+	return hashPrefix(ctxio.NewReader(ctx, "", f), n)
 }
 
 func hashPrefix(r io.Reader, n int64) (string, error) {
@@ -117,18 +118,6 @@ func hashPrefix(r io.Reader, n int64) (string, error) {
 		return "", fmt.Errorf("only %d of %d bytes could be read: %w", got, n, errdefs.ErrTargetTooSmall)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-	}
-	return c.r.Read(p)
 }
 
 // verifyCompare runs qemu-img compare between the source image (the local
