@@ -14,8 +14,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/qemu"
 )
 
