@@ -1,0 +1,55 @@
+// Package datasource hands the engine an image's bytes exactly as a source
+// delivers them, still compressed if they were. Format detection and
+// decompression happen elsewhere (package format); a source only knows how
+// to start a byte stream and how much of it to expect.
+//
+// # Sources
+//
+// A [Source] is opened once per pass over the image: [Source.Open] returns a
+// [Stream] whose Body yields the bytes from the start. Sources that can be
+// read again (files, HTTP objects, container images) may be opened again
+// after a failure; a one-shot stream such as standard input cannot. A
+// source may also say more about its bytes: a local path qemu-img can read
+// in place, byte ranges it can serve at random ([RangedURL]), labels for
+// the volume ([Labeler]) or how often it retried ([Retries]).
+//
+// The built-in sources are:
+//
+//   - http:// and https:// URLs ([NewHTTP]): one GET per Open, resumed with
+//     Range and If-Range after a broken transfer, retried with jittered
+//     backoff, credentials and extra headers kept to the URL's origin;
+//   - container images, docker://, oci-archive: and oci: ([NewContainerImage]):
+//     the first file under disk/ in a containerdisk's layers, digest-checked;
+//   - local files and block devices, as a path or a file:/// URL ([NewFile]);
+//   - standard input ("-") and any other one-shot reader ([NewReader]).
+//
+// # Configuration
+//
+// Every source is built from the same [Config]: credentials, TLS, extra
+// headers, proxy, an optional http.RoundTripper, the retry policy, the
+// stall timeout, the logger and the container-registry settings. A source
+// uses the fields that apply to it, so one Config describes an import
+// whatever its endpoint turns out to be.
+//
+// # The registry
+//
+// A [Registry] maps endpoint schemes to [Opener] functions. [Builtin] lists
+// the built-in sources, one line each, and [New] opens an endpoint string
+// (a command line argument, CDI's IMPORTER_ENDPOINT) with it: "-" is
+// standard input, a registered scheme goes to its opener, a plain path is
+// a local file, and an unknown "scheme://" is refused rather than taken for
+// a path.
+//
+// # Adding a source
+//
+// A new kind of source, say S3, is one file and one line: the file defines
+// a type implementing [Source] and a constructor with the [Opener]
+// signature, which reads what it needs from the Config (credentials,
+// Transport, the retry fields); the line registers it in [Builtin]:
+//
+//	r.Register("s3://", NewS3)
+//
+// A program that wants a source of its own without changing this package
+// registers it on the value Builtin returns and opens endpoints with that
+// Registry's New.
+package datasource

@@ -1,0 +1,71 @@
+package datasource_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+)
+
+// stringSource is a made-up source kind for the registry tests.
+type stringSource struct{ endpoint, text string }
+
+func (s stringSource) String() string { return s.endpoint }
+
+func (s stringSource) Open(context.Context) (*datasource.Stream, error) {
+	return &datasource.Stream{Body: io.NopCloser(strings.NewReader(s.text)), Size: int64(len(s.text))}, nil
+}
+
+func TestRegistryRoutesByScheme(t *testing.T) {
+	var got datasource.Config
+	r := datasource.Builtin()
+	r.Register("mem://", func(endpoint string, c datasource.Config) (datasource.Source, error) {
+		got = c
+		return stringSource{endpoint: endpoint, text: endpoint[strings.Index(endpoint, "://")+3:]}, nil
+	})
+	src, err := r.New("MEM://hello", datasource.Config{Username: "u", Arch: "arm64"})
+	require.NoError(t, err)
+	_, data, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, "hello", string(data))
+	assert.Equal(t, "u", got.Username, "the opener gets the Config as given")
+	assert.Equal(t, "arm64", got.Arch)
+
+	// The package-level New knows only the built-ins.
+	_, err = datasource.New("mem://hello", datasource.Config{})
+	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "not supported yet")
+}
+
+func TestRegistryOpaqueSchemesAndPaths(t *testing.T) {
+	r := datasource.Builtin()
+	var seen []string
+	record := func(key string) datasource.Opener {
+		return func(endpoint string, _ datasource.Config) (datasource.Source, error) {
+			seen = append(seen, key+" "+endpoint)
+			return stringSource{endpoint: endpoint}, nil
+		}
+	}
+	r.Register("oci:", record("oci"))
+	r.Register(datasource.PathKey, record("path"))
+	r.Register(datasource.StdinKey, record("stdin"))
+	for _, ep := range []string{"oci:/x/layout:v1", "oci:///x", "disk:1.img", "http:no-slashes", "./a.img", "-"} {
+		_, err := r.New(ep, datasource.Config{})
+		require.NoError(t, err, ep)
+	}
+	assert.Equal(t, []string{
+		"oci oci:/x/layout:v1", "oci oci:///x",
+		"path disk:1.img", "path http:no-slashes", "path ./a.img", "stdin -",
+	}, seen)
+}
+
+func TestFileURLNeedsAnAbsolutePath(t *testing.T) {
+	_, err := datasource.New("file://relative/x.img", datasource.Config{})
+	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+}
