@@ -1,0 +1,68 @@
+package datasource_test
+
+import (
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/datasource"
+)
+
+// countingTransport is a real transport that counts the requests it
+// carries.
+type countingTransport struct {
+	base http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}
+
+func TestHTTPConfigTransportCarriesEveryRequest(t *testing.T) {
+	data := testImage(t, 64<<10)
+	srv := newServer(t, serveBytes(data))
+	tr := &countingTransport{base: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(tr.base.(*http.Transport).CloseIdleConnections)
+	src, err := datasource.NewHTTP(srv.URL+"/disk.img", datasource.Config{Transport: tr})
+	require.NoError(t, err)
+	st, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.EqualValues(t, 1, tr.n.Load())
+	require.NotNil(t, st.Ranged)
+	assert.False(t, st.Ranged.Plain, "a caller's transport may carry what the URL does not")
+
+	rr := openRanged(t, src)
+	buf := make([]byte, 4096)
+	_, err = rr.ReadAt(buf, 8192)
+	require.NoError(t, err)
+	assert.Equal(t, data[8192:8192+4096], buf)
+	assert.EqualValues(t, 3, tr.n.Load(), "the stream, the second Open and the range read")
+}
+
+func TestHTTPConfigProxy(t *testing.T) {
+	data := testImage(t, 16<<10)
+	var rec seen
+	proxy := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.add(r)
+		if r.URL.Host != "image.invalid" {
+			http.Error(w, "unexpected proxy request "+r.URL.String(), http.StatusBadGateway)
+			return
+		}
+		serveBytes(data)(w, r)
+	}))
+	pu, err := url.Parse(proxy.URL)
+	require.NoError(t, err)
+	src, err := datasource.NewHTTP("http://image.invalid/disk.img", datasource.Config{Proxy: http.ProxyURL(pu)})
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, data, got)
+	assert.Len(t, rec.all(), 1)
+}
