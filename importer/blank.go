@@ -8,11 +8,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/processor"
 	"github.com/diskimport/engine/qemu"
-	"github.com/diskimport/engine/target"
 )
 
 // BlankOptions describe an empty disk (CDI's blank data volume).
@@ -60,13 +60,13 @@ func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
 		return res, fmt.Errorf("blank disk: filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
-	tgt, err := target.Open(ctx, target.Options{Path: o.Target, RequestedSize: o.Size, FilesystemOverhead: o.FilesystemOverhead, Logger: log})
+	tgt, err := volume.Open(ctx, volume.Options{Path: o.Target, RequestedSize: o.Size, FilesystemOverhead: o.FilesystemOverhead, Logger: log})
 	if err != nil {
 		return res, fmt.Errorf("opening target %s: %w", o.Target, err)
 	}
 	defer tgt.Close() // removes the temporary file unless committed
 	res.Target = tgt.Path()
-	if tgt.Kind() == target.Block {
+	if tgt.Kind() == volume.Block {
 		err = blankBlock(ctx, tgt, o, res, log)
 	} else {
 		err = blankFile(ctx, tgt, o, res, log)
@@ -89,13 +89,13 @@ func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 	return res, nil
 }
 
-func blankFile(ctx context.Context, tgt *target.Target, o BlankOptions, res *Result, log *slog.Logger) error {
+func blankFile(ctx context.Context, tgt *volume.Target, o BlankOptions, res *Result, log *slog.Logger) error {
 	if o.Size == 0 {
 		return fmt.Errorf("blank disk: a size is required for file target %s: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 	}
 	// The size the user asked for, not Capacity: a sparse file needs no
 	// free space, and free space must not shrink the disk.
-	size := target.UsableSize(o.Size, o.FilesystemOverhead)
+	size := volume.UsableSize(o.Size, o.FilesystemOverhead)
 	if size <= 0 {
 		return fmt.Errorf("blank disk: size %d less overhead %v leaves no whole MiB: %w", o.Size, o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
@@ -125,7 +125,7 @@ func blankFile(ctx context.Context, tgt *target.Target, o BlankOptions, res *Res
 	return nil
 }
 
-func blankBlock(ctx context.Context, tgt *target.Target, o BlankOptions, res *Result, log *slog.Logger) error {
+func blankBlock(ctx context.Context, tgt *volume.Target, o BlankOptions, res *Result, log *slog.Logger) error {
 	if o.Format == "qcow2" {
 		return fmt.Errorf("blank disk: target %s is a block device, which holds raw data only: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 	}

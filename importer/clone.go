@@ -7,16 +7,16 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/processor"
-	"github.com/diskimport/engine/target"
 )
 
 // Clone is an import whose source is a local block device or image file.
-// The copy itself is the core's (raw goes through the sparse target.Writer,
+// The copy itself is the core's (raw goes through the sparse volume.Writer,
 // other formats through qemu-img); this file adds what a volume copy needs
 // on top: an exact-size rule for storage migrations, a whole-device zeroing
 // so zero blocks can be skipped, a refusal to copy a device onto itself, and
@@ -53,7 +53,7 @@ func (j *job) checkClone(ctx context.Context, img *format.Stream, st *datasource
 	if j.opts.Verify && st.LocalPath == "" {
 		return fmt.Errorf("verify needs a source that can be read a second time (a local file or block device), and %s is a stream: %w", j.source, errdefs.ErrInvalidOptions)
 	}
-	if st.LocalPath != "" && j.tgt.Kind() == target.Block {
+	if st.LocalPath != "" && j.tgt.Kind() == volume.Block {
 		if err := refuseSameDevice(st.LocalPath, j.tgt.Path()); err != nil {
 			return err
 		}
@@ -75,7 +75,7 @@ func (j *job) checkClone(ctx context.Context, img *format.Stream, st *datasource
 		}
 		// Other converted formats: Validate checks qemu-img's virtual size.
 	}
-	if j.opts.ZeroTarget && j.tgt.Kind() == target.Block {
+	if j.opts.ZeroTarget && j.tgt.Kind() == volume.Block {
 		j.targetZeroed = zeroDevice(ctx, j.tgt.Path(), j.tgt.Capacity(), j)
 	}
 	return nil
@@ -92,7 +92,7 @@ func (j *job) checkExactSize(size int64) error {
 	if size > capacity {
 		return fmt.Errorf("exact size: %w", &errdefs.SizeError{ImageSize: size, TargetSize: capacity, What: "source size"})
 	}
-	if j.tgt.Kind() == target.Block {
+	if j.tgt.Kind() == volume.Block {
 		if capacity != size {
 			return fmt.Errorf("exact size: target device %s has %d bytes but the source %s has %d; an exact copy needs a target of the same size: %w",
 				j.tgt.Path(), capacity, j.source, size, errdefs.ErrInvalidOptions)
@@ -100,7 +100,7 @@ func (j *job) checkExactSize(size int64) error {
 		return nil
 	}
 	if j.opts.Size > 0 {
-		if grown := target.UsableSize(capacity, j.opts.FilesystemOverhead); grown > size {
+		if grown := volume.UsableSize(capacity, j.opts.FilesystemOverhead); grown > size {
 			return fmt.Errorf("exact size: the requested size %d (usable %d after the filesystem overhead) would grow %s beyond the source's %d bytes; drop the size or make it match: %w",
 				j.opts.Size, grown, j.tgt.Path(), size, errdefs.ErrInvalidOptions)
 		}

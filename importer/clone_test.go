@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/processor"

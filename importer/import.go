@@ -12,9 +12,9 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/processor"
 	"github.com/diskimport/engine/qemu"
-	"github.com/diskimport/engine/stream"
 )
 
 // Import copies the image named by o.Source onto o.Target, converting it to
@@ -87,9 +87,9 @@ func newJob(o Options) (*job, error) {
 	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
 		return nil, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
-	var sums []stream.Checksum
+	var sums []iostage.Checksum
 	for _, s := range o.Checksums {
-		c, err := stream.ParseChecksum(s)
+		c, err := iostage.ParseChecksum(s)
 		if err != nil {
 			return nil, err
 		}

@@ -13,10 +13,10 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/processor"
 	"github.com/diskimport/engine/qemu"
-	"github.com/diskimport/engine/stream"
-	"github.com/diskimport/engine/target"
 )
 
 // job is the state one import carries from phase to phase. Fields the
@@ -26,21 +26,21 @@ type job struct {
 	log        *slog.Logger
 	qemu       *qemu.Runner
 	source     datasource.Source
-	checksums  []stream.Checksum
+	checksums  []iostage.Checksum
 	scratchDir string
 	result     Result
 
 	phase          atomic.Value // string
-	counter        atomic.Pointer[stream.Counter]
+	counter        atomic.Pointer[iostage.Counter]
 	sourceSize     atomic.Int64
-	writer         atomic.Pointer[target.Writer]
+	writer         atomic.Pointer[volume.Writer]
 	convertPercent atomic.Uint64 // math.Float64bits
 
-	tgt       *target.Target
+	tgt       *volume.Target
 	outFormat string // raw or qcow2
 	body      io.Closer
 	wire      io.Reader // the source bytes as received, hashed when checksums are set
-	verifier  *stream.Verifier
+	verifier  *iostage.Verifier
 	image     *format.Stream
 
 	// The file qemu-img converts from: the source itself when it is a local
@@ -57,7 +57,7 @@ type job struct {
 	deviceWritten bool
 	// deviceWriter writes the block target for qemu-img (targetexport.go);
 	// the progress reporter reads its byte count.
-	deviceWriter atomic.Pointer[target.DeviceWriter]
+	deviceWriter atomic.Pointer[volume.DeviceWriter]
 
 	// Clone (clone.go): the source's local path ("" for streams), and
 	// whether the whole block target was zeroed so zero runs may be skipped.
@@ -73,7 +73,7 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 	if j.opts.ContentType != "" && j.opts.ContentType != ContentTypeKubevirt {
 		return j.archiveInfo(ctx) // archive.go
 	}
-	tgt, err := target.Open(ctx, target.Options{
+	tgt, err := volume.Open(ctx, volume.Options{
 		Path:               j.opts.Target,
 		RequestedSize:      j.opts.Size,
 		FilesystemOverhead: j.opts.FilesystemOverhead,
@@ -86,7 +86,7 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 	j.result.Target = tgt.Path()
 	j.outFormat = "raw"
 	if j.opts.Format == "qcow2" {
-		if tgt.Kind() == target.Block {
+		if tgt.Kind() == volume.Block {
 			return processor.Error, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 		}
 		j.outFormat = "qcow2"
@@ -189,16 +189,16 @@ func (j *job) transferDataFile(ctx context.Context) (processor.Phase, error) {
 // copyRaw copies the image stream to a target's sequential writer, keeps a
 // fixed VHD footer out of the disk, verifies the checksums, and only then
 // lets the writer put down the held-back head of the image.
-func (j *job) copyRaw(ctx context.Context, t *target.Target) (int64, error) {
-	w, err := t.NewWriter(target.WithContext(ctx), target.WithTargetIsZero(j.targetZeroed && t == j.tgt))
+func (j *job) copyRaw(ctx context.Context, t *volume.Target) (int64, error) {
+	w, err := t.NewWriter(volume.WithContext(ctx), volume.WithTargetIsZero(j.targetZeroed && t == j.tgt))
 	if err != nil {
 		return 0, fmt.Errorf("opening %s for writing: %w", t.Path(), err)
 	}
 	j.writer.Store(w)
 	var src io.Reader = j.image
-	var tail *stream.TailHolder
+	var tail *iostage.TailHolder
 	if j.image.Format == format.Raw {
-		tail = stream.NewTailHolder(j.image, fixedVHDFooterSize)
+		tail = iostage.NewTailHolder(j.image, fixedVHDFooterSize)
 		src = tail
 	}
 	if _, err := w.ReadFrom(src); err != nil {
@@ -263,7 +263,7 @@ func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
 	f.Close()
 	j.result.ScratchUsed = true
 
-	scratch, err := target.Open(ctx, target.Options{Path: j.scratchPath, Scratch: true, Logger: j.log})
+	scratch, err := volume.Open(ctx, volume.Options{Path: j.scratchPath, Scratch: true, Logger: j.log})
 	if err != nil {
 		return processor.Error, fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
 	}
@@ -338,7 +338,7 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 // qemu-img succeeded and the rest is synced: qemu-img never opens the
 // device, and a kill at any moment leaves no bootable-looking disk.
 func (j *job) convert(ctx context.Context) (processor.Phase, error) {
-	block := j.tgt.Kind() == target.Block
+	block := j.tgt.Kind() == volume.Block
 	dst := j.tgt.WritePath()
 	var dev *targetExport
 	if block {

@@ -16,7 +16,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/nbdserver"
+	"github.com/diskimport/engine/internal/nbdserver"
 )
 
 // useRanged says whether qemu-img should read the image straight from the

@@ -7,15 +7,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/processor"
-	"github.com/diskimport/engine/target"
 )
 
 // resize grows a file target to the requested size less the filesystem
 // overhead (never shrinking it) and applies preallocation to streamed
 // files. Block devices keep their size.
 func (j *job) resize(ctx context.Context) (processor.Phase, error) {
-	if j.tgt.Kind() == target.Block {
+	if j.tgt.Kind() == volume.Block {
 		if j.opts.Preallocation {
 			// Every block of a device is already backed.
 			j.result.PreallocationApplied = true
@@ -25,7 +25,7 @@ func (j *job) resize(ctx context.Context) (processor.Phase, error) {
 	path := j.tgt.WritePath()
 	size := j.result.VirtualSize
 	if j.opts.Size > 0 {
-		if usable := target.UsableSize(j.tgt.Capacity(), j.opts.FilesystemOverhead); usable > size {
+		if usable := volume.UsableSize(j.tgt.Capacity(), j.opts.FilesystemOverhead); usable > size {
 			size = usable
 		}
 	}

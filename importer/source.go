@@ -7,7 +7,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/stream"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // openSource starts the transfer and builds the read side of the pipeline:
@@ -21,9 +21,9 @@ func (j *job) openSource(ctx context.Context) (*datasource.Stream, *format.Strea
 	j.body = st.Body
 	j.takeSourceLabels()
 	j.sourceSize.Store(st.Size)
-	counter := stream.NewCounter(st.Body)
+	counter := iostage.NewCounter(st.Body)
 	j.counter.Store(counter)
-	j.verifier = stream.NewVerifier(j.checksums)
+	j.verifier = iostage.NewVerifier(j.checksums)
 	j.wire = counter
 	if j.verifier != nil {
 		j.wire = io.TeeReader(counter, j.verifier)

@@ -10,20 +10,20 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/diskimport/engine/nbdserver"
-	"github.com/diskimport/engine/target"
+	"github.com/diskimport/engine/internal/nbdserver"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // targetExport serves a block target to qemu-img as a writable NBD export
 // on a Unix socket in a private directory, so qemu-img never opens the
-// device itself: every write goes through a target.DeviceWriter, which
+// device itself: every write goes through a volume.DeviceWriter, which
 // keeps the image's first MiB in our memory until the conversion
 // succeeded and the rest is on disk. Killing qemu-img, or us (qemu-img
 // then dies by Pdeathsig), at any moment leaves no bootable-looking device.
 type targetExport struct {
 	dir    string
 	sock   string
-	writer *target.DeviceWriter
+	writer *volume.DeviceWriter
 	server *nbdserver.Server
 	cancel context.CancelFunc
 	done   chan error
@@ -38,8 +38,8 @@ const exportMaxRequest = 4 << 20
 // startTargetExport opens a DeviceWriter on tgt and starts serving it.
 // With preallocate, zeros qemu-img writes as data keep their blocks
 // allocated.
-func startTargetExport(ctx context.Context, tgt *target.Target, preallocate bool, log *slog.Logger) (*targetExport, error) {
-	w, err := tgt.NewDeviceWriter(ctx, target.DeviceWriterOptions{KeepAllocated: preallocate})
+func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool, log *slog.Logger) (*targetExport, error) {
+	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{KeepAllocated: preallocate})
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
-	"github.com/diskimport/engine/target"
 )
 
 // BenchmarkConvertOntoDevice measures what the NBD export of a block target
@@ -75,7 +75,7 @@ func median(ds []time.Duration) time.Duration {
 func convertThroughExport(b *testing.B, runner *qemu.Runner, src, dev string, opts qemu.ConvertOptions) {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tgt, err := target.Open(ctx, target.Options{Path: dev, Logger: log})
+	tgt, err := volume.Open(ctx, volume.Options{Path: dev, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/nbdserver"
+	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -1,6 +1,6 @@
 //go:build linux
 
-package target_test
+package volume_test
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/target"
+	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 func TestUsableSize(t *testing.T) {
@@ -48,7 +48,7 @@ func TestUsableSize(t *testing.T) {
 		{10 * mib, -1, 10 * mib},
 	}
 	for _, c := range cases {
-		got := target.UsableSize(c.size, c.overhead)
+		got := volume.UsableSize(c.size, c.overhead)
 		assert.Equal(t, c.want, got, "UsableSize(%d, %v)", c.size, c.overhead)
 		assert.LessOrEqual(t, got, max(c.size, 0))
 		assert.Zero(t, got%mib)
@@ -56,7 +56,7 @@ func TestUsableSize(t *testing.T) {
 }
 
 // writeAll streams img through Writer.ReadFrom (via io.Copy) and finishes.
-func writeAll(t *testing.T, tg *target.Target, img []byte, opts ...target.WriterOption) *target.Writer {
+func writeAll(t *testing.T, tg *volume.Target, img []byte, opts ...volume.WriterOption) *volume.Writer {
 	t.Helper()
 	w, err := tg.NewWriter(opts...)
 	require.NoError(t, err)
@@ -73,11 +73,11 @@ func writeAll(t *testing.T, tg *target.Target, img []byte, opts ...target.Writer
 func TestFileTargetDirectoryMostlyZeroSparse(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	tg, err := target.Open(ctx, target.Options{Path: dir})
+	tg, err := volume.Open(ctx, volume.Options{Path: dir})
 	require.NoError(t, err)
 	defer tg.Close()
 	final := filepath.Join(dir, "disk.img")
-	assert.Equal(t, target.File, tg.Kind())
+	assert.Equal(t, volume.File, tg.Kind())
 	assert.Equal(t, final, tg.Path())
 	assert.Equal(t, dir, filepath.Dir(tg.WritePath()))
 	assert.Contains(t, filepath.Base(tg.WritePath()), ".disk.img.partial-")
@@ -113,10 +113,10 @@ func TestFileTargetWritePathsAgree(t *testing.T) {
 	img := makeImage(3, 13*mib+4097, 0.3)
 	dir := t.TempDir()
 	ctx := context.Background()
-	tg, err := target.Open(ctx, target.Options{Path: filepath.Join(dir, "x.raw")})
+	tg, err := volume.Open(ctx, volume.Options{Path: filepath.Join(dir, "x.raw")})
 	require.NoError(t, err)
 	defer tg.Close()
-	w, err := tg.NewWriter(target.WithContext(ctx))
+	w, err := tg.NewWriter(volume.WithContext(ctx))
 	require.NoError(t, err)
 	// Progress is readable from another goroutine while writing (-race).
 	stopPoll := make(chan struct{})
@@ -173,7 +173,7 @@ func TestFileTargetReplacesExisting(t *testing.T) {
 	// The stale file's space counts as free.
 	var st unix.Statfs_t
 	require.NoError(t, unix.Statfs(dir, &st))
-	tg, err := target.Open(ctx, target.Options{Path: dir})
+	tg, err := volume.Open(ctx, volume.Options{Path: dir})
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, tg.Capacity(), int64(st.Bavail)*st.Bsize+int64(len(old))-int64(mib))
 
@@ -197,7 +197,7 @@ func TestFileTargetAbortRemovesTemp(t *testing.T) {
 	dir := t.TempDir()
 	final := filepath.Join(dir, "disk.img")
 	require.NoError(t, os.WriteFile(final, []byte("keep me"), 0o644))
-	tg, err := target.Open(context.Background(), target.Options{Path: final})
+	tg, err := volume.Open(context.Background(), volume.Options{Path: final})
 	require.NoError(t, err)
 	w, err := tg.NewWriter()
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestFileTargetAbortRemovesTemp(t *testing.T) {
 	assert.Equal(t, "keep me", string(got))
 
 	// Close without Commit also aborts.
-	tg, err = target.Open(context.Background(), target.Options{Path: dir})
+	tg, err = volume.Open(context.Background(), volume.Options{Path: dir})
 	require.NoError(t, err)
 	tmp := tg.WritePath()
 	require.NoError(t, tg.Close())
@@ -224,7 +224,7 @@ func TestFileTargetAbortRemovesTemp(t *testing.T) {
 
 func TestFileTargetTooSmall(t *testing.T) {
 	dir := t.TempDir()
-	tg, err := target.Open(context.Background(), target.Options{Path: dir, RequestedSize: 5 * mib})
+	tg, err := volume.Open(context.Background(), volume.Options{Path: dir, RequestedSize: 5 * mib})
 	require.NoError(t, err)
 	defer tg.Close()
 	assert.Equal(t, int64(5*mib), tg.Capacity())
@@ -246,7 +246,7 @@ func TestFileTargetTooSmall(t *testing.T) {
 	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall, "errors are sticky")
 
 	// The Write path refuses at once too.
-	tg2, err := target.Open(context.Background(), target.Options{Path: filepath.Join(dir, "b.img"), RequestedSize: 2 * mib})
+	tg2, err := volume.Open(context.Background(), volume.Options{Path: filepath.Join(dir, "b.img"), RequestedSize: 2 * mib})
 	require.NoError(t, err)
 	defer tg2.Close()
 	w2, err := tg2.NewWriter()
@@ -258,7 +258,7 @@ func TestFileTargetTooSmall(t *testing.T) {
 	assert.Zero(t, n)
 
 	// Exactly at capacity succeeds.
-	tg3, err := target.Open(context.Background(), target.Options{Path: filepath.Join(dir, "c.img"), RequestedSize: 5 * mib})
+	tg3, err := volume.Open(context.Background(), volume.Options{Path: filepath.Join(dir, "c.img"), RequestedSize: 5 * mib})
 	require.NoError(t, err)
 	defer tg3.Close()
 	writeAll(t, tg3, img[:5*mib])
@@ -277,12 +277,12 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func TestOpenRejectsBadPaths(t *testing.T) {
 	ctx := context.Background()
-	_, err := target.Open(ctx, target.Options{Path: filepath.Join(t.TempDir(), "missing", "disk.img")})
+	_, err := volume.Open(ctx, volume.Options{Path: filepath.Join(t.TempDir(), "missing", "disk.img")})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "missing")
-	_, err = target.Open(ctx, target.Options{Path: "/dev/null"})
+	_, err = volume.Open(ctx, volume.Options{Path: "/dev/null"})
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	_, err = target.Open(ctx, target.Options{})
+	_, err = volume.Open(ctx, volume.Options{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
 
@@ -291,7 +291,7 @@ func TestSourceErrorAndCancelNoLeak(t *testing.T) {
 	dir := t.TempDir()
 
 	// A failing source stops the Writer with that error.
-	tg, err := target.Open(context.Background(), target.Options{Path: dir})
+	tg, err := volume.Open(context.Background(), volume.Options{Path: dir})
 	require.NoError(t, err)
 	w, err := tg.NewWriter()
 	require.NoError(t, err)
@@ -303,9 +303,9 @@ func TestSourceErrorAndCancelNoLeak(t *testing.T) {
 	// Cancel while the source blocks; ReadFrom returns promptly and the
 	// reader goroutine ends once the source is closed.
 	ctx, cancel := context.WithCancel(context.Background())
-	tg, err = target.Open(ctx, target.Options{Path: dir})
+	tg, err = volume.Open(ctx, volume.Options{Path: dir})
 	require.NoError(t, err)
-	w, err = tg.NewWriter(target.WithContext(ctx))
+	w, err = tg.NewWriter(volume.WithContext(ctx))
 	require.NoError(t, err)
 	pr, pw := io.Pipe()
 	go func() {
@@ -359,13 +359,13 @@ func TestBlockTargetContentAndZeroRuns(t *testing.T) {
 				clear(img[8*mib-65536 : 8*mib+65536])
 			}
 			before := readDev(t, dev, 0, devSize)
-			tg, err := target.Open(ctx, target.Options{Path: dev})
+			tg, err := volume.Open(ctx, volume.Options{Path: dev})
 			require.NoError(t, err)
 			defer tg.Close()
-			assert.Equal(t, target.Block, tg.Kind())
+			assert.Equal(t, volume.Block, tg.Kind())
 			assert.Equal(t, int64(devSize), tg.Capacity())
 			assert.Equal(t, dev, tg.WritePath())
-			w := writeAll(t, tg, img, target.WithContext(ctx))
+			w := writeAll(t, tg, img, volume.WithContext(ctx))
 			assert.LessOrEqual(t, w.DataBytes(), int64(len(img)))
 			require.NoError(t, tg.Commit(ctx))
 			require.NoError(t, tg.Close())
@@ -385,7 +385,7 @@ func TestBlockTarget4KSectors(t *testing.T) {
 	ctx := context.Background()
 	img := makeImage(18, 5*mib+4095, 0.3)
 	clear(img[5*mib-8192 : 5*mib+4000]) // zero run ending in the unaligned tail
-	tg, err := target.Open(ctx, target.Options{Path: dev})
+	tg, err := volume.Open(ctx, volume.Options{Path: dev})
 	require.NoError(t, err)
 	defer tg.Close()
 	f, err := os.Open(dev)
@@ -408,10 +408,10 @@ func TestBlockTargetIsZeroSkips(t *testing.T) {
 	copy(img[5*mib:], makeImage(12, mib, 0))
 	copy(img, []byte("MBR"))
 	img[len(img)-1] = 0xAA
-	tg, err := target.Open(ctx, target.Options{Path: dev})
+	tg, err := volume.Open(ctx, volume.Options{Path: dev})
 	require.NoError(t, err)
 	defer tg.Close()
-	w := writeAll(t, tg, img, target.WithTargetIsZero(true))
+	w := writeAll(t, tg, img, volume.WithTargetIsZero(true))
 	// Only the data granules (plus head granule and tail) were written.
 	assert.LessOrEqual(t, w.DataBytes(), int64(mib+2*65536+5))
 	require.NoError(t, tg.Commit(ctx))
@@ -424,9 +424,9 @@ func TestBlockTargetTooSmallKeepsFirstMiB(t *testing.T) {
 	dev := newLoop(t, devSize, fillRandom(13))
 	before := readDev(t, dev, 0, devSize)
 	ctx := context.Background()
-	tg, err := target.Open(ctx, target.Options{Path: dev})
+	tg, err := volume.Open(ctx, volume.Options{Path: dev})
 	require.NoError(t, err)
-	w, err := tg.NewWriter(target.WithContext(ctx))
+	w, err := tg.NewWriter(volume.WithContext(ctx))
 	require.NoError(t, err)
 	img := makeImage(14, 9*mib, 0.2)
 	src := &countingReader{r: bytes.NewReader(img)}
@@ -443,7 +443,7 @@ func TestBlockTargetFailedImportKeepsFirstMiB(t *testing.T) {
 	const devSize = 16 * mib
 	dev := newLoop(t, devSize, fillRandom(15))
 	before := readDev(t, dev, 0, mib)
-	tg, err := target.Open(context.Background(), target.Options{Path: dev})
+	tg, err := volume.Open(context.Background(), volume.Options{Path: dev})
 	require.NoError(t, err)
 	w, err := tg.NewWriter()
 	require.NoError(t, err)
@@ -459,11 +459,11 @@ func TestBlockTargetBusy(t *testing.T) {
 	holder, err := blockdev.OpenExclusive(dev, os.O_RDONLY)
 	require.NoError(t, err)
 	t.Cleanup(func() { holder.Close() })
-	_, err = target.Open(context.Background(), target.Options{Path: dev})
+	_, err = volume.Open(context.Background(), volume.Options{Path: dev})
 	require.ErrorIs(t, err, errdefs.ErrTargetBusy)
 	assert.Contains(t, err.Error(), "is in use (mounted or opened exclusively by another process)")
 	require.NoError(t, holder.Close())
-	tg, err := target.Open(context.Background(), target.Options{Path: dev})
+	tg, err := volume.Open(context.Background(), volume.Options{Path: dev})
 	require.NoError(t, err)
 	require.NoError(t, tg.Close())
 }
@@ -482,7 +482,7 @@ func TestTruncatedSourceIsAnError(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			for _, size := range []int{0, 3*mib + 5, 4 * mib, 9 * mib} {
-				tg, err := target.Open(context.Background(), target.Options{Path: t.TempDir()})
+				tg, err := volume.Open(context.Background(), volume.Options{Path: t.TempDir()})
 				require.NoError(t, err)
 				w, err := tg.NewWriter()
 				require.NoError(t, err)

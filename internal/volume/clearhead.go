@@ -1,6 +1,6 @@
 //go:build linux
 
-package target
+package volume
 
 import (
 	"fmt"

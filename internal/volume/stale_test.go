@@ -1,6 +1,6 @@
 //go:build linux
 
-package target_test
+package volume_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/target"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // smallTmpfs mounts a tmpfs of size bytes (real, bounded free space),
@@ -60,7 +60,7 @@ func TestOpenRemovesStaleTemporaryFiles(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(dir, ".disk.img.partial-99"), 0o755)) // a directory
 	require.NoError(t, os.Symlink(kept[5], filepath.Join(dir, ".disk.img.partial-77")))
 
-	tgt, err := target.Open(context.Background(), target.Options{Path: dir})
+	tgt, err := volume.Open(context.Background(), volume.Options{Path: dir})
 	require.NoError(t, err)
 	t.Cleanup(func() { tgt.Close() })
 
@@ -89,10 +89,10 @@ func TestOpenRemovesStaleTemporaryFiles(t *testing.T) {
 // one's temporary file.
 func TestOpenKeepsTheTemporaryFileOfALiveImport(t *testing.T) {
 	dir := t.TempDir()
-	first, err := target.Open(context.Background(), target.Options{Path: dir})
+	first, err := volume.Open(context.Background(), volume.Options{Path: dir})
 	require.NoError(t, err)
 	t.Cleanup(func() { first.Close() })
-	second, err := target.Open(context.Background(), target.Options{Path: dir})
+	second, err := volume.Open(context.Background(), volume.Options{Path: dir})
 	require.NoError(t, err)
 	t.Cleanup(func() { second.Close() })
 	_, err = os.Stat(first.WritePath())

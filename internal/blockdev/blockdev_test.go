@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blockdev"
 )
 
 func newLoop(t *testing.T, size int64, content byte) string {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package target
+package volume
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/blockdev"
+	"github.com/diskimport/engine/internal/blockdev"
 )
 
 // Ways to make a zero run read back as zeros on a block device, tried in

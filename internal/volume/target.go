@@ -1,9 +1,9 @@
 //go:build linux
 
-// Package target opens the destination of an import (a block device or a
+// Package volume opens the destination of an import (a block device or a
 // file), hands out a fast sequential Writer for streamed raw data, and
 // commits (fsync + rename) or aborts the result.
-package target
+package volume
 
 import (
 	"context"
@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/blockdev"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blockdev"
 )
 
 // Kind says what the target is.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package target
+package volume
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/blockdev"
+	"github.com/diskimport/engine/internal/blockdev"
 )
 
 // deviceZeroer zeroes block-aligned ranges of a block device for the

@@ -1,6 +1,6 @@
 //go:build linux
 
-package target_test
+package volume_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/target"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 const benchSize = 512 * mib
@@ -23,14 +23,14 @@ func benchImage(b *testing.B) []byte {
 	return makeImage(42, benchSize, 0.62)
 }
 
-func benchWriter(b *testing.B, open func() *target.Target) {
+func benchWriter(b *testing.B, open func() *volume.Target) {
 	img := benchImage(b)
 	b.SetBytes(int64(len(img)))
 	b.ResetTimer()
 	var data int64
 	for b.Loop() {
 		tg := open()
-		w, err := tg.NewWriter(target.WithContext(context.Background()))
+		w, err := tg.NewWriter(volume.WithContext(context.Background()))
 		require.NoError(b, err)
 		_, err = io.Copy(w, onlyReader{bytes.NewReader(img)})
 		require.NoError(b, err)
@@ -45,8 +45,8 @@ func benchWriter(b *testing.B, open func() *target.Target) {
 
 func BenchmarkWriterFile(b *testing.B) {
 	dir := b.TempDir()
-	benchWriter(b, func() *target.Target {
-		tg, err := target.Open(context.Background(), target.Options{Path: filepath.Join(dir, "disk.img")})
+	benchWriter(b, func() *volume.Target {
+		tg, err := volume.Open(context.Background(), volume.Options{Path: filepath.Join(dir, "disk.img")})
 		require.NoError(b, err)
 		return tg
 	})
@@ -54,8 +54,8 @@ func BenchmarkWriterFile(b *testing.B) {
 
 func BenchmarkWriterLoop(b *testing.B) {
 	dev := newLoop(b, benchSize, nil)
-	benchWriter(b, func() *target.Target {
-		tg, err := target.Open(context.Background(), target.Options{Path: dev})
+	benchWriter(b, func() *volume.Target {
+		tg, err := volume.Open(context.Background(), volume.Options{Path: dev})
 		require.NoError(b, err)
 		return tg
 	})
@@ -68,7 +68,7 @@ func BenchmarkWriterLoopDense(b *testing.B) {
 	img := makeImage(43, benchSize, 0)
 	b.SetBytes(int64(len(img)))
 	for b.Loop() {
-		tg, err := target.Open(context.Background(), target.Options{Path: dev})
+		tg, err := volume.Open(context.Background(), volume.Options{Path: dev})
 		require.NoError(b, err)
 		w, err := tg.NewWriter()
 		require.NoError(b, err)

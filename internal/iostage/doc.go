@@ -1,6 +1,6 @@
-// Package stream holds the small io.Reader stages the engine chains between
+// Package iostage holds the small io.Reader stages the engine chains between
 // a source and a target: counting for progress, checksum verification over
 // the bytes as received, and holding back a stream's tail (a fixed VHD's
 // footer must never reach the disk). Each stage lives in its own file and does
 // one job; none copies the data it passes on except where its job needs it.
-package stream
+package iostage

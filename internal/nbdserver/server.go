@@ -1,4 +1,4 @@
-// Package nbdserver serves one io.ReaderAt as a read-only NBD export
+// Package nbdserver serves one NBD export, read-only or writable
 // (fixed newstyle handshake, simple replies), so qemu-img can read an
 // object our own code fetches (an HTTP range reader) through nbd+unix
 // instead of through its own network drivers; or one WritableExport as a

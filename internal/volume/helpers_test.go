@@ -1,6 +1,6 @@
 //go:build linux
 
-package target_test
+package volume_test
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package target_test
+package volume_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/target"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // piece is one request a converter might send: data or a zero range.
@@ -62,10 +62,10 @@ func TestDeviceWriterHoldsHeadUntilFinish(t *testing.T) {
 	dev := newLoop(t, 10*mib, fillRandom(3))
 	old := readDev(t, dev, 0, mib)
 	img := makeImage(11, size, 0.4)
-	tgt, err := target.Open(context.Background(), target.Options{Path: dev})
+	tgt, err := volume.Open(context.Background(), volume.Options{Path: dev})
 	require.NoError(t, err)
 	defer tgt.Close()
-	w, err := tgt.NewDeviceWriter(context.Background(), target.DeviceWriterOptions{})
+	w, err := tgt.NewDeviceWriter(context.Background(), volume.DeviceWriterOptions{})
 	require.NoError(t, err)
 	assert.EqualValues(t, 10*mib, w.Size())
 
@@ -115,11 +115,11 @@ func TestDeviceWriterHoldsHeadUntilFinish(t *testing.T) {
 func TestDeviceWriterCancelAndBounds(t *testing.T) {
 	dev := newLoop(t, 4*mib, fillRandom(4))
 	old := readDev(t, dev, 0, 4*mib)
-	tgt, err := target.Open(context.Background(), target.Options{Path: dev})
+	tgt, err := volume.Open(context.Background(), volume.Options{Path: dev})
 	require.NoError(t, err)
 	defer tgt.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := tgt.NewDeviceWriter(ctx, target.DeviceWriterOptions{})
+	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{})
 	require.NoError(t, err)
 
 	_, err = w.WriteAt(make([]byte, 4096), 4*mib-2048)
@@ -141,9 +141,9 @@ func TestDeviceWriterCancelAndBounds(t *testing.T) {
 
 // A file target has no device writer: qemu-img writes its temporary file.
 func TestDeviceWriterRefusesFiles(t *testing.T) {
-	tgt, err := target.Open(context.Background(), target.Options{Path: t.TempDir() + "/disk.img"})
+	tgt, err := volume.Open(context.Background(), volume.Options{Path: t.TempDir() + "/disk.img"})
 	require.NoError(t, err)
 	defer tgt.Close()
-	_, err = tgt.NewDeviceWriter(context.Background(), target.DeviceWriterOptions{})
+	_, err = tgt.NewDeviceWriter(context.Background(), volume.DeviceWriterOptions{})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }

@@ -1,4 +1,4 @@
-package target_test
+package volume_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/target"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // A scratch file goes through the page cache with paced writeback; its
@@ -20,7 +20,7 @@ func TestScratchFileContentAndHoles(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	path := filepath.Join(dir, "scratch.qcow2")
-	tg, err := target.Open(ctx, target.Options{Path: path, Scratch: true})
+	tg, err := volume.Open(ctx, volume.Options{Path: path, Scratch: true})
 	require.NoError(t, err)
 	defer tg.Close()
 	img := makeImage(7, 200*mib+4321, 0.5) // > 3 writeback windows
