@@ -13,7 +13,6 @@ import (
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/testtar"
-	"github.com/diskimport/engine/processor"
 )
 
 func TestImportArchive(t *testing.T) {
@@ -42,7 +41,7 @@ func TestImportArchive(t *testing.T) {
 				})
 				require.NoError(t, err)
 				assert.True(t, res.Complete)
-				assert.Equal(t, []processor.Phase{processor.Info, processor.TransferDataDir, processor.Complete}, res.Phases)
+				assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataDir, importer.PhaseCommit, importer.PhaseComplete}, res.Phases)
 				assert.Equal(t, "tar", res.SourceFormat)
 				assert.Len(t, res.Checksums, 1)
 				fi, err := os.Stat(path)

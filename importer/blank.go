@@ -10,8 +10,8 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/internal/volume"
-	"github.com/diskimport/engine/processor"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -38,55 +38,86 @@ type BlankOptions struct {
 // CreateBlank makes an empty disk on o.Target. A file target is written
 // under a temporary name, fsynced and renamed into place like an import; a
 // block device is left as it is, or zeroed with Preallocation (BLKZEROOUT
-// where the device supports it, written zeros otherwise).
+// where the device supports it, written zeros otherwise). It runs through
+// the same phases as an import: Info (options, target), Resize (the disk at
+// its size), Commit, Complete.
 func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 	start := time.Now()
-	res := &Result{Target: o.Target, Phases: []processor.Phase{processor.Info}}
+	res := &Result{Target: o.Target}
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	if o.Target == "" {
-		return res, fmt.Errorf("blank disk: target is required: %w", errdefs.ErrInvalidOptions)
+	var tgt *volume.Target
+	defer func() {
+		if tgt != nil {
+			tgt.Close() // removes the temporary file unless committed
+		}
+	}()
+	info := func(ctx context.Context) (*engine.Plan, error) {
+		if err := checkBlankOptions(o); err != nil {
+			return nil, err
+		}
+		t, err := volume.Open(ctx, volume.Options{Path: o.Target, RequestedSize: o.Size, FilesystemOverhead: o.FilesystemOverhead, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("opening target %s: %w", o.Target, err)
+		}
+		tgt = t
+		res.Target = tgt.Path()
+		plan := &engine.Plan{Route: engine.RouteBlank, OutputFormat: "raw"}
+		if o.Format == "qcow2" {
+			if tgt.Kind() == volume.Block {
+				return nil, fmt.Errorf("blank disk: target %s is a block device, which holds raw data only: %w", tgt.Path(), errdefs.ErrInvalidOptions)
+			}
+			plan.OutputFormat = "qcow2"
+		}
+		plan.Phases, plan.SourceDrainedAfter = engine.PhasesFor(engine.RouteBlank, false)
+		return plan, nil
 	}
-	switch o.Format {
-	case "", "raw", "qcow2":
-	default:
-		return res, fmt.Errorf("blank disk: format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
+	steps := func(*engine.Plan) map[engine.Phase]engine.Step {
+		return map[engine.Phase]engine.Step{
+			engine.Resize: func(ctx context.Context) error {
+				if tgt.Kind() == volume.Block {
+					return blankBlock(ctx, tgt, o, res, log)
+				}
+				return blankFile(ctx, tgt, o, res, log)
+			},
+			engine.Commit: tgt.Commit,
+		}
 	}
-	if o.Size < 0 {
-		return res, fmt.Errorf("blank disk: size %d is negative: %w", o.Size, errdefs.ErrInvalidOptions)
-	}
-	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
-		return res, fmt.Errorf("blank disk: filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
-	}
-	tgt, err := volume.Open(ctx, volume.Options{Path: o.Target, RequestedSize: o.Size, FilesystemOverhead: o.FilesystemOverhead, Logger: log})
-	if err != nil {
-		return res, fmt.Errorf("opening target %s: %w", o.Target, err)
-	}
-	defer tgt.Close() // removes the temporary file unless committed
-	res.Target = tgt.Path()
-	if tgt.Kind() == volume.Block {
-		err = blankBlock(ctx, tgt, o, res, log)
-	} else {
-		err = blankFile(ctx, tgt, o, res, log)
-	}
-	if err == nil {
-		err = tgt.Commit(ctx)
-	}
+	m := &engine.Machine{Logger: log}
+	_, phases, err := m.Run(ctx, info, steps)
+	res.Phases = phases
 	res.Duration = time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, errdefs.ErrCancelled) {
 			err = fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 		}
-		res.Phases = append(res.Phases, processor.Error)
 		res.PreallocationApplied = false
 		return res, err
 	}
-	res.Phases = append(res.Phases, processor.Complete)
 	res.Complete = true
 	log.Info("Blank disk created", "target", res.Target, "virtualSize", res.VirtualSize, "preallocation", res.PreallocationApplied)
 	return res, nil
+}
+
+// checkBlankOptions refuses options no target could satisfy.
+func checkBlankOptions(o BlankOptions) error {
+	if o.Target == "" {
+		return fmt.Errorf("blank disk: target is required: %w", errdefs.ErrInvalidOptions)
+	}
+	switch o.Format {
+	case "", "raw", "qcow2":
+	default:
+		return fmt.Errorf("blank disk: format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
+	}
+	if o.Size < 0 {
+		return fmt.Errorf("blank disk: size %d is negative: %w", o.Size, errdefs.ErrInvalidOptions)
+	}
+	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
+		return fmt.Errorf("blank disk: filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
+	}
+	return nil
 }
 
 func blankFile(ctx context.Context, tgt *volume.Target, o BlankOptions, res *Result, log *slog.Logger) error {
@@ -126,9 +157,6 @@ func blankFile(ctx context.Context, tgt *volume.Target, o BlankOptions, res *Res
 }
 
 func blankBlock(ctx context.Context, tgt *volume.Target, o BlankOptions, res *Result, log *slog.Logger) error {
-	if o.Format == "qcow2" {
-		return fmt.Errorf("blank disk: target %s is a block device, which holds raw data only: %w", tgt.Path(), errdefs.ErrInvalidOptions)
-	}
 	size := tgt.Capacity()
 	if o.Size > size {
 		return &errdefs.SizeError{ImageSize: o.Size, TargetSize: size, What: "requested size"}

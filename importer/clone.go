@@ -12,7 +12,6 @@ import (
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
-	"github.com/diskimport/engine/processor"
 )
 
 // Clone is an import whose source is a local block device or image file.
@@ -152,17 +151,4 @@ func zeroDevice(ctx context.Context, path string, size int64, j *job) bool {
 	}
 	j.log.Info("Zeroed the whole target; zero blocks of the source are skipped", "target", path, "bytes", size)
 	return true
-}
-
-// resizeAndVerify is the Resize executor: the core's resize, then, with
-// Options.Verify, a read-back comparison of both sides before Complete.
-func (j *job) resizeAndVerify(ctx context.Context) (processor.Phase, error) {
-	next, err := j.resize(ctx)
-	if err != nil || !j.opts.Verify {
-		return next, err
-	}
-	if err := j.verify(ctx); err != nil {
-		return processor.Error, err
-	}
-	return next, nil
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // readPrefix returns the first n bytes of path.
@@ -146,7 +145,7 @@ func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "qcow2", res.SourceFormat)
-	assert.Contains(t, res.Phases, processor.Convert)
+	assert.Contains(t, res.Phases, importer.PhaseConvert)
 	sameBytes(t, raw, dev, 4<<20)
 	// The device is larger than the image; compare looks at the image's
 	// 4 MiB only (the old 0xA5 bytes past it are not part of the copy).
@@ -247,10 +246,9 @@ func TestCloneVerifyMismatchFails(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 39)
 	dev := testimg.LoopDevice(t, dir, 4<<20)
-	res, err := importer.Import(context.Background(), importer.Options{
+	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
 		Source: raw, Target: dev, Verify: true, Logger: testLogger(t),
-		WrapPhase: corruptAfter(t, processor.TransferDataFile, dev, 2<<20, 'X'),
-	})
+	}, corruptAfter(t, importer.PhaseTransferDataFile, dev, 2<<20, 'X')))
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.False(t, res.Complete)
 	assert.False(t, res.Verified)
@@ -278,10 +276,9 @@ func TestCloneVerifyCompareMismatchFails(t *testing.T) {
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 42)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "src.qcow2"), "qcow2")
 	dev := testimg.LoopDevice(t, dir, 4<<20)
-	res, err := importer.Import(context.Background(), importer.Options{
+	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
 		Source: q, Target: dev, Verify: true, Logger: testLogger(t),
-		WrapPhase: corruptAfter(t, processor.Convert, dev, 1<<20, 'Y'),
-	})
+	}, corruptAfter(t, importer.PhaseConvert, dev, 1<<20, 'Y')))
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.Contains(t, err.Error(), "qemu-img compare")
 	assert.False(t, res.Complete)
@@ -290,13 +287,13 @@ func TestCloneVerifyCompareMismatchFails(t *testing.T) {
 
 // corruptAfter wraps phase so that, once it succeeded, 4 KiB at off of dev
 // are overwritten with fill behind the importer's back.
-func corruptAfter(t *testing.T, phase processor.Phase, dev string, off int64, fill byte) func(processor.Phase, processor.Executor) processor.Executor {
-	return func(p processor.Phase, exec processor.Executor) processor.Executor {
+func corruptAfter(t *testing.T, phase importer.Phase, dev string, off int64, fill byte) func(importer.Phase, func(context.Context) error) func(context.Context) error {
+	return func(p importer.Phase, step func(context.Context) error) func(context.Context) error {
 		if p != phase {
-			return exec
+			return step
 		}
-		return func(ctx context.Context) (processor.Phase, error) {
-			next, err := exec(ctx)
+		return func(ctx context.Context) error {
+			err := step(ctx)
 			if err == nil {
 				f, oerr := os.OpenFile(dev, os.O_WRONLY|os.O_SYNC, 0)
 				require.NoError(t, oerr)
@@ -304,7 +301,7 @@ func corruptAfter(t *testing.T, phase processor.Phase, dev string, off int64, fi
 				require.NoError(t, werr)
 				require.NoError(t, f.Close())
 			}
-			return next, err
+			return err
 		}
 	}
 }

@@ -16,12 +16,13 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
 )
 
 const (
-	verifyByDigest  = "sha256"
-	verifyByCompare = "qemu-img compare"
+	verifyByDigest  = string(engine.VerifyDigests)
+	verifyByCompare = string(engine.VerifyCompare)
 )
 
 // verify re-reads both sides after the copy (Options.Verify). A raw copy is
@@ -34,7 +35,7 @@ func (j *job) verify(ctx context.Context) error {
 	n := j.result.BytesWritten
 	j.log.Info("Verifying: reading back source and target", "bytes", n, "target", j.tgt.Path())
 	start := time.Now()
-	if j.convertSrc == "" && j.outFormat == "raw" {
+	if j.plan.Verify == engine.VerifyDigests {
 		if err := j.verifyDigests(ctx, n); err != nil {
 			return err
 		}
@@ -125,16 +126,16 @@ func hashPrefix(r io.Reader, n int64) (string, error) {
 // target, the target limited to the image's size: a device larger than the
 // image keeps its old bytes past the end, which are not part of the copy.
 func (j *job) verifyCompare(ctx context.Context, n int64) error {
-	src, srcFmt := j.convertSrc, j.convertFormat
-	if len(j.image.Compressions) == 0 && j.localSource != "" {
-		src, srcFmt = j.localSource, j.image.Format
+	src, srcFmt := j.convertSrc, j.plan.ConvertFormat
+	if len(j.plan.Compressions) == 0 && j.localSource != "" {
+		src, srcFmt = j.localSource, j.plan.SourceFormat
 	}
 	if src == "" {
 		return fmt.Errorf("verify: no local copy of the source to compare with: %w", errdefs.ErrInvalidOptions)
 	}
 	srcImg := qemu.CompareImage{Path: src, Format: srcFmt.QemuName()}
-	tgtImg := qemu.CompareImage{Path: j.tgt.WritePath(), Format: j.outFormat}
-	if j.outFormat == "raw" {
+	tgtImg := qemu.CompareImage{Path: j.tgt.WritePath(), Format: j.plan.OutputFormat}
+	if j.plan.OutputFormat == "raw" {
 		tgtImg.Size = n
 	}
 	j.result.VerifyMethod = verifyByCompare
@@ -142,7 +143,7 @@ func (j *job) verifyCompare(ctx context.Context, n int64) error {
 	if err != nil {
 		return err
 	}
-	if j.outFormat == "raw" {
+	if j.plan.OutputFormat == "raw" {
 		d, err := readBackDigest(ctx, j.tgt.WritePath(), n)
 		if err != nil {
 			return fmt.Errorf("verify: re-reading target %s: %w", j.tgt.Path(), err)

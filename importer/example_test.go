@@ -33,5 +33,5 @@ func ExampleImport() {
 	default:
 		fmt.Println(res.SourceFormat, res.VirtualSize, res.Phases)
 	}
-	// Output: raw 1048576 [Info TransferDataFile Resize Complete]
+	// Output: raw 1048576 [Info TransferDataFile Resize Commit Complete]
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // tmpfs mounts a tmpfs of size bytes on a new directory, unmounted at
@@ -60,19 +59,19 @@ func TestTargetFillsUp(t *testing.T) {
 			fs := tmpfs(t, 8<<20)
 			require.NoError(t, os.Mkdir(filepath.Join(fs, "t"), 0o755))
 			target := filepath.Join(fs, "t", "disk.img")
-			hog := func(phase processor.Phase, exec processor.Executor) processor.Executor {
-				if phase != processor.TransferDataFile && phase != processor.Convert {
-					return exec
+			hog := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
+				if phase != importer.PhaseTransferDataFile && phase != importer.PhaseConvert {
+					return step
 				}
-				return func(ctx context.Context) (processor.Phase, error) {
+				return func(ctx context.Context) error {
 					f, err := os.Create(filepath.Join(fs, "hog"))
 					require.NoError(t, err)
 					f.Write(make([]byte, 5<<20))
 					f.Close()
-					return exec(ctx)
+					return step(ctx)
 				}
 			}
-			err := importFailsWith(t, importer.Options{Source: src, Target: target, WrapPhase: hog})
+			err := importFailsWith(t, importer.WithPhaseHook(importer.Options{Source: src, Target: target}, hog))
 			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)
 			assert.True(t, strings.Contains(strings.ToLower(err.Error()), "no space left on device") || errors.Is(err, importer.ErrTargetTooSmall),
 				"error does not name the full filesystem: %v", err)
@@ -175,18 +174,18 @@ func TestQemuImgKilledMidConvert(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 96<<20, 44)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	killed := make(chan int, 1)
-	wrap := func(phase processor.Phase, exec processor.Executor) processor.Executor {
-		if phase != processor.Convert {
-			return exec
+	wrap := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
+		if phase != importer.PhaseConvert {
+			return step
 		}
-		return func(ctx context.Context) (processor.Phase, error) {
+		return func(ctx context.Context) error {
 			stop := make(chan struct{})
 			defer close(stop)
 			go killChild(t, "qemu-img", stop, killed)
-			return exec(ctx)
+			return step(ctx)
 		}
 	}
-	err := importFailsWith(t, importer.Options{Source: q, WrapPhase: wrap})
+	err := importFailsWith(t, importer.WithPhaseHook(importer.Options{Source: q}, wrap))
 	select {
 	case pid := <-killed:
 		t.Logf("killed qemu-img pid %d", pid)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/internal/iostage"
-	"github.com/diskimport/engine/processor"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -40,25 +40,15 @@ func importOnce(ctx context.Context, o Options, src datasource.Source, start tim
 	src = j.source
 	defer j.cleanup()
 
-	p := processor.New(j.log, j.enterPhase)
-	j.register(p)
+	m := &engine.Machine{Logger: j.log, Observe: j.observe, Wrap: o.wrapPhase}
 	stopProgress := j.startProgress(ctx)
-	phases, err := p.Run(ctx, processor.Info)
+	_, phases, err := m.Run(ctx, j.info, j.steps)
 	stopProgress()
 
 	j.result.Phases = phases
 	j.result.Duration = time.Since(start)
 	if c := j.counter.Load(); c != nil {
 		j.result.BytesRead = c.Count()
-	}
-	if err == nil && j.tgt != nil { // an archive (TransferDataDir) commits itself
-		// Complete means the data is on stable storage under its final name.
-		err = j.tgt.Commit(ctx)
-		if err == nil {
-			j.log.Info("Successfully completed fsync, committed to disk", "target", j.tgt.Path())
-		} else {
-			j.result.Phases = append(j.result.Phases, processor.Error)
-		}
 	}
 	if err != nil {
 		err = j.classify(ctx, err)
@@ -118,7 +108,7 @@ func newJob(o Options) (*job, error) {
 		scratchDir: scratch,
 		result:     Result{Target: o.Target, Sandbox: confinement},
 	}
-	j.phase.Store(string(processor.Info))
+	j.phase.Store(string(engine.Info))
 	return j, nil
 }
 
@@ -152,23 +142,44 @@ func sourceConfig(o Options) datasource.Config {
 	}
 }
 
-// register installs the engine's executors, letting WrapPhase replace any.
-func (j *job) register(p *processor.Processor) {
-	execs := map[processor.Phase]processor.Executor{
-		processor.Info:             j.info,
-		processor.TransferDataFile: j.transferDataFile,
-		processor.TransferDataDir:  j.transferDataDir,
-		processor.TransferScratch:  j.transferScratch,
-		processor.Validate:         j.validate,
-		processor.Convert:          j.convert,
-		processor.Resize:           j.resizeAndVerify,
+// steps are the phases' work, for the plan Info decided.
+func (j *job) steps(plan *engine.Plan) map[engine.Phase]engine.Step {
+	j.plan = plan
+	return map[engine.Phase]engine.Step{
+		engine.TransferDataFile: j.transferDataFile,
+		engine.TransferDataDir:  j.transferDataDir,
+		engine.TransferScratch:  j.transferScratch,
+		engine.Validate:         j.validate,
+		engine.Convert:          j.convert,
+		engine.Resize:           j.resize,
+		engine.Verify:           j.verify,
+		engine.Commit:           j.commit,
 	}
-	for phase, exec := range execs {
-		if j.opts.WrapPhase != nil {
-			exec = j.opts.WrapPhase(phase, exec)
-		}
-		p.Register(phase, exec)
+}
+
+// observe keeps the phase for progress reports and passes every event on
+// to Options.Events.
+func (j *job) observe(e engine.Event) {
+	if e.Kind == engine.PhaseStarted {
+		j.phase.Store(string(e.Phase))
 	}
+	if j.opts.Events != nil {
+		j.opts.Events(e)
+	}
+}
+
+// commit makes the target durable under its final name: only then is the
+// import Complete. An archive was moved into place by TransferDataDir's
+// staging, which it commits here.
+func (j *job) commit(ctx context.Context) error {
+	if j.plan.Route == engine.RouteArchive {
+		return j.commitArchive(ctx) // archive.go
+	}
+	if err := j.tgt.Commit(ctx); err != nil {
+		return err
+	}
+	j.log.Info("Successfully completed fsync, committed to disk", "target", j.tgt.Path())
+	return nil
 }
 
 // classify makes sure a failure caused by cancellation says so, and that

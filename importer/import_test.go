@@ -11,7 +11,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 const imageSize = 5<<20 + 64<<10 // not a multiple of the 4 MiB copy buffer
@@ -115,8 +114,8 @@ func TestImportMatrix(t *testing.T) {
 					require.NoError(t, err)
 					require.True(t, res.Complete)
 					assert.Equal(t, c.format, res.SourceFormat)
-					assert.Equal(t, processor.Complete, res.Phases[len(res.Phases)-1])
-					assert.Equal(t, c.convert, contains(res.Phases, processor.Convert), "phases %v", res.Phases)
+					assert.Equal(t, importer.PhaseComplete, res.Phases[len(res.Phases)-1])
+					assert.Equal(t, c.convert, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
 					// qemu-img reads a local file in place, and an HTTP
 					// object that serves ranges through our NBD export
 					// (ranged.go) unless it is a streamOptimized vmdk;
@@ -178,7 +177,7 @@ func TestImportCompressed(t *testing.T) {
 	}
 }
 
-func contains(ps []processor.Phase, p processor.Phase) bool {
+func contains(ps []importer.Phase, p importer.Phase) bool {
 	for _, x := range ps {
 		if x == p {
 			return true

@@ -13,9 +13,9 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
-	"github.com/diskimport/engine/processor"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -36,21 +36,20 @@ type job struct {
 	writer         atomic.Pointer[volume.Writer]
 	convertPercent atomic.Uint64 // math.Float64bits
 
-	tgt       *volume.Target
-	outFormat string // raw or qcow2
-	body      io.Closer
-	wire      io.Reader // the source bytes as received, hashed when checksums are set
-	verifier  *iostage.Verifier
-	image     *format.Stream
+	tgt      *volume.Target
+	plan     *engine.Plan // Info's decision; set once Info returned
+	body     io.Closer
+	wire     io.Reader // the source bytes as received, hashed when checksums are set
+	verifier *iostage.Verifier
+	image    *format.Stream
 
 	// The file qemu-img converts from: the source itself when it is a local
-	// uncompressed image, else a scratch copy.
-	convertSrc    string
-	convertFormat format.Format
-	scratchPath   string
-	remote        bool // convertSrc is an HTTP object read with ranges
-	rangedSrc     *datasource.RangedURL
-	export        *rangedExport // ranged.go: serves rangedSrc to qemu-img over NBD
+	// uncompressed image, else a scratch copy, or the NBD export of an HTTP
+	// object (ranged.go).
+	convertSrc  string
+	scratchPath string
+	rangedSrc   *datasource.RangedURL
+	export      *rangedExport // ranged.go: serves rangedSrc to qemu-img over NBD
 	// deviceWritten: the image's first MiB reached the block target
 	// through the conversion's export, so a later failure (verify, commit)
 	// must wipe it. Before that it was only in our memory.
@@ -63,13 +62,16 @@ type job struct {
 	// whether the whole block target was zeroed so zero runs may be skipped.
 	localSource  string
 	targetZeroed bool
+
+	// staging is the directory an archive is extracted into until Commit
+	// moves it into place (archive.go); "" once committed.
+	staging string
 }
 
-func (j *job) enterPhase(p processor.Phase) { j.phase.Store(string(p)) }
-
 // info opens the target and the source, peels compression, identifies the
-// image and checks what its header tells before a byte reaches the target.
-func (j *job) info(ctx context.Context) (processor.Phase, error) {
+// image, checks what its header tells before a byte reaches the target, and
+// decides the plan.
+func (j *job) info(ctx context.Context) (*engine.Plan, error) {
 	if j.opts.ContentType != "" && j.opts.ContentType != ContentTypeKubevirt {
 		return j.archiveInfo(ctx) // archive.go
 	}
@@ -80,49 +82,66 @@ func (j *job) info(ctx context.Context) (processor.Phase, error) {
 		Logger:             j.log,
 	})
 	if err != nil {
-		return processor.Error, fmt.Errorf("opening target %s: %w", j.opts.Target, err)
+		return nil, fmt.Errorf("opening target %s: %w", j.opts.Target, err)
 	}
 	j.tgt = tgt
 	j.result.Target = tgt.Path()
-	j.outFormat = "raw"
+	out := "raw"
 	if j.opts.Format == "qcow2" {
 		if tgt.Kind() == volume.Block {
-			return processor.Error, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
+			return nil, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 		}
-		j.outFormat = "qcow2"
+		out = "qcow2"
 	}
 
 	st, img, err := j.openSource(ctx) // source.go
 	if err != nil {
-		return processor.Error, err
+		return nil, err
 	}
 	j.log.Info("Image detected", "format", img.Format, "compression", j.result.Compressions,
 		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
 
 	if err := j.checkEarlySize(ctx, img, st); err != nil {
-		return processor.Error, err
+		return nil, err
 	}
 	if err := j.checkClone(ctx, img, st); err != nil {
-		return processor.Error, err
+		return nil, err
 	}
 
-	if !img.Format.NeedsConversion() && j.outFormat == "raw" {
-		return processor.TransferDataFile, nil
+	plan := &engine.Plan{
+		SourceFormat:  img.Format,
+		Compressions:  img.Compressions,
+		OutputFormat:  out,
+		ConvertFormat: img.Format,
+		Clone:         st.LocalPath != "",
+		TargetZeroed:  j.targetZeroed,
 	}
-	if j.useRanged(ctx, st, img) {
+	switch {
+	case !img.Format.NeedsConversion() && out == "raw":
+		plan.Route = engine.RouteStream
+	case j.useRanged(ctx, st, img):
 		j.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", j.source.String())
+		plan.Route = engine.RouteRanged
 		j.rangedSrc = st.Ranged
-		j.convertFormat = img.Format
-		j.remote = true
-		return processor.Validate, nil
-	}
-	if st.LocalPath != "" && len(img.Compressions) == 0 {
+	case st.LocalPath != "" && len(img.Compressions) == 0:
 		// qemu-img reads a local image in place: no copy.
+		plan.Route = engine.RouteInPlace
 		j.convertSrc = st.LocalPath
-		j.convertFormat = img.Format
-		return processor.Validate, nil
+	default:
+		plan.Route = engine.RouteScratch
+		if !img.Format.NeedsConversion() {
+			plan.ConvertFormat = format.Raw
+		}
 	}
-	return processor.TransferScratch, nil
+	if j.opts.Verify {
+		plan.Verify = engine.VerifyCompare
+		if plan.Route == engine.RouteStream {
+			plan.Verify = engine.VerifyDigests
+		}
+	}
+	plan.Phases, plan.SourceDrainedAfter = engine.PhasesFor(plan.Route, j.opts.Verify)
+	j.log.Info("Import planned", "route", plan.Route.String(), "phases", plan.Phases)
+	return plan, nil
 }
 
 // checkEarlySize refuses an image whose size is known up front and does not
@@ -175,15 +194,15 @@ func (j *job) checkEarlySize(ctx context.Context, img *format.Stream, st *dataso
 const fixedVHDFooterSize = 512
 
 // transferDataFile streams raw data straight onto the target in one pass.
-func (j *job) transferDataFile(ctx context.Context) (processor.Phase, error) {
+func (j *job) transferDataFile(ctx context.Context) error {
 	n, err := j.copyRaw(ctx, j.tgt)
 	if err != nil {
-		return processor.Error, err
+		return err
 	}
 	j.result.BytesWritten = n
 	j.result.VirtualSize = n
 	j.result.DataBytes = j.writer.Load().DataBytes()
-	return processor.Resize, nil
+	return nil
 }
 
 // copyRaw copies the image stream to a target's sequential writer, keeps a
@@ -251,13 +270,13 @@ func (j *job) finishSource() error {
 
 // transferScratch puts the decompressed image in a sparse scratch file so
 // qemu-img can read it at random.
-func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
+func (j *job) transferScratch(ctx context.Context) error {
 	if st, err := os.Stat(j.scratchDir); err != nil || !st.IsDir() {
-		return processor.Error, fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, j.scratchDir, err)
+		return fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, j.scratchDir, err)
 	}
 	f, err := os.CreateTemp(j.scratchDir, "importer-scratch-*."+string(j.image.Format))
 	if err != nil {
-		return processor.Error, fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
 	}
 	j.scratchPath = f.Name()
 	f.Close()
@@ -265,71 +284,67 @@ func (j *job) transferScratch(ctx context.Context) (processor.Phase, error) {
 
 	scratch, err := volume.Open(ctx, volume.Options{Path: j.scratchPath, Scratch: true, Logger: j.log})
 	if err != nil {
-		return processor.Error, fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
 	}
 	defer scratch.Close()
 	if _, err := j.copyRaw(ctx, scratch); err != nil {
 		scratch.Abort()
 		if errors.Is(err, errdefs.ErrTargetTooSmall) {
-			return processor.Error, fmt.Errorf("%w: scratch directory %s: %v", errdefs.ErrScratchSpaceRequired, j.scratchDir, err)
+			return fmt.Errorf("%w: scratch directory %s: %v", errdefs.ErrScratchSpaceRequired, j.scratchDir, err)
 		}
-		return processor.Error, err
+		return err
 	}
 	if err := scratch.Commit(ctx); err != nil {
-		return processor.Error, fmt.Errorf("finishing scratch file %s: %w", j.scratchPath, err)
+		return fmt.Errorf("finishing scratch file %s: %w", j.scratchPath, err)
 	}
 	j.convertSrc = j.scratchPath
-	j.convertFormat = j.image.Format
-	if !j.convertFormat.NeedsConversion() {
-		j.convertFormat = format.Raw
-	}
-	return processor.Validate, nil
+	return nil
 }
 
 // validate checks the image qemu-img is about to read: structure, no
 // references to other files, and a virtual size that fits the target.
-func (j *job) validate(ctx context.Context) (processor.Phase, error) {
-	if j.remote {
+func (j *job) validate(ctx context.Context) error {
+	if j.plan.Route == engine.RouteRanged {
 		// Served to qemu-img over NBD until Convert ends (ranged.go).
 		if err := j.startExport(ctx); err != nil {
-			return processor.Error, err
+			return err
 		}
 	}
-	src, f := j.convertSrc, j.convertFormat
-	if j.scratchPath == "" && !j.remote && j.verifier != nil {
+	src, f := j.convertSrc, j.plan.ConvertFormat
+	if j.plan.Route == engine.RouteInPlace && j.verifier != nil {
 		// A local image converted in place: hash it before trusting it.
 		if err := j.finishSource(); err != nil {
-			return processor.Error, err
+			return err
 		}
 	}
-	if !j.remote { // a remote image was checked, on its HTTP bytes, as its export started
+	if j.plan.Route != engine.RouteRanged { // a remote image was checked, on its HTTP bytes, as its export started
 		if err := checkStructureFile(f, src); err != nil {
-			return processor.Error, err
+			return err
 		}
 	}
 	info, err := j.qemu.Info(ctx, src, f.QemuName())
 	if err != nil {
 		if rerr := j.export.cause(err); rerr != err {
-			return processor.Error, rerr // the HTTP side failed, not the image
+			return rerr // the HTTP side failed, not the image
 		}
-		return processor.Error, fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
 	}
 	// What qemu-img itself opened, on every path alike: the very source
 	// it will convert must be nothing but the image.
 	if err := checkInfoSelfContained(info, selfNames(src, j.export)...); err != nil {
-		return processor.Error, err
+		return err
 	}
 	if err := j.qemu.Check(ctx, src, f.QemuName()); err != nil {
-		return processor.Error, j.export.cause(err)
+		return j.export.cause(err)
 	}
 	j.result.VirtualSize = info.VirtualSize
 	if capacity := j.tgt.Capacity(); info.VirtualSize > capacity {
-		return processor.Error, &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity}
+		return &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity}
 	}
 	if err := j.checkExactSize(info.VirtualSize); err != nil {
-		return processor.Error, err
+		return err
 	}
-	return processor.Convert, nil
+	return nil
 }
 
 // convert writes the target with qemu-img and drops the scratch copy. A
@@ -337,14 +352,14 @@ func (j *job) validate(ctx context.Context) (processor.Phase, error) {
 // (targetexport.go), which keeps the image's first MiB in memory until
 // qemu-img succeeded and the rest is synced: qemu-img never opens the
 // device, and a kill at any moment leaves no bootable-looking disk.
-func (j *job) convert(ctx context.Context) (processor.Phase, error) {
+func (j *job) convert(ctx context.Context) error {
 	block := j.tgt.Kind() == volume.Block
 	dst := j.tgt.WritePath()
 	var dev *targetExport
 	if block {
 		e, err := startTargetExport(ctx, j.tgt, j.opts.Preallocation, j.log)
 		if err != nil {
-			return processor.Error, fmt.Errorf("serving %s to qemu-img: %w", j.tgt.Path(), err)
+			return fmt.Errorf("serving %s to qemu-img: %w", j.tgt.Path(), err)
 		}
 		dev = e
 		defer dev.stop(j.log)
@@ -352,12 +367,12 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 		dst = dev.spec()
 	}
 	applied, err := j.qemu.Convert(ctx, j.convertSrc, dst, qemu.ConvertOptions{
-		SrcFormat:    j.convertFormat.QemuName(),
-		DstFormat:    j.outFormat,
+		SrcFormat:    j.plan.ConvertFormat.QemuName(),
+		DstFormat:    j.plan.OutputFormat,
 		CacheMode:    j.cacheMode(block),
 		Preallocate:  j.opts.Preallocation,
 		TargetExists: block,
-		TargetIsZero: j.targetZeroed,
+		TargetIsZero: j.plan.TargetZeroed,
 		Progress: func(p float64) {
 			j.convertPercent.Store(math.Float64bits(p))
 		},
@@ -370,14 +385,14 @@ func (j *job) convert(ctx context.Context) (processor.Phase, error) {
 		err = j.finishDevice(ctx, dev)
 	}
 	if err != nil {
-		return processor.Error, fmt.Errorf("converting %s image to %s: %w", j.convertFormat, j.outFormat, err)
+		return fmt.Errorf("converting %s image to %s: %w", j.plan.ConvertFormat, j.plan.OutputFormat, err)
 	}
 	j.result.PreallocationApplied = applied
 	j.result.BytesWritten = j.result.VirtualSize
 	if !j.opts.Verify { // else Verify compares the target with the scratch copy
 		j.removeScratch()
 	}
-	return processor.Resize, nil
+	return nil
 }
 
 // finishDevice ends the export after qemu-img succeeded, refuses the result
@@ -453,6 +468,7 @@ func (j *job) cleanup() {
 		j.body.Close()
 	}
 	j.removeScratch()
+	j.removeStaging()
 	j.stopExport()
 	if j.tgt != nil {
 		j.tgt.Close()

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/diskimport/engine/processor"
+	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -92,14 +92,19 @@ type Options struct {
 	// Qemu runs qemu-img; nil uses qemu-img from PATH, sandboxed, with the
 	// package's default limits.
 	Qemu *qemu.Runner
-	// WrapPhase, when set, may replace or decorate the executor of any phase
-	// (return exec unchanged to keep it).
-	WrapPhase func(phase processor.Phase, exec processor.Executor) processor.Executor
+	// Events, when set, is called with every Event of the import (phase
+	// started or ended, source drained), synchronously from the goroutine
+	// running it: it must return quickly.
+	Events func(Event)
+
+	// wrapPhase decorates the step of a phase; tests inject faults with it
+	// (export_test.go).
+	wrapPhase func(Phase, engine.Step) engine.Step
 }
 
 // Progress is a snapshot of a running import.
 type Progress struct {
-	Phase processor.Phase
+	Phase Phase
 	// BytesRead counts the bytes received from the source (compressed).
 	BytesRead int64
 	// SourceSize is the total to receive, or -1 when the source does not say.

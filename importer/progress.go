@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/diskimport/engine/processor"
+	"github.com/diskimport/engine/internal/engine"
 )
 
 const progressInterval = time.Second
@@ -40,7 +40,7 @@ func (j *job) startProgress(ctx context.Context) (stop func()) {
 
 func (j *job) snapshot() Progress {
 	p := Progress{
-		Phase:      processor.Phase(j.phase.Load().(string)),
+		Phase:      Phase(j.phase.Load().(string)),
 		SourceSize: j.sourceSize.Load(),
 		Percent:    -1,
 	}
@@ -53,7 +53,7 @@ func (j *job) snapshot() Progress {
 		p.BytesWritten = w.Written()
 	}
 	switch {
-	case p.Phase == processor.Convert:
+	case p.Phase == engine.Convert:
 		p.Percent = math.Float64frombits(j.convertPercent.Load())
 	case p.SourceSize > 0:
 		p.Percent = min(100, 100*float64(p.BytesRead)/float64(p.SourceSize))

@@ -160,10 +160,10 @@ func (j *job) startExport(ctx context.Context) error {
 		j.export = e
 		j.convertSrc = e.spec()
 	}
-	err := checkStructure(j.convertFormat, j.export.reader, j.export.reader.Size())
+	err := checkStructure(j.plan.ConvertFormat, j.export.reader, j.export.reader.Size())
 	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
 		// A read failure, not a verdict on the image.
-		err = fmt.Errorf("checking the %s image over HTTP: %w", j.convertFormat, err)
+		err = fmt.Errorf("checking the %s image over HTTP: %w", j.plan.ConvertFormat, err)
 	}
 	return err
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // rangeIgnoringServer advertises "Accept-Ranges: bytes" but answers every
@@ -61,7 +60,7 @@ func TestRangedFallsBackWhenServerIgnoresRanges(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "qcow2", res.SourceFormat)
 	assert.True(t, res.ScratchUsed, "phases %v", res.Phases)
-	assert.Contains(t, res.Phases, processor.TransferScratch)
+	assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
 	assert.Greater(t, ranged.Load(), int64(0), "the engine did try a range")
 	assert.Contains(t, logs.String(), "range read failed; downloading the image to scratch instead")
 	assert.Contains(t, logs.String(), "instead of 206 Partial Content", "the log says why")

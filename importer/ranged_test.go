@@ -17,7 +17,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // rangeCounter wraps a handler and counts the requests with a Range header.
@@ -91,7 +90,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 				assert.Equal(t, int64(0), rc.ranges.Load()-before, "range requests for an image read whole")
 			} else {
 				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
-				assert.NotContains(t, res.Phases, processor.TransferScratch)
+				assert.NotContains(t, res.Phases, importer.PhaseTransferScratch)
 				assert.Greater(t, rc.ranges.Load()-before, int64(0), "no range request reached the server")
 			}
 			expectImage(t, raw, o.Target, false)
@@ -141,7 +140,7 @@ func TestRangedTruncatedImagesRefused(t *testing.T) {
 			// Our structural check said so, before qemu-img ran.
 			assert.Contains(t, err.Error(), f+":")
 			assert.Contains(t, err.Error(), "past the end")
-			assert.NotContains(t, res.Phases, processor.Convert)
+			assert.NotContains(t, res.Phases, importer.PhaseConvert)
 			assert.False(t, res.ScratchUsed)
 			assert.Greater(t, rc.ranges.Load()-before, int64(0), "the check did not read over HTTP")
 			assertEmptyDir(t, filepath.Dir(o.Target))

@@ -22,7 +22,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // TestRealImages runs the table over every path: the decompressed file,
@@ -144,7 +143,7 @@ func importAndCheck(t *testing.T, lib *imageLibrary, img realImage, src string, 
 	require.NoError(t, err, "%s", img)
 	require.True(t, res.Complete)
 	assert.Equal(t, img.format, res.SourceFormat, "source format")
-	assert.Equal(t, processor.Complete, res.Phases[len(res.Phases)-1])
+	assert.Equal(t, importer.PhaseComplete, res.Phases[len(res.Phases)-1])
 	assertPath(t, img, res, path)
 	st, err := os.Stat(target)
 	require.NoError(t, err)
@@ -171,7 +170,7 @@ func assertPath(t *testing.T, img realImage, res *importer.Result, path importPa
 		wantScratch = img.convertible()
 	}
 	assert.Equal(t, wantScratch, res.ScratchUsed, "scratch used; phases %v", res.Phases)
-	assert.Equal(t, img.convertible(), contains(res.Phases, processor.Convert), "phases %v", res.Phases)
+	assert.Equal(t, img.convertible(), contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
 	if path == pathXZ {
 		assert.Equal(t, []string{"xz"}, res.Compressions)
 	} else {

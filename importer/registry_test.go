@@ -16,7 +16,6 @@ import (
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/regtest"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // regDisks are the test disks: one raw source and its qcow2 / qcow2.xz.
@@ -77,10 +76,10 @@ func TestRegistryImportsContainerdisks(t *testing.T) {
 			assert.Equal(t, c.srcFormat, res.SourceFormat)
 			assert.Equal(t, c.scratch, res.ScratchUsed)
 			if c.scratch {
-				assert.Contains(t, res.Phases, processor.Convert)
+				assert.Contains(t, res.Phases, importer.PhaseConvert)
 			} else {
-				assert.Contains(t, res.Phases, processor.TransferDataFile)
-				assert.NotContains(t, res.Phases, processor.TransferScratch)
+				assert.Contains(t, res.Phases, importer.PhaseTransferDataFile)
+				assert.NotContains(t, res.Phases, importer.PhaseTransferScratch)
 			}
 			assertSameDisk(t, d.raw, target)
 		})

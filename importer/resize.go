@@ -8,19 +8,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/internal/volume"
-	"github.com/diskimport/engine/processor"
 )
 
 // resize grows a file target to the requested size less the filesystem
 // overhead (never shrinking it) and applies preallocation to streamed
 // files. Block devices keep their size.
-func (j *job) resize(ctx context.Context) (processor.Phase, error) {
+func (j *job) resize(ctx context.Context) error {
 	if j.tgt.Kind() == volume.Block {
 		if j.opts.Preallocation {
 			// Every block of a device is already backed.
 			j.result.PreallocationApplied = true
 		}
-		return processor.Complete, nil
+		return nil
 	}
 	path := j.tgt.WritePath()
 	size := j.result.VirtualSize
@@ -29,18 +28,18 @@ func (j *job) resize(ctx context.Context) (processor.Phase, error) {
 			size = usable
 		}
 	}
-	if j.outFormat == "qcow2" {
+	if j.plan.OutputFormat == "qcow2" {
 		if size > j.result.VirtualSize {
 			if err := j.qemu.Resize(ctx, path, "qcow2", size, j.opts.Preallocation); err != nil {
-				return processor.Error, fmt.Errorf("resizing %s to %d bytes: %w", j.tgt.Path(), size, err)
+				return fmt.Errorf("resizing %s to %d bytes: %w", j.tgt.Path(), size, err)
 			}
 			j.log.Info("Resized image", "size", size)
 		}
 		j.result.VirtualSize = size
-		return processor.Complete, nil
+		return nil
 	}
 	if err := growRaw(path, size, j.opts.Preallocation); err != nil {
-		return processor.Error, fmt.Errorf("resizing %s to %d bytes: %w", j.tgt.Path(), size, err)
+		return fmt.Errorf("resizing %s to %d bytes: %w", j.tgt.Path(), size, err)
 	}
 	if size != j.result.VirtualSize {
 		j.log.Info("Resized image", "from", j.result.VirtualSize, "to", size)
@@ -49,7 +48,7 @@ func (j *job) resize(ctx context.Context) (processor.Phase, error) {
 		j.result.PreallocationApplied = true
 	}
 	j.result.VirtualSize = size
-	return processor.Complete, nil
+	return nil
 }
 
 // growRaw extends a raw file to size (never shrinks) and, when asked,

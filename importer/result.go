@@ -1,10 +1,6 @@
 package importer
 
-import (
-	"time"
-
-	"github.com/diskimport/engine/processor"
-)
+import "time"
 
 // Result describes a finished import. On failure Import returns a Result
 // too, filled as far as the import got, with Complete false.
@@ -27,7 +23,7 @@ type Result struct {
 	Checksums            []string
 	PreallocationApplied bool
 	ScratchUsed          bool
-	Phases               []processor.Phase
+	Phases               []Phase
 	Duration             time.Duration
 	Labels               map[string]string
 	// Retries counts requests re-sent after a failure (resumes, reconnects,

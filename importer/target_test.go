@@ -14,7 +14,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 func TestFileTargetGrowsToRequestedSize(t *testing.T) {
@@ -134,20 +133,20 @@ func TestFailedConvertWipesDeviceHead(t *testing.T) {
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	loop := testimg.LoopDevice(t, dir, 8<<20)
 	boom := errors.New("injected failure after convert")
-	res, err := importer.Import(context.Background(), importer.Options{
+	inject := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
+		if phase != importer.PhaseConvert {
+			return step
+		}
+		return func(ctx context.Context) error {
+			if err := step(ctx); err != nil {
+				return err
+			}
+			return boom
+		}
+	}
+	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
 		Source: q, Target: loop, Logger: testLogger(t),
-		WrapPhase: func(phase processor.Phase, exec processor.Executor) processor.Executor {
-			if phase != processor.Convert {
-				return exec
-			}
-			return func(ctx context.Context) (processor.Phase, error) {
-				if _, err := exec(ctx); err != nil {
-					return processor.Error, err
-				}
-				return processor.Error, boom
-			}
-		},
-	})
+	}, inject))
 	require.ErrorIs(t, err, boom)
 	assert.False(t, res.Complete)
 	testimg.AssertZeros(t, loop, 0, 1<<20)

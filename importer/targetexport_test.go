@@ -18,7 +18,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/processor"
 )
 
 // qemu-img converts onto a block device through the engine's NBD export of
@@ -79,7 +78,7 @@ func TestConvertOntoDeviceReportsProgress(t *testing.T) {
 		Progress: func(p importer.Progress) {
 			mu.Lock()
 			defer mu.Unlock()
-			if p.Phase == processor.Convert {
+			if p.Phase == importer.PhaseConvert {
 				seen = append(seen, p)
 			}
 		},
@@ -117,7 +116,7 @@ func (s *slowReadSeeker) Read(p []byte) (int, error) {
 
 func (s *slowReadSeeker) Seek(off int64, whence int) (int64, error) { return s.r.Seek(off, whence) }
 
-func phaseNames(ps []processor.Phase) []string {
+func phaseNames(ps []importer.Phase) []string {
 	var out []string
 	for _, p := range ps {
 		out = append(out, string(p))

@@ -36,8 +36,8 @@ const FormField = "file"
 // Options configure a Handler.
 type Options struct {
 	// Import is the template of every import: Target and the other options
-	// apply; Source and SourceReader are set per upload. A WrapPhase in it
-	// is kept (and wrapped).
+	// apply; Source and SourceReader are set per upload. Its Events, if
+	// set, still get every event.
 	Import importer.Options
 	// Token, when set, must be presented as "Authorization: Bearer TOKEN"
 	// on every path but /healthz.

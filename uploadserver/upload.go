@@ -13,7 +13,6 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/processor"
 )
 
 // maxOtherPart bounds a multipart part other than "file" (such parts are
@@ -81,23 +80,26 @@ func filePart(r *http.Request) (*multipart.Part, error) {
 
 // importOptions builds one import from the template: the upload as the
 // source, phases reported to the status, and received() called once the
-// data is all in and validated (the next phase only works on the target).
+// engine says the source is drained (all received and validated; what is
+// left works on the target alone).
 func (h *Handler) importOptions(body io.Reader, received func()) importer.Options {
 	o := h.opts.Import
 	o.Source = "-"
 	o.SourceReader = body
-	inner := o.WrapPhase
-	o.WrapPhase = func(phase processor.Phase, exec processor.Executor) processor.Executor {
+	inner := o.Events
+	o.Events = func(e importer.Event) {
 		if inner != nil {
-			exec = inner(phase, exec)
+			inner(e)
 		}
-		return func(ctx context.Context) (processor.Phase, error) {
-			h.setPhase(string(phase))
-			next, err := exec(ctx)
-			if err == nil && (next == processor.Convert || next == processor.Resize || next == processor.Complete) {
-				received()
+		switch e.Kind {
+		case importer.EventPhaseStarted:
+			// Complete and Error are the import's outcome, which finish
+			// records once the import returned.
+			if e.Phase != importer.PhaseComplete && e.Phase != importer.PhaseError {
+				h.setPhase(string(e.Phase))
 			}
-			return next, err
+		case importer.EventSourceDrained:
+			received()
 		}
 	}
 	return o
