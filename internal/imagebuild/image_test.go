@@ -1,0 +1,205 @@
+package imagebuild
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// hostRecipe is the recipe make image uses, with the importer replaced by
+// a copy of a static program at importer (any static ELF will do here).
+func hostRecipe(t *testing.T, importer string) Recipe {
+	t.Helper()
+	for _, p := range []string{"/usr/bin/qemu-img", "/usr/bin/xz", "/bin/busybox", "ldd"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (apt-get install qemu-utils xz-utils busybox-static): %v", p, err)
+		}
+	}
+	return Recipe{
+		Importer:     importer,
+		HostPrograms: []string{"/usr/bin/qemu-img", "/usr/bin/xz"},
+		Busybox:      "/bin/busybox",
+		Applets:      []string{"sh", "cp"},
+		UID:          107,
+		Source:       "https://github.com/diskimport/engine",
+		Version:      "v0.0.0-test",
+		Revision:     "0123456789abcdef0123456789abcdef01234567",
+		Created:      time.Unix(1_764_000_000, 0),
+		Licenses:     true,
+	}
+}
+
+// copyStatic copies /bin/busybox (static) to dir/name with the given mode
+// and mtime, standing in for bin/importer.
+func copyStatic(t *testing.T, dir, name string, mode os.FileMode, mtime time.Time) string {
+	t.Helper()
+	data, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Skip(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestImageIsReproducible(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	first := hostRecipe(t, copyStatic(t, dir, "a", 0o700, time.Unix(1, 0)))
+	second := hostRecipe(t, copyStatic(t, dir, "b", 0o755, time.Now()))
+
+	var digests, archives [2]string
+	for i, r := range []Recipe{first, second} {
+		img, err := r.Image(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Summarize(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests[i] = s.Digest
+		archive := filepath.Join(dir, "archive.tar")
+		if err := WriteDockerArchive(archive, img, []string{"localhost/x:v", "localhost/x:latest"}, r.Created); err != nil {
+			t.Fatal(err)
+		}
+		archives[i] = fileDigest(t, archive)
+		t.Logf("build %d: digest %s, %d bytes compressed, archive sha256 %s", i+1, s.Digest, s.CompressedSize, archives[i])
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("two builds from the same files: digests %s and %s", digests[0], digests[1])
+	}
+	if archives[0] != archives[1] {
+		t.Errorf("two builds from the same files: docker-archives differ")
+	}
+}
+
+func TestImageContents(t *testing.T) {
+	ctx := context.Background()
+	r := hostRecipe(t, copyStatic(t, t.TempDir(), "importer", 0o755, time.Now()))
+	img, err := r.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Config.Entrypoint; len(got) != 1 || got[0] != "/usr/bin/importer" {
+		t.Errorf("entrypoint %q", got)
+	}
+	if cfg.Config.User != "107:107" {
+		t.Errorf("user %q, want 107:107", cfg.Config.User)
+	}
+	for k, want := range map[string]string{LabelSource: r.Source, LabelVersion: r.Version, LabelRevision: r.Revision} {
+		if got := cfg.Config.Labels[k]; got != want {
+			t.Errorf("label %s = %q, want %q", k, got, want)
+		}
+	}
+	if !cfg.Created.Time.Equal(r.Created) {
+		t.Errorf("created %v, want %v", cfg.Created, r.Created)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*tar.Header{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			files["/"+h.Name] = h
+		}
+		rc.Close()
+	}
+	for _, p := range []string{"/usr/bin/importer", "/usr/bin/qemu-img", "/usr/bin/xz", "/usr/bin/busybox", "/usr/bin/sh", "/usr/bin/cp", "/bin", "/tmp/", "/data/", "/scratch/", "/etc/passwd", "/usr/share/doc/qemu-utils/copyright"} {
+		if files[p] == nil {
+			t.Errorf("%s is missing from the image", p)
+		}
+	}
+	if h := files["/data/"]; h != nil && (h.Uid != 107 || h.Gid != 107) {
+		t.Errorf("/data owned by %d:%d, want 107:107", h.Uid, h.Gid)
+	}
+	if h := files["/tmp/"]; h != nil && h.Mode != 0o1777 {
+		t.Errorf("/tmp mode %o, want 1777", h.Mode)
+	}
+	libs, err := SharedLibraries(ctx, "/usr/bin/qemu-img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range libs {
+		resolved, _, err := resolveHostPath(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files[resolved] == nil {
+			t.Errorf("qemu-img's %s (%s) is missing", lib, resolved)
+		}
+	}
+}
+
+func TestLayersAreGzipOnce(t *testing.T) {
+	tr := NewTree()
+	if err := tr.Bytes("/etc/hostname", []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Recipe{Created: time.Unix(0, 0)}.layer(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	zr, err := gzip.NewReader(rc)
+	if err != nil {
+		t.Fatalf("the compressed blob is not gzip: %v", err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte("etc/hostname")) {
+		t.Error("the blob is not the tar, compressed once")
+	}
+}
+
+func fileDigest(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}

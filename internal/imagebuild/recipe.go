@@ -1,0 +1,163 @@
+package imagebuild
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"time"
+)
+
+// Recipe says what goes into the image. Paths are on the build machine.
+type Recipe struct {
+	// Importer is the static importer binary, installed as
+	// /usr/bin/importer: the entrypoint.
+	Importer string
+	// Programs are more of the project's static programs, for instance
+	// bin/cdi-containerimage-server at /usr/bin/cdi-containerimage-server.
+	Programs []Program
+	// HostPrograms are programs of the build machine (qemu-img, xz),
+	// copied to their own paths with every library the loader maps for
+	// them.
+	HostPrograms []string
+	// Busybox is a static busybox; Applets are linked to it beside it
+	// (sh and cp, which CDI's node-pull init container runs).
+	Busybox string
+	Applets []string
+	// UID is the non-root user (and group) the image runs as; it owns
+	// /data and /scratch. CDI runs its pods as 107.
+	UID int
+	// Source, Version and Revision are the org.opencontainers.image
+	// labels.
+	Source, Version, Revision string
+	// Created is the image's creation time and every file's mtime;
+	// the commit's time keeps builds of one commit identical.
+	Created time.Time
+	// Licenses adds /usr/share/doc/PKG/copyright for every Debian package
+	// a host file comes from (qemu's GPL among them).
+	Licenses bool
+}
+
+// Program is one of the project's static binaries and where it goes.
+type Program struct {
+	Source string // on the build machine
+	Path   string // in the image
+}
+
+// The layers, in the order they are stacked: what the build machine
+// provides changes rarely, the project's binaries with every commit.
+const (
+	systemLayerComment  = "host programs and their libraries, busybox, users and directories"
+	projectLayerComment = "the project's static binaries"
+)
+
+// SystemTree is the first layer: the host programs with their libraries,
+// busybox and its applets, /etc/passwd and /etc/group, /tmp, /data and
+// /scratch, and the copyright files of the packages used.
+func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
+	t := NewTree()
+	var hostPaths []string
+	for _, p := range r.HostPrograms {
+		libs, err := SharedLibraries(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range append([]string{p}, libs...) {
+			resolved, links, err := t.AddHostFile(f)
+			if err != nil {
+				return nil, err
+			}
+			hostPaths = append(hostPaths, f, resolved)
+			hostPaths = append(hostPaths, links...)
+		}
+	}
+	if err := r.addBusybox(t, &hostPaths); err != nil {
+		return nil, err
+	}
+	if err := r.addUsersAndDirs(t); err != nil {
+		return nil, err
+	}
+	if r.Licenses {
+		if err := addCopyrights(ctx, t, hostPaths); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+func (r Recipe) addBusybox(t *Tree, hostPaths *[]string) error {
+	if r.Busybox == "" {
+		return nil
+	}
+	static, err := isStatic(r.Busybox)
+	if err != nil {
+		return err
+	}
+	if !static {
+		return fmt.Errorf("imagebuild: busybox %s is not static (install busybox-static)", r.Busybox)
+	}
+	resolved, links, err := t.AddHostFile(r.Busybox)
+	if err != nil {
+		return err
+	}
+	*hostPaths = append(*hostPaths, r.Busybox, resolved)
+	*hostPaths = append(*hostPaths, links...)
+	dir := path.Dir(resolved)
+	for _, a := range r.Applets {
+		if err := t.Symlink(path.Join(dir, a), path.Base(resolved)); err != nil {
+			return err
+		}
+	}
+	// /bin/sh must work wherever busybox lives (CDI's pods run it by that
+	// name): on a merged-/usr build machine /bin is already the symlink.
+	if !t.Has("/bin") && dir == "/usr/bin" {
+		return t.Symlink("/bin", "usr/bin")
+	}
+	return nil
+}
+
+func (r Recipe) addUsersAndDirs(t *Tree) error {
+	if r.UID <= 0 {
+		return fmt.Errorf("imagebuild: the image's user must be non-root, not uid %d", r.UID)
+	}
+	id := strconv.Itoa(r.UID)
+	passwd := "root:x:0:0:root:/root:/bin/sh\nimporter:x:" + id + ":" + id + ":importer:/tmp:/bin/sh\n"
+	group := "root:x:0:\nimporter:x:" + id + ":\n"
+	steps := []func() error{
+		func() error { return t.Bytes("/etc/passwd", []byte(passwd), 0o644) },
+		func() error { return t.Bytes("/etc/group", []byte(group), 0o644) },
+		func() error { return t.Dir("/root", 0o700, 0, 0) },
+		func() error { return t.Add(Entry{Path: "/tmp", Kind: KindDir, Perm: 0o777, Sticky: true}) },
+		func() error { return t.Dir("/data", 0o755, r.UID, r.UID) },
+		func() error { return t.Dir("/scratch", 0o755, r.UID, r.UID) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProjectTree is the second layer: the importer and the other static
+// programs of the project.
+func (r Recipe) ProjectTree() (*Tree, error) {
+	t := NewTree()
+	programs := append([]Program{{Source: r.Importer, Path: EntrypointPath}}, r.Programs...)
+	for _, p := range programs {
+		static, err := isStatic(p.Source)
+		if err != nil {
+			return nil, err
+		}
+		if !static {
+			return nil, fmt.Errorf("imagebuild: %s is not static (build it with CGO_ENABLED=0)", p.Source)
+		}
+		if err := t.File(p.Path, p.Source, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// EntrypointPath is where the importer is and what the image runs.
+const EntrypointPath = "/usr/bin/importer"
