@@ -85,6 +85,10 @@ func envLabels(env []string) map[string]string {
 	return out
 }
 
+// EnvLabels is envLabels for other readers of a containerdisk's
+// environment (the node-pull server's GET /info, in internal/cdi).
+func EnvLabels(env []string) map[string]string { return envLabels(env) }
+
 func envToLabel(k string) string {
 	i := strings.Index(k, kubevirtEnvMarker)
 	prefix := strings.ToLower(strings.ReplaceAll(strings.TrimSuffix(k[:i], "_"), "_", "."))

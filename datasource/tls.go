@@ -11,9 +11,12 @@ import (
 	"github.com/diskimport/engine/errdefs"
 )
 
-// certPool returns the system pool plus every *.crt and *.pem file in dir.
-// A Kubernetes configmap mount holds symlinks into a "..data" directory, so
-// entries are followed with os.Stat rather than judged by their dirent type.
+// certPool returns the system pool plus every certificate in every
+// non-hidden file in dir, whatever its name: like CDI, since a ConfigMap
+// key may be named ca.pem, tls.crt or ca-bundle. A file with no PEM
+// certificate is skipped with a warning. A Kubernetes configmap mount holds
+// symlinks into a "..data" directory, so entries are followed with os.Stat
+// rather than judged by their dirent type.
 func certPool(dir string, log *slog.Logger) (*x509.CertPool, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -27,7 +30,7 @@ func certPool(dir string, log *slog.Logger) (*x509.CertPool, error) {
 	added := 0
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".crt") || strings.HasSuffix(name, ".pem")) {
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		p := filepath.Join(dir, name)
@@ -45,7 +48,7 @@ func certPool(dir string, log *slog.Logger) (*x509.CertPool, error) {
 		added++
 	}
 	if added == 0 {
-		return nil, fmt.Errorf("certificate directory %s holds no parsable *.crt or *.pem certificate: %w", dir, errdefs.ErrInvalidOptions)
+		return nil, fmt.Errorf("certificate directory %s holds no file with a parsable PEM certificate: %w", dir, errdefs.ErrInvalidOptions)
 	}
 	return pool, nil
 }

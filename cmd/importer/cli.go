@@ -42,6 +42,8 @@ type cliFlags struct {
 	arch               string
 	authFile           string
 	registriesConf     string
+	metricsListen      string
+	ownerUID           string
 }
 
 // run is main without the process: it returns the exit code.
@@ -84,10 +86,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 				return err
 			}
 			opts.Logger = log
-			if !f.quiet && isTerminal(stderr) {
-				opts.Progress = newTerminalProgress(stderr).update
-			}
-			code = runImport(ctx, opts, f, stdout, stderr)
+			code = runImport(ctx, opts, f, log, stdout, stderr)
 			return nil
 		},
 	}
@@ -96,7 +95,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2 (block devices are always raw)")
 	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
 	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
-	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates (*.crt, *.pem) to trust for https")
+	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https: every PEM certificate in every non-hidden file")
 	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate")
 	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")
 	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth USER:PASSWORD")
@@ -114,11 +113,14 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream, optionally compressed, extracted into the DEST directory)")
 	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the size of SOURCE (a device of that size, or a file that ends up that size)")
 	fl.BoolVar(&f.verify, "verify", false, "re-read SOURCE (a local file or device) and DEST after the copy and compare them; the digests go in the result")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve progress metrics over HTTPS (self-signed) at ADDR, e.g. :8443: CDI's "+cdi.ProgressMetricName+" and diskimport_*")
+	fl.StringVar(&f.ownerUID, "owner-uid", "", "the ownerUID label of "+cdi.ProgressMetricName+" (CDI: the DataVolume's UID)")
 	fl.BoolVar(&f.zeroTarget, "zero-target", false, "zero a block DEST first (BLKZEROOUT) so zero blocks of SOURCE need not be written")
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
 	cmd.AddCommand(newUploadCommand(ctx, stdout, stderr, &code))
 	addRegistryFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdout, &code))
+	addVersion(ctx, cmd, stdout)
 	cmd.SetArgs(args)
 	cmd.SetIn(stdin)
 	cmd.SetOut(stdout)
@@ -182,8 +184,15 @@ func (f *cliFlags) credentials() (user, pass string, err error) {
 }
 
 // runImport runs one import and reports it.
-func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stderr io.Writer) int {
+func runImport(ctx context.Context, o importer.Options, f cliFlags, log *slog.Logger, stdout, stderr io.Writer) int {
+	metrics := cdi.MetricsConfig{Listen: "off"}
+	if f.metricsListen != "" {
+		metrics = cdi.MetricsConfig{Listen: f.metricsListen, OwnerUID: f.ownerUID}
+	}
+	progress := startProgressOutputs(metrics, log, stderr, f.quiet)
+	o.Progress = progress.observe
 	res, err := importer.Import(ctx, o)
+	progress.finish(res, err)
 	r := reporter{terminationLog: f.terminationLog, json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
 	return r.report(res, err, "import failed", importSummary(res))
 }

@@ -16,23 +16,35 @@ import (
 func runEnv(ctx context.Context, getenv func(string) string, log *slog.Logger, stderr io.Writer) int {
 	paths := cdi.PathsFromEnv(getenv)
 	req, err := cdi.ReadEnv(getenv, paths)
+	defer req.Close()
+	for _, w := range req.Warnings {
+		log.Warn(w)
+	}
 	var res *importer.Result
 	if err == nil {
-		res, err = runRequest(ctx, req, log)
+		progress := startProgressOutputs(req.Metrics, log, stderr, false)
+		res, err = runRequest(ctx, req, log, progress.observe)
+		progress.finish(res, err)
 	}
-	code, werr := cdi.Report(paths, res, err)
+	code, werr := cdi.Report(paths, req.Kind, res, err)
 	if werr != nil {
 		fmt.Fprintln(stderr, "importer: writing termination message:", werr)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+		log.Info("Import complete", "target", res.Target, "format", res.SourceFormat, "virtualSize", res.VirtualSize)
+	case cdi.Classify(err) == cdi.ScratchSpaceRequired:
+		// Not a failure under the contract: the controller creates a
+		// scratch volume and runs the pod again with it.
+		log.Info("Scratch space required; nothing was written to the target, exiting 0 so that the controller adds a scratch volume",
+			"why", cdi.ScratchReason(res), "cause", err)
+	default:
 		fmt.Fprintf(stderr, "importer: %s: %v\n", failedWhat(req.Kind), err)
-		return code
 	}
-	log.Info("Import complete", "target", res.Target, "format", res.SourceFormat, "virtualSize", res.VirtualSize)
 	return code
 }
 
-func runRequest(ctx context.Context, req cdi.Request, log *slog.Logger) (*importer.Result, error) {
+func runRequest(ctx context.Context, req cdi.Request, log *slog.Logger, progress func(importer.Progress)) (*importer.Result, error) {
 	switch req.Kind {
 	case cdi.Blank:
 		req.Blank.Logger = log
@@ -42,7 +54,8 @@ func runRequest(ctx context.Context, req cdi.Request, log *slog.Logger) (*import
 		return serveEnvUpload(ctx, req.Import, req.Upload) // upload.go
 	}
 	req.Import.Logger = log
-	return importer.Import(ctx, req.Import)
+	req.Import.Progress = progress
+	return req.NodePull.Import(ctx, req.Import)
 }
 
 // failedWhat names a failed job on standard error.

@@ -40,6 +40,17 @@ func decode(t *testing.T, b []byte) cdi.TerminationMessage {
 	return m
 }
 
+// failureText checks that a termination log is what CDI writes after a
+// non-zero exit, one line of plain text within Kubernetes' limit, and
+// returns it.
+func failureText(t *testing.T, b []byte) string {
+	t.Helper()
+	assert.False(t, json.Valid(b), "a failure's termination log is text, not JSON: %s", b)
+	assert.LessOrEqual(t, len(b), 4096)
+	assert.NotContains(t, string(b), "\n")
+	return string(b)
+}
+
 func TestCLIStdinToFile(t *testing.T) {
 	testimg.Need(t, "zstd")
 	dir := t.TempDir()
@@ -182,10 +193,10 @@ func TestEnvUnsupportedSource(t *testing.T) {
 		"IMPORTER_PATH_PREFIX": root,
 	}))
 	assert.Equal(t, cdi.ExitFailed, code)
-	assert.Contains(t, stderr, "not supported yet")
+	assert.Contains(t, stderr, "not supported by this importer (supported: http, registry, clone, none and upload)")
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)
-	assert.Contains(t, decode(t, b).Message, "not supported yet")
+	assert.Equal(t, "IMPORTER_SOURCE=s3 is not supported by this importer (supported: http, registry, clone, none and upload): invalid options", failureText(t, b))
 }
 
 // TestBinary runs the real binary as a process, as a person would.

@@ -31,29 +31,75 @@ type Request struct {
 	Blank importer.BlankOptions
 	// Upload is where and how to serve for Upload.
 	Upload UploadConfig
+	// Metrics is where and how the progress metric is served (Import and
+	// Blank; an upload pod's port belongs to the upload server).
+	Metrics MetricsConfig
+	// NodePull is set when the controller runs the image's own server
+	// beside the importer (IMPORTER_READY_FILE); see NodePull.Wait.
+	NodePull *NodePull
+	// Warnings are settings read but ignored (say, a TLS cipher name Go
+	// does not know), for the log.
+	Warnings []string
+
+	// cleanups undo what reading the environment made (Close).
+	cleanups []func()
 }
+
+// Close removes what ReadEnv made for the run (a merged certificate
+// directory); call it once the job is over.
+func (r *Request) Close() {
+	for _, c := range r.cleanups {
+		c()
+	}
+	r.cleanups = nil
+}
+
+// supportedSources is what an unknown IMPORTER_SOURCE is told.
+const supportedSources = "http, registry, clone, none and upload"
 
 // ReadEnv reads CDI's importer environment into a request; paths are the
 // pod's fixed paths (PathsFromEnv). Every error wraps
-// errdefs.ErrInvalidOptions. On error the request's Kind is still set, so
-// the failure can be reported as what was asked.
+// errdefs.ErrInvalidOptions, and its text is the whole termination message
+// (as CDI writes "Unknown data source: x"). On error the request's Kind is
+// still set, so the failure can be reported as what was asked. Call
+// Request.Close when the job is over, also after an error.
 func ReadEnv(getenv func(string) string, paths Paths) (Request, error) {
+	req, err := readEnv(getenv, paths)
+	return req, asPlain(err)
+}
+
+func readEnv(getenv func(string) string, paths Paths) (Request, error) {
 	var req Request
-	var err error
 	switch src := getenv("IMPORTER_SOURCE"); src {
 	case "none":
 		req.Kind = Blank
-		req.Blank, err = blankOptions(getenv, paths)
-		return req, err
 	case "upload":
 		req.Kind = Upload
 	case "http", "clone", "registry":
 	case "s3", "gcs", "imageio", "vddk":
-		return req, fmt.Errorf("IMPORTER_SOURCE=%s is not supported yet (only http, clone and none): %w", src, errdefs.ErrInvalidOptions)
+		return req, fmt.Errorf("IMPORTER_SOURCE=%s is not supported by this importer (supported: %s): %w", src, supportedSources, errdefs.ErrInvalidOptions)
 	default:
-		return req, fmt.Errorf("Unknown data source: %q: %w", src, errdefs.ErrInvalidOptions)
+		return req, fmt.Errorf("Unknown data source: %q (supported: %s): %w", src, supportedSources, errdefs.ErrInvalidOptions)
+	}
+	var err error
+	if req.Metrics, req.Warnings, err = metricsConfig(getenv); err != nil {
+		return req, err
+	}
+	switch req.Kind {
+	case Blank:
+		if getenv("IMPORTER_CONTENTTYPE") == "archive" {
+			return req, &plainFailure{text: MessageBlankArchive, err: errdefs.ErrInvalidOptions}
+		}
+		req.Blank, err = blankOptions(getenv, paths)
+		return req, err
+	case Upload:
+		req.Metrics.Listen = "off" // the upload server has the pod's port
 	}
 	if req.Import, err = importOptions(getenv, paths); err != nil {
+		return req, err
+	}
+	req.NodePull = nodePull(getenv)
+	if err := trustProxyCerts(getenv, paths, &req); err != nil {
 		return req, err
 	}
 	if req.Kind == Upload {
@@ -115,6 +161,11 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 		o.CacheMode = "trynone"
 	}
 	o.Headers = extraHeaders(getenv)
+	secretHeaders, err := headerFiles(paths.ExtraHeaders)
+	if err != nil {
+		return o, err
+	}
+	o.Headers = append(o.Headers, secretHeaders...)
 	if src == "clone" {
 		if err := cloneOptions(getenv, &o); err != nil {
 			return o, err

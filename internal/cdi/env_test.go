@@ -33,6 +33,7 @@ func TestPathsFromEnvPrefix(t *testing.T) {
 	assert.Equal(t, Paths{
 		BlockDevice: "/dev/cdi-block-volume", DataDir: "/data", DataFile: "/data/disk.img",
 		Scratch: "/scratch", TerminationLog: "/dev/termination-log",
+		ExtraHeaders: "/extraheaders", ProxyCerts: "/proxycerts",
 	}, PathsFromEnv(envOf(nil)))
 	assert.Equal(t, "/p/data/disk.img", PathsFromEnv(envOf(map[string]string{"IMPORTER_PATH_PREFIX": "/p"})).DataFile)
 }
@@ -126,7 +127,10 @@ func TestReadEnvRefuses(t *testing.T) {
 		want string
 	}{
 		"no source":          {map[string]string{}, "Unknown data source"},
-		"s3":                 {map[string]string{"IMPORTER_SOURCE": "s3"}, "not supported yet"},
+		"s3":                 {map[string]string{"IMPORTER_SOURCE": "s3"}, "not supported by this importer (supported: http, registry, clone, none and upload)"},
+		"unknown":            {map[string]string{"IMPORTER_SOURCE": "ftp"}, `Unknown data source: "ftp" (supported: http, registry, clone, none and upload)`},
+		"blank archive":      {map[string]string{"IMPORTER_SOURCE": "none", "IMPORTER_CONTENTTYPE": "archive"}, "Cannot create empty disk with content type archive"},
+		"min TLS version":    {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "TLS_MIN_VERSION": "TLS1.2"}, "TLS_MIN_VERSION"},
 		"no endpoint":        {map[string]string{"IMPORTER_SOURCE": "http"}, "IMPORTER_ENDPOINT is empty"},
 		"file endpoint":      {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "/etc/passwd"}, "is a path"},
 		"content type":       {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "IMPORTER_CONTENTTYPE": "iso"}, "unknown IMPORTER_CONTENTTYPE"},

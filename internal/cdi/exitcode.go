@@ -9,13 +9,15 @@ const (
 	ExitUsage = 2
 )
 
-// ExitCode is the exit code under CDI's contract. Like CDI's importer, a
-// checksum mismatch exits 0: the controller then reads the termination
-// message and fails the import for good instead of restarting the pod to
-// download the same wrong bytes again.
+// ExitCode is the exit code under CDI's contract. Like CDI's importer, two
+// failures exit 0 so that the controller reads the JSON termination
+// message instead of letting the kubelet restart the same pod: a checksum
+// mismatch (the controller fails the import for good rather than download
+// the same wrong bytes again) and scratch space required (the controller
+// creates a scratch volume and recreates the pod with it).
 func ExitCode(err error) int {
 	switch Classify(err) {
-	case Succeeded, ChecksumMismatch:
+	case Succeeded, ChecksumMismatch, ScratchSpaceRequired:
 		return ExitOK
 	}
 	return ExitFailed

@@ -68,8 +68,15 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 		SourceDigest:         r.SourceDigest,
 		TargetDigest:         r.TargetDigest,
 	}
-	if err != nil {
-		m.Message = "Unable to process data: " + err.Error()
+	switch {
+	case err == nil:
+	case Classify(err) == ScratchSpaceRequired:
+		// What CDI's controller acts on; it shows a fixed text of its own.
+		m.ScratchSpaceRequired = true
+		m.PreallocationApplied = false
+		m.Message = "Scratch space required: " + err.Error()
+	default:
+		m.Message = processFailedPrefix + err.Error()
 		m.PreallocationApplied = false
 	}
 	return m

@@ -16,6 +16,13 @@ type Paths struct {
 	Scratch string
 	// TerminationLog receives the termination message.
 	TerminationLog string
+	// ExtraHeaders holds one directory per secret of extra HTTP headers
+	// (/extraheaders/<n>/), one header line per file (headerFiles).
+	ExtraHeaders string
+	// ProxyCerts is where the controller mounts the CA certificates of the
+	// cluster's proxy when IMPORTER_PROXY_CERT_DIR does not say (CDI's own
+	// importer reads only this path).
+	ProxyCerts string
 }
 
 // PathsFromEnv returns CDI's paths. IMPORTER_PATH_PREFIX, when set, is put
@@ -29,6 +36,8 @@ func PathsFromEnv(getenv func(string) string) Paths {
 		DataFile:       prefix + "/data/disk.img",
 		Scratch:        prefix + "/scratch",
 		TerminationLog: prefix + "/dev/termination-log",
+		ExtraHeaders:   prefix + "/extraheaders",
+		ProxyCerts:     prefix + "/proxycerts",
 	}
 }
 

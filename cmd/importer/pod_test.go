@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// pod is an importer container as CDI's controller makes one: its
+// environment and nothing else, and its volumes at CDI's fixed paths.
+// runPod runs the real binary that way: in a private mount namespace, in
+// a root of its own (a tmpfs holding the host's system directories, a
+// /dev of a few device nodes, an empty /tmp), so /data, /scratch and
+// /dev/termination-log are the real paths, with no IMPORTER_PATH_PREFIX.
+type pod struct {
+	env map[string]string
+	// volumes maps a path in the pod to the host file, directory or device
+	// mounted there (/data, /scratch, /dev/cdi-block-volume, /certs, ...).
+	volumes map[string]string
+}
+
+// runningPod is a started pod.
+type runningPod struct {
+	cmd     *exec.Cmd
+	stderr  *syncBuffer
+	termLog string // the host file bound at /dev/termination-log
+	done    chan struct{}
+	code    int
+}
+
+// podBinary builds the importer once per test binary.
+var podBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "podbin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "importer")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// needPods skips a test that cannot make a pod (not root, no unshare).
+func needPods(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("a pod's mount namespace needs root")
+	}
+	testimg.Need(t, "unshare", "chroot", "mount")
+	bin, err := podBinary()
+	require.NoError(t, err)
+	return bin
+}
+
+// podScript makes the pod's root at $1 and execs the importer in it; the
+// volumes come as pairs after it: pod path, host path.
+const podScript = `set -e
+R=$1; shift
+mount -t tmpfs -o mode=755 pod-root "$R"
+for d in bin sbin lib lib32 lib64 libx32 usr etc proc sys; do
+	[ -e "/$d" ] || continue
+	if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$R/$d"; continue; fi
+	mkdir "$R/$d"; mount --rbind "/$d" "$R/$d"
+done
+mkdir "$R/dev" "$R/tmp"
+mount -t tmpfs -o mode=755 pod-dev "$R/dev"
+mount -t tmpfs -o mode=1777 pod-tmp "$R/tmp"
+for n in null zero full random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+while [ $# -gt 0 ]; do
+	in=$R$1 host=$2; shift 2
+	if [ -d "$host" ]; then mkdir -p "$in"; else mkdir -p "$(dirname "$in")"; touch "$in"; fi
+	mount --bind "$host" "$in"
+done
+exec chroot "$R" /importer
+`
+
+// startPod starts p; the test's cleanup kills it if it still runs.
+func startPod(t *testing.T, p pod) *runningPod {
+	t.Helper()
+	bin := needPods(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	require.NoError(t, os.Mkdir(root, 0o755))
+	termLog := filepath.Join(dir, "termination-log")
+	require.NoError(t, os.WriteFile(termLog, nil, 0o600))
+	vols := map[string]string{"/importer": bin, "/dev/termination-log": termLog}
+	for in, host := range p.volumes {
+		vols[in] = host
+	}
+	// Parents before children (/shared before /shared/x).
+	paths := make([]string, 0, len(vols))
+	for in := range vols {
+		paths = append(paths, in)
+	}
+	sort.Strings(paths)
+	args := []string{"--mount", "--propagation", "private", "sh", "-c", podScript, "pod", root}
+	for _, in := range paths {
+		args = append(args, in, vols[in])
+	}
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for k, v := range p.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	rp := &runningPod{cmd: cmd, stderr: &syncBuffer{}, termLog: termLog, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = rp.stderr, rp.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	go func() {
+		defer close(rp.done)
+		err := cmd.Wait()
+		rp.code = cmd.ProcessState.ExitCode()
+		if err != nil && rp.code < 0 {
+			rp.code = 128 + int(cmd.ProcessState.Sys().(syscall.WaitStatus).Signal())
+		}
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-rp.done:
+		default:
+			cmd.Process.Kill()
+			<-rp.done
+		}
+	})
+	return rp
+}
+
+// wait waits for the pod to exit and returns its exit code.
+func (rp *runningPod) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-rp.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the pod did not exit in 3 minutes; output:\n%s", rp.stderr.String())
+	}
+	t.Logf("pod exited %d; output:\n%s", rp.code, rp.stderr.String())
+	return rp.code
+}
+
+// terminationLog is what the pod left in /dev/termination-log.
+func (rp *runningPod) terminationLog(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(rp.termLog)
+	require.NoError(t, err)
+	return b
+}
+
+// runPod runs p to its end.
+func runPod(t *testing.T, p pod) (code int, termLog []byte, output string) {
+	t.Helper()
+	rp := startPod(t, p)
+	code = rp.wait(t)
+	return code, rp.terminationLog(t), rp.stderr.String()
+}
+
+// syncBuffer is a bytes.Buffer the pod writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// dirEntries lists a directory's names (nil for an empty one).
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// httpEnv is the environment CDI's controller gives an HTTP import pod.
+func httpEnv(endpoint string, extra map[string]string) map[string]string {
+	env := map[string]string{
+		"IMPORTER_SOURCE":      "http",
+		"IMPORTER_ENDPOINT":    endpoint,
+		"IMPORTER_CONTENTTYPE": "kubevirt",
+		"IMPORTER_IMAGE_SIZE":  "64Mi",
+		"OWNER_UID":            "b856691e-1038-11e9-a5ab-525500d15501",
+		"FILESYSTEM_OVERHEAD":  "0.055",
+		"PREALLOCATION":        "false",
+		// Other tests' pods may run at once: not the pod's real :8443.
+		"IMPORTER_METRICS_LISTEN": "off",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+var _ = strings.TrimSpace

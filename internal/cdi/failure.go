@@ -1,0 +1,71 @@
+package cdi
+
+import (
+	"errors"
+	"strings"
+)
+
+// Texts CDI's importer writes as the whole termination message of a failed
+// run; the controller shows them as the DataVolume's condition message and
+// matches some of their words (simplifyKnownMessage).
+const (
+	processFailedPrefix = "Unable to process data: "
+	blankFailedPrefix   = "Unable to create blank image: "
+	// MessageBlankArchive is CDI's refusal of IMPORTER_SOURCE=none with
+	// IMPORTER_CONTENTTYPE=archive: a blank disk has no archive form.
+	MessageBlankArchive = "Cannot create empty disk with content type archive"
+)
+
+// plainFailure marks an error whose text is the whole termination message,
+// with no "Unable to process data" in front: CDI writes its environment
+// refusals ("Unknown data source: x") and the node-pull timeout that way.
+// text, when set, replaces err's own text (CDI's fixed sentences).
+type plainFailure struct {
+	text string
+	err  error
+}
+
+func (p *plainFailure) Error() string {
+	if p.text != "" {
+		return p.text
+	}
+	return p.err.Error()
+}
+
+func (p *plainFailure) Unwrap() error { return p.err }
+
+// asPlain marks err (nil stays nil).
+func asPlain(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &plainFailure{err: err}
+}
+
+// FailureText is the plain-text termination message of a run that exits
+// non-zero: what CDI's importer writes there, and the first thing a person
+// sees in `kubectl describe`. It is one line of at most 4096 bytes; a
+// longer one is cut at its end, so the cause, which comes first, stays.
+func FailureText(kind Kind, err error) string {
+	text := err.Error()
+	var plain *plainFailure
+	switch {
+	case errors.As(err, &plain):
+	case kind == Blank:
+		text = blankFailedPrefix + text
+	default:
+		text = processFailedPrefix + text
+	}
+	// Kubernetes keeps the message, CDI keeps one line of it.
+	text = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(text)
+	return cutText(text, maxTerminationMessage)
+}
+
+// cutText shortens s to at most limit bytes on a rune boundary, marking the
+// cut with an ellipsis.
+func cutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	return s[:runeStart(s, limit-len(ellipsis))] + ellipsis
+}
