@@ -19,7 +19,9 @@ type Container struct {
 	Volumes    []string // HOST:CONTAINER[:OPTIONS]
 	Devices    []string // HOST[:CONTAINER]
 	User       string   // UID[:GID]; the image's user when empty
+	Groups     []string // supplementary groups (a pod's fsGroup)
 	HostNet    bool     // --network host: reach servers on the host's 127.0.0.1
+	Pod        string   // join this pod (its network, as a Kubernetes pod's containers share one)
 	CapDropAll bool     // --cap-drop all, as a restricted pod runs
 	Extra      []string // any other podman run flags
 }
@@ -31,7 +33,7 @@ type Result struct {
 }
 
 func (c Container) runArgs(name string) []string {
-	args := append([]string{"run", "--name", name}, runFlags()...)
+	args := []string{"run", "--name", name}
 	if c.Entrypoint != "" {
 		args = append(args, "--entrypoint", c.Entrypoint)
 	}
@@ -47,8 +49,14 @@ func (c Container) runArgs(name string) []string {
 	if c.User != "" {
 		args = append(args, "--user", c.User)
 	}
+	for _, g := range c.Groups {
+		args = append(args, "--group-add", g)
+	}
 	if c.HostNet {
 		args = append(args, "--network", "host")
+	}
+	if c.Pod != "" {
+		args = append(args, "--pod", c.Pod)
 	}
 	if c.CapDropAll {
 		args = append(args, "--cap-drop", "all", "--security-opt", "no-new-privileges")
@@ -119,4 +127,19 @@ func (p *Podman) removeAtCleanup(args ...string) {
 			p.t.Errorf("cleanup: podman %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
+}
+
+// Pod creates an empty pod (with host networking when hostNet) whose
+// containers share a network namespace, and removes it with everything
+// in it when the test ends.
+func (p *Podman) Pod(hostNet bool) string {
+	p.t.Helper()
+	name := uniqueName(p.t, "pod")
+	p.removeAtCleanup("pod", "rm", "--force", "--time", "0", name)
+	args := []string{"pod", "create", "--name", name}
+	if hostNet {
+		args = append(args, "--network", "host")
+	}
+	p.Output(args...)
+	return name
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,17 +33,24 @@ func globalFlags() []string {
 	return []string{"--runtime", "runc", "--cgroup-manager", "cgroupfs"}
 }
 
-// runFlags are given to every podman run and create: runc fails to set
-// podman's default nofile and nproc limits on this kind of machine, even
-// to the values the host has, so lower ones are given.
-func runFlags() []string {
-	return []string{"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"}
-}
+// containersConf is the containers.conf every podman command reads
+// (CONTAINERS_CONF): runc fails to set podman's default nofile and nproc
+// limits on this kind of machine, even to the values the host has, so
+// lower ones are the default for every container, pod infra containers
+// and `podman kube play` included.
+const containersConf = `[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+`
 
 // Podman runs podman commands for one test.
 type Podman struct {
-	t   testing.TB
-	bin string
+	t    testing.TB
+	bin  string
+	conf string // the containers.conf file
 }
 
 // New returns a Podman for t, or skips t (fails it under RequireEnv)
@@ -56,7 +64,10 @@ func New(t testing.TB) *Podman {
 	if os.Geteuid() != 0 {
 		unavailable(t, "podman tests run as root (containers/storage, loop devices)")
 	}
-	p := &Podman{t: t, bin: bin}
+	p := &Podman{t: t, bin: bin, conf: filepath.Join(t.TempDir(), "containers.conf")}
+	if err := os.WriteFile(p.conf, []byte(containersConf), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := p.output("info", "--format", "{{.Store.GraphDriverName}}"); err != nil {
 		unavailable(t, "podman info failed: %v\n%s", err, out)
 	}
@@ -105,7 +116,9 @@ func (p *Podman) Load(archive, ref string) string {
 // Command returns podman with the global flags and args, for a test that
 // needs to run it itself (e.g. to watch it while it runs).
 func (p *Podman) Command(ctx context.Context, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, p.bin, append(globalFlags(), args...)...)
+	cmd := exec.CommandContext(ctx, p.bin, append(globalFlags(), args...)...)
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+p.conf)
+	return cmd
 }
 
 // uniqueName is a container or pod name no other test uses.
