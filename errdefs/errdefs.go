@@ -47,6 +47,9 @@ var (
 	ErrRestart = errors.New("transfer must start over")
 	// ErrClosed: a read on a source stream after its Close.
 	ErrClosed = errors.New("read on a closed source stream")
+	// ErrVerifyMismatch: the target read back after the copy differs from
+	// the source (returned wrapped in a *VerifyError).
+	ErrVerifyMismatch = errors.New("verification failed: target differs from source")
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx
@@ -82,3 +85,23 @@ func (e *SizeError) Error() string {
 
 // Is makes errors.Is(err, ErrTargetTooSmall) true.
 func (e *SizeError) Is(target error) bool { return target == ErrTargetTooSmall }
+
+// VerifyError states what was compared when verification failed. It
+// matches ErrVerifyMismatch.
+type VerifyError struct {
+	Method       string // "sha256" or "qemu-img compare"
+	Bytes        int64
+	SourceDigest string
+	TargetDigest string
+	Detail       string
+}
+
+func (e *VerifyError) Error() string {
+	if e.Method == "sha256" {
+		return fmt.Sprintf("%v: the first %d bytes of the source hash to %s but the target's to %s", ErrVerifyMismatch, e.Bytes, e.SourceDigest, e.TargetDigest)
+	}
+	return fmt.Sprintf("%v: %s: %s", ErrVerifyMismatch, e.Method, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrVerifyMismatch) true.
+func (e *VerifyError) Is(target error) bool { return target == ErrVerifyMismatch }

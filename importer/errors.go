@@ -16,6 +16,9 @@ var (
 	ErrTargetBusy           = errdefs.ErrTargetBusy
 	ErrScratchSpaceRequired = errdefs.ErrScratchSpaceRequired
 	ErrInvalidOptions       = errdefs.ErrInvalidOptions
+	// ErrVerifyMismatch: with Options.Verify, the target read back differs
+	// from the source (a *VerifyError says what was compared).
+	ErrVerifyMismatch = errdefs.ErrVerifyMismatch
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx
@@ -24,3 +27,7 @@ type HTTPStatusError = errdefs.HTTPStatusError
 
 // SizeError states both sizes when an image does not fit its target.
 type SizeError = errdefs.SizeError
+
+// VerifyError states what was compared when verification failed; it
+// matches ErrVerifyMismatch.
+type VerifyError = errdefs.VerifyError

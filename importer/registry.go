@@ -3,7 +3,6 @@ package importer
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -20,21 +19,4 @@ func ResolveDigest(ctx context.Context, source string, o Options) (string, error
 		return "", fmt.Errorf("%q is not a container image reference (docker://, oci-archive:, oci:): %w", source, errdefs.ErrInvalidOptions)
 	}
 	return datasource.ResolveDigest(ctx, source, sourceConfig(o))
-}
-
-// takeSourceLabels copies labels a source derives from its image (the
-// KUBEVIRT_IO_ env vars of a containerdisk) into the result.
-func (j *job) takeSourceLabels() {
-	l, ok := j.source.(datasource.Labeler)
-	if !ok {
-		return
-	}
-	labels := l.Labels()
-	if len(labels) == 0 {
-		return
-	}
-	if j.result.Labels == nil {
-		j.result.Labels = map[string]string{}
-	}
-	maps.Copy(j.result.Labels, labels)
 }

@@ -1,4 +1,4 @@
-package importer
+package engine
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
@@ -22,7 +21,7 @@ import (
 // job is the state one import carries from phase to phase. Fields the
 // progress reporter reads from another goroutine are atomics.
 type job struct {
-	opts       Options
+	opts       Request
 	log        *slog.Logger
 	qemu       *qemu.Runner
 	source     datasource.Source
@@ -37,7 +36,7 @@ type job struct {
 	convertPercent atomic.Uint64 // math.Float64bits
 
 	tgt      *volume.Target
-	plan     *engine.Plan // Info's decision; set once Info returned
+	plan     *Plan // Info's decision; set once Info returned
 	body     io.Closer
 	wire     io.Reader // the source bytes as received, hashed when checksums are set
 	verifier *iostage.Verifier
@@ -71,7 +70,7 @@ type job struct {
 // info opens the target and the source, peels compression, identifies the
 // image, checks what its header tells before a byte reaches the target, and
 // decides the plan.
-func (j *job) info(ctx context.Context) (*engine.Plan, error) {
+func (j *job) info(ctx context.Context) (*Plan, error) {
 	if j.opts.ContentType != "" && j.opts.ContentType != ContentTypeKubevirt {
 		return j.archiveInfo(ctx) // archive.go
 	}
@@ -108,7 +107,7 @@ func (j *job) info(ctx context.Context) (*engine.Plan, error) {
 		return nil, err
 	}
 
-	plan := &engine.Plan{
+	plan := &Plan{
 		SourceFormat:  img.Format,
 		Compressions:  img.Compressions,
 		OutputFormat:  out,
@@ -118,28 +117,28 @@ func (j *job) info(ctx context.Context) (*engine.Plan, error) {
 	}
 	switch {
 	case !img.Format.NeedsConversion() && out == "raw":
-		plan.Route = engine.RouteStream
+		plan.Route = RouteStream
 	case j.useRanged(ctx, st, img):
 		j.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", j.source.String())
-		plan.Route = engine.RouteRanged
+		plan.Route = RouteRanged
 		j.rangedSrc = st.Ranged
 	case st.LocalPath != "" && len(img.Compressions) == 0:
 		// qemu-img reads a local image in place: no copy.
-		plan.Route = engine.RouteInPlace
+		plan.Route = RouteInPlace
 		j.convertSrc = st.LocalPath
 	default:
-		plan.Route = engine.RouteScratch
+		plan.Route = RouteScratch
 		if !img.Format.NeedsConversion() {
 			plan.ConvertFormat = format.Raw
 		}
 	}
 	if j.opts.Verify {
-		plan.Verify = engine.VerifyCompare
-		if plan.Route == engine.RouteStream {
-			plan.Verify = engine.VerifyDigests
+		plan.Verify = VerifyCompare
+		if plan.Route == RouteStream {
+			plan.Verify = VerifyDigests
 		}
 	}
-	plan.Phases, plan.SourceDrainedAfter = engine.PhasesFor(plan.Route, j.opts.Verify)
+	plan.Phases, plan.SourceDrainedAfter = PhasesFor(plan.Route, j.opts.Verify)
 	j.log.Info("Import planned", "route", plan.Route.String(), "phases", plan.Phases)
 	return plan, nil
 }
@@ -304,20 +303,20 @@ func (j *job) transferScratch(ctx context.Context) error {
 // validate checks the image qemu-img is about to read: structure, no
 // references to other files, and a virtual size that fits the target.
 func (j *job) validate(ctx context.Context) error {
-	if j.plan.Route == engine.RouteRanged {
+	if j.plan.Route == RouteRanged {
 		// Served to qemu-img over NBD until Convert ends (ranged.go).
 		if err := j.startExport(ctx); err != nil {
 			return err
 		}
 	}
 	src, f := j.convertSrc, j.plan.ConvertFormat
-	if j.plan.Route == engine.RouteInPlace && j.verifier != nil {
+	if j.plan.Route == RouteInPlace && j.verifier != nil {
 		// A local image converted in place: hash it before trusting it.
 		if err := j.finishSource(); err != nil {
 			return err
 		}
 	}
-	if j.plan.Route != engine.RouteRanged { // a remote image was checked, on its HTTP bytes, as its export started
+	if j.plan.Route != RouteRanged { // a remote image was checked, on its HTTP bytes, as its export started
 		if err := checkStructureFile(f, src); err != nil {
 			return err
 		}

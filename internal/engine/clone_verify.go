@@ -1,4 +1,4 @@
-package importer
+package engine
 
 import (
 	"context"
@@ -16,13 +16,12 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/ctxio"
-	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
 )
 
 const (
-	verifyByDigest  = string(engine.VerifyDigests)
-	verifyByCompare = string(engine.VerifyCompare)
+	verifyByDigest  = string(VerifyDigests)
+	verifyByCompare = string(VerifyCompare)
 )
 
 // verify re-reads both sides after the copy (Options.Verify). A raw copy is
@@ -35,7 +34,7 @@ func (j *job) verify(ctx context.Context) error {
 	n := j.result.BytesWritten
 	j.log.Info("Verifying: reading back source and target", "bytes", n, "target", j.tgt.Path())
 	start := time.Now()
-	if j.plan.Verify == engine.VerifyDigests {
+	if j.plan.Verify == VerifyDigests {
 		if err := j.verifyDigests(ctx, n); err != nil {
 			return err
 		}
@@ -71,7 +70,7 @@ func (j *job) verifyDigests(ctx context.Context, n int64) error {
 	j.result.VerifyMethod = verifyByDigest
 	j.result.SourceDigest, j.result.TargetDigest = s.digest, tgtDigest
 	if s.digest != tgtDigest {
-		return &VerifyError{Method: verifyByDigest, Bytes: n, SourceDigest: s.digest, TargetDigest: tgtDigest}
+		return &errdefs.VerifyError{Method: verifyByDigest, Bytes: n, SourceDigest: s.digest, TargetDigest: tgtDigest}
 	}
 	return nil
 }
@@ -165,7 +164,7 @@ func (j *job) runCompare(ctx context.Context, src, dst qemu.CompareImage) (strin
 		return "", fmt.Errorf("verify: qemu-img compare: %w: %w", errdefs.ErrCancelled, ctx.Err())
 	}
 	if errors.Is(err, qemu.ErrImagesDiffer) {
-		return "", &VerifyError{Method: verifyByCompare, Detail: out}
+		return "", &errdefs.VerifyError{Method: verifyByCompare, Detail: out}
 	}
 	return "", fmt.Errorf("verify: %w", err)
 }

@@ -1,4 +1,4 @@
-package importer
+package engine
 
 import (
 	"bufio"
@@ -9,13 +9,6 @@ import (
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/engine"
-)
-
-// Content types (Options.ContentType, CDI's IMPORTER_CONTENTTYPE).
-const (
-	ContentTypeKubevirt = "kubevirt"
-	ContentTypeArchive  = "archive"
 )
 
 // tarHeaderSize is one tar block; "ustar" sits at offset 257 of a POSIX
@@ -27,7 +20,7 @@ const (
 
 // archiveInfo is Info for the archive content type: the target must be a
 // directory, and the source, once decompressed, a tar stream.
-func (j *job) archiveInfo(ctx context.Context) (*engine.Plan, error) {
+func (j *job) archiveInfo(ctx context.Context) (*Plan, error) {
 	if j.opts.ContentType != ContentTypeArchive {
 		return nil, fmt.Errorf("content type %q: want %s or %s: %w", j.opts.ContentType, ContentTypeKubevirt, ContentTypeArchive, errdefs.ErrInvalidOptions)
 	}
@@ -51,8 +44,8 @@ func (j *job) archiveInfo(ctx context.Context) (*engine.Plan, error) {
 		return nil, fmt.Errorf("content type archive wants a tar stream, but %s is a %s image: %w", j.source, img.Format, errdefs.ErrInvalidImage)
 	}
 	j.result.SourceFormat = "tar"
-	plan := &engine.Plan{Route: engine.RouteArchive, SourceFormat: img.Format, Compressions: img.Compressions}
-	plan.Phases, plan.SourceDrainedAfter = engine.PhasesFor(engine.RouteArchive, false)
+	plan := &Plan{Route: RouteArchive, SourceFormat: img.Format, Compressions: img.Compressions}
+	plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteArchive, false)
 	return plan, nil
 }
 

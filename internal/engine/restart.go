@@ -1,4 +1,4 @@
-package importer
+package engine
 
 import (
 	"context"
@@ -19,24 +19,20 @@ const maxRestarts = 100
 // *datasource.RestartError; that attempt has already aborted its target and
 // removed its scratch file, so the next one begins from Info with a fresh
 // Open and nothing of the old bytes.
-func importWithRestarts(ctx context.Context, o Options) (*Result, error) {
+func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 	start := time.Now()
-	var src datasource.Source
 	for restarts := 0; ; restarts++ {
-		res, used, err := importOnce(ctx, o, src, start)
-		if used != nil {
-			src = used
-			res.Retries = datasource.Retries(src)
-		}
+		res, err := importOnce(ctx, r, start)
+		res.Retries = datasource.Retries(r.Source)
 		var re *datasource.RestartError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &re) || restarts >= maxRestarts {
 			return res, err
 		}
-		log := o.Logger
+		log := r.Logger
 		if log == nil {
 			log = slog.Default()
 		}
 		log.Warn("Transfer cannot resume; starting the import over from the beginning",
-			"source", src.String(), "restart", restarts+1, "cause", re.Error())
+			"source", r.Source.String(), "restart", restarts+1, "cause", re.Error())
 	}
 }

@@ -1,11 +1,9 @@
-package importer
+package engine
 
 import (
 	"context"
 	"math"
 	"time"
-
-	"github.com/diskimport/engine/internal/engine"
 )
 
 const progressInterval = time.Second
@@ -53,7 +51,7 @@ func (j *job) snapshot() Progress {
 		p.BytesWritten = w.Written()
 	}
 	switch {
-	case p.Phase == engine.Convert:
+	case p.Phase == Convert:
 		p.Percent = math.Float64frombits(j.convertPercent.Load())
 	case p.SourceSize > 0:
 		p.Percent = min(100, 100*float64(p.BytesRead)/float64(p.SourceSize))

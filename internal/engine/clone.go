@@ -1,8 +1,7 @@
-package importer
+package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -20,30 +19,6 @@ import (
 // on top: an exact-size rule for storage migrations, a whole-device zeroing
 // so zero blocks can be skipped, a refusal to copy a device onto itself, and
 // a read-back verification of both sides (clone_verify.go).
-
-// ErrVerifyMismatch is returned (wrapped in a *VerifyError) when the target
-// read back after the copy differs from the source.
-var ErrVerifyMismatch = errors.New("verification failed: target differs from source")
-
-// VerifyError states what was compared when verification failed. It
-// matches ErrVerifyMismatch.
-type VerifyError struct {
-	Method       string // "sha256" or "qemu-img compare"
-	Bytes        int64
-	SourceDigest string
-	TargetDigest string
-	Detail       string
-}
-
-func (e *VerifyError) Error() string {
-	if e.Method == verifyByDigest {
-		return fmt.Sprintf("%v: the first %d bytes of the source hash to %s but the target's to %s", ErrVerifyMismatch, e.Bytes, e.SourceDigest, e.TargetDigest)
-	}
-	return fmt.Sprintf("%v: %s: %s", ErrVerifyMismatch, e.Method, e.Detail)
-}
-
-// Is makes errors.Is(err, ErrVerifyMismatch) true.
-func (e *VerifyError) Is(target error) bool { return target == ErrVerifyMismatch }
 
 // checkClone runs in Info once the source is identified and before any byte
 // reaches the target.

@@ -1,9 +1,10 @@
-package importer
+package engine
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
@@ -38,4 +39,21 @@ func (j *job) openSource(ctx context.Context) (*datasource.Stream, *format.Strea
 		j.result.Compressions = append(j.result.Compressions, string(c))
 	}
 	return st, img, nil
+}
+
+// takeSourceLabels copies labels a source derives from its image (the
+// KUBEVIRT_IO_ env vars of a containerdisk) into the result.
+func (j *job) takeSourceLabels() {
+	l, ok := j.source.(datasource.Labeler)
+	if !ok {
+		return
+	}
+	labels := l.Labels()
+	if len(labels) == 0 {
+		return
+	}
+	if j.result.Labels == nil {
+		j.result.Labels = map[string]string{}
+	}
+	maps.Copy(j.result.Labels, labels)
 }

@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/qemu"
+)
+
+// Content types (Request.ContentType).
+const (
+	ContentTypeKubevirt = "kubevirt"
+	ContentTypeArchive  = "archive"
+)
+
+// Request is one import as the facade (package importer) resolved it from
+// its Options: the source built, the checksums parsed, the options checked.
+// The field meanings are importer.Options'.
+type Request struct {
+	Source             datasource.Source
+	Target             string
+	ContentType        string
+	Size               int64
+	FilesystemOverhead float64
+	Format             string
+	ScratchDir         string // "" = os.TempDir()
+	Checksums          []iostage.Checksum
+	Preallocation      bool
+	CacheMode          string
+	ExactSize          bool
+	Verify             bool
+	ZeroTarget         bool
+	NoRangedRead       bool
+
+	Progress func(Progress)
+	Events   func(Event)
+	Logger   *slog.Logger
+	Qemu     *qemu.Runner
+	// Wrap decorates the step of a phase (tests inject faults with it).
+	Wrap func(Phase, Step) Step
+}
+
+// BlankRequest is one blank disk; the field meanings are
+// importer.BlankOptions' (which converts to it).
+type BlankRequest struct {
+	Target             string
+	Size               int64
+	FilesystemOverhead float64
+	Format             string
+	Preallocation      bool
+	Logger             *slog.Logger
+	Qemu               *qemu.Runner
+}
+
+// Result is importer.Result, field for field (the facade converts it; the
+// documentation is there).
+type Result struct {
+	Complete             bool
+	Target               string
+	SourceFormat         string
+	Compressions         []string
+	VirtualSize          int64
+	BytesWritten         int64
+	DataBytes            int64
+	BytesRead            int64
+	Checksums            []string
+	PreallocationApplied bool
+	ScratchUsed          bool
+	Phases               []Phase
+	Duration             time.Duration
+	Labels               map[string]string
+	Retries              int
+	Sandbox              string
+	Verified             bool
+	VerifyMethod         string
+	SourceDigest         string
+	TargetDigest         string
+}
+
+// Progress is importer.Progress, field for field.
+type Progress struct {
+	Phase        Phase
+	BytesRead    int64
+	SourceSize   int64
+	BytesWritten int64
+	Percent      float64
+}
