@@ -1,0 +1,141 @@
+package imagetest
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diskimport/engine/internal/imagebuild"
+	"github.com/diskimport/engine/internal/podmantest"
+)
+
+// maxCompressedSize is the issue's budget for the image (CDI's importer
+// binary alone is 92 MB).
+const maxCompressedSize = 40_000_000
+
+const quickTimeout = time.Minute
+
+// TestVersion runs `importer --version` and `importer version` in the
+// image: the stamped version and commit match the image's labels, and
+// qemu-img runs there (every library it links is in the image).
+func TestVersion(t *testing.T) {
+	img := loadImage(t)
+	version, revision := img.label(t, imagebuild.LabelVersion), img.label(t, imagebuild.LabelRevision)
+	if version == "" || revision == "" {
+		t.Fatalf("labels: version %q, revision %q", version, revision)
+	}
+	if src := img.label(t, imagebuild.LabelSource); !strings.HasPrefix(src, "https://") {
+		t.Errorf("label %s = %q", imagebuild.LabelSource, src)
+	}
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		r := img.podman.Run(podmantest.Container{Image: img.id, Args: args, CapDropAll: true}, quickTimeout)
+		if r.ExitCode != 0 {
+			t.Fatalf("importer %s exited %d: %s", args[0], r.ExitCode, r.Stderr)
+		}
+		for _, want := range []string{"importer " + version + "\n", "commit   " + revision + "\n", "go       go1.", "qemu-img 7."} {
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("importer %s printed\n%s\nwant a line with %q", args[0], r.Stdout, want)
+			}
+		}
+	}
+}
+
+// TestUserAndShell checks what CDI's pods rely on besides the importer:
+// the image runs as 107, and sh and cp work (the node-pull init container
+// runs `sh -c "cp ..."`); /tmp is writable; the real xz runs (busybox's
+// sh would prefer its own xz applet, hence the full path).
+func TestUserAndShell(t *testing.T) {
+	img := loadImage(t)
+	r := img.podman.Run(podmantest.Container{
+		Image:      img.id,
+		Entrypoint: "/bin/sh",
+		Args:       []string{"-c", `echo "uid=$(id -u)"; cp /usr/bin/importer /tmp/copy && echo copied; /usr/bin/xz --version`},
+		CapDropAll: true,
+	}, quickTimeout)
+	if r.ExitCode != 0 {
+		t.Fatalf("sh exited %d: %s%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if !strings.Contains(r.Stdout, "uid=107\n") {
+		t.Errorf("the container runs as\n%s\nwant uid=107", r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "copied") {
+		t.Errorf("cp into /tmp as the image's user failed:\n%s%s", r.Stdout, r.Stderr)
+	}
+	if !strings.Contains(r.Stdout, "xz (XZ Utils)") {
+		t.Errorf("xz did not run:\n%s%s", r.Stdout, r.Stderr)
+	}
+	user := strings.TrimSpace(img.podman.Output("image", "inspect", "--format", "{{.Config.User}}", img.id))
+	if user != "107:107" {
+		t.Errorf("image user %q, want 107:107", user)
+	}
+}
+
+// TestCompressedSize states the image's size against its budget.
+func TestCompressedSize(t *testing.T) {
+	img := loadImage(t)
+	t.Logf("image %s: %d bytes compressed (%.1f MB; layers %v), budget %d", img.summary.Digest, img.summary.CompressedSize,
+		float64(img.summary.CompressedSize)/1e6, img.summary.LayerSizes, maxCompressedSize)
+	if img.summary.CompressedSize > maxCompressedSize {
+		t.Errorf("the image is %d bytes compressed, over the budget of %d", img.summary.CompressedSize, maxCompressedSize)
+	}
+}
+
+// TestReproducible builds the image again with make, from the same
+// commit (version, commit and time taken from the first build), into
+// another directory: the digest and the docker-archive's bytes are the
+// same.
+func TestReproducible(t *testing.T) {
+	img := loadImage(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := strings.TrimSpace(img.podman.Output("image", "inspect", "--format", "{{.Created.Unix}}", img.id))
+	second := t.TempDir()
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "image",
+		"IMAGE_DIR="+second,
+		"VERSION="+img.label(t, imagebuild.LabelVersion),
+		"COMMIT="+img.label(t, imagebuild.LabelRevision),
+		"SOURCE_DATE_EPOCH="+created)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("second make image: %v\n%s", err, out)
+	}
+	var again imagebuild.Summary
+	data, err := os.ReadFile(filepath.Join(second, "importer-image.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &again); err != nil {
+		t.Fatal(err)
+	}
+	if again.Digest != img.summary.Digest {
+		t.Fatalf("two builds of one commit: digests %s and %s\n%s", img.summary.Digest, again.Digest, out)
+	}
+	first, rebuilt := sha256File(t, filepath.Join(img.dir, "importer-image.tar")), sha256File(t, filepath.Join(second, "importer-image.tar"))
+	if first != rebuilt {
+		t.Errorf("two builds of one commit: docker-archives differ (sha256 %s and %s)", first, rebuilt)
+	}
+	t.Logf("rebuilt: digest %s, docker-archive sha256 %s", again.Digest, rebuilt)
+}
+
+func sha256File(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
