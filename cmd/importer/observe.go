@@ -65,7 +65,11 @@ func (o *progressOutputs) finish(res *importer.Result, err error) {
 		o.logLines.Stop()
 	}
 	if o.server != nil {
-		if err := o.server.Stop(); err != nil {
+		stop := o.server.Stop
+		if err == nil {
+			stop = func() error { return o.server.StopAfterScrape(cdi.FinalScrapeGrace) }
+		}
+		if err := stop(); err != nil {
 			o.log.Warn("Stopping the metrics server", "err", err)
 		}
 	}

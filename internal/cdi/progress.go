@@ -45,9 +45,12 @@ type ProgressTracker struct {
 	lastAt   time.Time
 }
 
-// NewProgressTracker returns a tracker at 0%.
-func NewProgressTracker() *ProgressTracker {
-	return &ProgressTracker{now: time.Now, state: ProgressState{SourceSize: -1}}
+// NewProgressTracker returns a tracker at 0%, created as the import
+// starts (the first rate counts from then).
+func NewProgressTracker() *ProgressTracker { return newProgressTracker(time.Now) }
+
+func newProgressTracker(now func() time.Time) *ProgressTracker {
+	return &ProgressTracker{now: now, lastAt: now(), state: ProgressState{SourceSize: -1}}
 }
 
 // minRateInterval keeps the rate from being measured over a few
@@ -59,9 +62,6 @@ func (t *ProgressTracker) Observe(p importer.Progress) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	if t.lastAt.IsZero() {
-		t.lastAt = now
-	}
 	if dt := now.Sub(t.lastAt); dt >= minRateInterval {
 		t.state.ReadRate = max(0, float64(p.BytesRead-t.lastRead)/dt.Seconds())
 		t.lastRead, t.lastAt = p.BytesRead, now

@@ -8,7 +8,7 @@ import (
 )
 
 // ProgressLogInterval is how often ProgressLog writes a line.
-const ProgressLogInterval = 5 * time.Second
+const ProgressLogInterval = 3 * time.Second
 
 // ProgressLog writes the tracker's state as a log line every interval, for
 // logs read off a terminal (kubectl logs), as CDI's importer logs its
