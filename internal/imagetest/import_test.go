@@ -3,6 +3,7 @@ package imagetest
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,17 @@ func controllerEnv(t *testing.T, url string) []string {
 		"PREALLOCATION=false",
 		"IMPORTER_METRICS_LISTEN=" + freeLocalAddr(t),
 	}
+}
+
+// withEnv replaces or adds KEY=VALUE settings in env.
+func withEnv(env []string, settings ...string) []string {
+	out := slices.Clone(env)
+	for _, s := range settings {
+		key, _, _ := strings.Cut(s, "=")
+		out = slices.DeleteFunc(out, func(e string) bool { return strings.HasPrefix(e, key+"=") })
+		out = append(out, s)
+	}
+	return out
 }
 
 // TestFilesystemVolume is an importer pod on a filesystem PVC with a
