@@ -50,6 +50,11 @@ var (
 	// ErrVerifyMismatch: the target read back after the copy differs from
 	// the source (returned wrapped in a *VerifyError).
 	ErrVerifyMismatch = errors.New("verification failed: target differs from source")
+	// ErrNotStreamable: a streaming decoder met a layout it does not handle
+	// in one forward pass (tables after the data beyond its buffer, a
+	// cluster used twice, an unknown feature): the image itself may be
+	// fine, and the caller falls back to scratch + qemu-img.
+	ErrNotStreamable = errors.New("image layout not streamable")
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx
