@@ -6,7 +6,7 @@
 // # Sources
 //
 // A [Source] is opened once per pass over the image: [Source.Open] returns a
-// [Stream] whose Body yields the bytes from the start. Sources that can be
+// [Transfer] whose Body yields the bytes from the start. Sources that can be
 // read again (files, HTTP objects, container images) may be opened again
 // after a failure; a one-shot stream such as standard input cannot. A
 // source may also say more about its bytes: a local path qemu-img can read

@@ -18,14 +18,14 @@ type fileSource struct {
 }
 
 // NewFile reads a local regular file or block device. Other kinds of file
-// (pipes, character devices) are streamed without a size or LocalPath.
+// (pipes, character devices) are streamed without a size or a LocalPath.
 // Errors surface at Open: a missing or unreadable file wraps
 // errdefs.ErrSourceUnreachable and names the path.
 func NewFile(path string) Source { return &fileSource{path: path} }
 
 func (s *fileSource) String() string { return s.path }
 
-func (s *fileSource) Open(ctx context.Context) (*Stream, error) {
+func (s *fileSource) Open(ctx context.Context) (*Transfer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ctxio.Cancelled("reading "+s.path, err)
 	}
@@ -36,33 +36,46 @@ func (s *fileSource) Open(ctx context.Context) (*Stream, error) {
 		}
 		return nil, fmt.Errorf("opening source file %s: %w: %w", s.path, errdefs.ErrSourceUnreachable, err)
 	}
-	st, err := s.describe(f)
+	size, local, err := s.describe(f)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	st.Body = ctxio.NewReadCloser(ctx, "reading "+s.path, f, f.Close)
-	return st, nil
+	body := ctxio.NewReadCloser(ctx, "reading "+s.path, f, f.Close)
+	if local == "" {
+		return &Transfer{Body: body, Size: size}, nil
+	}
+	return &Transfer{Body: &localBody{ReadCloser: body, path: local}, Size: size}, nil
 }
 
-// describe finds the size and whether qemu-img may read the path in place.
-func (s *fileSource) describe(f *os.File) (*Stream, error) {
+// localBody is the body of a local regular file or block device; it
+// implements LocalFile.
+type localBody struct {
+	io.ReadCloser
+	path string
+}
+
+func (b *localBody) LocalPath() string { return b.path }
+
+// describe finds the size and, when qemu-img may read the path in place,
+// its absolute name.
+func (s *fileSource) describe(f *os.File) (int64, string, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("stat source file %s: %w: %w", s.path, errdefs.ErrSourceUnreachable, err)
+		return 0, "", fmt.Errorf("stat source file %s: %w: %w", s.path, errdefs.ErrSourceUnreachable, err)
 	}
 	// An absolute path keeps qemu-img from reading a name like "nbd:x" or
 	// "json:{...}" as a protocol, and survives a different working directory.
 	abs, err := filepath.Abs(s.path)
 	if err != nil {
-		return nil, fmt.Errorf("resolving source path %s: %w: %w", s.path, errdefs.ErrInvalidOptions, err)
+		return 0, "", fmt.Errorf("resolving source path %s: %w: %w", s.path, errdefs.ErrInvalidOptions, err)
 	}
 	mode := fi.Mode()
 	switch {
 	case mode.IsDir():
-		return nil, fmt.Errorf("source %s is a directory, not an image file: %w", s.path, errdefs.ErrInvalidOptions)
+		return 0, "", fmt.Errorf("source %s is a directory, not an image file: %w", s.path, errdefs.ErrInvalidOptions)
 	case mode.IsRegular():
-		return &Stream{Size: fi.Size(), LocalPath: abs}, nil
+		return fi.Size(), abs, nil
 	case mode&fs.ModeDevice != 0 && mode&fs.ModeCharDevice == 0:
 		// Stat reports 0 for block devices; seeking to the end gives the
 		// device size without an ioctl.
@@ -71,11 +84,11 @@ func (s *fileSource) describe(f *os.File) (*Stream, error) {
 			_, err = f.Seek(0, io.SeekStart)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("finding size of block device %s: %w: %w", s.path, errdefs.ErrSourceUnreachable, err)
+			return 0, "", fmt.Errorf("finding size of block device %s: %w: %w", s.path, errdefs.ErrSourceUnreachable, err)
 		}
-		return &Stream{Size: size, LocalPath: abs}, nil
+		return size, abs, nil
 	default:
 		// FIFOs, character devices, sockets: readable once, size unknown.
-		return &Stream{Size: -1}, nil
+		return -1, "", nil
 	}
 }

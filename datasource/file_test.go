@@ -28,7 +28,7 @@ func TestFileRegular(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, sum(data), sum(got))
 		assert.Equal(t, int64(len(data)), st.Size)
-		assert.Equal(t, p, st.LocalPath)
+		assert.Equal(t, p, datasource.LocalPath(st))
 	}
 }
 
@@ -39,7 +39,7 @@ func TestFileRelativePathGivesAbsoluteLocalPath(t *testing.T) {
 	st, got, err := readAll(t, datasource.NewFile(filepath.Base(p)))
 	require.NoError(t, err)
 	assert.Equal(t, data, got)
-	assert.Equal(t, p, st.LocalPath)
+	assert.Equal(t, p, datasource.LocalPath(st))
 }
 
 func TestFileMissing(t *testing.T) {
@@ -71,7 +71,7 @@ func TestFileFIFOStreamsWithoutSize(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 	assert.Equal(t, int64(-1), st.Size)
-	assert.Empty(t, st.LocalPath)
+	assert.Empty(t, datasource.LocalPath(st))
 }
 
 func TestFileContextCancel(t *testing.T) {
@@ -111,7 +111,7 @@ func TestFileBlockDevice(t *testing.T) {
 	st, got, err := readAll(t, datasource.NewFile(dev))
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), st.Size)
-	assert.Equal(t, dev, st.LocalPath)
+	assert.Equal(t, dev, datasource.LocalPath(st))
 	assert.Equal(t, sum(data), sum(got))
 }
 
@@ -123,7 +123,7 @@ func TestReaderOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 	assert.Equal(t, int64(-1), st.Size)
-	assert.Empty(t, st.LocalPath)
+	assert.Empty(t, datasource.LocalPath(st))
 	_, err = src.Open(context.Background())
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
@@ -156,7 +156,7 @@ func TestNewDispatch(t *testing.T) {
 		st, got, err := readAll(t, src)
 		require.NoError(t, err, ep)
 		assert.Equal(t, data, got)
-		assert.Equal(t, p, st.LocalPath)
+		assert.Equal(t, p, datasource.LocalPath(st))
 	}
 
 	for _, ep := range []string{"s3://bucket/key", "gs://b/o"} {

@@ -50,7 +50,7 @@ func writeTemp(t *testing.T, data []byte) string {
 func sum(b []byte) [32]byte { return sha256.Sum256(b) }
 
 // readAll opens src and reads the whole stream, closing the body.
-func readAll(t *testing.T, src datasource.Source) (*datasource.Stream, []byte, error) {
+func readAll(t *testing.T, src datasource.Source) (*datasource.Transfer, []byte, error) {
 	t.Helper()
 	st, err := src.Open(context.Background())
 	if err != nil {

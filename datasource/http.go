@@ -191,7 +191,7 @@ func (s *httpSource) checkRedirect(req *http.Request, via []*http.Request) error
 // Open sends the GET, retrying what may pass (connection errors, stalls,
 // 5xx, 429). The stall watchdog already runs while waiting for the response
 // headers.
-func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
+func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 	life, kill := context.WithCancelCause(ctx)
 	b := &httpBody{src: s, parent: ctx, life: life, kill: kill, size: -1}
 	b.streak = b.newStreak()
@@ -209,11 +209,11 @@ func (s *httpSource) Open(ctx context.Context) (*Stream, error) {
 	b.size = resp.ContentLength
 	b.etag = strongETag(resp.Header.Get("ETag"))
 	b.lastMod = resp.Header.Get("Last-Modified")
-	st := &Stream{Body: b, Size: b.size}
+	st := &Transfer{Body: b, Size: b.size}
 	// The object may be read in place when the server serves ranges of
 	// an object of known size.
 	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
-		st.Ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
+		b.ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
 			Size: b.size, src: s, etag: b.etag, lastMod: b.lastMod}
 	}
 	return st, nil

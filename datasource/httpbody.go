@@ -16,7 +16,7 @@ import (
 	"github.com/diskimport/engine/internal/retry"
 )
 
-// httpBody is the Stream body of an HTTP source. It turns the transport's
+// httpBody is the Transfer body of an HTTP source. It turns the transport's
 // read errors into engine errors, checks the byte count against
 // Content-Length, runs the stall watchdog, and survives a broken transfer:
 // it reconnects with "Range: bytes=N-" guarded by "If-Range" (the first
@@ -38,8 +38,9 @@ type httpBody struct {
 	closed bool
 	cur    *httpAttempt
 
-	size    int64  // total size from the first response, or -1
-	etag    string // strong ETag of the first response
+	size    int64      // total size from the first response, or -1
+	ranged  *RangedURL // the object read at random, when the server serves ranges
+	etag    string     // strong ETag of the first response
 	lastMod string
 	got     int64
 	streak  *retry.Streak // this stream's failures in a row
@@ -303,6 +304,10 @@ func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 
 // Close may be called from another goroutine to abort a blocked Read or a
 // retry wait.
+// Ranges implements RangeReadable: nil unless the server serves byte ranges
+// of an object of known size.
+func (b *httpBody) Ranges() *RangedURL { return b.ranged }
+
 func (b *httpBody) Close() error {
 	b.mu.Lock()
 	if b.closed {

@@ -15,7 +15,7 @@ import (
 // the layers in manifest order up to the first regular file under disk/,
 // which becomes the stream. Layers before it are read whole (never
 // written anywhere) and digest-checked.
-func (s *imageSource) Open(ctx context.Context) (*Stream, error) {
+func (s *imageSource) Open(ctx context.Context) (*Transfer, error) {
 	p, err := openImage(ctx, s.ref, s.conf)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (s *imageSource) Open(ctx context.Context) (*Stream, error) {
 		}
 		if h != nil {
 			s.log.Info(fmt.Sprintf("File '%s' found in the layer", h.Name), "digest", info.Digest, "size", h.Size)
-			return &Stream{Body: &registryBody{ctx: ctx, layer: l, image: p}, Size: h.Size}, nil
+			return &Transfer{Body: &registryBody{ctx: ctx, layer: l, image: p}, Size: h.Size}, nil
 		}
 		l.close()
 	}

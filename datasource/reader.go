@@ -18,19 +18,19 @@ type readerSource struct {
 
 // NewReader wraps a one-shot stream such as standard input or an upload
 // body. It can be opened once; its size is unknown and it has no LocalPath.
-// Closing the Stream body does not close r: whoever supplied r owns it.
+// Closing the Transfer body does not close r: whoever supplied r owns it.
 func NewReader(name string, r io.Reader) Source { return &readerSource{name: name, r: r} }
 
 func (s *readerSource) String() string { return s.name }
 
-func (s *readerSource) Open(ctx context.Context) (*Stream, error) {
+func (s *readerSource) Open(ctx context.Context) (*Transfer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ctxio.Cancelled("reading "+s.name, err)
 	}
 	if !s.opened.CompareAndSwap(false, true) {
 		return nil, fmt.Errorf("source %s is a one-time stream and was already opened: %w", s.name, errdefs.ErrInvalidOptions)
 	}
-	return &Stream{
+	return &Transfer{
 		Body: ctxio.NewReader(ctx, "reading "+s.name, s.r),
 		Size: -1,
 	}, nil

@@ -18,8 +18,8 @@ type stringSource struct{ endpoint, text string }
 
 func (s stringSource) String() string { return s.endpoint }
 
-func (s stringSource) Open(context.Context) (*datasource.Stream, error) {
-	return &datasource.Stream{Body: io.NopCloser(strings.NewReader(s.text)), Size: int64(len(s.text))}, nil
+func (s stringSource) Open(context.Context) (*datasource.Transfer, error) {
+	return &datasource.Transfer{Body: io.NopCloser(strings.NewReader(s.text)), Size: int64(len(s.text))}, nil
 }
 
 func TestRegistryRoutesByScheme(t *testing.T) {

@@ -9,26 +9,50 @@ import (
 type Source interface {
 	// Open starts reading from the beginning. Sources that cannot restart
 	// (stdin) fail a second Open.
-	Open(ctx context.Context) (*Stream, error)
+	Open(ctx context.Context) (*Transfer, error)
 	// String names the source for logs, with credentials redacted.
 	String() string
 }
 
-// Stream is one pass over a source's bytes.
-type Stream struct {
+// Transfer is one pass over a source's bytes.
+type Transfer struct {
 	// Body yields the bytes. The caller must Close it; closing also stops
 	// any background work (the HTTP stall watchdog) tied to the stream.
 	Body io.ReadCloser
 	// Size is the total number of bytes when known (Content-Length, file or
 	// block-device size), else -1.
 	Size int64
-	// LocalPath is set (absolute) when the bytes are a local regular file or
-	// block device that qemu-img could read in place; "" otherwise.
-	LocalPath string
-	// Ranged, when not nil, says the bytes are also readable at random:
-	// the server advertised byte ranges for an object of known size.
-	// Ranged.Open reads it with the source's own client settings.
-	Ranged *RangedURL
+}
+
+// LocalFile is implemented by a Transfer's Body when its bytes are a local
+// regular file or block device that qemu-img could read in place.
+type LocalFile interface {
+	LocalPath() string // absolute
+}
+
+// RangeReadable is implemented by a Transfer's Body when its bytes are also
+// readable at random: the server advertised byte ranges for an object of
+// known size. RangedURL.Open reads it with the source's own client settings.
+type RangeReadable interface {
+	Ranges() *RangedURL
+}
+
+// LocalPath returns the local path of a transfer's bytes (see LocalFile),
+// or "".
+func LocalPath(t *Transfer) string {
+	if l, ok := t.Body.(LocalFile); ok {
+		return l.LocalPath()
+	}
+	return ""
+}
+
+// Ranges returns the range-readable object behind a transfer (see
+// RangeReadable), or nil.
+func Ranges(t *Transfer) *RangedURL {
+	if r, ok := t.Body.(RangeReadable); ok {
+		return r.Ranges()
+	}
+	return nil
 }
 
 // RangedURL is an HTTP(S) object that can be read with Range requests.

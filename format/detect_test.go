@@ -33,7 +33,7 @@ func sharedImage(t *testing.T, rel string) string {
 }
 
 // openBytes opens b with Open and reads the whole image.
-func openBytes(t *testing.T, b []byte) (*Stream, []byte, error) {
+func openBytes(t *testing.T, b []byte) (*Image, []byte, error) {
 	t.Helper()
 	s, err := Open(context.Background(), bytes.NewReader(b), Options{})
 	if err != nil {

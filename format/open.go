@@ -83,9 +83,9 @@ func (o Options) xzBinary() string {
 	return o.ExternalXZ
 }
 
-// Stream is an image with its compression layers peeled off. Reading it
+// Image is an image with its compression layers peeled off. Reading it
 // yields the image bytes from the first one on.
-type Stream struct {
+type Image struct {
 	io.Reader
 	Format       Format
 	Compressions []Compression // outermost first
@@ -98,9 +98,9 @@ type Stream struct {
 // raw.gz.zst...), sniffs and parses the header of the innermost stream and
 // returns a reader positioned at the start of the image: the peeked bytes
 // are replayed. The caller must Close the stream.
-func Open(ctx context.Context, r io.Reader, o Options) (*Stream, error) {
+func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 	o = o.withDefaults()
-	s := &Stream{}
+	s := &Image{}
 	cur := r
 	for {
 		if err := ctx.Err(); err != nil {
@@ -153,7 +153,7 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Stream, error) {
 
 // Close stops the decoders (and an external xz process). Stopping early is
 // not an error; Close reports only a failure to stop.
-func (s *Stream) Close() error {
+func (s *Image) Close() error {
 	var errs []error
 	for i := len(s.decoders) - 1; i >= 0; i-- {
 		if err := s.decoders[i].Close(); err != nil {

@@ -28,7 +28,7 @@ func xzModes(t *testing.T) map[string]Options {
 }
 
 // openAll opens path with o and reads the whole image.
-func openAll(t *testing.T, path string, o Options) (*Stream, []byte, error) {
+func openAll(t *testing.T, path string, o Options) (*Image, []byte, error) {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)

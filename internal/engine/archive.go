@@ -20,90 +20,97 @@ const (
 
 // archiveInfo is Info for the archive content type: the target must be a
 // directory, and the source, once decompressed, a tar stream.
-func (j *job) archiveInfo(ctx context.Context) (*Plan, error) {
-	if j.opts.ContentType != ContentTypeArchive {
-		return nil, fmt.Errorf("content type %q: want %s or %s: %w", j.opts.ContentType, ContentTypeKubevirt, ContentTypeArchive, errdefs.ErrInvalidOptions)
+func (a *attempt) archiveInfo(ctx context.Context) (*Plan, error) {
+	if a.req.ContentType != ContentTypeArchive {
+		return nil, fmt.Errorf("content type %q: want %s or %s: %w", a.req.ContentType, ContentTypeKubevirt, ContentTypeArchive, errdefs.ErrInvalidOptions)
 	}
-	if j.opts.Format == "qcow2" {
+	if a.req.Format == "qcow2" {
 		return nil, fmt.Errorf("an archive is extracted into a directory; --format qcow2 does not apply: %w", errdefs.ErrInvalidOptions)
 	}
-	fi, err := os.Stat(j.opts.Target)
+	fi, err := os.Stat(a.req.Target)
 	if err != nil {
-		return nil, fmt.Errorf("archive target %s: %w: %v", j.opts.Target, errdefs.ErrInvalidOptions, err)
+		return nil, fmt.Errorf("archive target %s: %w: %v", a.req.Target, errdefs.ErrInvalidOptions, err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("archive target %s is not a directory (an archive is extracted into one): %w", j.opts.Target, errdefs.ErrInvalidOptions)
+		return nil, fmt.Errorf("archive target %s is not a directory (an archive is extracted into one): %w", a.req.Target, errdefs.ErrInvalidOptions)
 	}
-	j.result.Target = j.opts.Target
+	a.result.Target = a.req.Target
 
-	_, img, err := j.openSource(ctx) // source.go
-	if err != nil {
+	if _, err := a.openSource(ctx); err != nil { // source.go
 		return nil, err
 	}
+	img := a.source.image
 	if img.Format != format.Raw {
-		return nil, fmt.Errorf("content type archive wants a tar stream, but %s is a %s image: %w", j.source, img.Format, errdefs.ErrInvalidImage)
+		return nil, fmt.Errorf("content type archive wants a tar stream, but %s is a %s image: %w", a.req.Source, img.Format, errdefs.ErrInvalidImage)
 	}
-	j.result.SourceFormat = "tar"
+	a.result.SourceFormat = "tar"
 	plan := &Plan{Route: RouteArchive, SourceFormat: img.Format, Compressions: img.Compressions}
 	plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteArchive, false)
 	return plan, nil
 }
 
-// transferDataDir extracts the tar stream into a hidden staging directory
-// inside the target and verifies the checksums over every byte received;
-// Commit then moves the extracted entries into place. On any failure the
-// staging directory is removed (cleanup), so nothing of a failed archive
+// archiveExtraction is TransferDataDir and, for an archive, Commit. It owns
+// the staging directory: TransferDataDir extracts the tar stream into it (a
+// hidden directory inside the target) and verifies the checksums over every
+// byte received; Commit moves the extracted entries into place. On any
+// failure the staging directory is removed, so nothing of a failed archive
 // remains.
-func (j *job) transferDataDir(ctx context.Context) error {
-	br := bufio.NewReaderSize(j.image, 64<<10)
+type archiveExtraction struct {
+	a       *attempt
+	staging string // "" once committed or removed
+}
+
+func (x *archiveExtraction) run(ctx context.Context) error {
+	a := x.a
+	br := bufio.NewReaderSize(a.source.image, 64<<10)
 	head, err := br.Peek(tarHeaderSize)
 	if err != nil && len(head) < tarHeaderSize {
-		return fmt.Errorf("%s is too short for a tar archive (%d bytes): %w", j.source, len(head), errdefs.ErrInvalidImage)
+		return fmt.Errorf("%s is too short for a tar archive (%d bytes): %w", a.req.Source, len(head), errdefs.ErrInvalidImage)
 	}
 	if string(head[tarMagicOff:tarMagicOff+5]) != "ustar" && !allZeroBytes(head) {
-		return fmt.Errorf("%s is not a tar archive (no ustar magic at offset %d): %w", j.source, tarMagicOff, errdefs.ErrInvalidImage)
+		return fmt.Errorf("%s is not a tar archive (no ustar magic at offset %d): %w", a.req.Source, tarMagicOff, errdefs.ErrInvalidImage)
 	}
-	staging, err := archive.NewStaging(j.opts.Target)
+	staging, err := archive.NewStaging(a.req.Target)
 	if err != nil {
 		return err
 	}
-	j.staging = staging
-	stats, err := archive.Extract(ctx, br, staging, archive.Options{Logger: j.log})
+	x.staging = staging
+	stats, err := archive.Extract(ctx, br, staging, archive.Options{Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("extracting archive from %s into %s: %w", j.source, j.opts.Target, err)
+		return fmt.Errorf("extracting archive from %s into %s: %w", a.req.Source, a.req.Target, err)
 	}
-	if err := j.finishSource(); err != nil {
+	if err := a.source.drain(a); err != nil {
 		return err
 	}
-	j.result.BytesWritten = stats.Bytes
-	j.log.Info("Archive extracted", "target", j.opts.Target, "files", stats.Files, "dirs", stats.Dirs,
+	a.result.BytesWritten = stats.Bytes
+	a.log.Info("Archive extracted", "target", a.req.Target, "files", stats.Files, "dirs", stats.Dirs,
 		"symlinks", stats.Symlinks, "hardlinks", stats.HardLinks, "bytes", stats.Bytes)
 	return nil
 }
 
-// commitArchive moves the extracted entries from the staging directory
-// into the target and syncs them.
-func (j *job) commitArchive(ctx context.Context) error {
+// commit moves the extracted entries from the staging directory into the
+// target and syncs them.
+func (x *archiveExtraction) commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 	}
-	if err := archive.Commit(j.staging, j.opts.Target); err != nil {
+	if err := archive.Commit(x.staging, x.a.req.Target); err != nil {
 		return err
 	}
-	j.staging = ""
-	j.log.Info("Archive committed and synced", "target", j.opts.Target)
+	x.staging = ""
+	x.a.log.Info("Archive committed and synced", "target", x.a.req.Target)
 	return nil
 }
 
 // removeStaging drops what a failed archive import extracted.
-func (j *job) removeStaging() {
-	if j.staging == "" {
+func (x *archiveExtraction) removeStaging() {
+	if x.staging == "" {
 		return
 	}
-	if err := os.RemoveAll(j.staging); err != nil {
-		j.log.Warn("Removing the partly extracted archive failed", "dir", j.staging, "err", err)
+	if err := os.RemoveAll(x.staging); err != nil {
+		x.a.log.Warn("Removing the partly extracted archive failed", "dir", x.staging, "err", err)
 	}
-	j.staging = ""
+	x.staging = ""
 }
 
 func allZeroBytes(b []byte) bool {

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )
@@ -125,7 +123,7 @@ func blankFile(ctx context.Context, tgt *volume.Target, o BlankRequest, res *Res
 		}
 		res.SourceFormat = "qcow2"
 	} else {
-		if err := growRaw(tgt.WritePath(), size, o.Preallocation); err != nil {
+		if err := volume.GrowFile(tgt.WritePath(), size, o.Preallocation); err != nil {
 			return fmt.Errorf("creating %d-byte image %s: %w", size, tgt.Path(), err)
 		}
 	}
@@ -143,44 +141,9 @@ func blankBlock(ctx context.Context, tgt *volume.Target, o BlankRequest, res *Re
 		log.Info("Block target left as it is", "target", tgt.Path(), "size", size)
 		return nil
 	}
-	// A second, non-exclusive descriptor: the target holds the claim.
-	f, err := os.OpenFile(tgt.Path(), os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s to zero it: %w", tgt.Path(), err)
-	}
-	defer f.Close()
-	zerr := blockdev.ZeroOut(f, 0, size)
-	switch {
-	case zerr == nil:
-		log.Info("Zeroed block target with BLKZEROOUT", "target", tgt.Path(), "bytes", size)
-	case blockdev.IsUnsupported(zerr):
-		log.Info("BLKZEROOUT unsupported, writing zeros", "target", tgt.Path(), "err", zerr)
-		if err := writeZeros(ctx, f, size); err != nil {
-			return fmt.Errorf("zeroing %s: %w", tgt.Path(), err)
-		}
-	default:
-		return zerr
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tgt.Path(), err)
+	if err := tgt.ZeroAll(ctx, true); err != nil {
+		return err
 	}
 	res.PreallocationApplied = true
-	return nil
-}
-
-// writeZeros writes size zero bytes from offset 0, checking ctx between
-// chunks so a large device can be cancelled.
-func writeZeros(ctx context.Context, f *os.File, size int64) error {
-	zeros := make([]byte, 4<<20)
-	for off := int64(0); off < size; {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-		}
-		n := min(int64(len(zeros)), size-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
-			return err
-		}
-		off += n
-	}
 	return nil
 }

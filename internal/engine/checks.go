@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/qemu"
@@ -110,15 +108,4 @@ func selfNames(src string, export *rangedExport) []string {
 		names = append(names, abs)
 	}
 	return names
-}
-
-// supportsDirectIO reports whether the filesystem holding path accepts
-// O_DIRECT (tmpfs, for one, does not).
-func supportsDirectIO(path string) bool {
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_DIRECT|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return false
-	}
-	unix.Close(fd)
-	return true
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -18,39 +17,45 @@ import (
 // other formats through qemu-img); this file adds what a volume copy needs
 // on top: an exact-size rule for storage migrations, a whole-device zeroing
 // so zero blocks can be skipped, a refusal to copy a device onto itself, and
-// a read-back verification of both sides (clone_verify.go).
+// a read-back verification of both sides (verify.go).
 
 // checkClone runs in Info once the source is identified and before any byte
 // reaches the target.
-func (j *job) checkClone(ctx context.Context, img *format.Stream, st *datasource.Stream) error {
-	j.localSource = st.LocalPath
-	if j.opts.Verify && st.LocalPath == "" {
-		return fmt.Errorf("verify needs a source that can be read a second time (a local file or block device), and %s is a stream: %w", j.source, errdefs.ErrInvalidOptions)
+func (a *attempt) checkClone(ctx context.Context, img *format.Image, st *datasource.Transfer) error {
+	if a.req.Verify && a.localPath == "" {
+		return fmt.Errorf("verify needs a source that can be read a second time (a local file or block device), and %s is a stream: %w", a.req.Source, errdefs.ErrInvalidOptions)
 	}
-	if st.LocalPath != "" && j.tgt.Kind() == volume.Block {
-		if err := refuseSameDevice(st.LocalPath, j.tgt.Path()); err != nil {
+	if a.localPath != "" && a.target.Kind() == volume.Block {
+		if err := refuseSameDevice(a.localPath, a.target.Path()); err != nil {
 			return err
 		}
 	}
-	if j.opts.ExactSize {
+	if a.req.ExactSize {
 		size := img.Header.VirtualSize
 		if size <= 0 && !img.Format.NeedsConversion() && len(img.Compressions) == 0 && st.Size >= 0 {
 			size = st.Size
 		}
 		switch {
 		case size > 0:
-			if err := j.checkExactSize(size); err != nil {
+			if err := a.checkExactSize(size); err != nil {
 				return err
 			}
 		case !img.Format.NeedsConversion():
 			// A compressed raw image or a stream: its size is only known
 			// once it has been written, which is too late to refuse.
-			return fmt.Errorf("exact size: the size of %s is unknown before writing (compressed raw or a stream); clone an uncompressed image or device: %w", j.source, errdefs.ErrInvalidOptions)
+			return fmt.Errorf("exact size: the size of %s is unknown before writing (compressed raw or a stream); clone an uncompressed image or device: %w", a.req.Source, errdefs.ErrInvalidOptions)
 		}
 		// Other converted formats: Validate checks qemu-img's virtual size.
 	}
-	if j.opts.ZeroTarget && j.tgt.Kind() == volume.Block {
-		j.targetZeroed = zeroDevice(ctx, j.tgt.Path(), j.tgt.Capacity(), j)
+	if a.req.ZeroTarget && a.target.Kind() == volume.Block {
+		// Best effort: where the device cannot, the copy writes or zeroes
+		// every zero run itself, as without the option.
+		if err := a.target.ZeroAll(ctx, false); err != nil {
+			a.log.Info("Zeroing the whole target is not possible; zero blocks will be written", "target", a.target.Path(), "err", err)
+		} else {
+			a.targetZeroed = true
+			a.log.Info("Zeroed the whole target; zero blocks of the source are skipped", "target", a.target.Path(), "bytes", a.target.Capacity())
+		}
 	}
 	return nil
 }
@@ -58,25 +63,25 @@ func (j *job) checkClone(ctx context.Context, img *format.Stream, st *datasource
 // checkExactSize enforces Options.ExactSize: a device must be exactly size
 // bytes, and a file must end up exactly size bytes (Resize would grow it to
 // the requested size less the overhead, so that must not be larger).
-func (j *job) checkExactSize(size int64) error {
-	if !j.opts.ExactSize {
+func (a *attempt) checkExactSize(size int64) error {
+	if !a.req.ExactSize {
 		return nil
 	}
-	capacity := j.tgt.Capacity()
+	capacity := a.target.Capacity()
 	if size > capacity {
 		return fmt.Errorf("exact size: %w", &errdefs.SizeError{ImageSize: size, TargetSize: capacity, What: "source size"})
 	}
-	if j.tgt.Kind() == volume.Block {
+	if a.target.Kind() == volume.Block {
 		if capacity != size {
 			return fmt.Errorf("exact size: target device %s has %d bytes but the source %s has %d; an exact copy needs a target of the same size: %w",
-				j.tgt.Path(), capacity, j.source, size, errdefs.ErrInvalidOptions)
+				a.target.Path(), capacity, a.req.Source, size, errdefs.ErrInvalidOptions)
 		}
 		return nil
 	}
-	if j.opts.Size > 0 {
-		if grown := volume.UsableSize(capacity, j.opts.FilesystemOverhead); grown > size {
+	if a.req.Size > 0 {
+		if grown := volume.UsableSize(capacity, a.req.FilesystemOverhead); grown > size {
 			return fmt.Errorf("exact size: the requested size %d (usable %d after the filesystem overhead) would grow %s beyond the source's %d bytes; drop the size or make it match: %w",
-				j.opts.Size, grown, j.tgt.Path(), size, errdefs.ErrInvalidOptions)
+				a.req.Size, grown, a.target.Path(), size, errdefs.ErrInvalidOptions)
 		}
 	}
 	return nil
@@ -103,27 +108,4 @@ func refuseSameDevice(src, dst string) error {
 		return fmt.Errorf("source %s and target %s are the same file: %w", src, dst, errdefs.ErrInvalidOptions)
 	}
 	return nil
-}
-
-// zeroDevice makes the whole device read zeros with BLKZEROOUT, so the copy
-// may skip zero blocks. It reports whether that worked; on failure the copy
-// simply writes or zeroes every zero run itself, as without the option.
-// The descriptor is a second, non-exclusive one: the target holds the
-// exclusive claim.
-func zeroDevice(ctx context.Context, path string, size int64, j *job) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		j.log.Warn("Cannot open the target to zero it; zero blocks will be written", "target", path, "err", err)
-		return false
-	}
-	defer f.Close()
-	if err := blockdev.ZeroOut(f, 0, size); err != nil {
-		j.log.Info("Zeroing the whole target is not possible; zero blocks will be written", "target", path, "err", err)
-		return false
-	}
-	j.log.Info("Zeroed the whole target; zero blocks of the source are skipped", "target", path, "bytes", size)
-	return true
 }

@@ -3,15 +3,31 @@ package engine
 import (
 	"context"
 	"math"
+	"sync/atomic"
 	"time"
+
+	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 const progressInterval = time.Second
 
-// startProgress reports progress to o.Progress about once a second until
-// the returned stop function is called.
-func (j *job) startProgress(ctx context.Context) (stop func()) {
-	if j.opts.Progress == nil {
+// meter is what the progress reporter reads, from its own goroutine, while
+// the phases run: atomics the phases store into.
+type meter struct {
+	phase          atomic.Value // string; set by the machine's events
+	counter        atomic.Pointer[iostage.Counter]
+	sourceSize     atomic.Int64
+	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
+	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's, onto a device
+	convertPercent atomic.Uint64                       // math.Float64bits
+}
+
+// startProgress reports progress to Request.Progress about once a second
+// until the returned stop function is called, which reports once more.
+func (a *attempt) startProgress(ctx context.Context) (stop func()) {
+	report := a.req.Progress
+	if report == nil {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -25,34 +41,34 @@ func (j *job) startProgress(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				j.opts.Progress(j.snapshot())
+				report(a.meter.snapshot())
 			}
 		}
 	}()
 	return func() {
 		cancel()
 		<-done
-		j.opts.Progress(j.snapshot())
+		report(a.meter.snapshot())
 	}
 }
 
-func (j *job) snapshot() Progress {
+func (m *meter) snapshot() Progress {
 	p := Progress{
-		Phase:      Phase(j.phase.Load().(string)),
-		SourceSize: j.sourceSize.Load(),
+		Phase:      Phase(m.phase.Load().(string)),
+		SourceSize: m.sourceSize.Load(),
 		Percent:    -1,
 	}
-	if c := j.counter.Load(); c != nil {
+	if c := m.counter.Load(); c != nil {
 		p.BytesRead = c.Count()
 	}
-	if d := j.deviceWriter.Load(); d != nil { // qemu-img writing a device
+	if d := m.deviceWriter.Load(); d != nil { // qemu-img writing a device
 		p.BytesWritten = d.Written()
-	} else if w := j.writer.Load(); w != nil {
+	} else if w := m.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
 	}
 	switch {
 	case p.Phase == Convert:
-		p.Percent = math.Float64frombits(j.convertPercent.Load())
+		p.Percent = math.Float64frombits(m.convertPercent.Load())
 	case p.SourceSize > 0:
 		p.Percent = min(100, 100*float64(p.BytesRead)/float64(p.SourceSize))
 	}

@@ -27,14 +27,15 @@ import (
 // "Accept-Ranges: bytes" and still answer a range with the whole object
 // (200), so one range read is tried first; when it fails the import takes
 // the streamed path (a scratch copy) instead, which needs no ranges.
-func (j *job) useRanged(ctx context.Context, st *datasource.Stream, img *format.Stream) bool {
-	if st.Ranged == nil || j.opts.NoRangedRead || j.verifier != nil ||
+func (a *attempt) useRanged(ctx context.Context, st *datasource.Transfer, img *format.Image) bool {
+	ranged := datasource.Ranges(st)
+	if ranged == nil || a.req.NoRangedRead || a.source.verifier != nil ||
 		len(img.Compressions) != 0 || !img.Format.NeedsConversion() || streamOptimized(img) {
 		return false
 	}
-	if err := probeRanges(ctx, st.Ranged); err != nil {
-		j.log.Warn("The server advertises byte ranges but a range read failed; downloading the image to scratch instead",
-			"url", j.source.String(), "cause", err.Error())
+	if err := probeRanges(ctx, ranged); err != nil {
+		a.log.Warn("The server advertises byte ranges but a range read failed; downloading the image to scratch instead",
+			"url", a.req.Source.String(), "cause", err.Error())
 		return false
 	}
 	return true
@@ -61,7 +62,7 @@ func probeRanges(ctx context.Context, r *datasource.RangedURL) error {
 // small grain at a time; measured on the 2 GiB bench image, one range
 // request per grain made the ranged path 0.6x of download-then-convert,
 // while the scratch path reaches 0.9x.
-func streamOptimized(img *format.Stream) bool {
+func streamOptimized(img *format.Image) bool {
 	return img.Format == format.VMDK && strings.EqualFold(img.Header.VMDKCreateType, "streamOptimized")
 }
 
@@ -149,25 +150,23 @@ func (e *rangedExport) stop(log *slog.Logger) {
 	e.cancel = nil
 }
 
-// startExport serves the remote image and points qemu-img at it, and runs
-// the structural checks qemu-img cannot be trusted with on the same bytes.
-func (j *job) startExport(ctx context.Context) error {
-	if j.export == nil {
-		e, err := startRangedExport(ctx, j.rangedSrc, j.log)
+// startExport serves the remote image, hands the export to in (qemu-img
+// reads in.path, its spec) and runs the structural checks qemu-img cannot
+// be trusted with on the same bytes.
+func (v *validation) startExport(ctx context.Context) error {
+	in := v.in
+	if in.export == nil {
+		e, err := startRangedExport(ctx, v.a.ranged, v.a.log)
 		if err != nil {
 			return err
 		}
-		j.export = e
-		j.convertSrc = e.spec()
+		in.export = e
+		in.path = e.spec()
 	}
-	err := checkStructure(j.plan.ConvertFormat, j.export.reader, j.export.reader.Size())
+	err := checkStructure(in.format, in.export.reader, in.export.reader.Size())
 	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
 		// A read failure, not a verdict on the image.
-		err = fmt.Errorf("checking the %s image over HTTP: %w", j.plan.ConvertFormat, err)
+		err = fmt.Errorf("checking the %s image over HTTP: %w", in.format, err)
 	}
 	return err
-}
-
-func (j *job) stopExport() {
-	j.export.stop(j.log)
 }

@@ -3,75 +3,50 @@ package engine
 import (
 	"context"
 	"fmt"
-	"os"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// resize grows a file target to the requested size less the filesystem
-// overhead (never shrinking it) and applies preallocation to streamed
-// files. Block devices keep their size.
-func (j *job) resize(ctx context.Context) error {
-	if j.tgt.Kind() == volume.Block {
-		if j.opts.Preallocation {
+// resizing is Resize: it grows a file target to the requested size less the
+// filesystem overhead (never shrinking it) and applies preallocation to
+// streamed files. Block devices keep their size.
+type resizing struct{ a *attempt }
+
+func (r *resizing) run(ctx context.Context) error {
+	a := r.a
+	if a.target.Kind() == volume.Block {
+		if a.req.Preallocation {
 			// Every block of a device is already backed.
-			j.result.PreallocationApplied = true
+			a.result.PreallocationApplied = true
 		}
 		return nil
 	}
-	path := j.tgt.WritePath()
-	size := j.result.VirtualSize
-	if j.opts.Size > 0 {
-		if usable := volume.UsableSize(j.tgt.Capacity(), j.opts.FilesystemOverhead); usable > size {
+	path := a.target.WritePath()
+	size := a.result.VirtualSize
+	if a.req.Size > 0 {
+		if usable := volume.UsableSize(a.target.Capacity(), a.req.FilesystemOverhead); usable > size {
 			size = usable
 		}
 	}
-	if j.plan.OutputFormat == "qcow2" {
-		if size > j.result.VirtualSize {
-			if err := j.qemu.Resize(ctx, path, "qcow2", size, j.opts.Preallocation); err != nil {
-				return fmt.Errorf("resizing %s to %d bytes: %w", j.tgt.Path(), size, err)
+	if a.plan.OutputFormat == "qcow2" {
+		if size > a.result.VirtualSize {
+			if err := a.qemu.Resize(ctx, path, "qcow2", size, a.req.Preallocation); err != nil {
+				return fmt.Errorf("resizing %s to %d bytes: %w", a.target.Path(), size, err)
 			}
-			j.log.Info("Resized image", "size", size)
+			a.log.Info("Resized image", "size", size)
 		}
-		j.result.VirtualSize = size
+		a.result.VirtualSize = size
 		return nil
 	}
-	if err := growRaw(path, size, j.opts.Preallocation); err != nil {
-		return fmt.Errorf("resizing %s to %d bytes: %w", j.tgt.Path(), size, err)
+	if err := volume.GrowFile(path, size, a.req.Preallocation); err != nil {
+		return fmt.Errorf("resizing %s to %d bytes: %w", a.target.Path(), size, err)
 	}
-	if size != j.result.VirtualSize {
-		j.log.Info("Resized image", "from", j.result.VirtualSize, "to", size)
+	if size != a.result.VirtualSize {
+		a.log.Info("Resized image", "from", a.result.VirtualSize, "to", size)
 	}
-	if j.opts.Preallocation {
-		j.result.PreallocationApplied = true
+	if a.req.Preallocation {
+		a.result.PreallocationApplied = true
 	}
-	j.result.VirtualSize = size
-	return nil
-}
-
-// growRaw extends a raw file to size (never shrinks) and, when asked,
-// allocates every block (holes included) with fallocate.
-func growRaw(path string, size int64, preallocate bool) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if st.Size() < size {
-		if err := f.Truncate(size); err != nil {
-			return err
-		}
-	}
-	if preallocate && size > 0 {
-		if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
-			return fmt.Errorf("preallocating: %w", err)
-		}
-	}
+	a.result.VirtualSize = size
 	return nil
 }

@@ -11,40 +11,83 @@ import (
 	"github.com/diskimport/engine/internal/iostage"
 )
 
-// openSource starts the transfer and builds the read side of the pipeline:
-// source → counter (progress) → checksum tee (the bytes as received) →
-// decompressors → the image. It records what it found in the result.
-func (j *job) openSource(ctx context.Context) (*datasource.Stream, *format.Stream, error) {
-	st, err := j.source.Open(ctx)
+// sourceReader is the read side of one transfer: source → counter
+// (progress) → checksum tee (the bytes as received) → decompressors → the
+// image. Info opens it; the phase that reads the image to its end drains it.
+type sourceReader struct {
+	source   datasource.Source
+	body     io.Closer
+	wire     io.Reader // the source bytes as received, hashed when checksums are set
+	verifier *iostage.Verifier
+	image    *format.Image
+}
+
+// openSource starts the transfer and builds the read side of the pipeline.
+// It records what it found in the result.
+func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) {
+	src := a.req.Source
+	st, err := src.Open(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("unable to connect to data source %s: %w", j.source, err)
+		return nil, fmt.Errorf("unable to connect to data source %s: %w", src, err)
 	}
-	j.body = st.Body
-	j.takeSourceLabels()
-	j.sourceSize.Store(st.Size)
+	r := &sourceReader{source: src, body: st.Body}
+	a.source = r
+	a.takeSourceLabels()
+	a.meter.sourceSize.Store(st.Size)
 	counter := iostage.NewCounter(st.Body)
-	j.counter.Store(counter)
-	j.verifier = iostage.NewVerifier(j.checksums)
-	j.wire = counter
-	if j.verifier != nil {
-		j.wire = io.TeeReader(counter, j.verifier)
+	a.meter.counter.Store(counter)
+	r.verifier = iostage.NewVerifier(a.req.Checksums)
+	r.wire = counter
+	if r.verifier != nil {
+		r.wire = io.TeeReader(counter, r.verifier)
 	}
-	img, err := format.Open(ctx, j.wire, format.Options{})
+	img, err := format.Open(ctx, r.wire, format.Options{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the header of %s: %w", j.source, err)
+		return nil, fmt.Errorf("reading the header of %s: %w", src, err)
 	}
-	j.image = img
-	j.result.SourceFormat = string(img.Format)
+	r.image = img
+	a.result.SourceFormat = string(img.Format)
 	for _, c := range img.Compressions {
-		j.result.Compressions = append(j.result.Compressions, string(c))
+		a.result.Compressions = append(a.result.Compressions, string(c))
 	}
-	return st, img, nil
+	return st, nil
+}
+
+// drain stops the decoders, reads whatever the source still holds (so the
+// digest covers every byte received) and verifies the checksums, recording
+// them in res.
+func (r *sourceReader) drain(a *attempt) error {
+	if err := r.image.Close(); err != nil {
+		return fmt.Errorf("closing image stream: %w", err)
+	}
+	if r.verifier == nil {
+		return nil
+	}
+	if _, err := io.Copy(io.Discard, r.wire); err != nil {
+		return fmt.Errorf("reading the rest of %s: %w", r.source, err)
+	}
+	sums, err := r.verifier.Verify()
+	if err != nil {
+		return fmt.Errorf("verifying %s: %w", r.source, err)
+	}
+	for _, s := range sums {
+		a.result.Checksums = append(a.result.Checksums, s.String())
+	}
+	a.log.Info("Checksum verified", "checksums", a.result.Checksums)
+	return nil
+}
+
+func (r *sourceReader) close() {
+	if r.image != nil {
+		r.image.Close()
+	}
+	r.body.Close()
 }
 
 // takeSourceLabels copies labels a source derives from its image (the
 // KUBEVIRT_IO_ env vars of a containerdisk) into the result.
-func (j *job) takeSourceLabels() {
-	l, ok := j.source.(datasource.Labeler)
+func (a *attempt) takeSourceLabels() {
+	l, ok := a.req.Source.(datasource.Labeler)
 	if !ok {
 		return
 	}
@@ -52,8 +95,8 @@ func (j *job) takeSourceLabels() {
 	if len(labels) == 0 {
 		return
 	}
-	if j.result.Labels == nil {
-		j.result.Labels = map[string]string{}
+	if a.result.Labels == nil {
+		a.result.Labels = map[string]string{}
 	}
-	maps.Copy(j.result.Labels, labels)
+	maps.Copy(a.result.Labels, labels)
 }

@@ -24,51 +24,59 @@ const (
 	verifyByCompare = string(VerifyCompare)
 )
 
-// verify re-reads both sides after the copy (Options.Verify). A raw copy is
-// checked by hashing the source (decompressed again from the start) and the
-// target's first BytesWritten bytes, both read from storage rather than from
-// what the copy remembered. A converted image is checked by qemu-img
-// compare, which reads the source through its format driver; the target's
+// verification is Verify (Request.Verify): it re-reads both sides after the
+// copy. A raw copy is checked by hashing the source (decompressed again from
+// the start) and the target's first BytesWritten bytes, both read from
+// storage rather than from what the copy remembered. A converted image is
+// checked by qemu-img compare, which reads the source through its format
+// driver (the local file, or the scratch copy in still holds); the target's
 // digest is still reported when the target is raw.
-func (j *job) verify(ctx context.Context) error {
-	n := j.result.BytesWritten
-	j.log.Info("Verifying: reading back source and target", "bytes", n, "target", j.tgt.Path())
+type verification struct {
+	a  *attempt
+	in *imageInput
+}
+
+func (v *verification) run(ctx context.Context) error {
+	a := v.a
+	n := a.result.BytesWritten
+	a.log.Info("Verifying: reading back source and target", "bytes", n, "target", a.target.Path())
 	start := time.Now()
-	if j.plan.Verify == VerifyDigests {
-		if err := j.verifyDigests(ctx, n); err != nil {
+	if a.plan.Verify == VerifyDigests {
+		if err := v.digests(ctx, n); err != nil {
 			return err
 		}
 	} else {
-		if err := j.verifyCompare(ctx, n); err != nil {
+		if err := v.compare(ctx, n); err != nil {
 			return err
 		}
 	}
-	j.result.Verified = true
-	j.log.Info("Verified", "method", j.result.VerifyMethod, "sourceDigest", j.result.SourceDigest,
-		"targetDigest", j.result.TargetDigest, "bytes", n, "seconds", time.Since(start).Seconds())
+	a.result.Verified = true
+	a.log.Info("Verified", "method", a.result.VerifyMethod, "sourceDigest", a.result.SourceDigest,
+		"targetDigest", a.result.TargetDigest, "bytes", n, "seconds", time.Since(start).Seconds())
 	return nil
 }
 
-func (j *job) verifyDigests(ctx context.Context, n int64) error {
+func (v *verification) digests(ctx context.Context, n int64) error {
+	a := v.a
 	type sum struct {
 		digest string
 		err    error
 	}
 	srcC := make(chan sum, 1)
 	go func() {
-		d, err := j.sourceDigest(ctx, n)
+		d, err := v.sourceDigest(ctx, n)
 		srcC <- sum{d, err}
 	}()
-	tgtDigest, terr := readBackDigest(ctx, j.tgt.WritePath(), n)
+	tgtDigest, terr := readBackDigest(ctx, a.target.WritePath(), n)
 	s := <-srcC
 	if s.err != nil {
-		return fmt.Errorf("verify: re-reading source %s: %w", j.source, s.err)
+		return fmt.Errorf("verify: re-reading source %s: %w", a.req.Source, s.err)
 	}
 	if terr != nil {
-		return fmt.Errorf("verify: re-reading target %s: %w", j.tgt.Path(), terr)
+		return fmt.Errorf("verify: re-reading target %s: %w", a.target.Path(), terr)
 	}
-	j.result.VerifyMethod = verifyByDigest
-	j.result.SourceDigest, j.result.TargetDigest = s.digest, tgtDigest
+	a.result.VerifyMethod = verifyByDigest
+	a.result.SourceDigest, a.result.TargetDigest = s.digest, tgtDigest
 	if s.digest != tgtDigest {
 		return &errdefs.VerifyError{Method: verifyByDigest, Bytes: n, SourceDigest: s.digest, TargetDigest: tgtDigest}
 	}
@@ -77,13 +85,13 @@ func (j *job) verifyDigests(ctx context.Context, n int64) error {
 
 // sourceDigest hashes the first n bytes of the source's image stream, with
 // compression peeled off again exactly as the import did.
-func (j *job) sourceDigest(ctx context.Context, n int64) (string, error) {
-	st, err := datasource.NewFile(j.localSource).Open(ctx)
+func (v *verification) sourceDigest(ctx context.Context, n int64) (string, error) {
+	st, err := datasource.NewFile(v.a.localPath).Open(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer st.Body.Close()
-	img, err := format.Open(ctx, st.Body, format.Options{Logger: j.log})
+	img, err := format.Open(ctx, st.Body, format.Options{Logger: v.a.log})
 	if err != nil {
 		return "", err
 	}
@@ -124,39 +132,40 @@ func hashPrefix(r io.Reader, n int64) (string, error) {
 // file itself when it was not compressed, else the scratch copy) and the
 // target, the target limited to the image's size: a device larger than the
 // image keeps its old bytes past the end, which are not part of the copy.
-func (j *job) verifyCompare(ctx context.Context, n int64) error {
-	src, srcFmt := j.convertSrc, j.plan.ConvertFormat
-	if len(j.plan.Compressions) == 0 && j.localSource != "" {
-		src, srcFmt = j.localSource, j.plan.SourceFormat
+func (v *verification) compare(ctx context.Context, n int64) error {
+	a := v.a
+	src, srcFmt := v.in.path, v.in.format
+	if len(a.plan.Compressions) == 0 && a.localPath != "" {
+		src, srcFmt = a.localPath, a.plan.SourceFormat
 	}
 	if src == "" {
 		return fmt.Errorf("verify: no local copy of the source to compare with: %w", errdefs.ErrInvalidOptions)
 	}
 	srcImg := qemu.CompareImage{Path: src, Format: srcFmt.QemuName()}
-	tgtImg := qemu.CompareImage{Path: j.tgt.WritePath(), Format: j.plan.OutputFormat}
-	if j.plan.OutputFormat == "raw" {
+	tgtImg := qemu.CompareImage{Path: a.target.WritePath(), Format: a.plan.OutputFormat}
+	if a.plan.OutputFormat == "raw" {
 		tgtImg.Size = n
 	}
-	j.result.VerifyMethod = verifyByCompare
-	out, err := j.runCompare(ctx, srcImg, tgtImg)
+	a.result.VerifyMethod = verifyByCompare
+	out, err := v.runCompare(ctx, srcImg, tgtImg)
 	if err != nil {
 		return err
 	}
-	if j.plan.OutputFormat == "raw" {
-		d, err := readBackDigest(ctx, j.tgt.WritePath(), n)
+	if a.plan.OutputFormat == "raw" {
+		d, err := readBackDigest(ctx, a.target.WritePath(), n)
 		if err != nil {
-			return fmt.Errorf("verify: re-reading target %s: %w", j.tgt.Path(), err)
+			return fmt.Errorf("verify: re-reading target %s: %w", a.target.Path(), err)
 		}
-		j.result.TargetDigest = d
+		a.result.TargetDigest = d
 	}
-	j.log.Debug("qemu-img compare", "output", out)
+	a.log.Debug("qemu-img compare", "output", out)
 	return nil
 }
 
 // runCompare runs qemu-img compare through the Runner (sandboxed, with
 // limits). Identical: nil; different: a VerifyError; else qemu-img failed.
-func (j *job) runCompare(ctx context.Context, src, dst qemu.CompareImage) (string, error) {
-	out, err := j.qemu.Compare(ctx, src, dst)
+func (v *verification) runCompare(ctx context.Context, src, dst qemu.CompareImage) (string, error) {
+	out, err := v.a.qemu.Compare(ctx, src, dst)
 	if err == nil {
 		return out, nil
 	}

@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/qemu"
+)
+
+// attempt is one try at an import: what its phases share by design. Info
+// opens the target and the source and decides the plan; every phase after
+// it reads those and owns whatever else it opens (a scratch file, an NBD
+// export, a staging directory), handing on explicitly what a later phase
+// needs (imageInput) and registering what must go at the end (release).
+type attempt struct {
+	req    Request
+	log    *slog.Logger
+	qemu   *qemu.Runner
+	result Result
+	meter  meter // progress.go: read by the progress reporter's goroutine
+
+	// Set by Info, read by the phases after it.
+	plan   *Plan
+	target *volume.Target // committed by Commit, else aborted
+	source *sourceReader  // source.go: the read side of the transfer
+	// localPath is the source's own file or device ("" for a stream): read
+	// in place by qemu-img, or a second time by Verify.
+	localPath string
+	// ranged is the HTTP object qemu-img reads on the ranged route.
+	ranged *datasource.RangedURL
+	// targetZeroed: Info zeroed the whole block target (Request.ZeroTarget).
+	targetZeroed bool
+
+	// headWritten: Convert put the image's first MiB on the block target,
+	// so a later failure (Verify, Commit) must wipe it. Before that it was
+	// only in our memory.
+	headWritten bool
+
+	releases []func() // run last first when the attempt ends
+}
+
+// release registers what the attempt frees when it ends, success or not.
+func (a *attempt) release(f func()) { a.releases = append(a.releases, f) }
+
+// steps are the plan's phases, each a small type over what it owns.
+func (a *attempt) steps(plan *Plan) map[Phase]Step {
+	a.plan = plan
+	if plan.Route == RouteArchive {
+		x := &archiveExtraction{a: a}
+		a.release(x.removeStaging)
+		return map[Phase]Step{TransferDataDir: x.run, Commit: x.commit}
+	}
+	// What qemu-img reads: the local image itself, or what TransferScratch
+	// or Validate put there.
+	in := &imageInput{path: a.localPath, format: plan.ConvertFormat}
+	if plan.Route != RouteInPlace {
+		in.path = ""
+	}
+	a.release(func() { in.release(a.log) })
+	return map[Phase]Step{
+		TransferDataFile: (&streamTransfer{a: a}).run,
+		TransferScratch:  (&scratchTransfer{a: a, out: in}).run,
+		Validate:         (&validation{a: a, in: in}).run,
+		Convert:          (&conversion{a: a, in: in}).run,
+		Resize:           (&resizing{a: a}).run,
+		Verify:           (&verification{a: a, in: in}).run,
+		Commit:           a.commit,
+	}
+}
+
+// observe keeps the phase for progress reports and passes every event on
+// to Request.Events.
+func (a *attempt) observe(e Event) {
+	if e.Kind == PhaseStarted {
+		a.meter.phase.Store(string(e.Phase))
+	}
+	if a.req.Events != nil {
+		a.req.Events(e)
+	}
+}
+
+// commit makes the target durable under its final name: only then is the
+// import Complete.
+func (a *attempt) commit(ctx context.Context) error {
+	if err := a.target.Commit(ctx); err != nil {
+		return err
+	}
+	a.log.Info("Successfully completed fsync, committed to disk", "target", a.target.Path())
+	return nil
+}
+
+// abort releases a failed target. A converted block device whose head was
+// already written is wiped (defence in depth: only verify or commit can
+// fail that late).
+func (a *attempt) abort() {
+	if a.target == nil {
+		return
+	}
+	if a.headWritten {
+		if err := a.target.ClearHead(); err != nil {
+			a.log.Warn("Wiping the first MiB of the failed target failed", "target", a.target.Path(), "err", err)
+		} else {
+			a.log.Info("Wiped the first MiB of the failed target so it does not look bootable", "target", a.target.Path())
+		}
+	}
+	if err := a.target.Abort(); err != nil {
+		a.log.Warn("Cleaning up the target failed", "target", a.target.Path(), "err", err)
+	}
+}
+
+// cleanup frees what the attempt still holds, success or not.
+func (a *attempt) cleanup() {
+	if a.source != nil {
+		a.source.close()
+	}
+	for i := len(a.releases) - 1; i >= 0; i-- {
+		a.releases[i]()
+	}
+	if a.target != nil {
+		a.target.Close()
+	}
+}

@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/volume"
+)
+
+// info is the Info phase: it opens the target and the source, peels
+// compression, identifies the image, checks what its header tells before a
+// byte reaches the target, and decides the plan.
+func (a *attempt) info(ctx context.Context) (*Plan, error) {
+	if a.req.ContentType != "" && a.req.ContentType != ContentTypeKubevirt {
+		return a.archiveInfo(ctx) // archive.go
+	}
+	tgt, err := volume.Open(ctx, volume.Options{
+		Path:               a.req.Target,
+		RequestedSize:      a.req.Size,
+		FilesystemOverhead: a.req.FilesystemOverhead,
+		Logger:             a.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening target %s: %w", a.req.Target, err)
+	}
+	a.target = tgt
+	a.result.Target = tgt.Path()
+	out := "raw"
+	if a.req.Format == "qcow2" {
+		if tgt.Kind() == volume.Block {
+			return nil, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
+		}
+		out = "qcow2"
+	}
+
+	st, err := a.openSource(ctx) // source.go
+	if err != nil {
+		return nil, err
+	}
+	img := a.source.image
+	a.localPath = datasource.LocalPath(st)
+	a.log.Info("Image detected", "format", img.Format, "compression", a.result.Compressions,
+		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
+
+	if err := a.checkEarlySize(ctx, img, st); err != nil {
+		return nil, err
+	}
+	if err := a.checkClone(ctx, img, st); err != nil { // clone.go
+		return nil, err
+	}
+
+	plan := &Plan{
+		SourceFormat:  img.Format,
+		Compressions:  img.Compressions,
+		OutputFormat:  out,
+		ConvertFormat: img.Format,
+		Clone:         a.localPath != "",
+		TargetZeroed:  a.targetZeroed,
+	}
+	switch {
+	case !img.Format.NeedsConversion() && out == "raw":
+		plan.Route = RouteStream
+	case a.useRanged(ctx, st, img): // ranged.go
+		a.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", a.req.Source.String())
+		plan.Route = RouteRanged
+		a.ranged = datasource.Ranges(st)
+	case a.localPath != "" && len(img.Compressions) == 0:
+		// qemu-img reads a local image in place: no copy.
+		plan.Route = RouteInPlace
+	default:
+		plan.Route = RouteScratch
+		if !img.Format.NeedsConversion() {
+			plan.ConvertFormat = format.Raw
+		}
+	}
+	if a.req.Verify {
+		plan.Verify = VerifyCompare
+		if plan.Route == RouteStream {
+			plan.Verify = VerifyDigests
+		}
+	}
+	plan.Phases, plan.SourceDrainedAfter = PhasesFor(plan.Route, a.req.Verify)
+	a.log.Info("Import planned", "route", plan.Route.String(), "phases", plan.Phases)
+	return plan, nil
+}
+
+// checkEarlySize refuses an image whose size is known up front and does not
+// fit, before anything is written.
+func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *datasource.Transfer) error {
+	capacity := a.target.Capacity()
+	if v := img.Header.VirtualSize; v > 0 {
+		a.result.VirtualSize = v
+		if v > capacity {
+			return &errdefs.SizeError{ImageSize: v, TargetSize: capacity}
+		}
+		return nil
+	}
+	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 {
+		return nil
+	}
+	if a.localPath != "" {
+		// A DMG is known only by its last sector: read it now, so a local
+		// one is refused before a byte reaches the target (a stream is
+		// refused at its end, before its held-back head is written).
+		tail, err := datasource.ReadTail(ctx, st, fixedVHDFooterSize)
+		if err != nil {
+			return err
+		}
+		if err := format.CheckTrailer(tail); err != nil {
+			return err
+		}
+	}
+	if st.Size <= capacity {
+		return nil
+	}
+	tooBig := &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}
+	if st.Size-fixedVHDFooterSize > capacity {
+		return tooBig
+	}
+	// One sector too many: fine only if that sector is a fixed VHD's footer,
+	// which does not go to the disk. Where the end can be read now (a local
+	// file or device, or a server that serves ranges), decide before a byte
+	// is written; a plain stream is decided at its end (copyRaw).
+	tail, err := datasource.ReadTail(ctx, st, fixedVHDFooterSize)
+	if err != nil {
+		return err
+	}
+	if tail != nil && !format.IsFixedVHDFooter(tail, st.Size-fixedVHDFooterSize) {
+		return tooBig
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/volume"
+)
+
+// scratchTransfer is TransferScratch: the decompressed image goes to a
+// sparse scratch file so qemu-img can read it at random. The file is this
+// phase's until it is complete; then it is handed to out (what Validate,
+// Convert and Verify read), which removes it when done.
+type scratchTransfer struct {
+	a   *attempt
+	out *imageInput
+}
+
+func (s *scratchTransfer) run(ctx context.Context) (err error) {
+	a := s.a
+	dir := a.req.ScratchDir
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, dir, err)
+	}
+	f, err := os.CreateTemp(dir, "importer-scratch-*."+string(a.source.image.Format))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+	}
+	path := f.Name()
+	f.Close()
+	a.result.ScratchUsed = true
+	defer func() {
+		if err != nil {
+			if rerr := os.Remove(path); rerr != nil && !os.IsNotExist(rerr) {
+				a.log.Warn("Removing scratch file failed", "path", path, "err", rerr)
+			}
+		}
+	}()
+
+	scratch, err := volume.Open(ctx, volume.Options{Path: path, Scratch: true, Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+	}
+	defer scratch.Close()
+	if _, err := a.copyRaw(ctx, scratch); err != nil {
+		scratch.Abort()
+		if errors.Is(err, errdefs.ErrTargetTooSmall) {
+			return fmt.Errorf("%w: scratch directory %s: %v", errdefs.ErrScratchSpaceRequired, dir, err)
+		}
+		return err
+	}
+	if err := scratch.Commit(ctx); err != nil {
+		return fmt.Errorf("finishing scratch file %s: %w", path, err)
+	}
+	s.out.path, s.out.scratch = path, path
+	return nil
+}

@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/volume"
+)
+
+// fixedVHDFooterSize is the footer a fixed VHD carries after its raw data.
+const fixedVHDFooterSize = 512
+
+// streamTransfer is TransferDataFile: raw data straight onto the target in
+// one pass.
+type streamTransfer struct{ a *attempt }
+
+func (s *streamTransfer) run(ctx context.Context) error {
+	a := s.a
+	n, err := a.copyRaw(ctx, a.target)
+	if err != nil {
+		return err
+	}
+	a.result.BytesWritten = n
+	a.result.VirtualSize = n
+	a.result.DataBytes = a.meter.writer.Load().DataBytes()
+	return nil
+}
+
+// copyRaw copies the image to a target's sequential writer (the target
+// itself, or a scratch file), keeps a fixed VHD footer out of the disk,
+// drains and verifies the source, and only then lets the writer put down
+// the held-back head of the image.
+func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) {
+	w, err := t.NewWriter(volume.WithContext(ctx), volume.WithTargetIsZero(a.targetZeroed && t == a.target))
+	if err != nil {
+		return 0, fmt.Errorf("opening %s for writing: %w", t.Path(), err)
+	}
+	a.meter.writer.Store(w)
+	img := a.source.image
+	var src io.Reader = img
+	var tail *iostage.TailHolder
+	if img.Format == format.Raw {
+		tail = iostage.NewTailHolder(img, fixedVHDFooterSize)
+		src = tail
+	}
+	if _, err := w.ReadFrom(src); err != nil {
+		// Source errors name the source and target errors the target.
+		return 0, err
+	}
+	if tail != nil {
+		if err := format.CheckTrailer(tail.Tail()); err != nil {
+			return 0, err // a DMG: known by its trailer; the head was never written
+		}
+		if format.IsFixedVHDFooter(tail.Tail(), w.Written()) {
+			a.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
+			a.result.SourceFormat = string(format.VHD)
+		} else if _, err := w.Write(tail.Tail()); err != nil {
+			return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+		}
+	}
+	if err := a.source.drain(a); err != nil {
+		return 0, err
+	}
+	n, err := w.Finish()
+	if err != nil {
+		return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+	}
+	return n, nil
+}
