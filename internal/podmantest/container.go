@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -115,8 +116,13 @@ func (p *Podman) Wait(name string) int {
 
 // Logs returns a container's standard output and error, for messages.
 func (p *Podman) Logs(name string) string {
-	out, _ := p.output("logs", name)
-	return out
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := p.Command(ctx, "logs", name).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s(podman logs %s: %v)", out, name, err)
+	}
+	return string(out)
 }
 
 // removeAtCleanup runs a podman command that removes something when the

@@ -93,6 +93,12 @@ func (p *Podman) Output(args ...string) string {
 	return out
 }
 
+// Try runs `podman ARGS...` and returns its output and error, for
+// commands that may fail (cleanup of what may not exist).
+func (p *Podman) Try(args ...string) (string, error) {
+	return p.output(args...)
+}
+
 func (p *Podman) output(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
