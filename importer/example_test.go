@@ -35,3 +35,63 @@ func ExampleImport() {
 	}
 	// Output: raw 1048576 [Info TransferDataFile Resize Commit Complete]
 }
+
+// Make an empty 64 MiB sparse disk in a file.
+func ExampleCreateBlank() {
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+
+	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
+		Target: filepath.Join(dir, "disk.img"),
+		Size:   64 << 20,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		fmt.Println("blank disk failed:", err)
+		return
+	}
+	fmt.Println(res.Complete, res.VirtualSize, res.Phases)
+	// Output: true 67108864 [Info Resize Commit Complete]
+}
+
+// Follow an import through its events: the phases as they start, and the
+// moment the source is drained (every byte received and validated).
+func ExampleOptions_events() {
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "source.raw")
+	_ = os.WriteFile(src, []byte("a tiny raw disk image"), 0o644)
+
+	_, err := importer.Import(context.Background(), importer.Options{
+		Source: src,
+		Target: filepath.Join(dir, "disk.img"),
+		Logger: slog.New(slog.DiscardHandler),
+		Events: func(e importer.Event) {
+			switch e.Kind {
+			case importer.EventPhaseStarted:
+				fmt.Println("started", e.Phase)
+			case importer.EventSourceDrained:
+				fmt.Println("source drained after", e.Phase)
+			}
+		},
+	})
+	fmt.Println("error:", err)
+	// Output:
+	// started Info
+	// started TransferDataFile
+	// source drained after TransferDataFile
+	// started Resize
+	// started Commit
+	// started Complete
+	// error: <nil>
+}
+
+// ResolveDigest takes container-image references only (docker://,
+// oci-archive:, oci:); anything else is refused before any request.
+func ExampleResolveDigest() {
+	_, err := importer.ResolveDigest(context.Background(), "https://example.com/disk.img", importer.Options{
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	fmt.Println(errors.Is(err, importer.ErrInvalidOptions))
+	// Output: true
+}

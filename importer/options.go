@@ -20,7 +20,7 @@ type Options struct {
 	// then goes to DIR/disk.img).
 	Target string
 	// ContentType is "kubevirt" (default: a disk image) or "archive": a tar
-	// stream extracted into the Target directory (archive.go).
+	// stream extracted into the Target directory.
 	ContentType string
 
 	// Size is the requested volume size in bytes (0: none). A file target is
@@ -41,11 +41,13 @@ type Options struct {
 	// Preallocation allocates the whole file target (falloc, falling back to
 	// full for qemu-img; fallocate for streamed files).
 	Preallocation bool
-	// CacheMode for qemu-img convert's target: "writeback" (default) or
-	// "none" (O_DIRECT); "trynone" picks none when the target supports it.
+	// CacheMode for qemu-img convert's target: "none" (O_DIRECT) or
+	// "writeback" (the page cache). Default, and "trynone": none where the
+	// target's filesystem accepts O_DIRECT (always for block devices), else
+	// writeback.
 	CacheMode string
 
-	// Clone options (clone.go), for a local file or block device source.
+	// Clone options, for a local file or block device source.
 	// ExactSize requires the target to be exactly the source's virtual size
 	// (a storage migration): a device of that size, or a file that ends up
 	// that size; anything else is refused before a byte is written.
@@ -82,10 +84,11 @@ type Options struct {
 	RegistriesConf string // registries.conf to use; "" = the system's
 	// NoRangedRead always copies a convertible image from HTTP to scratch,
 	// even when the server serves byte ranges and qemu-img could read it in
-	// place (through an NBD export of our own range reader, ranged.go).
+	// place (through an NBD export of our own range reader).
 	NoRangedRead bool
 
-	// Progress, when set, is called about once a second and at each phase.
+	// Progress, when set, is called about once a second from a goroutine of
+	// its own, and once more when the import ends.
 	Progress func(Progress)
 	// Logger receives the phase log; default slog.Default().
 	Logger *slog.Logger

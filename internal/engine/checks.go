@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -11,29 +10,7 @@ import (
 	"github.com/diskimport/engine/qemu"
 )
 
-// checkStructure runs our own structural checks on an image: qemu-img
-// reads the missing clusters of a truncated qcow2, VDI or vmdk as zeros and
-// still exits 0 (check included), so a cut-off download would become a
-// "complete" disk with holes. Other formats are left to qemu-img check.
-func checkStructure(f format.Format, r io.ReaderAt, size int64) error {
-	switch f {
-	case format.QCOW2:
-		return format.CheckQCOW2(r, size)
-	case format.VDI:
-		return format.CheckVDI(r, size)
-	case format.VHD:
-		return format.CheckVHD(r, size)
-	case format.VHDX:
-		return format.CheckVHDX(r, size)
-	case format.VMDK:
-		// Also re-reads the header, footer and embedded descriptor from
-		// the very bytes qemu-img will open.
-		return format.CheckVMDK(r, size)
-	}
-	return nil
-}
-
-// checkStructureFile is checkStructure for a local file.
+// checkStructureFile runs format.CheckStructure on a local file.
 func checkStructureFile(f format.Format, path string) error {
 	file, err := os.Open(path)
 	if err != nil {
@@ -44,7 +21,7 @@ func checkStructureFile(f format.Format, path string) error {
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	return checkStructure(f, file, st.Size())
+	return format.CheckStructure(f, file, st.Size())
 }
 
 // checkInfoSelfContained refuses an image for which qemu-img info reports

@@ -163,7 +163,7 @@ func (v *validation) startExport(ctx context.Context) error {
 		in.export = e
 		in.path = e.spec()
 	}
-	err := checkStructure(in.format, in.export.reader, in.export.reader.Size())
+	err := format.CheckStructure(in.format, in.export.reader, in.export.reader.Size())
 	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
 		// A read failure, not a verdict on the image.
 		err = fmt.Errorf("checking the %s image over HTTP: %w", in.format, err)

@@ -1,0 +1,34 @@
+// Package engine runs imports: a plan decided once, then phases that own
+// their resources.
+//
+// [Import] runs attempts (restart.go) until one ends without asking to
+// start over. Each attempt is a [Machine] run: the Info phase (info.go)
+// opens the target and the source (source.go), identifies the image, runs
+// the checks that can be made before a byte is written (sizes, clone rules
+// in clone.go) and returns an immutable [Plan]: the [Route], the formats,
+// how to verify and the ordered phases ([PhasesFor]). The machine then runs
+// those phases in order, logs "New phase: X" for each, emits [Event]s to
+// its observer and stops at the first error by entering [Error].
+//
+// Each phase is a small type over what it needs (attempt.go lists what they
+// share by design: the request, the target and source reader from Info, the
+// plan, the result being filled, the progress meter):
+//
+//	TransferDataFile  streamTransfer (stream.go)      raw bytes onto the target
+//	TransferScratch   scratchTransfer (scratch.go)    the image to a scratch file, handed to imageInput
+//	TransferDataDir   archiveExtraction (archive.go)  a tar into a staging directory it owns
+//	Validate          validation (validate.go)        structure, self-containment, sizes; starts the ranged export
+//	Convert           conversion (convert.go)         qemu-img onto the target (a device through targetexport.go)
+//	Resize            resizing (resize.go)            a file to its requested size
+//	Verify            verification (verify.go)        source and target read back and compared
+//	Commit            attempt.commit / archiveExtraction.commit: fsync and rename
+//
+// imageInput (input.go) is what qemu-img reads on a converting route; it
+// owns the scratch copy and the ranged NBD export (ranged.go) once they are
+// handed to it. [CreateBlank] (blank.go) runs through the same machine with
+// a plan of its own.
+//
+// To add a phase: a type with run(ctx) error over what it owns, a Phase
+// constant, its place in PhasesFor for the routes that take it, and its
+// entry in attempt.steps.
+package engine
