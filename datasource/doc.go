@@ -9,9 +9,12 @@
 // [Transfer] whose Body yields the bytes from the start. Sources that can be
 // read again (files, HTTP objects, container images) may be opened again
 // after a failure; a one-shot stream such as standard input cannot. A
-// source may also say more about its bytes: a local path qemu-img can read
-// in place, byte ranges it can serve at random ([RangedURL]), labels for
-// the volume ([Labeler]) or how often it retried ([Retries]).
+// source may also say more about its bytes through optional interfaces: a
+// Transfer's Body may be a local file qemu-img can read in place
+// ([LocalFile], read with [LocalPath]) or an object it can serve at random
+// ([RangeReadable], read with [Ranges]; [ReadTail] reads the end of either
+// ahead of the stream), and a Source may give labels for the volume
+// ([Labeler]) or say how often it retried ([Retries]).
 //
 // The built-in sources are:
 //

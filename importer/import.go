@@ -61,6 +61,10 @@ func request(o Options) (engine.Request, error) {
 	if o.Progress != nil {
 		progress = func(p engine.Progress) { o.Progress(Progress(p)) }
 	}
+	var events func(engine.Event)
+	if o.Events != nil {
+		events = func(e engine.Event) { o.Events(Event(e)) }
+	}
 	return engine.Request{
 		Source:             src,
 		Target:             o.Target,
@@ -77,7 +81,7 @@ func request(o Options) (engine.Request, error) {
 		ZeroTarget:         o.ZeroTarget,
 		NoRangedRead:       o.NoRangedRead,
 		Progress:           progress,
-		Events:             o.Events,
+		Events:             events,
 		Logger:             o.Logger,
 		Qemu:               o.Qemu,
 		Wrap:               o.wrapPhase,

@@ -28,7 +28,14 @@ const (
 // Event is what an import tells Options.Events: a phase started or ended,
 // or the source was drained (every byte received and validated; what is
 // left works on the target alone).
-type Event = engine.Event
+type Event struct {
+	Kind EventKind
+	// Phase is the phase that started or ended; for EventSourceDrained,
+	// the phase after which the source was drained.
+	Phase Phase
+	// Err is the phase's error, for EventPhaseEnded.
+	Err error
+}
 
 // EventKind says what an Event reports.
 type EventKind = engine.EventKind

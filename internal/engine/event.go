@@ -30,7 +30,7 @@ func (k EventKind) String() string {
 }
 
 // Event is what the machine tells its observer, synchronously, from the
-// goroutine running the import.
+// goroutine running the import (importer.Event, field for field).
 type Event struct {
 	Kind  EventKind
 	Phase Phase
