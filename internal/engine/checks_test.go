@@ -12,7 +12,7 @@ import (
 
 func TestCheckInfoSelfContained(t *testing.T) {
 	const img = "/scratch/disk.vmdk"
-	export := &rangedExport{sock: "/tmp/importer-nbd-1/image.sock"}
+	export := &rangedExport{unixExport: &unixExport{sock: "/tmp/importer-nbd-1/image.sock"}}
 	spec := `json:{"backing":null,"file":{"driver":"nbd","server":{"path":"/tmp/importer-nbd-1/image.sock","type":"unix"}}}`
 	ok := map[string]struct {
 		info *qemu.ImageInfo

@@ -7,11 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -67,45 +63,29 @@ func streamOptimized(img *format.Image) bool {
 }
 
 // rangedExport serves the HTTP object to qemu-img as a read-only NBD
-// export on a Unix socket in a private directory. Our own client does the
-// range reads (credentials, CA, headers, retries); qemu-img never talks
-// HTTP itself (its curl driver hangs now and then on qemu 7.2).
+// export. Our own client does the range reads (credentials, CA, headers,
+// retries); qemu-img never talks HTTP itself (its curl driver hangs now and
+// then on qemu 7.2).
 type rangedExport struct {
-	dir    string
-	sock   string
+	*unixExport
 	reader *datasource.RangeReader
-	server *nbdserver.Server
-	cancel context.CancelFunc
-	done   chan error
 }
 
 // startRangedExport opens the range reader and starts the NBD server.
 func startRangedExport(ctx context.Context, r *datasource.RangedURL, log *slog.Logger) (*rangedExport, error) {
-	parent := ""
-	if len(os.TempDir()) > 60 {
-		// A Unix socket path must fit in 108 bytes.
-		parent = "/tmp"
-	}
-	dir, err := os.MkdirTemp(parent, "importer-nbd-*") // mode 0700
+	e := &rangedExport{}
+	u, err := serveUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
+		rr, err := r.Open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		e.reader = rr
+		return nbdserver.New(rr, rr.Size(), log), nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the NBD socket directory: %w", err)
-	}
-	e := &rangedExport{dir: dir, sock: filepath.Join(dir, "image.sock"), done: make(chan error, 1)}
-	ln, err := net.Listen("unix", e.sock)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("listening on %s: %w", e.sock, err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	e.cancel = cancel
-	if e.reader, err = r.Open(sctx); err != nil {
-		cancel()
-		ln.Close()
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	e.server = nbdserver.New(e.reader, e.reader.Size(), log)
-	go func() { e.done <- e.server.Serve(sctx, ln) }()
+	e.unixExport = u
 	return e, nil
 }
 
@@ -113,41 +93,26 @@ func startRangedExport(ctx context.Context, r *datasource.RangedURL, log *slog.L
 // qemu-img from opening any backing file the image might name, even if it
 // served a different header to our own check.
 func (e *rangedExport) spec() string {
-	file := map[string]any{"driver": "nbd", "server": map[string]any{"type": "unix", "path": e.sock}}
-	b, _ := json.Marshal(map[string]any{"backing": nil, "file": file})
+	b, _ := json.Marshal(map[string]any{"backing": nil, "file": e.nbdFile()})
 	return "json:" + string(b)
 }
 
-// cause prefers the export's own read error (what actually went wrong on
-// the HTTP side) over qemu-img's bare "Input/output error".
+// cause prefers the export's own read error over qemu-img's bare
+// "Input/output error". Safe on nil (no export).
 func (e *rangedExport) cause(err error) error {
-	if e == nil || err == nil {
+	if e == nil {
 		return err
 	}
-	if rerr := e.server.Err(); rerr != nil {
-		return fmt.Errorf("%w (reading the image over HTTP failed: %w)", err, rerr)
-	}
-	return err
+	return e.unixExport.cause(err)
 }
 
 // stop ends the server, aborts reads in flight and removes the socket
-// directory. Safe to call more than once.
+// directory. Safe to call more than once and on nil.
 func (e *rangedExport) stop(log *slog.Logger) {
-	if e == nil || e.cancel == nil {
+	if e == nil {
 		return
 	}
-	e.cancel()
-	e.reader.Close()
-	select {
-	case err := <-e.done:
-		if err != nil {
-			log.Warn("NBD export ended with an error", "err", err)
-		}
-	case <-time.After(30 * time.Second):
-		log.Warn("NBD export did not stop in time")
-	}
-	os.RemoveAll(e.dir)
-	e.cancel = nil
+	e.unixExport.stop(log, func() { e.reader.Close() })
 }
 
 // startExport serves the remote image, hands the export to in (qemu-img

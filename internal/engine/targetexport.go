@@ -3,12 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/diskimport/engine/internal/volume"
@@ -21,12 +16,8 @@ import (
 // succeeded and the rest is on disk. Killing qemu-img, or us (qemu-img
 // then dies by Pdeathsig), at any moment leaves no bootable-looking device.
 type targetExport struct {
-	dir    string
-	sock   string
+	*unixExport
 	writer *volume.DeviceWriter
-	server *nbdserver.Server
-	cancel context.CancelFunc
-	done   chan error
 }
 
 // exportMaxRequest bounds one request: qemu-img convert writes 2 MiB at a
@@ -51,61 +42,35 @@ func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool
 	// aligns them when told the minimum.
 	srv.MinBlock = uint32(w.BlockSize())
 	srv.MaxRequest = exportMaxRequest
-	parent := ""
-	if len(os.TempDir()) > 60 {
-		// A Unix socket path must fit in 108 bytes.
-		parent = "/tmp"
-	}
-	dir, err := os.MkdirTemp(parent, "importer-target-*") // mode 0700
+	u, err := serveUnix(ctx, "importer-target-*", "target.sock", "writing the target", func(context.Context) (*nbdserver.Server, error) {
+		return srv, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the NBD socket directory: %w", err)
+		return nil, err
 	}
-	e := &targetExport{dir: dir, sock: filepath.Join(dir, "target.sock"), writer: w, server: srv, done: make(chan error, 1)}
-	ln, err := net.Listen("unix", e.sock)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("listening on %s: %w", e.sock, err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	e.cancel = cancel
-	go func() { e.done <- srv.Serve(sctx, ln) }()
-	return e, nil
+	return &targetExport{unixExport: u, writer: w}, nil
 }
 
 // spec is the qemu-img destination: raw data on the NBD export.
 func (e *targetExport) spec() string {
-	file := map[string]any{"driver": "nbd", "server": map[string]any{"type": "unix", "path": e.sock}}
-	b, _ := json.Marshal(map[string]any{"driver": "raw", "file": file})
+	b, _ := json.Marshal(map[string]any{"driver": "raw", "file": e.nbdFile()})
 	return "json:" + string(b)
 }
 
 // cause prefers the export's own write error (ENOSPC, an I/O error of the
-// device, a cancel) over qemu-img's bare errno message.
+// device, a cancel) over qemu-img's bare errno message. Safe on nil.
 func (e *targetExport) cause(err error) error {
-	if e == nil || err == nil {
+	if e == nil {
 		return err
 	}
-	if werr := e.server.Err(); werr != nil {
-		return fmt.Errorf("%w (writing the target failed: %w)", err, werr)
-	}
-	return err
+	return e.unixExport.cause(err)
 }
 
 // stop ends the server, waits for requests in flight and removes the
 // socket directory. Safe to call more than once and on nil.
 func (e *targetExport) stop(log *slog.Logger) {
-	if e == nil || e.cancel == nil {
+	if e == nil {
 		return
 	}
-	e.cancel()
-	select {
-	case err := <-e.done:
-		if err != nil {
-			log.Warn("NBD target export ended with an error", "err", err)
-		}
-	case <-time.After(30 * time.Second):
-		log.Warn("NBD target export did not stop in time")
-	}
-	os.RemoveAll(e.dir)
-	e.cancel = nil
+	e.unixExport.stop(log, nil)
 }
