@@ -14,29 +14,47 @@
 //
 //	IMPORTER_SOURCE          http, registry, clone (ours: a local device or
 //	                         image file), none (a blank disk) or upload (serve
-//	                         CDI's upload paths); s3, gcs, imageio and vddk are
-//	                         refused as not supported yet
+//	                         CDI's upload paths); anything else (s3, gcs,
+//	                         imageio, vddk) fails, naming the supported ones
 //	IMPORTER_ENDPOINT        the URL, image reference or, for clone, the
 //	                         absolute path of the source; for http only an
 //	                         http or https URL with a host is taken
 //	IMPORTER_CONTENTTYPE     kubevirt (default) or archive (a tar extracted
-//	                         into the data directory; filesystem volumes only)
+//	                         into the data directory; filesystem volumes only;
+//	                         refused for none, as CDI does)
 //	IMPORTER_IMAGE_SIZE      the requested volume size, a Kubernetes quantity
 //	IMPORTER_ACCESS_KEY_ID   basic-auth user name
 //	IMPORTER_SECRET_KEY      basic-auth password
-//	IMPORTER_CERT_DIR        directory of CA certificates (*.crt, *.pem)
-//	                         to trust
+//	IMPORTER_CERT_DIR        directory of CA certificates to trust: every
+//	                         certificate in every non-hidden file
+//	IMPORTER_PROXY_CERT_DIR  CA certificates of the proxy (default
+//	                         /proxycerts/), pooled with IMPORTER_CERT_DIR
 //	INSECURE_TLS             true: do not verify the server's certificate
 //	IMPORTER_CHECKSUM        algo:hex digest expected of the bytes received
 //	IMPORTER_EXTRA_HEADER_n  extra request header lines, n from 0 to 99
 //	FILESYSTEM_OVERHEAD      fraction of a filesystem volume kept free
 //	PREALLOCATION            true: allocate the whole target
 //	CACHE_MODE               TRYNONE: qemu-img tries O_DIRECT, falls back
+//	http_proxy, https_proxy, no_proxy  the proxy (read by Go's transport)
+//
+//	progress metric (MetricsConfig):
+//	OWNER_UID                the ownerUID label of ProgressMetricName
+//	TLS_CERT, TLS_KEY        PEM certificate and key of the metrics server
+//	                         (and of the upload server); default self-signed
+//	TLS_MIN_VERSION          VersionTLS10 ... VersionTLS13
+//	TLS_CIPHERS              comma-separated OpenSSL or Go suite names
+//	IMPORTER_METRICS_LISTEN  (ours) the address, default :8443; off: none
 //
 //	registry:
 //	IMPORTER_REGISTRY_IMAGE_ARCHITECTURE  platform to pick from an index
 //	REGISTRY_AUTH_FILE                    containers auth.json to read
 //	CONTAINERS_REGISTRIES_CONF            registries.conf to read
+//
+//	registry by node pull (NodePull; IMPORTER_SOURCE is then http):
+//	IMPORTER_PULL_METHOD     node: labels come from the server's GET /info
+//	IMPORTER_READY_FILE      waited for (60 s); holds the disk file's name
+//	IMPORTER_DONE_FILE       created after a successful import
+//	IMPORTER_READY_FILE_TIMEOUT  (ours, for tests) replaces the 60 s
 //
 //	clone (ours):
 //	IMPORTER_EXACT_SIZE      true: the target must be the source's size
@@ -59,25 +77,40 @@
 //	/data/disk.img         the target otherwise; /data for an archive
 //	/scratch               scratch space, the only place the importer puts a
 //	                       decompressed image a format must read at random
+//	/extraheaders/<n>/*    secret-backed extra headers, one line per file
+//	/proxycerts/           the proxy's CAs when IMPORTER_PROXY_CERT_DIR is unset
 //	/dev/termination-log   written once at the end: the termination message
 //
 // Besides these, the importer reads the files the variables above name:
-// the clone source, the certificates in IMPORTER_CERT_DIR,
-// REGISTRY_AUTH_FILE, CONTAINERS_REGISTRIES_CONF and
-// IMPORTER_UPLOAD_TOKEN_FILE.
+// the clone source, the certificates in IMPORTER_CERT_DIR and
+// IMPORTER_PROXY_CERT_DIR, REGISTRY_AUTH_FILE, CONTAINERS_REGISTRIES_CONF,
+// IMPORTER_UPLOAD_TOKEN_FILE and the ready file.
 //
 // # Results
 //
-// The termination message (TerminationMessage) is one line of JSON of at
-// most 4096 bytes, Kubernetes' limit: CDI's fields (scratchSpaceRequired,
-// preallocationApplied, labels, message) and this engine's. When it would
-// be longer, the cause in message is kept first and labels are dropped in a
-// fixed order and counted.
+// Report writes the termination log. After a run that exits 0 it is one
+// line of JSON of at most 4096 bytes, Kubernetes' limit
+// (TerminationMessage): CDI's fields (scratchSpaceRequired,
+// preallocationApplied, labels, message) and this engine's; when it would
+// be longer, the cause in message is kept first and labels are dropped in
+// a fixed order and counted. After a failure (exit 1) it is CDI's plain
+// text, "Unable to process data: <cause>" (FailureText): CDI's controller
+// parses JSON only from a pod that exited 0.
 //
 // Classify reads an import's error, through the engine's sentinels in
 // package errdefs, into one Class; ExitCode and CLIExitCode map a class to
 // the exit code (0, 1, or 2 for wrong command-line options), and the
-// upload server maps it to an HTTP status. Like CDI's importer, a checksum
-// mismatch exits 0 under the contract, so the controller fails the import
-// for good rather than restarting the pod to fetch the same bytes again.
+// upload server maps it to an HTTP status. Like CDI's importer, two
+// failures exit 0 under the contract: a checksum mismatch, so the
+// controller fails the import for good rather than restarting the pod to
+// fetch the same bytes again, and scratch space required, so it adds a
+// scratch volume and recreates the pod.
+//
+// # Progress
+//
+// ProgressTracker turns the engine's snapshots into one percentage of the
+// whole import; NewMetricsHandler serves it as ProgressMetricName (CDI's
+// controller scrapes https://POD:8443/metrics) beside this engine's
+// diskimport_* metrics, StartMetricsServer over HTTPS, and ProgressLog as
+// log lines.
 package cdi

@@ -98,7 +98,9 @@ func readEnv(getenv func(string) string, paths Paths) (Request, error) {
 	if req.Import, err = importOptions(getenv, paths); err != nil {
 		return req, err
 	}
-	req.NodePull = nodePull(getenv)
+	if req.NodePull, err = nodePull(getenv); err != nil {
+		return req, err
+	}
 	if err := trustProxyCerts(getenv, paths, &req); err != nil {
 		return req, err
 	}

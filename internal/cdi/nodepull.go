@@ -49,8 +49,9 @@ type NodePull struct {
 
 // nodePull reads the handshake's variables; nil when none is set. Like
 // CDI's importer, each file is used when its variable is set, whatever
-// IMPORTER_PULL_METHOD says.
-func nodePull(getenv func(string) string) *NodePull {
+// IMPORTER_PULL_METHOD says. IMPORTER_READY_FILE_TIMEOUT (ours, a Go
+// duration, for tests) replaces the 60 s.
+func nodePull(getenv func(string) string) (*NodePull, error) {
 	n := &NodePull{
 		ReadyFile: getenv("IMPORTER_READY_FILE"),
 		DoneFile:  getenv("IMPORTER_DONE_FILE"),
@@ -58,10 +59,17 @@ func nodePull(getenv func(string) string) *NodePull {
 		Timeout:   ReadyFileTimeout,
 		poll:      100 * time.Millisecond,
 	}
-	if n.ReadyFile == "" && n.DoneFile == "" && !n.Labels {
-		return nil
+	if v := getenv("IMPORTER_READY_FILE_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("IMPORTER_READY_FILE_TIMEOUT=%q: want a duration such as 60s: %w", v, errdefs.ErrInvalidOptions)
+		}
+		n.Timeout = d
 	}
-	return n
+	if n.ReadyFile == "" && n.DoneFile == "" && !n.Labels {
+		return nil, nil
+	}
+	return n, nil
 }
 
 // Wait waits for the ready file and returns the endpoint to import: the
