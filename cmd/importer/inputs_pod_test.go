@@ -215,3 +215,24 @@ func tunnel(client net.Conn, buffered *bufio.Reader, up net.Conn) {
 	go func() { io.Copy(client, up); done <- struct{}{} }()
 	<-done
 }
+
+// IMPORTER_CERT_DIR alone: every non-hidden file is read for
+// certificates, as CDI does, whatever the ConfigMap key is called.
+func TestPodCertDirTrustsEveryFile(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 67)
+	ca := newTestCA(t, "server CA")
+	srv := httptest.NewUnstartedServer(http.FileServer(http.Dir(dir)))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	certs := t.TempDir()
+	configMapVolume(t, certs, map[string]string{"ca-bundle": ca.pem, "README": "not a certificate"})
+	data := t.TempDir()
+	code, log, _ := runPod(t, pod{
+		env:     httpEnv(srv.URL+"/disk.raw", map[string]string{"IMPORTER_CERT_DIR": "/certs"}),
+		volumes: map[string]string{"/data": data, "/certs": certs},
+	})
+	require.Equal(t, cdi.ExitOK, code, "%s", log)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), 1<<20))
+}
