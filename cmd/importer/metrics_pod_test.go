@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -171,8 +170,6 @@ func testCertificate(t *testing.T) (certPEM, keyPEM string, pool *x509.CertPool)
 	require.True(t, pool.AppendCertsFromPEM([]byte(certPEM)))
 	return certPEM, keyPEM, pool
 }
-
-var _ = strings.TrimSpace
 
 // The command line serves the same metrics with --metrics-listen.
 func TestCLIMetricsListen(t *testing.T) {

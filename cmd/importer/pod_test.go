@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -218,5 +217,3 @@ func httpEnv(endpoint string, extra map[string]string) map[string]string {
 	}
 	return env
 }
-
-var _ = strings.TrimSpace

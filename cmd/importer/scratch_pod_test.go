@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -58,6 +57,4 @@ func TestPodFailureLeavesText(t *testing.T) {
 	text := failureText(t, log)
 	assert.Regexp(t, `^Unable to process data: .*404 Not Found`, text)
 	assert.Empty(t, dirEntries(t, data))
-
-	_ = os.Remove
 }

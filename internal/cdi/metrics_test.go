@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -152,5 +151,3 @@ func TestStopAfterScrapeWaitsForOneFinalScrape(t *testing.T) {
 	assert.NoError(t, srv.StopAfterScrape(10*time.Second))
 	assert.Less(t, time.Since(start), 5*time.Second, "a scrape ends the wait")
 }
-
-var _ = strconv.Itoa
