@@ -63,6 +63,10 @@ func needPods(t *testing.T) string {
 		t.Skip("a pod's mount namespace needs root")
 	}
 	testimg.Need(t, "unshare", "chroot", "mount")
+	// Root in a container without CAP_SYS_ADMIN cannot make one either.
+	if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "probe", "/mnt").CombinedOutput(); err != nil {
+		t.Skipf("cannot make a private mount namespace here: %v %s", err, out)
+	}
 	bin, err := podBinary()
 	require.NoError(t, err)
 	return bin
