@@ -18,7 +18,7 @@ LDFLAGS := -s -w -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/importer ./cmd/importer
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/cdi-containerimage-server ./cmd/cdi-containerimage-server
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/cdi-containerimage-server ./cmd/cdi-containerimage-server
 
 # The whole suite. Loop-device and namespace tests need root; they skip
 # with a reason otherwise.

@@ -94,12 +94,13 @@ func terminationLog(t *testing.T, dir string) string {
 // terminationMessage is what CDI's controller reads from a successful
 // importer pod's termination message, and a few fields of ours.
 type terminationMessage struct {
-	ScratchSpaceRequired *bool  `json:"scratchSpaceRequired"`
-	PreallocationApplied *bool  `json:"preallocationApplied"`
-	Message              string `json:"message"`
-	SourceFormat         string `json:"sourceFormat"`
-	Compression          string `json:"compression"`
-	ScratchUsed          bool   `json:"scratchUsed"`
+	ScratchSpaceRequired *bool             `json:"scratchSpaceRequired"`
+	PreallocationApplied *bool             `json:"preallocationApplied"`
+	Message              string            `json:"message"`
+	SourceFormat         string            `json:"sourceFormat"`
+	Compression          string            `json:"compression"`
+	ScratchUsed          bool              `json:"scratchUsed"`
+	Labels               map[string]string `json:"labels"`
 }
 
 // readTermination decodes the JSON termination message of a successful

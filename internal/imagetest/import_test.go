@@ -79,6 +79,7 @@ func TestFilesystemVolume(t *testing.T) {
 		Volumes:    []string{data + ":/data", scratch + ":/scratch", termLog + ":/dev/termination-log"},
 		HostNet:    true,
 		CapDropAll: true,
+		ReadOnly:   true,
 	}, importTimeout)
 	if r.ExitCode != 0 {
 		t.Fatalf("importer exited %d\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
@@ -127,6 +128,7 @@ func TestBlockVolume(t *testing.T) {
 		Groups:     []string{"107"},
 		HostNet:    true,
 		CapDropAll: true,
+		ReadOnly:   true,
 	}, importTimeout)
 	if r.ExitCode != 0 {
 		t.Fatalf("importer exited %d\n%s%s", r.ExitCode, r.Stdout, r.Stderr)

@@ -3,8 +3,10 @@ package imagetest
 import (
 	"bytes"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,8 +75,12 @@ func TestNodePull(t *testing.T) {
 	if got, want := testimg.Digest(t, filepath.Join(data, "disk.img"), diskSize), testimg.Digest(t, raw, -1); got != want {
 		t.Errorf("disk.img: sha256 %s, want the containerdisk's %s", got, want)
 	}
-	if m := readTermination(t, termLog); m.Message != "Import Complete" {
+	m := readTermination(t, termLog)
+	if m.Message != "Import Complete" {
 		t.Errorf("termination message %+v", m)
+	}
+	if !slices.Contains(slices.Collect(maps.Values(m.Labels)), "from-containerdisk") {
+		t.Errorf("labels %v lack the containerdisk's KUBEVIRT_IO_TEST_LABEL (from the server's /info)", m.Labels)
 	}
 }
 

@@ -58,6 +58,7 @@ func TestUploadServer(t *testing.T) {
 			token + ":/run/upload/token:ro"},
 		HostNet:    true,
 		CapDropAll: true,
+		ReadOnly:   true,
 	})
 	client := &http.Client{Timeout: importTimeout, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	waitHealthy(t, img.podman, name, client, "https://"+addr+"/healthz")

@@ -24,6 +24,7 @@ type Container struct {
 	HostNet    bool     // --network host: reach servers on the host's 127.0.0.1
 	Pod        string   // join this pod (its network, as a Kubernetes pod's containers share one)
 	CapDropAll bool     // --cap-drop all, as a restricted pod runs
+	ReadOnly   bool     // --read-only (podman puts a tmpfs on /tmp), as readOnlyRootFilesystem
 	Extra      []string // any other podman run flags
 }
 
@@ -61,6 +62,9 @@ func (c Container) runArgs(name string) []string {
 	}
 	if c.CapDropAll {
 		args = append(args, "--cap-drop", "all", "--security-opt", "no-new-privileges")
+	}
+	if c.ReadOnly {
+		args = append(args, "--read-only")
 	}
 	args = append(args, c.Extra...)
 	return append(append(args, c.Image), c.Args...)
