@@ -87,6 +87,24 @@ func TestCompressedSize(t *testing.T) {
 	}
 }
 
+// TestOCILayout reads the OCI layout make image wrote as podman reads
+// one (skopeo and crane read it the same way): it is the same image.
+func TestOCILayout(t *testing.T) {
+	img := loadImage(t)
+	layout := filepath.Join(img.dir, "importer-image-oci")
+	for _, tag := range []string{"latest", img.label(t, imagebuild.LabelVersion)} {
+		id := strings.TrimSpace(img.podman.Output("pull", "--quiet", "oci:"+layout+":"+tag))
+		// podman names the pulled image after the layout's path (tag latest).
+		name := "localhost" + layout
+		if out, err := img.podman.Try("untag", id, name); err != nil {
+			t.Logf("untagging %s: %v\n%s", name, err, out)
+		}
+		if id != img.id {
+			t.Errorf("oci:%s:%s is image %s, the docker-archive %s", layout, tag, id, img.id)
+		}
+	}
+}
+
 // TestReproducible builds the image again with make, from the same
 // commit (version, commit and time taken from the first build), into
 // another directory: the digest and the docker-archive's bytes are the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -115,8 +114,13 @@ func loadContainerDisk(t *testing.T, p *podmantest.Podman, dir, disk string) str
 	if err := imagebuild.WriteDockerArchive(archive, img, []string{ref}, time.Unix(0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(archive) })
-	return p.Load(archive, ref)
+	id := p.Load(archive, ref)
+	t.Cleanup(func() {
+		if out, err := p.Try("rmi", "--force", ref); err != nil {
+			t.Logf("removing %s: %v\n%s", ref, err, out)
+		}
+	})
+	return id
 }
 
 // waitWithin is Podman.Wait bounded by timeout.
