@@ -489,7 +489,7 @@ func TestHTTPSCertDirErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(junk, "bad.crt"), []byte("not a cert"), 0o644))
 	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: junk})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	assert.Contains(t, err.Error(), "no parsable")
+	assert.Contains(t, err.Error(), "no file with a parsable PEM certificate")
 }
 
 // Opening and closing many streams (read fully, closed early, stalled)
