@@ -25,10 +25,10 @@ const (
 // Entry is one file system object of a layer.
 type Entry struct {
 	Path     string      // absolute and clean, e.g. /usr/bin/qemu-img
-	Kind     Kind        //
-	Perm     fs.FileMode // permission bits (no setuid, setgid or sticky bits but for Sticky)
-	Sticky   bool        // the sticky bit, for /tmp
-	UID, GID int         //
+	Kind     Kind        // directory, regular file or symlink
+	Perm     fs.FileMode // permission bits only (no setuid or setgid)
+	Sticky   bool        // the sticky bit (/tmp)
+	UID, GID int         // numeric owner; no user or group names are stored
 	Target   string      // a symlink's target, as stored
 	Source   string      // a file's contents: the host file at Source, or
 	Data     []byte      // these bytes when Source is empty
