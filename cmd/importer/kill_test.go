@@ -75,6 +75,14 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 			err := cmd.Wait()
 			waited = true
 			t.Logf("killed %s; exit: %v; stderr tail: %s", at, err, tail(stderr.String(), 600))
+			if moment == "qemu-img exited" && err == nil {
+				// The importer wrote the head, synced and exited in the
+				// milliseconds between qemu-img's exit and the kill (seen
+				// on a busy machine): then it must have left the whole image.
+				t.Log("the importer finished before the kill landed")
+				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, loop, size), "reported complete but the image is incomplete")
+				return
+			}
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, "the importer finished before it was killed")
 			ws, _ := ee.Sys().(syscall.WaitStatus)
