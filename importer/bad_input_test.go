@@ -36,7 +36,7 @@ func importFails(t *testing.T, o importer.Options, want error) error {
 }
 
 func TestTruncatedQCOW2(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 3)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
@@ -50,7 +50,7 @@ func TestTruncatedQCOW2(t *testing.T) {
 }
 
 func TestTruncatedAndCorruptCompression(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "gzip", "xz", "zstd")
+	testimg.Need(t, "qemu-img", "gzip", "xz", "zstd")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 4)
 	for _, kind := range []string{"gz", "xz", "zst"} {
@@ -114,7 +114,7 @@ func TestHTTPFailures(t *testing.T) {
 }
 
 func TestUnsafeImages(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "base.raw", 1<<20, 5)
 	base := testimg.Serve(t, dir)
@@ -131,7 +131,7 @@ func TestUnsafeImages(t *testing.T) {
 }
 
 func TestChecksumMismatch(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 6)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
@@ -146,7 +146,7 @@ func TestChecksumMismatch(t *testing.T) {
 }
 
 func TestImageLargerThanDevice(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "zstd")
+	testimg.Need(t, "qemu-img", "zstd")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "big.raw", 12<<20, 7)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "big.qcow2"), "qcow2")
@@ -168,7 +168,7 @@ func TestImageLargerThanDevice(t *testing.T) {
 }
 
 func TestFileTargetTooSmallForRequestedSize(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 8)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

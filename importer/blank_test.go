@@ -51,7 +51,7 @@ func TestBlankRawFilePreallocated(t *testing.T) {
 }
 
 func TestBlankQCOW2File(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	path := filepath.Join(t.TempDir(), "disk.qcow2")
 	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
 		Target: path, Size: 64 << 20, FilesystemOverhead: 0.06, Format: "qcow2", Logger: testLogger(t),

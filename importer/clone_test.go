@@ -135,7 +135,7 @@ func TestCloneBlockToBlockExactZeroTarget(t *testing.T) {
 }
 
 func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 35)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "src.qcow2"), "qcow2")
@@ -162,7 +162,7 @@ func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
 }
 
 func TestCloneQCOW2XZToFileVerified(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 36)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "src.qcow2"), "qcow2")
@@ -271,7 +271,7 @@ func TestCloneVerifyNeedsLocalSource(t *testing.T) {
 // A converted image whose target changes after qemu-img wrote it fails
 // qemu-img compare.
 func TestCloneVerifyCompareMismatchFails(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 42)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "src.qcow2"), "qcow2")

@@ -19,7 +19,7 @@ import (
 // passed, and Complete is entered only after Commit ended, which is also
 // the first time progress may say Complete.
 func TestEventsOfAStreamedConversion(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 51)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

@@ -49,7 +49,7 @@ func tmpfs(t *testing.T, size int64) string {
 // write phase begins) and the writes hit ENOSPC. The error must say so and
 // nothing of ours may be left behind.
 func TestTargetFillsUp(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "zstd")
+	testimg.Need(t, "qemu-img", "zstd")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 6<<20, 41)
 	zst := testimg.Compress(t, raw, "zst")
@@ -104,7 +104,7 @@ func importFailsWith(t *testing.T, o importer.Options) error {
 }
 
 func TestScratchMissingOrFull(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "gzip")
+	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 12<<20, 42)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
@@ -169,7 +169,7 @@ func TestMountedOrHeldDeviceRefused(t *testing.T) {
 // qemu-img killed (SIGKILL, as the OOM killer would) in the middle of a
 // convert: a clear error, no target.
 func TestQemuImgKilledMidConvert(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 96<<20, 44)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

@@ -268,7 +268,7 @@ func peakRSS(t *testing.T) func() int64 {
 }
 
 func TestHostileImages(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	for _, c := range hostileCases() {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -164,7 +164,7 @@ func importVMDKFails(t *testing.T, o importer.Options, want error, msg string) *
 }
 
 func TestHostileVMDKs(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	var device string
 	if os.Geteuid() == 0 {
 		device = testimg.LoopDevice(t, t.TempDir(), 4<<20)
@@ -226,7 +226,7 @@ func TestHostileVMDKs(t *testing.T) {
 // ones import exactly as qemu-img converts them, the unsafe ones are
 // refused.
 func TestRealVMDKs(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	root := filepath.Join("..", "..", "shared", "real-images")
 	if _, err := os.Stat(root); err != nil {
 		t.Skipf("no real images: %v", err)

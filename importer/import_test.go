@@ -69,7 +69,7 @@ func expectImage(t *testing.T, raw, target string, block bool) {
 }
 
 func TestImportMatrix(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 1)
 	www := filepath.Join(dir, "www")
@@ -135,7 +135,7 @@ func TestImportMatrix(t *testing.T) {
 }
 
 func TestImportCompressed(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "gzip", "xz", "zstd")
+	testimg.Need(t, "qemu-img", "gzip", "xz", "zstd")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 2)
 	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

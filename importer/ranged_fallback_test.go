@@ -41,7 +41,7 @@ func rangeIgnoringServer(t *testing.T, path string, ranged *atomic.Int64) *httpt
 }
 
 func TestRangedFallsBackWhenServerIgnoresRanges(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 31)

@@ -51,7 +51,7 @@ func assertNoSocketDir(t *testing.T, tmp string) {
 }
 
 func TestRangedFormatsReadInPlace(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 11)
@@ -112,7 +112,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 }
 
 func TestRangedTruncatedImagesRefused(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 12)
@@ -150,7 +150,7 @@ func TestRangedTruncatedImagesRefused(t *testing.T) {
 }
 
 func TestRangedAuthTLSHeaders(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 13)
 	www := filepath.Join(dir, "www")
@@ -186,7 +186,7 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 }
 
 func TestRangedReadFailureNamesCause(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 14)
 	www := filepath.Join(dir, "www")

@@ -22,7 +22,7 @@ import (
 type regDisks struct{ raw, qcow2, qcow2xz string }
 
 func makeRegDisks(t *testing.T, seed uint64) regDisks {
-	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, seed)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

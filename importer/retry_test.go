@@ -131,7 +131,7 @@ func TestImportResumesAfterServerDies(t *testing.T) {
 // (target aborted, scratch removed, a fresh download), and the result is
 // the image, not a splice of two downloads.
 func TestImportRestartsWhenRangesIgnored(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "gzip")
+	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 22)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

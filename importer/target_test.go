@@ -17,7 +17,7 @@ import (
 )
 
 func TestFileTargetGrowsToRequestedSize(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 9)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
@@ -42,7 +42,7 @@ func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 }
 
 func TestPreallocationAllocatesFile(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 10)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
@@ -59,7 +59,7 @@ func TestPreallocationAllocatesFile(t *testing.T) {
 }
 
 func TestQCOW2FileTarget(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 11)
 	vmdk := testimg.Convert(t, raw, filepath.Join(dir, "disk.vmdk"), "vmdk")
@@ -127,7 +127,7 @@ func TestBlockZeroRunsAreDeallocated(t *testing.T) {
 // When an import fails after qemu-img wrote to a device, the device's first
 // MiB is wiped so the half-written disk does not look bootable.
 func TestFailedConvertWipesDeviceHead(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 15)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

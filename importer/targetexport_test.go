@@ -25,7 +25,7 @@ import (
 // makes of the image, zero runs are deallocated rather than written, and the
 // device's old content past the image stays.
 func TestConvertOntoDeviceMatchesQemuImg(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 12<<20 + 512 // not a multiple of 4 KiB: an unaligned end
 	raw := testimg.Raw(t, dir, "disk.raw", size, 71)
@@ -59,7 +59,7 @@ func TestConvertOntoDeviceMatchesQemuImg(t *testing.T) {
 // is read over a slow HTTP server (the ranged path, a second NBD export) so
 // the conversion spans several progress ticks.
 func TestConvertOntoDeviceReportsProgress(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 16 << 20
 	raw := testimg.Raw(t, dir, "disk.raw", size, 72)

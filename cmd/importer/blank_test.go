@@ -29,7 +29,7 @@ func TestCLIBlankRawAndQCOW2(t *testing.T) {
 	assert.Less(t, testimg.Allocated(t, raw), int64(1<<20), "sparse")
 	testimg.AssertZeros(t, raw, 0, 60<<20)
 
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	q := filepath.Join(dir, "blank.qcow2")
 	code, _, _ = runCLI(t, nil, env(nil), "blank", "--size", "32Mi", "--format", "qcow2", q)
 	require.Equal(t, cdi.ExitOK, code)

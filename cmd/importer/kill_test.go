@@ -30,7 +30,7 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	testimg.Need(t, "qemu-img", "prlimit")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 256 << 20
 	raw := testimg.Raw(t, dir, "disk.raw", size, 90)

@@ -105,7 +105,7 @@ func cdiRoot(t *testing.T) string {
 }
 
 func TestEnvContractFilesystem(t *testing.T) {
-	testimg.Need(t, "qemu-img", "prlimit", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 22)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")

@@ -192,7 +192,7 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("imports 1 GiB")
 	}
-	testimg.Need(t, "qemu-img", "prlimit", "zstd")
+	testimg.Need(t, "qemu-img", "zstd")
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "big.raw")
 	writeBigDisk(t, raw, 1<<30)

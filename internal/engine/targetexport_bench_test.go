@@ -32,7 +32,7 @@ import (
 //
 //	sudo go test -run '^$' -bench ConvertOntoDevice -benchtime 8x ./importer
 func BenchmarkConvertOntoDevice(b *testing.B) {
-	testimg.Need(b, "qemu-img", "prlimit")
+	testimg.Need(b, "qemu-img")
 	const size = 384 << 20
 	for _, layout := range []string{"runs", "clusters"} {
 		b.Run(layout, func(b *testing.B) {
