@@ -1,0 +1,83 @@
+// Package streamdecode turns a qcow2 or streamOptimized vmdk image arriving
+// as a forward-only stream (the output of format.Open: a registry layer, a
+// .qcow2.gz over HTTP, an upload) into raw guest writes, in one pass and
+// without a scratch copy.
+//
+// The output seam is a Sink (WriteAt at guest offsets). A converted qcow2
+// is mostly in guest order, but nothing in the format promises it (an
+// image rewritten after a snapshot, or one whose L2 tables were allocated
+// late, is not), and a sequential writer would have to hold back every
+// cluster that arrives early; random access lets every cluster go out the
+// moment it is mapped. Both kinds of target take it: a fresh sparse file
+// (*os.File) and volume.DeviceWriter, which also zeroes (ZeroSink).
+//
+// A Sink without ZeroAt is taken to read zeros where nothing is written
+// (a new sparse file, a discarded device): holes and all-zero clusters
+// are then not written at all. A ZeroSink is told every guest range that
+// must read as zeros.
+//
+// What the decoders do not handle in one pass is refused with
+// errdefs.ErrNotStreamable, never guessed at: the caller falls back to
+// scratch + qemu-img. Damaged or truncated streams fail with
+// errdefs.ErrInvalidImage, the same structural checks as
+// format.CheckQCOW2 and format.CheckVMDK applied as the bytes pass.
+package streamdecode
+
+import (
+	"runtime"
+)
+
+// Sink receives the guest image: raw bytes at guest offsets. Calls come
+// from one goroutine at a time, in no particular offset order; p is only
+// valid during the call.
+type Sink interface {
+	WriteAt(p []byte, off int64) (int, error)
+}
+
+// ZeroSink is a Sink whose target may hold old data: the decoder reports
+// every guest range that must read as zeros.
+type ZeroSink interface {
+	Sink
+	ZeroAt(off, n int64) error
+}
+
+// Options tune a decoder. The zero value gives the defaults.
+type Options struct {
+	// MaxBuffered bounds the bytes held for clusters that arrive before
+	// the table mapping them (default 64 MiB); past it the decoder stops
+	// with errdefs.ErrNotStreamable.
+	MaxBuffered int64
+	// Workers inflate compressed clusters or grains (default GOMAXPROCS).
+	Workers int
+	// MaxVirtualSize refuses larger disks (default: format's limit).
+	MaxVirtualSize int64
+}
+
+// DefaultMaxBuffered is Options.MaxBuffered's default.
+const DefaultMaxBuffered = 64 << 20
+
+func (o Options) withDefaults() Options {
+	if o.MaxBuffered <= 0 {
+		o.MaxBuffered = DefaultMaxBuffered
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	return o
+}
+
+// Stats describe one decode.
+type Stats struct {
+	VirtualSize int64
+	// StreamBytes is the length of the image stream read.
+	StreamBytes int64
+	// DataBytes is the guest data handed to the sink (zeros skipped for a
+	// plain Sink not counted).
+	DataBytes int64
+	// Compressed counts compressed clusters or grains inflated.
+	Compressed int64
+	// PeakBuffered is the most bytes held at once for clusters that came
+	// before their table; BufferedBytes all bytes that were ever held.
+	PeakBuffered  int64
+	BufferedBytes int64
+}

@@ -1,0 +1,429 @@
+package streamdecode
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+)
+
+// qcow2 table entry bits (qcow2 specification).
+const (
+	qcow2Copied     = uint64(1) << 63
+	qcow2Compressed = uint64(1) << 62
+	qcow2ZeroFlag   = uint64(1) << 0
+	qcow2OffsetMask = uint64(0x00fffffffffffe00) // bits 9..55
+	qcow2L1Reserved = uint64(0x7f000000000001ff) // bits 0..8, 56..62
+	qcow2L2Reserved = uint64(0x3f000000000001fe) // bits 1..8, 56..61
+	qcow2RefTRes    = uint64(0x1ff)
+
+	qcow2Subclusters = 32
+
+	// chunkBytes is the unit read from the stream (at least a cluster).
+	chunkBytes = 4 << 20
+	chunkCount = 4
+)
+
+// qcow2Decoder is the state of one qcow2 decode.
+type qcow2Decoder struct {
+	h           format.Header
+	cs          uint64 // cluster size
+	vsize       uint64
+	l2Entries   uint64
+	entrySize   uint64
+	sw          sweep
+	out         *output
+	inf         *inflaters
+	outFree     chan []byte
+	l2Seen      map[uint64]uint64 // L2 table offset -> L1 index
+	refBlockEnd uint64            // end of the furthest refcount block
+	compressed  int64
+}
+
+// DecodeQCOW2 reads a qcow2 image from r, from its first byte on, and
+// writes the guest disk to sink. It returns errdefs.ErrNotStreamable when
+// the layout needs more than one forward pass within o.MaxBuffered
+// (nothing is then known about the image: fall back to scratch), and
+// errdefs.ErrInvalidImage, ErrUnsafeImage or ErrUnsupportedFormat for
+// what format.ParseHeader and format.CheckQCOW2 refuse. The sink may have
+// received writes when an error is returned.
+func DecodeQCOW2(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, error) {
+	o = o.withDefaults()
+	head := make([]byte, 512)
+	n, eof, err := readChunk(r, head)
+	if err != nil {
+		return Stats{}, fmt.Errorf("qcow2: read header: %w", err)
+	}
+	head = head[:n]
+	cb := uint32(0)
+	if n >= 24 {
+		cb = binary.BigEndian.Uint32(head[20:])
+	}
+	if cb >= 9 && cb <= 21 && !eof {
+		// The header extensions fill the rest of the first cluster.
+		rest := make([]byte, (1<<cb)-512)
+		k, _, err := readChunk(r, rest)
+		if err != nil {
+			return Stats{}, fmt.Errorf("qcow2: read header: %w", err)
+		}
+		head = append(head, rest[:k]...)
+	}
+	h, err := format.ParseHeaderMax(format.QCOW2, head, o.MaxVirtualSize)
+	if err != nil {
+		return Stats{}, err
+	}
+	if h.Format != format.QCOW2 {
+		return Stats{}, fmt.Errorf("streamdecode: not a qcow2 image: %w", errdefs.ErrInvalidImage)
+	}
+	d := &qcow2Decoder{
+		h:         h,
+		cs:        uint64(1) << h.ClusterBits,
+		vsize:     uint64(h.VirtualSize),
+		entrySize: 8,
+		l2Seen:    map[uint64]uint64{},
+	}
+	if h.ExtendedL2 {
+		d.entrySize = 16
+	}
+	d.l2Entries = d.cs / d.entrySize
+	d.sw = sweep{
+		pos:         uint64(len(head)),
+		meta:        map[uint64]struct{}{0: {}},
+		clusterBits: h.ClusterBits,
+		zeros:       make([]byte, 64<<10),
+		kept:        retention{max: o.MaxBuffered},
+		feed:        d.feed,
+	}
+	return d.run(ctx, r, sink, o)
+}
+
+func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stats, err error) {
+	st.VirtualSize = d.h.VirtualSize
+	depth := 4 * o.Workers
+	d.out = newOutput(ctx, sink, depth)
+	codec := codecDeflate
+	if d.h.Compressed == "zstd" {
+		codec = codecZstd
+	}
+	// Compressed clusters may claim up to two clusters of input.
+	nbuf := max(2, min(2*o.Workers+2, int((32<<20)/(3*d.cs))))
+	d.inf = newInflaters(codec, o.Workers)
+	d.outFree = make(chan []byte, nbuf)
+	for range nbuf {
+		d.outFree <- make([]byte, d.cs)
+	}
+	defer func() {
+		d.inf.stop()
+		if werr := d.out.close(); err == nil && werr != nil {
+			err = werr
+		}
+		st.DataBytes = d.out.data
+		st.Compressed = d.compressed
+		st.PeakBuffered = d.sw.kept.peak
+		st.BufferedBytes = d.sw.kept.total
+		st.StreamBytes = int64(d.sw.pos)
+	}()
+
+	if d.h.L1Size == 0 {
+		d.out.zero(0, int64(d.vsize))
+	} else {
+		l1 := &region{start: d.h.L1TableOffset, end: d.h.L1TableOffset + uint64(d.h.L1Size)*8, kind: regL1}
+		l1.buf = make([]byte, l1.end-l1.start)
+		if err := d.sw.add(l1); err != nil {
+			return st, err
+		}
+	}
+	rt := &region{start: d.h.RefcountOffset, end: d.h.RefcountOffset + uint64(d.h.RefcountClusters)*d.cs, kind: regRefTable}
+	rt.buf = make([]byte, rt.end-rt.start)
+	if err := d.sw.add(rt); err != nil {
+		return st, err
+	}
+
+	chunkSize := max(chunkBytes, int(d.cs))
+	pool := make(chan *chunk, chunkCount)
+	for range chunkCount {
+		pool <- &chunk{buf: make([]byte, chunkSize), pool: pool}
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("qcow2: %w: %w", errdefs.ErrCancelled, err)
+		}
+		if d.out.failed.Load() {
+			return st, nil // the deferred close returns the output's error
+		}
+		c := <-pool
+		c.refs.Store(1)
+		n, eof, err := readChunk(r, c.buf)
+		if err == nil {
+			err = d.sw.chunkAt(c.buf[:n], c)
+		}
+		c.unref()
+		if err != nil {
+			return st, err
+		}
+		if eof {
+			return st, d.finish()
+		}
+	}
+}
+
+// finish checks what the stream still owed at its end.
+func (d *qcow2Decoder) finish() error {
+	size := d.sw.pos
+	for _, a := range d.sw.active {
+		if a.kind == regCompressed && a.start < size && a.end <= (size+511)&^511 {
+			// qemu rounds the last compressed cluster up to a sector.
+			if err := d.submitCompressed(a); err != nil {
+				return err
+			}
+			continue
+		}
+		return d.truncated(a, size)
+	}
+	if len(d.sw.pending) > 0 {
+		return d.truncated(d.sw.pending[0], size)
+	}
+	if d.refBlockEnd > size {
+		return fmt.Errorf("qcow2: a refcount block ends at %#x, past the end of the %d-byte stream (truncated image?): %w", d.refBlockEnd, size, errdefs.ErrInvalidImage)
+	}
+	return nil
+}
+
+func (d *qcow2Decoder) truncated(a *region, size uint64) error {
+	return fmt.Errorf("qcow2: %s at offset %#x..%#x lies past the end of the %d-byte stream (truncated image?): %w", a.kind, a.start, a.end, size, errdefs.ErrInvalidImage)
+}
+
+// feed takes the next piece of a region: n bytes at host offset off, p
+// nil for zeros, c the stream chunk p lies in (nil for retained bytes).
+func (d *qcow2Decoder) feed(r *region, off uint64, p []byte, n uint64, c *chunk) error {
+	switch r.kind {
+	case regData:
+		rel := int64(off - r.start)
+		if rel >= r.guestLen {
+			return nil
+		}
+		n = min(n, uint64(r.guestLen-rel))
+		if p == nil {
+			d.out.zero(r.guest+rel, int64(n))
+			return nil
+		}
+		x := &op{off: r.guest + rel, p: p[:n]}
+		if c != nil {
+			c.ref()
+			x.chunk = c
+		}
+		d.out.send(x)
+		return nil
+	case regRefBlock:
+		return nil
+	case regCompressed:
+		if r.buf == nil {
+			// Exact size: many small compressed clusters may share a
+			// sector and be gathered at once.
+			r.buf = make([]byte, r.end-r.start)
+		}
+	}
+	dst := r.buf[off-r.start : off-r.start+n]
+	if p == nil {
+		clear(dst)
+	} else {
+		copy(dst, p)
+	}
+	r.got += n
+	if r.got < r.end-r.start {
+		return nil
+	}
+	switch r.kind {
+	case regL1:
+		return d.parseL1(r.buf)
+	case regL2:
+		return d.parseL2(r.index, r.buf)
+	case regRefTable:
+		return d.parseRefTable(r.buf)
+	case regCompressed:
+		return d.submitCompressed(r)
+	}
+	return nil
+}
+
+// submitCompressed queues the inflation of a gathered compressed cluster.
+func (d *qcow2Decoder) submitCompressed(r *region) error {
+	in := r.buf[:r.got]
+	r.buf = nil
+	x := &op{off: r.guest, ready: make(chan struct{}), free: d.outFree}
+	x.outBuf = <-d.outFree
+	d.out.send(x)
+	d.compressed++
+	d.inf.jobs <- inflateJob{in: in, out: x.outBuf[:d.cs], want: int(d.cs), keep: int(r.guestLen), op: x, what: fmt.Sprintf("qcow2 compressed cluster %d", r.index)}
+	return nil
+}
+
+func (d *qcow2Decoder) parseL1(b []byte) error {
+	perL1 := d.l2Entries * d.cs
+	for i := uint64(0); i < uint64(d.h.L1Size); i++ {
+		e := binary.BigEndian.Uint64(b[i*8:])
+		if e&qcow2L1Reserved != 0 {
+			return fmt.Errorf("qcow2: L1 entry %d (%#x) has reserved bits set: %w", i, e, errdefs.ErrInvalidImage)
+		}
+		off := e & qcow2OffsetMask
+		guest := i * perL1
+		if off == 0 {
+			d.out.zero(int64(guest), int64(min(perL1, d.vsize-guest)))
+			continue
+		}
+		if off%d.cs != 0 {
+			return fmt.Errorf("qcow2: L1 entry %d: L2 table offset %#x not cluster aligned: %w", i, off, errdefs.ErrInvalidImage)
+		}
+		if j, dup := d.l2Seen[off]; dup {
+			return fmt.Errorf("qcow2: L1 entries %d and %d share the L2 table at %#x: %w", j, i, off, errdefs.ErrInvalidImage)
+		}
+		d.l2Seen[off] = i
+		l2 := &region{start: off, end: off + d.cs, kind: regL2, index: i, buf: make([]byte, d.cs)}
+		if err := d.sw.add(l2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *qcow2Decoder) parseRefTable(b []byte) error {
+	for i := uint64(0); i < uint64(len(b))/8; i++ {
+		e := binary.BigEndian.Uint64(b[i*8:])
+		if e == 0 {
+			continue
+		}
+		if e&qcow2RefTRes != 0 || e%d.cs != 0 {
+			return fmt.Errorf("qcow2: refcount table entry %d (%#x) is malformed: %w", i, e, errdefs.ErrInvalidImage)
+		}
+		end := e + d.cs
+		d.refBlockEnd = max(d.refBlockEnd, end)
+		if e < d.sw.pos {
+			// Already passed: forget whatever was kept of it.
+			d.sw.kept.drop(e, min(e+d.cs, d.sw.pos))
+			if end <= d.sw.pos {
+				continue
+			}
+			e = d.sw.pos
+		}
+		// Skipped, but claimed: otherwise it would be kept as unknown.
+		if err := d.sw.add(&region{start: e, end: end, kind: regRefBlock}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *qcow2Decoder) parseL2(l1Index uint64, b []byte) error {
+	virtualClusters := (d.vsize + d.cs - 1) / d.cs
+	first := l1Index * d.l2Entries
+	n := min(d.l2Entries, virtualClusters-min(first, virtualClusters))
+	zeroStart, zeroLen := int64(0), int64(0)
+	zero := func(off, k int64) {
+		if zeroLen > 0 && zeroStart+zeroLen == off {
+			zeroLen += k
+			return
+		}
+		d.out.zero(zeroStart, zeroLen)
+		zeroStart, zeroLen = off, k
+	}
+	for j := uint64(0); j < n; j++ {
+		cluster := first + j
+		guest := int64(cluster * d.cs)
+		glen := int64(min(d.cs, d.vsize-uint64(guest)))
+		raw := b[j*d.entrySize:]
+		e := binary.BigEndian.Uint64(raw)
+		var bitmap uint64
+		if d.h.ExtendedL2 {
+			bitmap = binary.BigEndian.Uint64(raw[8:])
+		}
+		if e&qcow2Compressed != 0 {
+			if err := d.addCompressed(cluster, e, bitmap, guest, glen); err != nil {
+				return err
+			}
+			continue
+		}
+		if e&qcow2L2Reserved != 0 {
+			return fmt.Errorf("qcow2: L2 entry for cluster %d (%#x) has reserved bits set: %w", cluster, e, errdefs.ErrInvalidImage)
+		}
+		if e&qcow2ZeroFlag != 0 && d.h.QCOW2Version < 3 {
+			return fmt.Errorf("qcow2: L2 entry for cluster %d has the zero flag in a version 2 image: %w", cluster, errdefs.ErrInvalidImage)
+		}
+		off := e & qcow2OffsetMask
+		if off%d.cs != 0 {
+			return fmt.Errorf("qcow2: L2 entry for cluster %d: data offset %#x not cluster aligned: %w", cluster, off, errdefs.ErrInvalidImage)
+		}
+		if !d.h.ExtendedL2 {
+			if off == 0 || e&qcow2ZeroFlag != 0 {
+				zero(guest, glen)
+				continue
+			}
+			if err := d.sw.add(&region{start: off, end: off + d.cs, kind: regData, guest: guest, guestLen: glen}); err != nil {
+				return err
+			}
+			continue
+		}
+		if e&qcow2ZeroFlag != 0 {
+			// Reserved with extended L2 entries; what it means is not
+			// ours to guess.
+			return fmt.Errorf("qcow2: L2 entry for cluster %d has bit 0 set with extended L2 entries: %w", cluster, errdefs.ErrNotStreamable)
+		}
+		if err := d.addSubclusters(cluster, off, bitmap, guest, glen, zero); err != nil {
+			return err
+		}
+	}
+	d.out.zero(zeroStart, zeroLen)
+	return nil
+}
+
+// addSubclusters maps a cluster with an extended L2 entry: runs of
+// allocated subclusters are read from the file, the rest reads as zeros.
+func (d *qcow2Decoder) addSubclusters(cluster, off, bitmap uint64, guest, glen int64, zero func(off, n int64)) error {
+	allocated, zeros := uint32(bitmap), uint32(bitmap>>32)
+	if both := allocated & zeros; both != 0 {
+		return fmt.Errorf("qcow2: L2 entry for cluster %d: subclusters %#x are marked both allocated and zero: %w", cluster, both, errdefs.ErrInvalidImage)
+	}
+	if off == 0 && allocated != 0 {
+		return fmt.Errorf("qcow2: L2 entry for cluster %d: subclusters %#x allocated in an unallocated cluster: %w", cluster, allocated, errdefs.ErrInvalidImage)
+	}
+	sc := d.cs / qcow2Subclusters
+	for k := uint64(0); k < qcow2Subclusters; {
+		set := allocated&(1<<k) != 0
+		m := k + 1
+		for m < qcow2Subclusters && (allocated&(1<<m) != 0) == set {
+			m++
+		}
+		gStart := guest + int64(k*sc)
+		gLen := min(int64((m-k)*sc), glen-int64(k*sc))
+		if gLen > 0 {
+			if set {
+				r := &region{start: off + k*sc, end: off + m*sc, kind: regData, guest: gStart, guestLen: gLen}
+				if err := d.sw.add(r); err != nil {
+					return err
+				}
+			} else {
+				zero(gStart, gLen)
+			}
+		}
+		k = m
+	}
+	return nil
+}
+
+func (d *qcow2Decoder) addCompressed(cluster, e, bitmap uint64, guest, glen int64) error {
+	if e&qcow2Copied != 0 {
+		return fmt.Errorf("qcow2: L2 entry for cluster %d: compressed cluster with the copied flag: %w", cluster, errdefs.ErrInvalidImage)
+	}
+	if bitmap != 0 {
+		return fmt.Errorf("qcow2: L2 entry for cluster %d: compressed cluster with a subcluster bitmap: %w", cluster, errdefs.ErrInvalidImage)
+	}
+	// Host offset in bits 0..x-1, additional 512-byte sectors above it,
+	// x = 62-(cluster_bits-8).
+	x := 62 - (d.h.ClusterBits - 8)
+	hostOff := e & (uint64(1)<<x - 1)
+	sectors := (e>>x)&(uint64(1)<<(d.h.ClusterBits-8)-1) + 1
+	end := hostOff&^511 + sectors*512
+	return d.sw.add(&region{start: hostOff, end: end, kind: regCompressed, guest: guest, guestLen: glen, index: cluster})
+}

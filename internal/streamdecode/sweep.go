@@ -1,0 +1,228 @@
+package streamdecode
+
+import (
+	"container/heap"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// region is a host byte range of the stream that something claims: a
+// table to parse, a data cluster (or run of subclusters) to write, a
+// compressed cluster to inflate, a refcount block to skip.
+type region struct {
+	start, end uint64
+	at         uint64 // host offset of the next byte to feed (heap key)
+	kind       regionKind
+	guest      int64  // data: guest offset of start; compressed: of the cluster
+	guestLen   int64  // data, compressed: guest bytes it yields (the last cluster may be short)
+	index      uint64 // L2: its L1 index; compressed: guest cluster
+	buf        []byte // tables, compressed: the bytes gathered so far
+	got        uint64
+}
+
+type regionKind uint8
+
+const (
+	regL1 regionKind = iota
+	regL2
+	regRefTable
+	regRefBlock
+	regData
+	regCompressed
+)
+
+func (k regionKind) String() string {
+	return [...]string{"L1 table", "L2 table", "refcount table", "refcount block", "data cluster", "compressed cluster"}[k]
+}
+
+func (k regionKind) isMeta() bool { return k <= regRefTable }
+
+type regionHeap []*region
+
+func (h regionHeap) Len() int           { return len(h) }
+func (h regionHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h regionHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *regionHeap) Push(x any)        { *h = append(*h, x.(*region)) }
+func (h *regionHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// sweep walks the stream forward once and hands every byte to the regions
+// claiming it; bytes nobody claims yet are retained for a region that may
+// be registered later.
+type sweep struct {
+	pos     uint64 // stream bytes swept so far
+	pending regionHeap
+	active  []*region
+	kept    retention
+	zeros   []byte
+	// meta marks the host clusters holding the header and tables, so a
+	// reference into them is told apart from one into bytes already
+	// written out (the first is a damaged image, the second a layout we do
+	// not stream).
+	meta        map[uint64]struct{}
+	clusterBits uint32
+	// feed consumes a piece of a region: p nil means n zero bytes.
+	feed func(r *region, off uint64, p []byte, n uint64, c *chunk) error
+}
+
+// add registers a region. One that starts behind the sweep is served from
+// the retained bytes, wholly or up to the sweep.
+func (s *sweep) add(r *region) error {
+	if r.kind.isMeta() {
+		for c := r.start >> s.clusterBits; c<<s.clusterBits < r.end; c++ {
+			s.meta[c] = struct{}{}
+		}
+	}
+	r.at = r.start
+	if r.start < s.pos {
+		past := min(r.end, s.pos)
+		if !s.kept.covers(r.start, past) {
+			return s.notHeld(r)
+		}
+		err := s.kept.each(r.start, past, func(off uint64, p []byte, n uint64) error {
+			return s.feed(r, off, p, n, nil)
+		})
+		if err != nil {
+			return err
+		}
+		dropEnd := past
+		if r.kind == regCompressed && past == r.end {
+			// The last sector may also hold the start of the next
+			// compressed cluster.
+			dropEnd = max(r.start, (r.end-1)&^511)
+		}
+		s.kept.drop(r.start, dropEnd)
+		if past == r.end {
+			return nil
+		}
+		r.at = past
+	}
+	heap.Push(&s.pending, r)
+	return nil
+}
+
+func (s *sweep) notHeld(r *region) error {
+	for c := r.start >> s.clusterBits; c<<s.clusterBits < r.end; c++ {
+		if _, ok := s.meta[c]; ok {
+			return fmt.Errorf("qcow2: %s at host offset %#x..%#x overlaps the image's header or tables: %w", r.kind, r.start, r.end, errdefs.ErrInvalidImage)
+		}
+	}
+	return fmt.Errorf("qcow2: %s at host offset %#x..%#x passed in the stream before its table and was not kept (it is used twice, or shares bytes with another cluster): %w", r.kind, r.start, r.end, errdefs.ErrNotStreamable)
+}
+
+// chunkAt sweeps the stream bytes p, at host offset s.pos, held in c.
+func (s *sweep) chunkAt(p []byte, c *chunk) error {
+	base := s.pos
+	end := base + uint64(len(p))
+	for cur := base; cur < end; {
+		for len(s.pending) > 0 && s.pending[0].at <= cur {
+			s.active = append(s.active, heap.Pop(&s.pending).(*region))
+		}
+		next := end
+		if len(s.pending) > 0 {
+			next = min(next, s.pending[0].at)
+		}
+		for _, a := range s.active {
+			next = min(next, a.end)
+		}
+		piece := p[cur-base : next-base]
+		s.pos = next
+		if len(s.active) == 0 {
+			if err := s.kept.add(cur, piece, s.zeros); err != nil {
+				return err
+			}
+		} else {
+			if err := s.checkOverlap(cur); err != nil {
+				return err
+			}
+			if err := s.keepSharedTail(cur, piece); err != nil {
+				return err
+			}
+			for _, a := range s.active {
+				if err := s.feed(a, cur, piece, uint64(len(piece)), c); err != nil {
+					return err
+				}
+			}
+		}
+		cur = next
+		k := 0
+		for _, a := range s.active {
+			if a.end > cur {
+				s.active[k] = a
+				k++
+			}
+		}
+		clear(s.active[k:])
+		s.active = s.active[:k]
+	}
+	return nil
+}
+
+// checkOverlap refuses regions that claim the same bytes, except
+// compressed clusters sharing a sector and a data cluster used twice.
+func (s *sweep) checkOverlap(at uint64) error {
+	if len(s.active) < 2 {
+		return nil
+	}
+	k := s.active[0].kind
+	for _, a := range s.active[1:] {
+		if a.kind != k || (k != regData && k != regCompressed) {
+			if a.kind.isMeta() || k.isMeta() {
+				return fmt.Errorf("qcow2: a %s and a %s share host offset %#x: %w", k, a.kind, at, errdefs.ErrInvalidImage)
+			}
+			return fmt.Errorf("qcow2: a %s and a %s share host offset %#x: %w", k, a.kind, at, errdefs.ErrNotStreamable)
+		}
+	}
+	return nil
+}
+
+// readChunk fills buf from r; eof reports the end of the stream. Only a
+// bare io.EOF ends it: a decompressor reporting a truncated stream
+// (io.ErrUnexpectedEOF, or a wrapped EOF) is a failure of the source.
+func readChunk(r io.Reader, buf []byte) (n int, eof bool, err error) {
+	for empty := 0; n < len(buf); {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err == io.EOF { //nolint:errorlint // exact on purpose, see above
+			return n, true, nil
+		}
+		if err != nil {
+			return n, false, err
+		}
+		if k > 0 {
+			empty = 0
+		} else if empty++; empty >= 100 {
+			return n, false, io.ErrNoProgress
+		}
+	}
+	return n, false, nil
+}
+
+// keepSharedTail also keeps the bytes of the last sector of the furthest
+// compressed cluster when no region is known to start in it yet: the next
+// compressed cluster may begin in that sector, and its table may still be
+// to come.
+func (s *sweep) keepSharedTail(cur uint64, piece []byte) error {
+	var frontier uint64
+	for _, a := range s.active {
+		if a.kind != regCompressed {
+			return nil
+		}
+		frontier = max(frontier, a.end)
+	}
+	next := cur + uint64(len(piece))
+	from := max(cur, frontier-min(frontier, 512))
+	if from >= next {
+		return nil
+	}
+	if len(s.pending) > 0 && s.pending[0].at < frontier {
+		return nil // the successor is known and will be fed its bytes
+	}
+	return s.kept.add(from, piece[from-cur:], s.zeros)
+}
