@@ -41,6 +41,9 @@ func Builtin() *Registry {
 	r.Register("oci-archive:", NewContainerImage)
 	r.Register("oci:", NewContainerImage)
 	r.Register("file://", openFileURL)
+	r.Register(s3Scheme, NewS3)
+	r.Register(s3HTTPScheme, NewS3)
+	r.Register(s3HTTPSScheme, NewS3)
 	r.Register(PathKey, openPath)
 	r.Register(StdinKey, openStdin)
 	return r

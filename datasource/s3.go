@@ -1,0 +1,354 @@
+package datasource
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// S3 endpoints. An S3 object is read as an HTTP object (one GET per Open,
+// resumed and read at random like any https:// source) through a transport
+// that signs every request with AWS Signature Version 4, pins resumed and
+// ranged reads with If-Match on the first ETag, and turns S3's XML error
+// documents into clear errors:
+//
+//	s3://bucket/key                  AWS, or AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL
+//	s3+https://host[:port]/bucket/key   any S3-compatible endpoint, path style
+//	s3+http://host[:port]/bucket/key
+//	s3+https://bucket.s3.REGION.amazonaws.com/key   virtual-hosted style
+//
+// A query parameter region=R sets the signing region; a key holding '?',
+// '#' or '%' is written percent-encoded. Credentials are, in order: the
+// Config's Username and Password (the access key id and secret key: CDI's
+// IMPORTER_ACCESS_KEY_ID and IMPORTER_SECRET_KEY, or --creds), then
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, then the
+// shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials,
+// profile AWS_PROFILE or "default"); with none, requests go unsigned (a
+// public object). The region is, in order: region=, the amazonaws.com host
+// name, AWS_REGION, AWS_DEFAULT_REGION, the shared config file's profile
+// (AWS_CONFIG_FILE or ~/.aws/config), then us-east-1.
+const (
+	s3Scheme      = "s3://"
+	s3HTTPScheme  = "s3+http://"
+	s3HTTPSScheme = "s3+https://"
+)
+
+// NewS3 builds the source of an S3 object (see the endpoint forms above),
+// reading the AWS environment variables and shared files of the process.
+func NewS3(endpoint string, c Config) (Source, error) {
+	return newS3(endpoint, c, os.Getenv)
+}
+
+// S3URL rewrites an s3://bucket/key endpoint to address the S3-compatible
+// server at base (http(s)://host[:port], path style), with region as its
+// signing region when not empty. Other endpoints are returned unchanged
+// unless a region is given for an S3 endpoint. It is how the command line's
+// --s3-endpoint and --s3-region apply.
+func S3URL(endpoint, base, region string) (string, error) {
+	if base == "" && region == "" ||
+		!hasPrefixFold(endpoint, s3Scheme) && !hasPrefixFold(endpoint, s3HTTPScheme) && !hasPrefixFold(endpoint, s3HTTPSScheme) {
+		return endpoint, nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("S3 endpoint is not a valid URL: %w", errdefs.ErrInvalidOptions)
+	}
+	if base != "" && strings.EqualFold(u.Scheme, "s3") {
+		b, err := url.Parse(base)
+		if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || b.User != nil {
+			return "", fmt.Errorf("S3 endpoint %q is not an http(s)://host[:port] URL: %w", base, errdefs.ErrInvalidOptions)
+		}
+		// s3://bucket/key: the host is the bucket; path style at base.
+		u = &url.URL{Scheme: "s3+" + b.Scheme, Host: b.Host, Path: strings.TrimSuffix(b.Path, "/") + "/" + u.Host + u.Path, RawQuery: u.RawQuery}
+	}
+	if region != "" {
+		q := u.Query()
+		q.Set("region", region)
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// s3Source is an HTTP source over the signed URL of the object.
+type s3Source struct {
+	Source // the HTTP source reading the object's URL
+	name   string
+}
+
+func (s *s3Source) String() string { return s.name }
+
+// Retries reports the HTTP source's retries.
+func (s *s3Source) Retries() int { return Retries(s.Source) }
+
+// awsHostRe matches the host names of AWS's S3 endpoints and captures a
+// virtual-hosted bucket and the region: bucket.s3.us-west-2.amazonaws.com,
+// s3-us-west-2.amazonaws.com, s3.amazonaws.com, s3.dualstack.REGION....
+var awsHostRe = regexp.MustCompile(`^(?:(.+)\.)?s3(?:[.-]dualstack)?(?:[.-]([a-z0-9-]+))?\.amazonaws\.com(?:\.cn)?$`)
+
+func newS3(endpoint string, c Config, getenv func(string) string) (Source, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("S3 endpoint is not a valid URL: %w", errdefs.ErrInvalidOptions)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("S3 endpoint %s: credentials do not belong in the URL (use the access key variables or --creds): %w", redactURL(u), errdefs.ErrInvalidOptions)
+	}
+	q := u.Query()
+	region := q.Get("region")
+	q.Del("region")
+	var obj *url.URL // the object's https URL
+	var bucket, key string
+	switch strings.ToLower(u.Scheme) {
+	case "s3":
+		bucket = u.Host
+		key = strings.TrimPrefix(u.Path, "/")
+		base := getenv("AWS_ENDPOINT_URL_S3")
+		if base == "" {
+			base = getenv("AWS_ENDPOINT_URL")
+		}
+		if base != "" {
+			b, err := url.Parse(base)
+			if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" {
+				return nil, fmt.Errorf("AWS endpoint %q is not an http(s)://host[:port] URL: %w", base, errdefs.ErrInvalidOptions)
+			}
+			obj = &url.URL{Scheme: b.Scheme, Host: b.Host, Path: strings.TrimSuffix(b.Path, "/") + "/" + bucket + "/" + key}
+		} else {
+			if region == "" {
+				region = awsRegion(getenv)
+			}
+			host := "s3." + region + ".amazonaws.com"
+			if dnsBucket(bucket) {
+				obj = &url.URL{Scheme: "https", Host: bucket + "." + host, Path: "/" + key}
+			} else {
+				obj = &url.URL{Scheme: "https", Host: host, Path: "/" + bucket + "/" + key}
+			}
+		}
+	case "s3+http", "s3+https":
+		obj = &url.URL{Scheme: strings.TrimPrefix(strings.ToLower(u.Scheme), "s3+"), Host: u.Host, Path: u.Path}
+		bucket, key, _ = strings.Cut(strings.TrimPrefix(u.Path, "/"), "/")
+		if m := awsHostRe.FindStringSubmatch(strings.ToLower(u.Hostname())); m != nil {
+			if m[1] != "" { // virtual-hosted
+				bucket, key = m[1], strings.TrimPrefix(u.Path, "/")
+			}
+			if region == "" && m[2] != "" && m[2] != "external-1" {
+				region = m[2]
+			}
+		}
+	default:
+		return nil, fmt.Errorf("S3 endpoint %s: scheme %q is not s3, s3+http or s3+https: %w", redactURL(u), u.Scheme, errdefs.ErrInvalidOptions)
+	}
+	if bucket == "" || key == "" || strings.HasSuffix(key, "/") {
+		return nil, fmt.Errorf("S3 endpoint %s does not name an object (s3://bucket/key): %w", redactURL(u), errdefs.ErrInvalidOptions)
+	}
+	if len(q) > 0 {
+		return nil, fmt.Errorf("S3 endpoint %s: unknown query parameters (only region=; encode '?' in a key as %%3F): %w", redactURL(u), errdefs.ErrInvalidOptions)
+	}
+	if obj.Host == "" {
+		return nil, fmt.Errorf("S3 endpoint %s has no host: %w", redactURL(u), errdefs.ErrInvalidOptions)
+	}
+	if region == "" {
+		region = awsRegion(getenv)
+	}
+	creds, err := awsCredentials(c, getenv)
+	if err != nil {
+		return nil, err
+	}
+	obj.RawPath = s3Escape(obj.Path)
+	hc := c
+	hc.Username, hc.Password = "", "" // not basic auth: they sign
+	base := c.Transport
+	if base == nil {
+		hs := &httpSource{ua: c.UserAgent, log: c.logger()}
+		if hs.ua == "" {
+			hs.ua = defaultUserAgent
+		}
+		tr, err := hs.transport(c)
+		if err != nil {
+			return nil, err
+		}
+		// Range reads use this transport as it is: keep a few connections.
+		tr.DisableKeepAlives = false
+		tr.MaxIdleConnsPerHost = rangeIdleConns
+		tr.MaxIdleConns = rangeIdleConns
+		base = tr
+	}
+	hc.Transport = &s3Transport{base: base, creds: creds, region: region, object: "s3://" + bucket + "/" + key}
+	h, err := NewHTTP(obj.String(), hc)
+	if err != nil {
+		return nil, err
+	}
+	name := "s3://" + bucket + "/" + key
+	if strings.ToLower(u.Scheme) != "s3" || obj.Host != bucket+".s3."+region+".amazonaws.com" {
+		name += " at " + obj.Scheme + "://" + obj.Host
+	}
+	return &s3Source{Source: h, name: name}, nil
+}
+
+// dnsBucket says whether a bucket name can be a virtual-hosted host label
+// over https (no dots, which the wildcard certificate would not cover).
+func dnsBucket(b string) bool {
+	if len(b) < 3 || len(b) > 63 || strings.Contains(b, ".") {
+		return false
+	}
+	for _, r := range b {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return b[0] != '-' && b[len(b)-1] != '-'
+}
+
+// awsCredentials picks the signing credentials (see the package notes
+// above); the zero value means unsigned requests.
+func awsCredentials(c Config, getenv func(string) string) (awsCreds, error) {
+	if c.Username != "" || c.Password != "" {
+		if c.Username == "" || c.Password == "" {
+			return awsCreds{}, fmt.Errorf("S3 credentials need both the access key id and the secret key: %w", errdefs.ErrInvalidOptions)
+		}
+		return awsCreds{id: c.Username, secret: c.Password}, nil
+	}
+	if id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"); id != "" || secret != "" {
+		if id == "" || secret == "" {
+			return awsCreds{}, fmt.Errorf("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together: %w", errdefs.ErrInvalidOptions)
+		}
+		return awsCreds{id: id, secret: secret, token: getenv("AWS_SESSION_TOKEN")}, nil
+	}
+	file := getenv("AWS_SHARED_CREDENTIALS_FILE")
+	if file == "" {
+		file = homeFile(getenv, ".aws", "credentials")
+	}
+	if file == "" {
+		return awsCreds{}, nil
+	}
+	sec, err := iniSection(file, awsProfile(getenv))
+	if err != nil {
+		return awsCreds{}, err
+	}
+	id, secret := sec["aws_access_key_id"], sec["aws_secret_access_key"]
+	if id == "" && secret == "" {
+		return awsCreds{}, nil
+	}
+	if id == "" || secret == "" {
+		return awsCreds{}, fmt.Errorf("%s, profile %s: aws_access_key_id and aws_secret_access_key must be set together: %w", file, awsProfile(getenv), errdefs.ErrInvalidOptions)
+	}
+	return awsCreds{id: id, secret: secret, token: sec["aws_session_token"]}, nil
+}
+
+func awsProfile(getenv func(string) string) string {
+	if p := getenv("AWS_PROFILE"); p != "" {
+		return p
+	}
+	return "default"
+}
+
+// awsRegion is the region from the environment or the shared config file,
+// else us-east-1.
+func awsRegion(getenv func(string) string) string {
+	for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION"} {
+		if r := getenv(v); r != "" {
+			return r
+		}
+	}
+	file := getenv("AWS_CONFIG_FILE")
+	if file == "" {
+		file = homeFile(getenv, ".aws", "config")
+	}
+	if file != "" {
+		p := awsProfile(getenv)
+		if p != "default" {
+			p = "profile " + p
+		}
+		if sec, err := iniSection(file, p); err == nil && sec["region"] != "" {
+			return sec["region"]
+		}
+	}
+	return "us-east-1"
+}
+
+func homeFile(getenv func(string) string, parts ...string) string {
+	home := getenv("HOME")
+	if home == "" {
+		return ""
+	}
+	return filepath.Join(append([]string{home}, parts...)...)
+}
+
+// iniSection reads the keys of one [section] of an AWS shared file; a
+// missing file is an empty section.
+func iniSection(file, section string) (map[string]string, error) {
+	f, err := os.Open(file)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading AWS shared file: %w: %w", errdefs.ErrInvalidOptions, err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == ';' {
+			continue
+		}
+		if line[0] == '[' && line[len(line)-1] == ']' {
+			in = strings.TrimSpace(line[1:len(line)-1]) == section
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && in {
+			out[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading %s: %w: %w", file, errdefs.ErrInvalidOptions, err)
+	}
+	return out, nil
+}
+
+// s3Transport signs requests and reads S3's error documents.
+type s3Transport struct {
+	base   http.RoundTripper
+	creds  awsCreds
+	region string
+	object string // s3://bucket/key, for messages
+}
+
+func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r := req.Clone(req.Context())
+	// A resume or a range read carries If-Range with the first response's
+	// ETag; If-Match makes S3 refuse (412) rather than serve another
+	// version of the object.
+	if ir := r.Header.Get("If-Range"); strings.HasPrefix(ir, `"`) {
+		r.Header.Set("If-Match", ir)
+	}
+	r.URL.RawPath = s3Escape(r.URL.Path)
+	if t.creds.id != "" {
+		signV4(r, t.creds, t.region, nowUTC())
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		// Every S3 GET serves ranges, advertised or not.
+		if resp.Header.Get("Accept-Ranges") == "" {
+			resp.Header.Set("Accept-Ranges", "bytes")
+		}
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
+		return nil, s3Error(resp, t.object, r.Header.Get("If-Match"))
+	}
+	return resp, nil
+}

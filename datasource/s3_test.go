@@ -1,0 +1,156 @@
+package datasource_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/objtest"
+)
+
+// s3Fixture is a versitygw with one bucket holding one object.
+func s3Fixture(t *testing.T, data []byte) (*objtest.S3, string) {
+	t.Helper()
+	s := objtest.StartS3(t)
+	s.MakeBucket(t, "images")
+	s.Put(t, "images", "dir/disk.img", data)
+	return s, "s3+" + s.URL + "/images/dir/disk.img"
+}
+
+func s3Config(s *objtest.S3) datasource.Config {
+	return datasource.Config{Username: s.Access, Password: s.Secret, RetryBackoff: 10 * time.Millisecond}
+}
+
+func TestS3ReadsObject(t *testing.T) {
+	data := testImage(t, 3<<20)
+	s, ep := s3Fixture(t, data)
+	src, err := datasource.New(ep, s3Config(s))
+	require.NoError(t, err)
+	assert.Contains(t, src.String(), "s3://images/dir/disk.img")
+	st, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(data)), st.Size)
+	assert.Equal(t, sum(data), sum(got))
+	assert.NotNil(t, datasource.Ranges(st), "an S3 object is range-readable")
+	assert.Equal(t, 0, datasource.Retries(src))
+
+	// Path style through --s3-endpoint's rewrite, and a region.
+	ep2, err := datasource.S3URL("s3://images/dir/disk.img", s.URL, "us-east-1")
+	require.NoError(t, err)
+	assert.Equal(t, "s3+"+s.URL+"/images/dir/disk.img?region=us-east-1", ep2)
+	src, err = datasource.New(ep2, s3Config(s))
+	require.NoError(t, err)
+	_, got, err = readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sum(data), sum(got))
+}
+
+func TestS3RangedReads(t *testing.T) {
+	data := testImage(t, 1<<20)
+	s, ep := s3Fixture(t, data)
+	src, err := datasource.New(ep, s3Config(s))
+	require.NoError(t, err)
+	st, err := src.Open(context.Background())
+	require.NoError(t, err)
+	defer st.Body.Close()
+	rr, err := datasource.Ranges(st).Open(context.Background())
+	require.NoError(t, err)
+	defer rr.Close()
+	p := make([]byte, 70000)
+	n, err := rr.ReadAt(p, 123457)
+	require.NoError(t, err)
+	assert.Equal(t, data[123457:123457+n], p[:n])
+	n, err = rr.ReadAt(p, int64(len(data))-1000)
+	assert.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, data[len(data)-1000:], p[:n])
+
+	// Replaced: the next ranged read is refused by If-Match, not mixed.
+	s.Put(t, "images", "dir/disk.img", testImage(t, 1<<20+4096))
+	_, err = rr.ReadAt(p, 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "replaced during the import")
+	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+}
+
+func TestS3Refusals(t *testing.T) {
+	s, ep := s3Fixture(t, testImage(t, 64<<10))
+	cases := []struct {
+		name    string
+		ep      string
+		cfg     datasource.Config
+		status  int
+		message string
+	}{
+		{"wrong secret", ep, datasource.Config{Username: s.Access, Password: "wrong"}, 403, "wrong credentials"},
+		// AWS answers 403 InvalidAccessKeyId; versitygw 404 XAdminUserNotFound.
+		{"unknown key id", ep, datasource.Config{Username: "nobody", Password: s.Secret}, 404, "wrong credentials"},
+		{"missing key", "s3+" + s.URL + "/images/nope.img", s3Config(s), 404, "no such object"},
+		{"missing bucket", "s3+" + s.URL + "/nobucket/disk.img", s3Config(s), 404, "the bucket does not exist"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.RetryBackoff = time.Second
+			src, err := datasource.New(c.ep, c.cfg)
+			require.NoError(t, err)
+			start := time.Now()
+			_, err = src.Open(context.Background())
+			require.Error(t, err)
+			assert.Less(t, time.Since(start), time.Second, "a refusal is not retried")
+			assert.Equal(t, 0, datasource.Retries(src))
+			var se *errdefs.HTTPStatusError
+			require.True(t, errors.As(err, &se), "%v", err)
+			assert.Equal(t, c.status, se.StatusCode)
+			assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+			assert.Contains(t, err.Error(), c.message)
+			assert.NotContains(t, err.Error(), s.Secret)
+		})
+	}
+}
+
+func TestS3ResumesAfterDrop(t *testing.T) {
+	data := testImage(t, 4<<20)
+	s, _ := s3Fixture(t, data)
+	p := objtest.StartProxy(t, strings.TrimPrefix(s.URL, "http://"), &objtest.Proxy{DropAfter: 1 << 20})
+	src, err := datasource.New("s3+http://"+p.Addr+"/images/dir/disk.img", s3Config(s))
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), p.Drops.Load(), "the proxy cut the transfer")
+	assert.Equal(t, 1, datasource.Retries(src))
+	assert.Equal(t, sum(data), sum(got))
+}
+
+func TestS3ObjectReplacedDuringTransfer(t *testing.T) {
+	data := testImage(t, 4<<20)
+	s, _ := s3Fixture(t, data)
+	p := &objtest.Proxy{DropAfter: 1 << 20}
+	p.OnDrop = func() { s.Put(t, "images", "dir/disk.img", testImage(t, 4<<20+4096)) }
+	objtest.StartProxy(t, strings.TrimPrefix(s.URL, "http://"), p)
+	src, err := datasource.New("s3+http://"+p.Addr+"/images/dir/disk.img", s3Config(s))
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "replaced during the import")
+	assert.Less(t, len(got), len(data))
+	assert.Equal(t, data[:len(got)], got, "only bytes of the first version were delivered")
+}
+
+func TestS3EndpointForms(t *testing.T) {
+	for _, bad := range []string{"s3://bucket", "s3://bucket/", "s3://bucket/dir/", "s3+https://host/bucket", "s3://b/k?x=1", "s3+https://u:p@host/b/k"} {
+		_, err := datasource.New(bad, datasource.Config{})
+		assert.ErrorIs(t, err, errdefs.ErrInvalidOptions, bad)
+	}
+	_, err := datasource.S3URL("s3://b/k", "ftp://x", "")
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	u, err := datasource.S3URL("https://h/x", "http://e", "r")
+	require.NoError(t, err)
+	assert.Equal(t, "https://h/x", u, "not an S3 endpoint")
+}
