@@ -18,11 +18,11 @@ type op struct {
 	p     []byte // data; nil with zeroLen > 0 for a zero range
 	zeros int64
 
-	chunk   *chunk      // stream buffer p points into, released after the write
-	outBuf  []byte      // inflate output buffer, returned to free after the write
-	free    chan []byte // where outBuf goes back
-	ready   chan struct{}
-	err     error
+	chunk  *chunk      // stream buffer p points into, released after the write
+	outBuf []byte      // inflate output buffer, returned to free after the write
+	free   chan []byte // where outBuf goes back
+	ready  chan struct{}
+	err    error
 }
 
 // output is the stage that owns the sink: one goroutine, so a Sink needs

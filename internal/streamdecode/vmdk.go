@@ -1,0 +1,476 @@
+package streamdecode
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+)
+
+// streamOptimized vmdk layout (VMware "Virtual Disk Format 1.1"): the
+// header, the descriptor, then from sector `overhead` on a sequence of
+// sector-aligned markers: a grain marker (lba, compressed size, zlib
+// data) or a metadata marker (sectors, size 0, type) followed by its
+// sectors: grain table, grain directory, footer, end of stream.
+const (
+	vmdkSector        = 512
+	vmdkGDAtEnd       = ^uint64(0)
+	vmdkFlagRGD       = 1 << 1
+	vmdkFlagZeroGrain = 1 << 2
+	vmdkFlagMarkers   = 1 << 17
+	vmdkGTEZeroed     = 1
+
+	vmdkMarkerEOS    = 0
+	vmdkMarkerGT     = 1
+	vmdkMarkerGD     = 2
+	vmdkMarkerFooter = 3
+
+	// Grains waiting for their grain table: a writer emits a table after
+	// at most its 512 grains, so a large backlog is a layout we do not
+	// follow.
+	vmdkMaxPendingGrains = 1 << 20
+)
+
+type vmdkHeader struct {
+	version, flags       uint32
+	capacity, grain      uint64 // sectors
+	descOffset, descSize uint64
+	gtesPerGT            uint32
+	rgdOffset, gdOffset  uint64
+	overhead             uint64
+	compress             uint16
+}
+
+func decodeVMDKHeader(b []byte) vmdkHeader {
+	le := binary.LittleEndian
+	return vmdkHeader{
+		version: le.Uint32(b[4:]), flags: le.Uint32(b[8:]),
+		capacity: le.Uint64(b[12:]), grain: le.Uint64(b[20:]),
+		descOffset: le.Uint64(b[28:]), descSize: le.Uint64(b[36:]),
+		gtesPerGT: le.Uint32(b[44:]), rgdOffset: le.Uint64(b[48:]), gdOffset: le.Uint64(b[56:]),
+		overhead: le.Uint64(b[64:]), compress: le.Uint16(b[77:]),
+	}
+}
+
+type vmdkDecoder struct {
+	h        vmdkHeader
+	br       *bufio.Reader
+	pos      uint64 // stream bytes consumed
+	grainB   uint64
+	capB     uint64
+	out      *output
+	inf      *inflaters
+	outFree  chan []byte
+	pending  map[uint64]uint64 // grain marker sector -> lba, not yet in a grain table
+	expected map[uint64]uint64 // tables ahead: grain marker sector -> the lba it must carry
+	tables   map[uint64]int64  // grain table sector -> its index (-1: holds no grain)
+	gd       []byte            // last grain directory seen
+	gdSector uint64
+	grains   int64
+}
+
+// DecodeVMDK reads a streamOptimized vmdk from r, from its first byte on,
+// and writes the guest disk to sink. Every grain is inflated as its marker
+// passes; the grain tables, directory and footer that follow must account
+// for exactly the grains written, as qemu, which reads through them,
+// would see them (format.CheckVMDK's checks). Other sparse vmdks, or a
+// stream that does not end in footer and end-of-stream marker, give
+// errdefs.ErrNotStreamable.
+func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stats, err error) {
+	o = o.withDefaults()
+	br := bufio.NewReaderSize(r, 1<<20)
+	head, err := br.Peek(format.DefaultPeekSize)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return st, fmt.Errorf("vmdk: read header: %w", err)
+	}
+	hdr, err := format.ParseHeaderMax(format.VMDK, head, o.MaxVirtualSize)
+	if err != nil {
+		return st, err
+	}
+	h := decodeVMDKHeader(head)
+	switch {
+	case h.compress != 1 || h.flags&vmdkFlagMarkers == 0:
+		return st, fmt.Errorf("vmdk: grains not compressed with markers: %w", errdefs.ErrNotStreamable)
+	case h.overhead*vmdkSector < (h.descOffset+h.descSize)*vmdkSector || h.overhead > 1<<20:
+		return st, fmt.Errorf("vmdk: first grain at sector %d, inside the header or descriptor: %w", h.overhead, errdefs.ErrInvalidImage)
+	}
+	d := &vmdkDecoder{
+		h: h, br: br, grainB: h.grain * vmdkSector, capB: h.capacity * vmdkSector,
+		pending: map[uint64]uint64{}, tables: map[uint64]int64{},
+	}
+	st.VirtualSize = hdr.VirtualSize
+	if h.gdOffset != vmdkGDAtEnd {
+		// qemu's own streamOptimized writer keeps the tables in the
+		// header's overhead, ahead of every grain.
+		if err := d.tablesAhead(o.MaxBuffered); err != nil {
+			return st, err
+		}
+	}
+	d.out = newOutput(ctx, sink, 4*o.Workers)
+	d.inf = newInflaters(codecZlib, o.Workers)
+	nbuf := max(2, min(4*o.Workers+2, int((64<<20)/d.grainB)))
+	d.outFree = make(chan []byte, nbuf)
+	for range nbuf {
+		d.outFree <- make([]byte, d.grainB)
+	}
+	defer func() {
+		d.inf.stop()
+		if werr := d.out.close(); err == nil && werr != nil {
+			err = werr
+		}
+		st.DataBytes = d.out.data
+		st.Compressed = d.grains
+		st.StreamBytes = int64(d.pos)
+		st.PeakBuffered = int64(len(d.pending)) * 16
+	}()
+	// A target holding old data is zeroed first; the grains land after it
+	// in queue order.
+	d.out.zero(0, int64(d.capB))
+	if err := d.skip(h.overhead * vmdkSector); err != nil {
+		return st, err
+	}
+	return st, d.markers(ctx)
+}
+
+func (d *vmdkDecoder) invalid(format string, a ...any) error {
+	return fmt.Errorf("vmdk: "+format+": %w", append(a, errdefs.ErrInvalidImage)...)
+}
+
+// read fills p from the stream; the stream ending first is a truncated
+// image.
+func (d *vmdkDecoder) read(p []byte) error {
+	n, err := io.ReadFull(d.br, p)
+	d.pos += uint64(n)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return d.invalid("stream ends at byte %d, inside a marker or grain (truncated image?)", d.pos)
+	}
+	return err
+}
+
+func (d *vmdkDecoder) skip(to uint64) error {
+	if to < d.pos {
+		return d.invalid("marker at byte %d overlaps what came before", to)
+	}
+	n, err := d.br.Discard(int(to - d.pos))
+	d.pos += uint64(n)
+	if err == io.EOF { //nolint:errorlint // bare: the stream itself ended
+		return d.invalid("stream ends at byte %d, before byte %d (truncated image?)", d.pos, to)
+	}
+	return err
+}
+
+func (d *vmdkDecoder) markers(ctx context.Context) error {
+	le := binary.LittleEndian
+	marker := make([]byte, vmdkSector)
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("vmdk: %w: %w", errdefs.ErrCancelled, err)
+		}
+		if d.out.failed.Load() {
+			return nil
+		}
+		sector := d.pos / vmdkSector
+		if d.expected != nil {
+			if _, err := d.br.Peek(1); errors.Is(err, io.EOF) {
+				return d.endAhead()
+			}
+		}
+		if err := d.read(marker[:12]); err != nil {
+			return err
+		}
+		val, size := le.Uint64(marker), uint64(le.Uint32(marker[8:]))
+		if size != 0 {
+			if err := d.grain(sector, val, size); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.read(marker[12:]); err != nil {
+			return err
+		}
+		typ := le.Uint32(marker[12:])
+		switch typ {
+		case vmdkMarkerEOS:
+			if d.expected != nil {
+				if _, err := io.Copy(io.Discard, d.br); err != nil {
+					return err
+				}
+				return d.endAhead()
+			}
+			return d.invalid("end-of-stream marker without a footer before it")
+		case vmdkMarkerGT, vmdkMarkerGD:
+			if val == 0 || val > 1<<16 {
+				return d.invalid("metadata marker of %d sectors", val)
+			}
+			b := make([]byte, val*vmdkSector)
+			if err := d.read(b); err != nil {
+				return err
+			}
+			var err error
+			if d.expected != nil {
+				// The tables came ahead; these copies are not read.
+			} else if typ == vmdkMarkerGT {
+				err = d.grainTable(sector+1, b)
+			} else {
+				d.gd, d.gdSector = b, sector+1
+			}
+			if err != nil {
+				return err
+			}
+		case vmdkMarkerFooter:
+			if d.expected != nil {
+				if err := d.skip(d.pos + val*vmdkSector); err != nil {
+					return err
+				}
+				continue
+			}
+			return d.footer(sector+1, val)
+		default:
+			return d.invalid("marker of unknown type %d at sector %d", typ, sector)
+		}
+	}
+}
+
+// grain reads one compressed grain and queues its inflation.
+func (d *vmdkDecoder) grain(sector, lba, size uint64) error {
+	if size > 2*d.grainB {
+		return d.invalid("grain at sector %d has a length of %d bytes", sector, size)
+	}
+	if lba%d.h.grain != 0 || lba >= d.h.capacity {
+		return d.invalid("grain at sector %d is marked as sector %d of a %d-sector disk", sector, lba, d.h.capacity)
+	}
+	in := make([]byte, size)
+	if err := d.read(in); err != nil {
+		return err
+	}
+	if err := d.skip((d.pos + vmdkSector - 1) &^ (vmdkSector - 1)); err != nil {
+		return err
+	}
+	if d.expected != nil {
+		want, ok := d.expected[sector]
+		if !ok {
+			return nil // in no grain table: qemu never reads it
+		}
+		if want != lba {
+			return d.invalid("grain at sector %d is marked as sector %d, want %d", sector, lba, want)
+		}
+		delete(d.expected, sector)
+	} else if len(d.pending) >= vmdkMaxPendingGrains {
+		return fmt.Errorf("vmdk: more than %d grains before their grain table: %w", vmdkMaxPendingGrains, errdefs.ErrNotStreamable)
+	}
+	if d.expected == nil {
+		d.pending[sector] = lba
+	}
+	off := lba * vmdkSector
+	want := int(min(d.grainB, d.capB-off))
+	x := &op{off: int64(off), ready: make(chan struct{}), free: d.outFree}
+	x.outBuf = <-d.outFree
+	d.out.send(x)
+	d.grains++
+	d.inf.jobs <- inflateJob{in: in, out: x.outBuf, want: want, keep: want, op: x, what: fmt.Sprintf("vmdk grain at sector %d", sector)}
+	return nil
+}
+
+// grainTable accounts for the grains a table maps: each entry must point
+// at a grain marker already passed and marked with the entry's sector.
+func (d *vmdkDecoder) grainTable(at uint64, b []byte) error {
+	n := uint64(d.h.gtesPerGT)
+	if uint64(len(b)) < n*4 {
+		return d.invalid("grain table at sector %d of %d bytes, want %d", at, len(b), n*4)
+	}
+	index := int64(-1)
+	for j := uint64(0); j < n; j++ {
+		s := uint64(binary.LittleEndian.Uint32(b[j*4:]))
+		if s == 0 || (s == vmdkGTEZeroed && d.h.flags&vmdkFlagZeroGrain != 0) {
+			continue
+		}
+		lba, ok := d.pending[s]
+		if !ok {
+			if s >= at {
+				return fmt.Errorf("vmdk: grain table at sector %d points ahead to sector %d: %w", at, s, errdefs.ErrNotStreamable)
+			}
+			return d.invalid("grain table at sector %d points to sector %d, which holds no grain (or one mapped twice)", at, s)
+		}
+		g := lba / d.h.grain
+		i := int64(g / n)
+		if g%n != j || (index >= 0 && i != index) {
+			return d.invalid("grain at sector %d is marked as sector %d, but grain table entry %d maps it elsewhere", s, lba, j)
+		}
+		index = i
+		delete(d.pending, s)
+	}
+	d.tables[at] = index
+	return nil
+}
+
+// footer checks the footer against the header, the grain directory it
+// names against the tables seen, and that the stream ends right after.
+func (d *vmdkDecoder) footer(at, sectors uint64) error {
+	if sectors != 1 {
+		return d.invalid("footer marker of %d sectors", sectors)
+	}
+	b := make([]byte, 2*vmdkSector)
+	if err := d.read(b); err != nil {
+		return err
+	}
+	f := decodeVMDKHeader(b)
+	h := d.h
+	if f.version != h.version || f.flags != h.flags || f.capacity != h.capacity || f.grain != h.grain ||
+		f.descOffset != h.descOffset || f.descSize != h.descSize || f.gtesPerGT != h.gtesPerGT || f.compress != h.compress {
+		return fmt.Errorf("vmdk: footer does not agree with the header: %w", errdefs.ErrUnsafeImage)
+	}
+	eos := b[vmdkSector:]
+	le := binary.LittleEndian
+	if le.Uint64(eos) != 0 || le.Uint32(eos[8:]) != 0 || le.Uint32(eos[12:]) != vmdkMarkerEOS {
+		return d.invalid("no end-of-stream marker after the footer")
+	}
+	var one [1]byte
+	if n, _ := io.ReadFull(d.br, one[:]); n != 0 {
+		// qemu takes the footer from the file's last sectors: anything
+		// after the end-of-stream marker makes that another footer.
+		return fmt.Errorf("vmdk: bytes after the end-of-stream marker: %w", errdefs.ErrNotStreamable)
+	}
+	if len(d.pending) > 0 {
+		for s := range d.pending {
+			return d.invalid("grain at sector %d is in no grain table (qemu would not read it)", s)
+		}
+	}
+	if f.gdOffset == vmdkGDAtEnd || f.gdOffset == 0 {
+		return d.invalid("footer gives no grain directory")
+	}
+	if f.flags&vmdkFlagRGD != 0 && f.rgdOffset != 0 && f.rgdOffset >= at {
+		return d.invalid("redundant grain directory at sector %d lies past the stream", f.rgdOffset)
+	}
+	if d.gd == nil || f.gdOffset != d.gdSector {
+		return fmt.Errorf("vmdk: footer's grain directory at sector %d is not the one the stream carried: %w", f.gdOffset, errdefs.ErrNotStreamable)
+	}
+	return d.grainDirectory()
+}
+
+func (d *vmdkDecoder) grainDirectory() error {
+	coverage := uint64(d.h.gtesPerGT) * d.h.grain
+	entries := (d.h.capacity + coverage - 1) / coverage
+	if uint64(len(d.gd)) < entries*4 {
+		return d.invalid("grain directory of %d bytes, want %d entries", len(d.gd), entries)
+	}
+	used := map[uint64]bool{}
+	for i := uint64(0); i < entries; i++ {
+		s := uint64(binary.LittleEndian.Uint32(d.gd[i*4:]))
+		if s == 0 {
+			continue
+		}
+		idx, ok := d.tables[s]
+		if !ok {
+			return d.invalid("grain directory entry %d points to sector %d, which holds no grain table", i, s)
+		}
+		if idx >= 0 && uint64(idx) != i {
+			return d.invalid("grain directory entry %d points to the grain table of entry %d", i, idx)
+		}
+		if used[s] {
+			return d.invalid("grain directory entries share the grain table at sector %d", s)
+		}
+		used[s] = true
+	}
+	for s, idx := range d.tables {
+		if idx >= 0 && !used[s] {
+			return d.invalid("grain table at sector %d is in no grain directory entry (qemu would not read its grains)", s)
+		}
+	}
+	return nil
+}
+
+// tablesAhead reads the grain directory and tables a header points to;
+// they must lie before the first grain (in the overhead), where they are
+// seen before any grain passes.
+func (d *vmdkDecoder) tablesAhead(maxBuffered int64) error {
+	h := d.h
+	end := h.overhead * vmdkSector
+	if int64(end) > max(maxBuffered, 1<<20) {
+		return fmt.Errorf("vmdk: %d bytes of header and tables ahead of the grains: %w", end, errdefs.ErrNotStreamable)
+	}
+	head, err := d.br.Peek(int(end))
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			d.br = bufio.NewReaderSize(d.br, int(end))
+			head, err = d.br.Peek(int(end))
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return d.invalid("stream of %d bytes ends inside the %d bytes of header and tables", len(head), end)
+			}
+			return err
+		}
+	}
+	le := binary.LittleEndian
+	ahead := func(what string, sector, n uint64) ([]byte, error) {
+		if sector == 0 {
+			return nil, d.invalid("%s overlaps the header", what)
+		}
+		if sector > end/vmdkSector || sector*vmdkSector+n > end {
+			return nil, fmt.Errorf("vmdk: %s at sector %d lies after the first grain: %w", what, sector, errdefs.ErrNotStreamable)
+		}
+		return head[sector*vmdkSector : sector*vmdkSector+n], nil
+	}
+	coverage := uint64(h.gtesPerGT) * h.grain
+	entries := (h.capacity + coverage - 1) / coverage
+	gd, err := ahead("grain directory", h.gdOffset, entries*4)
+	if err != nil {
+		return err
+	}
+	if h.flags&vmdkFlagRGD != 0 && h.rgdOffset != 0 {
+		if _, err := ahead("redundant grain directory", h.rgdOffset, entries*4); err != nil {
+			return err
+		}
+	}
+	d.expected = map[uint64]uint64{}
+	tables := map[uint64]bool{}
+	for i := uint64(0); i < entries; i++ {
+		gts := uint64(le.Uint32(gd[i*4:]))
+		if gts == 0 {
+			continue
+		}
+		if tables[gts] {
+			return d.invalid("grain directory entries share the grain table at sector %d", gts)
+		}
+		tables[gts] = true
+		gt, err := ahead("grain table", gts, uint64(h.gtesPerGT)*4)
+		if err != nil {
+			return err
+		}
+		for j := uint64(0); j < uint64(h.gtesPerGT); j++ {
+			g := i*uint64(h.gtesPerGT) + j
+			if g*d.grainB >= d.capB {
+				break
+			}
+			s := uint64(le.Uint32(gt[j*4:]))
+			if s == 0 || (s == vmdkGTEZeroed && h.flags&vmdkFlagZeroGrain != 0) {
+				continue
+			}
+			if s < h.overhead {
+				return d.invalid("grain %d at sector %d overlaps the header or tables", g, s)
+			}
+			if _, dup := d.expected[s]; dup {
+				return d.invalid("two grain table entries share the grain at sector %d", s)
+			}
+			d.expected[s] = g * h.grain
+		}
+	}
+	return nil
+}
+
+// endAhead checks, at the end of the stream, that every grain the tables
+// named was met.
+func (d *vmdkDecoder) endAhead() error {
+	for s := range d.expected {
+		return d.invalid("grain table entry points to sector %d, where the %d-byte stream holds no grain marker (truncated image?)", s, d.pos)
+	}
+	if d.h.flags&vmdkFlagRGD != 0 && d.h.rgdOffset*vmdkSector >= d.pos {
+		return d.invalid("redundant grain directory lies past the end of the stream")
+	}
+	return nil
+}

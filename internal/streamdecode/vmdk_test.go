@@ -1,0 +1,74 @@
+package streamdecode
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+func makeStreamVMDK(t testing.TB, raw, dir string) string {
+	t.Helper()
+	img := filepath.Join(dir, "disk.vmdk")
+	run(t, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vmdk", "-o", "subformat=streamOptimized", raw, img)
+	return img
+}
+
+func TestVMDKMatchesQemuImg(t *testing.T) {
+	need(t, "qemu-img")
+	dir := t.TempDir()
+	for _, size := range []int64{24<<20 + 3*512, 40 << 20} {
+		raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, 40, uint64(size))
+		img := makeStreamVMDK(t, raw, t.TempDir())
+		want := reference(t, img, "vmdk")
+		for _, zs := range []bool{false, true} {
+			got, st, err := decodeFile(t, DecodeVMDK, img, int64(len(want)), zs, Options{})
+			if err != nil {
+				t.Fatalf("size %d zeroSink=%v: %v", size, zs, err)
+			}
+			sameBytes(t, got, want)
+			t.Logf("size %d: stream %d bytes, %d grains, data %d", size, st.StreamBytes, st.Compressed, st.DataBytes)
+		}
+	}
+}
+
+func TestVMDKTruncated(t *testing.T) {
+	need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 40, 5)
+	img := makeStreamVMDK(t, raw, dir)
+	full, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []int{600, 65536, 70000, len(full) / 2, len(full) - 1536, len(full) - 1024, len(full) - 512, len(full) - 1} {
+		p := filepath.Join(t.TempDir(), "cut.vmdk")
+		if err := os.WriteFile(p, full[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := decodeFile(t, DecodeVMDK, p, 8<<20, false, Options{})
+		if err == nil {
+			// Only metadata copies after the last grain were cut, which
+			// qemu (reading through the header's tables) does not need
+			// either: the disk must be what qemu-img reads.
+			sameBytes(t, got, reference(t, p, "vmdk"))
+			continue
+		}
+		if !errors.Is(err, errdefs.ErrInvalidImage) {
+			t.Errorf("cut at %d of %d: %v, want ErrInvalidImage", cut, len(full), err)
+		}
+	}
+}
+
+func TestVMDKNotStreamOptimized(t *testing.T) {
+	need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 4<<20, 40, 6)
+	img := filepath.Join(dir, "sparse.vmdk")
+	run(t, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vmdk", raw, img)
+	if _, _, err := decodeFile(t, DecodeVMDK, img, 4<<20, false, Options{}); !errors.Is(err, errdefs.ErrNotStreamable) {
+		t.Fatalf("monolithicSparse: %v, want ErrNotStreamable", err)
+	}
+}
