@@ -85,10 +85,10 @@ func TestReportFailuresAsCDIWritesThem(t *testing.T) {
 	assert.True(t, strings.HasPrefix(read(), "Unable to process data: GET http://h/d: "), read())
 	assert.False(t, json.Valid([]byte(read())), "a failure is text, not JSON")
 
-	_, err := ReadEnv(envOf(map[string]string{"IMPORTER_SOURCE": "s3"}), p)
+	_, err := ReadEnv(envOf(map[string]string{"IMPORTER_SOURCE": "vddk"}), p)
 	code, _ = Report(p, Import, nil, err)
 	assert.Equal(t, ExitFailed, code)
-	assert.Equal(t, "IMPORTER_SOURCE=s3 is not supported by this importer (supported: http, registry, clone, none and upload): invalid options", read())
+	assert.Equal(t, "IMPORTER_SOURCE=vddk is not supported by this importer (supported: http, s3, gcs, registry, clone, none and upload): invalid options", read())
 
 	req, err := ReadEnv(envOf(map[string]string{"IMPORTER_SOURCE": "none", "IMPORTER_CONTENTTYPE": "archive"}), p)
 	code, _ = Report(p, req.Kind, nil, err)

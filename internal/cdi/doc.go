@@ -12,10 +12,10 @@
 // ReadEnv reads these variables (the names and meanings are CDI's unless
 // marked ours):
 //
-//	IMPORTER_SOURCE          http, registry, clone (ours: a local device or
-//	                         image file), none (a blank disk) or upload (serve
-//	                         CDI's upload paths); anything else (s3, gcs,
-//	                         imageio, vddk) fails, naming the supported ones
+//	IMPORTER_SOURCE          http, s3, gcs, registry, clone (ours: a local
+//	                         device or image file), none (a blank disk) or
+//	                         upload (serve CDI's upload paths); anything else
+//	                         (imageio, vddk) fails, naming the supported ones
 //	IMPORTER_ENDPOINT        the URL, image reference or, for clone, the
 //	                         absolute path of the source; for http only an
 //	                         http or https URL with a host is taken
@@ -23,8 +23,10 @@
 //	                         into the data directory; filesystem volumes only;
 //	                         refused for none, as CDI does)
 //	IMPORTER_IMAGE_SIZE      the requested volume size, a Kubernetes quantity
-//	IMPORTER_ACCESS_KEY_ID   basic-auth user name
-//	IMPORTER_SECRET_KEY      basic-auth password
+//	IMPORTER_ACCESS_KEY_ID   basic-auth user name; for s3 the access key id
+//	IMPORTER_SECRET_KEY      basic-auth password; for s3 the secret key
+//	GOOGLE_APPLICATION_CREDENTIALS  for gcs, a service-account key file
+//	                         (read by the GCS source; none: anonymous)
 //	IMPORTER_CERT_DIR        directory of CA certificates to trust: every
 //	                         certificate in every non-hidden file
 //	IMPORTER_PROXY_CERT_DIR  CA certificates of the proxy (default

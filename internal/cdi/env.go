@@ -55,7 +55,7 @@ func (r *Request) Close() {
 }
 
 // supportedSources is what an unknown IMPORTER_SOURCE is told.
-const supportedSources = "http, registry, clone, none and upload"
+const supportedSources = "http, s3, gcs, registry, clone, none and upload"
 
 // ReadEnv reads CDI's importer environment into a request; paths are the
 // pod's fixed paths (PathsFromEnv). Every error wraps
@@ -75,8 +75,8 @@ func readEnv(getenv func(string) string, paths Paths) (Request, error) {
 		req.Kind = Blank
 	case "upload":
 		req.Kind = Upload
-	case "http", "clone", "registry":
-	case "s3", "gcs", "imageio", "vddk":
+	case "http", "clone", "registry", "s3", "gcs":
+	case "imageio", "vddk":
 		return req, fmt.Errorf("IMPORTER_SOURCE=%s is not supported by this importer (supported: %s): %w", src, supportedSources, errdefs.ErrInvalidOptions)
 	default:
 		return req, fmt.Errorf("Unknown data source: %q (supported: %s): %w", src, supportedSources, errdefs.ErrInvalidOptions)
@@ -137,6 +137,12 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 	}
 	if src == "http" {
 		if err := checkHTTPEndpoint(o.Source); err != nil {
+			return o, err
+		}
+	}
+	if src == "s3" || src == "gcs" {
+		var err error
+		if o.Source, err = objectStoreEndpoint(src, o.Source); err != nil {
 			return o, err
 		}
 	}

@@ -127,8 +127,8 @@ func TestReadEnvRefuses(t *testing.T) {
 		want string
 	}{
 		"no source":          {map[string]string{}, "Unknown data source"},
-		"s3":                 {map[string]string{"IMPORTER_SOURCE": "s3"}, "not supported by this importer (supported: http, registry, clone, none and upload)"},
-		"unknown":            {map[string]string{"IMPORTER_SOURCE": "ftp"}, `Unknown data source: "ftp" (supported: http, registry, clone, none and upload)`},
+		"vddk":               {map[string]string{"IMPORTER_SOURCE": "vddk"}, "not supported by this importer (supported: http, s3, gcs, registry, clone, none and upload)"},
+		"unknown":            {map[string]string{"IMPORTER_SOURCE": "ftp"}, `Unknown data source: "ftp" (supported: http, s3, gcs, registry, clone, none and upload)`},
 		"blank archive":      {map[string]string{"IMPORTER_SOURCE": "none", "IMPORTER_CONTENTTYPE": "archive"}, "Cannot create empty disk with content type archive"},
 		"min TLS version":    {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "TLS_MIN_VERSION": "TLS1.2"}, "TLS_MIN_VERSION"},
 		"no endpoint":        {map[string]string{"IMPORTER_SOURCE": "http"}, "IMPORTER_ENDPOINT is empty"},
