@@ -1,0 +1,204 @@
+package importer_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/objtest"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// objectStore is what the import tests need of an S3 or GCS server: where
+// an object is, and how to store one.
+type objectStore struct {
+	name     string
+	endpoint func(host, object string) string // host: 127.0.0.1:port of the server or of a proxy
+	host     string
+	put      func(t *testing.T, object string, data []byte)
+	opts     func(o *importer.Options)
+}
+
+// objectImages are the images every object-store import test reads: a
+// raw.xz (streamed onto the target), a qcow2 (read over ranges, or through
+// scratch with NoRangedRead).
+func objectImages(t *testing.T) (raw string, files map[string]string) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw = testimg.Raw(t, dir, "disk.raw", imageSize, 31)
+	files = map[string]string{
+		"disk.raw.xz": testimg.Compress(t, raw, "xz"),
+		"disk.qcow2":  testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"),
+	}
+	return raw, files
+}
+
+func readFile(t *testing.T, p string) []byte {
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return b
+}
+
+func fileSHA256(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// testObjectStoreImports runs the import cases against one store.
+func testObjectStoreImports(t *testing.T, st objectStore) {
+	tmp := privateTmp(t)
+	raw, files := objectImages(t)
+	for name, p := range files {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		st.put(t, "images/"+name, b)
+	}
+	var loop string
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, t.TempDir(), 8<<20)
+	}
+	cases := []struct {
+		name, object string
+		noRanged     bool
+		wantScratch  bool
+		wantPhase    importer.Phase
+	}{
+		{"raw.xz streamed", "disk.raw.xz", false, false, importer.PhaseTransferDataFile},
+		{"qcow2 ranged", "disk.qcow2", false, false, importer.PhaseConvert},
+		{"qcow2 streamed to scratch", "disk.qcow2", true, true, importer.PhaseTransferScratch},
+	}
+	for _, c := range cases {
+		for _, block := range []bool{false, true} {
+			t.Run(c.name+map[bool]string{false: " onto a file", true: " onto a loop device"}[block], func(t *testing.T) {
+				if block && loop == "" {
+					t.Skip("loop devices need root")
+				}
+				target := filepath.Join(t.TempDir(), "disk.img")
+				if block {
+					target = loop
+				}
+				o := importer.Options{
+					Source: st.endpoint(st.host, "images/"+c.object), Target: target, ScratchDir: t.TempDir(),
+					NoRangedRead: c.noRanged, Logger: testLogger(t),
+				}
+				// A checksum needs every byte in order, so the ranged case
+				// goes without one.
+				if ranged := !c.wantScratch && c.wantPhase == importer.PhaseConvert; !ranged {
+					o.Checksums = []string{"sha256:" + fileSHA256(t, files[c.object])}
+				}
+				st.opts(&o)
+				res, err := importer.Import(context.Background(), o)
+				require.NoError(t, err)
+				assert.Equal(t, c.wantScratch, res.ScratchUsed, "phases %v", res.Phases)
+				assert.Contains(t, res.Phases, c.wantPhase)
+				expectImage(t, raw, target, block)
+				assertEmptyDir(t, o.ScratchDir)
+				assertNoSocketDir(t, tmp)
+			})
+		}
+	}
+	t.Run("checksum mismatch", func(t *testing.T) {
+		o := importer.Options{
+			Source: st.endpoint(st.host, "images/disk.raw.xz"), Target: filepath.Join(t.TempDir(), "disk.img"),
+			ScratchDir: t.TempDir(), Logger: testLogger(t),
+			Checksums: []string{"sha256:" + strings.Repeat("0", 64)},
+		}
+		st.opts(&o)
+		_, err := importer.Import(context.Background(), o)
+		require.ErrorIs(t, err, importer.ErrChecksumMismatch)
+		_, serr := os.Stat(o.Target)
+		assert.True(t, os.IsNotExist(serr), "no target is left after a mismatch")
+	})
+	t.Run("missing object", func(t *testing.T) {
+		o := importer.Options{
+			Source: st.endpoint(st.host, "images/absent.img"), Target: filepath.Join(t.TempDir(), "disk.img"),
+			ScratchDir: t.TempDir(), Logger: testLogger(t), RetryBackoff: time.Second,
+		}
+		st.opts(&o)
+		start := time.Now()
+		_, err := importer.Import(context.Background(), o)
+		require.ErrorIs(t, err, importer.ErrSourceRefused)
+		assert.Contains(t, err.Error(), "404")
+		assert.Less(t, time.Since(start), 5*time.Second, "a missing object is not retried")
+	})
+	t.Run("connection dropped mid-transfer", func(t *testing.T) {
+		for _, c := range []struct{ object string }{{"disk.raw.xz"}, {"disk.qcow2"}} {
+			p := objtest.StartProxy(t, st.host, &objtest.Proxy{DropAfter: 300 << 10})
+			o := importer.Options{
+				Source: st.endpoint(p.Addr, "images/"+c.object), Target: filepath.Join(t.TempDir(), "disk.img"),
+				ScratchDir: t.TempDir(), Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
+				Checksums: []string{"sha256:" + fileSHA256(t, files[c.object])},
+			}
+			st.opts(&o)
+			_, err := importer.Import(context.Background(), o)
+			require.NoError(t, err, c.object)
+			assert.Equal(t, int64(1), p.Drops.Load(), "the proxy cut a transfer of %s", c.object)
+			expectImage(t, raw, o.Target, false)
+		}
+	})
+	t.Run("object replaced during the import", func(t *testing.T) {
+		other := testimg.Raw(t, t.TempDir(), "other.raw", imageSize, 32)
+		otherBytes, err := os.ReadFile(other)
+		require.NoError(t, err)
+		st.put(t, "images/replaced.raw", readFile(t, raw))
+		p := &objtest.Proxy{DropAfter: 1 << 20}
+		p.OnDrop = func() { st.put(t, "images/replaced.raw", otherBytes) }
+		objtest.StartProxy(t, st.host, p)
+		o := importer.Options{
+			Source: st.endpoint(p.Addr, "images/replaced.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
+			ScratchDir: t.TempDir(), Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
+		}
+		st.opts(&o)
+		_, err = importer.Import(context.Background(), o)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "replaced during the import")
+		_, serr := os.Stat(o.Target)
+		assert.True(t, os.IsNotExist(serr), "no target is left")
+	})
+}
+
+func TestS3Imports(t *testing.T) {
+	s := objtest.StartS3(t)
+	s.MakeBucket(t, "bucket")
+	testObjectStoreImports(t, objectStore{
+		name:     "s3",
+		host:     strings.TrimPrefix(s.URL, "http://"),
+		endpoint: func(host, object string) string { return "s3+http://" + host + "/bucket/" + object },
+		put:      func(t *testing.T, object string, data []byte) { s.Put(t, "bucket", object, data) },
+		opts: func(o *importer.Options) {
+			o.Username, o.Password = s.Access, s.Secret
+		},
+	})
+}
+
+func TestS3ImportWrongCredentials(t *testing.T) {
+	s := objtest.StartS3(t)
+	s.MakeBucket(t, "bucket")
+	s.Put(t, "bucket", "disk.img", make([]byte, 1<<20))
+	start := time.Now()
+	_, err := importer.Import(context.Background(), importer.Options{
+		Source: "s3+" + s.URL + "/bucket/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"),
+		Username: s.Access, Password: "not-the-secret", Logger: testLogger(t), RetryBackoff: time.Second,
+	})
+	require.ErrorIs(t, err, importer.ErrSourceRefused)
+	assert.Contains(t, err.Error(), "wrong credentials")
+	assert.Contains(t, err.Error(), "SignatureDoesNotMatch")
+	assert.Less(t, time.Since(start), 5*time.Second, "wrong credentials are not retried")
+	_, err = importer.Import(context.Background(), importer.Options{
+		Source: "s3+" + s.URL + "/nobucket/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"),
+		Username: s.Access, Password: s.Secret, Logger: testLogger(t),
+	})
+	require.ErrorIs(t, err, importer.ErrSourceRefused)
+	assert.Contains(t, err.Error(), "the bucket does not exist")
+}
