@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/diskimport/engine/importer"
 )
@@ -26,8 +27,12 @@ const (
 	PathUploadAsync     = "/v1beta1/upload-async"
 	PathUploadForm      = "/v1beta1/upload-form"
 	PathUploadFormAsync = "/v1beta1/upload-form-async"
-	PathStatus          = "/v1beta1/status"
-	PathHealthz         = "/healthz"
+	// PathUploadArchive takes a tar stream extracted into the target's
+	// directory (CDI's archive upload); PathUploadArchiveAsync is ours.
+	PathUploadArchive      = "/v1beta1/upload-archive"
+	PathUploadArchiveAsync = "/v1beta1/upload-archive-async"
+	PathStatus             = "/v1beta1/status"
+	PathHealthz            = "/healthz"
 )
 
 // FormField is the multipart field that carries the image.
@@ -39,6 +44,16 @@ type Options struct {
 	// apply; Source and SourceReader are set per upload. Its Events, if
 	// set, still get every event.
 	Import importer.Options
+	// ClientName, when set, turns on client authentication on the upload
+	// paths: the request must come over TLS with a client certificate the
+	// server verified (Server sets ClientCAs and asks for one) whose common
+	// name or a DNS name is ClientName, else it is refused with 401 before
+	// its body is read. This is how CDI's upload proxy and cloner
+	// authenticate (CLIENT_CERT_FILE and CLIENT_NAME).
+	ClientName string
+	// RequireClientCert refuses upload requests without a verified client
+	// certificate even when ClientName is empty (any name the CA signed).
+	RequireClientCert bool
 	// Token, when set, must be presented as "Authorization: Bearer TOKEN"
 	// on every path but /healthz.
 	Token string
@@ -54,7 +69,13 @@ type Options struct {
 	OnResult func(*importer.Result, error)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// CloneResumeWindow is how long an interrupted sparse-v1 clone is kept
+	// for its resumption; default 5 minutes.
+	CloneResumeWindow time.Duration
 }
+
+// atomicCounter counts an upload's bytes.
+type atomicCounter = atomic.Int64
 
 // Status is what GET /v1beta1/status returns.
 type Status struct {
@@ -75,13 +96,16 @@ type Handler struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 
-	mu      sync.Mutex
-	busy    bool
-	status  Status
-	last    *importer.Result
-	lastOK  bool
-	lastErr error
-	bytes   *atomic.Int64 // of the current upload
+	mu        sync.Mutex
+	busy      bool
+	status    Status
+	last      *importer.Result
+	lastOK    bool
+	lastErr   error
+	bytes     *atomicCounter // of the current upload
+	lastClone bool           // the last import was a clone
+	closed    bool           // the deadline passed: no new upload
+	clone     *cloneSession  // an interrupted clone waiting to resume (clone.go)
 
 	done     chan struct{}
 	doneOnce sync.Once
@@ -107,12 +131,14 @@ func NewHandler(o Options) *Handler {
 		_, _ = w.Write([]byte("OK\n"))
 	})
 	h.mux.Handle("GET "+PathStatus, h.auth(http.HandlerFunc(h.serveStatus)))
-	h.mux.Handle("POST "+PathUpload, h.auth(h.uploadHandler(false, false)))
-	h.mux.Handle("PUT "+PathUpload, h.auth(h.uploadHandler(false, false)))
-	h.mux.Handle("POST "+PathUploadAsync, h.auth(h.uploadHandler(false, true)))
-	h.mux.Handle("PUT "+PathUploadAsync, h.auth(h.uploadHandler(false, true)))
-	h.mux.Handle("POST "+PathUploadForm, h.auth(h.uploadHandler(true, false)))
-	h.mux.Handle("POST "+PathUploadFormAsync, h.auth(h.uploadHandler(true, true)))
+	for _, r := range uploadRoutes {
+		for _, path := range r.paths {
+			for _, method := range r.methods {
+				h.mux.Handle(method+" "+path, h.auth(h.uploadHandler(r.kind)))
+			}
+			h.mux.Handle("HEAD "+path, h.auth(http.HandlerFunc(h.serveHead)))
+		}
+	}
 	return h
 }
 
@@ -134,6 +160,14 @@ func (h *Handler) Status() Status {
 	return s
 }
 
+// LastWasClone reports whether the last import was a clone (its
+// termination message says Clone Complete).
+func (h *Handler) LastWasClone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastClone
+}
+
 // Last returns the last import's result and error (nil, nil before any),
 // and whether it succeeded.
 func (h *Handler) Last() (*importer.Result, error, bool) {
@@ -142,17 +176,23 @@ func (h *Handler) Last() (*importer.Result, error, bool) {
 	return h.last, h.lastErr, h.lastOK
 }
 
+// auth checks the client certificate (when one is required) and the bearer
+// token (when set) before anything of the request is read.
 func (h *Handler) auth(next http.Handler) http.Handler {
-	if h.opts.Token == "" {
-		return next
-	}
 	want := []byte("Bearer " + h.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="upload"`)
-			http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+		if err := h.checkClientCert(r); err != nil {
+			h.log.Warn("Upload request refused", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
+			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
+		}
+		if h.opts.Token != "" {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="upload"`)
+				http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -179,7 +219,14 @@ func (h *Handler) begin() (*atomic.Int64, error) {
 	if h.lastOK && !h.opts.KeepRunning {
 		return nil, errFinished
 	}
+	if h.closed {
+		return nil, errDeadline
+	}
+	if h.clone != nil {
+		return nil, errBusy // only the interrupted clone may resume
+	}
 	h.busy = true
+	h.lastClone = false
 	h.bytes = new(atomic.Int64)
 	h.status = Status{Phase: "Info"}
 	return h.bytes, nil

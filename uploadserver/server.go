@@ -31,7 +31,32 @@ type Server struct {
 	// With neither, the server speaks plain HTTP.
 	TLSCert, TLSKey string
 	TLSConfig       *tls.Config
+	// ClientCAFile is the CA (PEM) a client certificate must chain to;
+	// with it the server asks for one and every upload path needs it (see
+	// Options.ClientName). It needs TLS.
+	ClientCAFile string
+	// MinVersion and CipherSuites override the TLS defaults (TLS 1.2 at
+	// least, Go's suites).
+	MinVersion   uint16
+	CipherSuites []uint16
+	// Deadline, when set, ends the server once it passes with no upload
+	// complete (one in progress is waited for): Run then returns an error
+	// wrapping errdefs.ErrDeadlinePassed.
+	Deadline time.Time
+	// ListenAnywhere allows listening beyond the loopback interface with no
+	// protection at all (no TLS, no token, no client CA); without it such
+	// a server is moved to 127.0.0.1 with a warning.
+	ListenAnywhere bool
+
+	cloned bool
 }
+
+// Cloned reports, after Run, whether the import was a clone.
+func (s *Server) Cloned() bool { return s.cloned }
+
+// deadlinePoll is how often a passed deadline checks whether the upload in
+// progress has finished.
+const deadlinePoll = 100 * time.Millisecond
 
 // Run serves until an import succeeds (then it returns that import's
 // result) or ctx ends (then it returns the last attempt's result, if any,
@@ -46,11 +71,18 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 	if (s.TLSCert == "") != (s.TLSKey == "") {
 		return nil, fmt.Errorf("TLS needs both a certificate and a key file: %w", errdefs.ErrInvalidOptions)
 	}
+	tlsConf, err := s.serverTLSConfig() // clientauth.go
+	if err != nil {
+		return nil, err
+	}
 	ln := s.Listener
 	if ln == nil {
 		addr := s.Addr
 		if addr == "" {
 			addr = DefaultAddr
+		}
+		if tlsConf == nil && s.Token == "" && !s.ListenAnywhere {
+			addr = loopbackOnly(addr, log)
 		}
 		var err error
 		if ln, err = net.Listen("tcp", addr); err != nil {
@@ -61,22 +93,30 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 	defer cancel()
 	o := s.Options
 	o.BaseContext = serveCtx
+	if s.ClientCAFile != "" {
+		o.RequireClientCert = true
+	}
 	h := NewHandler(o)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, TLSConfig: s.TLSConfig,
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, TLSConfig: tlsConf,
 		BaseContext: func(net.Listener) context.Context { return serveCtx }}
-	tlsOn := s.TLSCert != "" || s.TLSConfig != nil
-	log.Info("Upload server listening", "addr", ln.Addr().String(), "tls", tlsOn, "target", s.Import.Target)
+	log.Info("Upload server listening", "addr", ln.Addr().String(), "tls", tlsConf != nil,
+		"clientCA", s.ClientCAFile != "", "clientName", s.ClientName, "token", s.Token != "", "target", s.Import.Target)
 	serveErr := make(chan error, 1)
 	go func() {
-		var err error
-		if tlsOn {
-			err = srv.ServeTLS(ln, s.TLSCert, s.TLSKey)
+		if tlsConf != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
 		} else {
-			err = srv.Serve(ln)
+			serveErr <- srv.Serve(ln)
 		}
-		serveErr <- err
 	}()
+	var deadline <-chan time.Time
+	if !s.Deadline.IsZero() {
+		timer := time.NewTimer(time.Until(s.Deadline))
+		defer timer.Stop()
+		deadline = timer.C
+	}
 	var runErr error
+	deadlinePassed := false
 	select {
 	case <-h.Done():
 		log.Info("Import complete; upload server stopping")
@@ -84,6 +124,10 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 		log.Info("Upload server stopping", "cause", ctx.Err())
 	case err := <-serveErr:
 		runErr = fmt.Errorf("upload server: %w", err)
+	case <-deadline:
+		log.Info("Deadline passed; the upload server takes no new upload", "deadline", s.Deadline)
+		deadlinePassed = true
+		h.closeAtDeadline(ctx)
 	}
 	// Let the final response reach the client, then stop imports still
 	// running (only possible when ctx ended).
@@ -94,13 +138,21 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 	}
 	shutCancel()
 	cancel()
+	h.abandonClone()
 	h.Wait()
+	s.cloned = h.LastWasClone()
 	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) {
 		return nil, runErr
 	}
 	res, err, ok := h.Last()
-	if ok && (!s.KeepRunning || ctx.Err() != nil) {
+	if ok && (!s.KeepRunning || ctx.Err() != nil || deadlinePassed) {
 		return res, nil
+	}
+	if deadlinePassed {
+		if res == nil {
+			res = &importer.Result{Target: s.Import.Target}
+		}
+		return res, fmt.Errorf("upload server: deadline %s: %w", s.Deadline.Format(time.RFC3339), errdefs.ErrDeadlinePassed)
 	}
 	if res == nil {
 		res = &importer.Result{Target: s.Import.Target}
@@ -109,4 +161,20 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 		err = errors.New("no upload was received")
 	}
 	return res, fmt.Errorf("upload server stopped before an import completed: %w: last attempt: %w", errdefs.ErrCancelled, err)
+}
+
+// loopbackOnly keeps an unprotected server (no TLS, token or client CA) on
+// 127.0.0.1: anyone who can reach it could write the target.
+func loopbackOnly(addr string, log *slog.Logger) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr // net.Listen reports it
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() || host == "localhost" {
+		return addr
+	}
+	safe := net.JoinHostPort("127.0.0.1", port)
+	log.Warn("No TLS, token or client CA: the upload server listens on 127.0.0.1 only (give one of them, or allow it explicitly, to listen beyond)",
+		"asked", addr, "listening", safe)
+	return safe
 }

@@ -107,6 +107,6 @@ func TestUploadSlowClientIsNotAStall(t *testing.T) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-	assert.True(t, bytes.Contains(b, []byte("Import Complete")), string(b))
+	assert.True(t, bytes.Contains(b, []byte("Upload Complete")), string(b))
 	assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -19,12 +21,22 @@ import (
 // read and thrown away).
 const maxOtherPart = 1 << 20
 
-func (h *Handler) uploadHandler(form, async bool) http.Handler {
+func (h *Handler) uploadHandler(kind uploadKind) http.Handler {
+	form, async := kind.form, kind.async
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ct := r.Header.Get(HeaderContentType); isCloneContentType(ct) {
+			if form || async || kind.archive {
+				// As CDI: a clone is one synchronous raw stream.
+				http.Error(w, "a clone ("+ct+") is only accepted at "+PathUpload, http.StatusBadRequest)
+				return
+			}
+			h.serveClone(w, r, ct) // clone.go
+			return
+		}
 		count, err := h.begin()
 		if err != nil {
 			code := http.StatusConflict
-			if errors.Is(err, errFinished) {
+			if errors.Is(err, errFinished) || errors.Is(err, errDeadline) {
 				code = http.StatusServiceUnavailable
 			}
 			http.Error(w, err.Error(), code)
@@ -46,10 +58,15 @@ func (h *Handler) uploadHandler(form, async bool) http.Handler {
 		}
 		body := &gatedReader{r: src, n: count, stall: stall}
 		h.log.Info("Upload started", "path", r.URL.Path, "remote", r.RemoteAddr, "contentLength", r.ContentLength)
+		o := h.importOptions(body)
+		if kind.archive {
+			o.ContentType = importer.ContentTypeArchive
+			o.Target = archiveDir(o.Target)
+		}
 		if async {
-			h.runAsync(w, r, body)
+			h.runAsync(w, r, body, o)
 		} else {
-			h.runSync(w, r, body)
+			h.runSync(w, r, body, o)
 		}
 	})
 }
@@ -82,10 +99,15 @@ func filePart(r *http.Request) (*multipart.Part, error) {
 // source, phases reported to the status, and received() called once the
 // engine says the source is drained (all received and validated; what is
 // left works on the target alone).
-func (h *Handler) importOptions(body io.Reader, received func()) importer.Options {
+func (h *Handler) importOptions(body io.Reader) importer.Options {
 	o := h.opts.Import
 	o.Source = "-"
 	o.SourceReader = body
+	return o
+}
+
+// withEvents adds the handler's view of the import's events to o.
+func (h *Handler) withEvents(o importer.Options, received func()) importer.Options {
 	inner := o.Events
 	o.Events = func(e importer.Event) {
 		if inner != nil {
@@ -107,12 +129,12 @@ func (h *Handler) importOptions(body io.Reader, received func()) importer.Option
 
 // runSync imports while the client waits: 200 only once the import is
 // complete and synced. The client going away cancels the import.
-func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedReader) {
+func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedReader, o importer.Options) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(h.opts.BaseContext, cancel)
 	defer stop()
-	res, err := importer.Import(ctx, h.importOptions(body, func() {}))
+	res, err := importer.Import(ctx, h.withEvents(o, func() {}))
 	body.close()
 	if serr := body.stalled(); err != nil && serr != nil {
 		// The expired read deadline also ends the request's context, and
@@ -133,7 +155,7 @@ func errClientGone(err error) error {
 
 // runAsync answers once the upload is received and validated and lets the
 // rest of the import (conversion, resize, sync) finish in the background.
-func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedReader) {
+func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedReader, o importer.Options) {
 	receivedCh := make(chan struct{})
 	var once sync.Once
 	received := func() { once.Do(func() { close(receivedCh) }) }
@@ -159,7 +181,7 @@ func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedRe
 	go func() {
 		defer h.wg.Done()
 		defer cancel()
-		res, err := importer.Import(ctx, h.importOptions(body, received))
+		res, err := importer.Import(ctx, h.withEvents(o, received))
 		body.close()
 		if serr := body.stalled(); err != nil && serr != nil {
 			err = serr
@@ -192,7 +214,17 @@ func (h *Handler) respond(w http.ResponseWriter, res *importer.Result, err error
 	h.log.Info("Upload import complete", "target", res.Target, "format", res.SourceFormat, "bytesRead", res.BytesRead)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(cdi.NewTerminationMessage(res, nil).JSON(), '\n'))
+	_, _ = w.Write(append(cdi.UploadTerminationMessage(cdi.NewTerminationMessage(res, nil), false).JSON(), '\n'))
+}
+
+// archiveDir is where an archive upload is extracted: the target when it
+// is a directory, else the directory of the target's image file (CDI:
+// /data for DESTINATION=/data/disk.img).
+func archiveDir(target string) string {
+	if fi, err := os.Stat(target); err == nil && fi.IsDir() {
+		return target
+	}
+	return filepath.Dir(target)
 }
 
 // httpStatus maps an import error to a response status: the client's

@@ -126,7 +126,7 @@ func TestUploadToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	var msg cdi.TerminationMessage
 	require.NoError(t, json.Unmarshal([]byte(body), &msg))
-	assert.Equal(t, cdi.MessageComplete, msg.Message)
+	assert.Equal(t, cdi.MessageUploadComplete, msg.Message)
 	assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
 	assert.Equal(t, "Complete", getStatus(t, base, "s3cret").Phase)
 }

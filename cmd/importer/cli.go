@@ -117,7 +117,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.ownerUID, "owner-uid", "", "the ownerUID label of "+cdi.ProgressMetricName+" (CDI: the DataVolume's UID)")
 	fl.BoolVar(&f.zeroTarget, "zero-target", false, "zero a block DEST first (BLKZEROOUT) so zero blocks of SOURCE need not be written")
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
-	cmd.AddCommand(newUploadCommand(ctx, stdout, stderr, &code))
+	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
 	addRegistryFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdout, &code))
 	addVersion(ctx, cmd, stdout)

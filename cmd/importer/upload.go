@@ -5,47 +5,74 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/uploadserver"
 )
 
-// newUploadCommand is `importer upload-server [flags] DEST`: receive one
-// image over HTTP and import it to DEST as it arrives. code receives the
-// exit status, as for the root command.
-func newUploadCommand(ctx context.Context, stdout, stderr io.Writer, code *int) *cobra.Command {
+// uploadFlags are upload-server's own flags.
+type uploadFlags struct {
+	listen, cert, key    string
+	clientCA, clientName string
+	tokenFile            string
+	deadline             string
+	keepRunning          bool
+	listenAnywhere       bool
+}
+
+// newUploadCommand is `importer upload-server [flags] [DEST]`: receive one
+// image (or a clone) over HTTP(S) and import it to DEST as it arrives.
+// Without DEST it runs as CDI's upload-server pod, from its environment.
+// code receives the exit status, as for the root command.
+func newUploadCommand(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer, code *int) *cobra.Command {
 	var (
-		f                 cliFlags
-		listen, cert, key string
-		tokenFile         string
-		keepRunning       bool
+		f  cliFlags
+		uf uploadFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "upload-server [flags] DEST",
-		Short: "Receive an image over HTTP(S) and import it to DEST as it arrives",
+		Use:   "upload-server [flags] [DEST]",
+		Short: "Receive an image or a clone over HTTP(S) and import it to DEST as it arrives",
 		Long: `Serve CDI's upload paths and import the uploaded image to DEST:
 
-  POST|PUT /v1beta1/upload            the image as the request body (answers once imported)
-  POST     /v1beta1/upload-form       multipart form, field "file"
-  POST|PUT /v1beta1/upload-async      answers once received; the import finishes in the background
+  POST|PUT /v1beta1/upload              the image as the request body (answers once imported);
+                                        with x-cdi-content-type: blockdevice-clone|filesystem-clone
+                                        a clone stream (CDI's snappy framing, or our sparse-v1)
+  POST     /v1beta1/upload-form         multipart form, field "file"
+  POST|PUT /v1beta1/upload-async        answers once received; the import finishes in the background
   POST     /v1beta1/upload-form-async
-  GET      /v1beta1/status            JSON: phase, bytes, error
+  POST|PUT /v1beta1/upload-archive      a tar stream extracted into DEST's directory (and -async)
+  HEAD     on each upload path          200
+  GET      /v1beta1/status              JSON: phase, bytes, error
   GET      /healthz
 
-Every format and compression of the engine is accepted; with
---content-type archive a tar stream is extracted into the DEST directory.
+With --client-ca only clients whose certificate chains to that CA (and, with
+--client-name, carries that name) may upload. With no TLS, token or client
+CA the server listens on 127.0.0.1 only unless --listen-anywhere.
 One upload at a time (409 while busy). The server exits after the first
-successful import unless --keep-running.`,
-		Args:          cobra.ExactArgs(1),
+successful import unless --keep-running.
+
+Without DEST, CDI's upload-server environment applies: LISTEN_ADDRESS,
+LISTEN_PORT, DESTINATION, UPLOAD_IMAGE_SIZE, FILESYSTEM_OVERHEAD,
+PREALLOCATION, DEADLINE, TLS_CERT_FILE, TLS_KEY_FILE, CLIENT_CERT_FILE,
+CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
+/dev/termination-log.`,
+		Args:          cobra.MaximumNArgs(1),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := newLogger(stderr, f.verbose, f.quiet)
+			if len(args) == 0 {
+				*code = runEnvUploadServer(ctx, getenv, log, stderr)
+				return nil
+			}
 			opts, err := f.options("-", args[0], nil)
 			if err != nil {
 				*code = cdi.ExitUsage
@@ -53,45 +80,39 @@ successful import unless --keep-running.`,
 			}
 			opts.SourceReader = nil
 			opts.Logger = log
-			token := ""
-			if tokenFile != "" {
-				b, err := os.ReadFile(tokenFile)
-				if err != nil {
-					*code = cdi.ExitUsage
-					return fmt.Errorf("--token-file: %w", err)
-				}
-				token = strings.TrimSpace(string(b))
-				if token == "" {
-					*code = cdi.ExitUsage
-					return fmt.Errorf("--token-file %s is empty", tokenFile)
-				}
-			}
-			if (cert == "") != (key == "") {
+			srv, err := uf.server(opts, log)
+			if err != nil {
 				*code = cdi.ExitUsage
-				return errors.New("--tls-cert and --tls-key go together")
+				return err
 			}
-			srv := &uploadserver.Server{
-				Options: uploadserver.Options{
-					Import: opts, Token: token, KeepRunning: keepRunning, Logger: log,
-					OnResult: func(res *importer.Result, err error) {
-						// Every attempt leaves its result in the log.
-						_ = reporter{terminationLog: f.terminationLog, stderr: stderr}.writeLog(res, err)
-					},
-				},
-				Addr: listen, TLSCert: cert, TLSKey: key,
+			srv.OnResult = func(res *importer.Result, err error) {
+				// Every attempt leaves its result in the log.
+				_ = writeUploadMessage(f.terminationLog, res, err, false, stderr)
 			}
 			res, err := srv.Run(ctx)
+			if err == nil || errors.Is(err, errdefs.ErrDeadlinePassed) {
+				_ = writeUploadMessage(f.terminationLog, res, err, srv.Cloned(), stderr)
+			}
 			r := reporter{json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
+			if errors.Is(err, errdefs.ErrDeadlinePassed) {
+				fmt.Fprintln(stderr, "importer: upload-server:", err)
+				*code = cdi.ExitOK // as CDI: the message says it, the pod succeeded
+				return nil
+			}
 			*code = r.report(res, err, "upload-server", importSummary(res))
 			return nil
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&listen, "listen", uploadserver.DefaultAddr, "address to listen on")
-	fl.StringVar(&cert, "tls-cert", "", "PEM certificate file for HTTPS (with --tls-key)")
-	fl.StringVar(&key, "tls-key", "", "PEM private key file for HTTPS")
-	fl.StringVar(&tokenFile, "token-file", "", "file holding the bearer token every request but /healthz must present")
-	fl.BoolVar(&keepRunning, "keep-running", false, "keep accepting uploads after a successful import")
+	fl.StringVar(&uf.listen, "listen", uploadserver.DefaultAddr, "address to listen on")
+	fl.StringVar(&uf.cert, "tls-cert", "", "PEM certificate file for HTTPS (with --tls-key)")
+	fl.StringVar(&uf.key, "tls-key", "", "PEM private key file for HTTPS")
+	fl.StringVar(&uf.clientCA, "client-ca", "", "PEM CA file: uploads need a client certificate it signed (mutual TLS; needs --tls-cert)")
+	fl.StringVar(&uf.clientName, "client-name", "", "the name (common name or DNS name) the client certificate must carry")
+	fl.StringVar(&uf.tokenFile, "token-file", "", "file holding the bearer token every request but /healthz must present")
+	fl.StringVar(&uf.deadline, "deadline", "", "RFC 3339 time: once it passes with no upload complete, stop (exit 0, deadlinePassed in the termination log)")
+	fl.BoolVar(&uf.keepRunning, "keep-running", false, "keep accepting uploads after a successful import")
+	fl.BoolVar(&uf.listenAnywhere, "listen-anywhere", false, "listen beyond 127.0.0.1 even with no TLS, token or client CA")
 	// The root's import flags that apply to an upload.
 	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream extracted into the DEST directory)")
 	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a quantity such as 10Gi")
@@ -101,11 +122,103 @@ successful import unless --keep-running.`,
 	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone")
+	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: a block DEST must be exactly the source's size")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON of each attempt to this file")
 	fl.BoolVar(&f.json, "json", false, "print the final result JSON on standard output")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors")
+	// CDI's upload pod passes klog's flag; accepted and ignored.
+	fl.Bool("alsologtostderr", false, "accepted for CDI's pod arguments; ignored")
+	_ = fl.MarkHidden("alsologtostderr")
 	return cmd
+}
+
+// server builds the upload server of the flags around the import template.
+func (uf uploadFlags) server(opts importer.Options, log *slog.Logger) (*uploadserver.Server, error) {
+	token := ""
+	if uf.tokenFile != "" {
+		b, err := os.ReadFile(uf.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return nil, fmt.Errorf("--token-file %s is empty", uf.tokenFile)
+		}
+	}
+	if (uf.cert == "") != (uf.key == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if uf.clientCA != "" && uf.cert == "" {
+		return nil, errors.New("--client-ca needs --tls-cert and --tls-key")
+	}
+	var deadline time.Time
+	if uf.deadline != "" {
+		var err error
+		if deadline, err = time.Parse(time.RFC3339, uf.deadline); err != nil {
+			return nil, fmt.Errorf("--deadline: want an RFC 3339 time: %w", err)
+		}
+	}
+	return &uploadserver.Server{
+		Options: uploadserver.Options{Import: opts, Token: token, KeepRunning: uf.keepRunning, Logger: log,
+			ClientName: uf.clientName},
+		Addr: uf.listen, TLSCert: uf.cert, TLSKey: uf.key, ClientCAFile: uf.clientCA,
+		Deadline: deadline, ListenAnywhere: uf.listenAnywhere,
+	}, nil
+}
+
+// runEnvUploadServer is CDI's upload-server pod: its environment, its
+// termination message (Upload Complete, Clone Complete or Deadline
+// Passed) and its exit codes.
+func runEnvUploadServer(ctx context.Context, getenv func(string) string, log *slog.Logger, stderr io.Writer) int {
+	c, err := cdi.UploadServerFromEnv(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "importer: upload-server:", err)
+		return cdi.ExitFailed
+	}
+	for _, w := range c.Warnings {
+		log.Warn(w)
+	}
+	srv := &uploadserver.Server{
+		Options: uploadserver.Options{
+			Import: importer.Options{Source: "-", Target: c.Destination, Size: c.ImageSize,
+				FilesystemOverhead: c.FilesystemOverhead, Preallocation: c.Preallocation, Logger: log},
+			ClientName: c.ClientName, Logger: log,
+		},
+		Addr: c.Listen, TLSCert: c.CertFile, TLSKey: c.KeyFile, ClientCAFile: c.ClientCAFile,
+		MinVersion: c.MinVersion, CipherSuites: c.CipherSuites, Deadline: c.Deadline,
+	}
+	res, err := srv.Run(ctx)
+	if err != nil && !errors.Is(err, errdefs.ErrDeadlinePassed) {
+		fmt.Fprintln(stderr, "importer: upload-server:", err)
+		_ = writeUploadMessage(c.TerminationLog, res, err, srv.Cloned(), stderr)
+		return cdi.ExitFailed
+	}
+	if werr := writeUploadMessage(c.TerminationLog, res, err, srv.Cloned(), stderr); werr != nil {
+		return cdi.ExitFailed
+	}
+	return cdi.ExitOK
+}
+
+// writeUploadMessage writes the upload server's termination message (no
+// file: nothing).
+func writeUploadMessage(file string, res *importer.Result, err error, clone bool, stderr io.Writer) error {
+	if file == "" {
+		return nil
+	}
+	var msg []byte
+	switch {
+	case errors.Is(err, errdefs.ErrDeadlinePassed):
+		msg = cdi.DeadlineMessage()
+	case err == nil:
+		msg = cdi.UploadTerminationMessage(cdi.NewTerminationMessage(res, nil), clone).JSON()
+	default:
+		msg = cdi.NewTerminationMessage(res, err).JSON()
+	}
+	if werr := os.WriteFile(file, append(msg, '\n'), 0o600); werr != nil {
+		fmt.Fprintln(stderr, "importer: writing termination log:", werr)
+		return werr
+	}
+	return nil
 }
 
 // serveEnvUpload runs the upload server of IMPORTER_SOURCE=upload: o is the

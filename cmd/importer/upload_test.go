@@ -134,7 +134,7 @@ func TestCLIUploadServerTLSToken(t *testing.T) {
 	b, err := os.ReadFile(tl)
 	require.NoError(t, err)
 	m := decode(t, b)
-	assert.Equal(t, "Import Complete", m.Message)
+	assert.Equal(t, cdi.MessageUploadComplete, m.Message)
 	assert.Equal(t, "gz", m.Compression)
 }
 

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/cloner"
+)
+
+// cloneSourceFlags are clone-source's flags: CDI's cloner's three
+// (-content-type, -upload-bytes, -mount) and ours.
+type cloneSourceFlags struct {
+	contentType, mount     string
+	uploadBytes            uint64
+	url                    string
+	clientCert, clientKey  string
+	serverCA               string
+	protocol               string
+	retries                int
+	metricsListen, ownerID string
+	terminationLog         string
+	json                   bool
+	verbose                int
+	quiet                  bool
+}
+
+// newCloneSourceCommand is `importer clone-source`: the cloner pod of a
+// host-assisted clone. Its flags are parsed as Go's flag package does (one
+// dash or two), so CDI's cloner command line works unchanged.
+func newCloneSourceCommand(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer, code *int) *cobra.Command {
+	return &cobra.Command{
+		Use:   "clone-source [flags]",
+		Short: "Stream a volume to an upload server (CDI's cloner pod)",
+		Long: `Read a block device (raw) or a mounted filesystem volume (a tar of its
+contents) and POST it to an upload server with mutual TLS and CDI's
+x-cdi-content-type header. Against our upload server the stream is sparse-v1
+(zero runs not sent, whole-source sha256 checked before Clone Complete,
+resumed after a dropped connection); against any other it is CDI's
+snappy-framed stream.
+
+With UPLOAD_URL in the environment and no -url, CDI's cloner environment
+applies: VOLUME_MODE, MOUNT_POINT, UPLOAD_URL, CLIENT_CERT, CLIENT_KEY and
+SERVER_CA_CERT (PEM text), OWNER_UID, PREALLOCATION; progress is served as
+` + cdi.CloneProgressMetricName + ` on :8443 and "Clone Complete" goes to
+/dev/termination-log.
+
+Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
+-mount PATH, -upload-bytes N, -url URL, -client-cert F, -client-key F,
+-server-ca F, -protocol auto|snappy|sparse-v1, -retries N,
+-metrics-listen ADDR, -owner-uid UID, -termination-log F, -json, -v, -q.`,
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		SilenceErrors:      true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var f cloneSourceFlags
+			fs := flag.NewFlagSet("clone-source", flag.ContinueOnError)
+			fs.SetOutput(stderr)
+			fs.StringVar(&f.contentType, "content-type", "", "blockdevice-clone or filesystem-clone")
+			fs.StringVar(&f.mount, "mount", "", "the source: block device, or the mounted volume")
+			fs.Uint64Var(&f.uploadBytes, "upload-bytes", 0, "bytes expected, for progress (default: measured)")
+			fs.StringVar(&f.url, "url", "", "the upload server's upload URL")
+			fs.StringVar(&f.clientCert, "client-cert", "", "PEM client certificate file")
+			fs.StringVar(&f.clientKey, "client-key", "", "PEM client key file")
+			fs.StringVar(&f.serverCA, "server-ca", "", "PEM CA file of the server's certificate")
+			fs.StringVar(&f.protocol, "protocol", "auto", "auto, snappy (CDI's stream) or sparse-v1")
+			fs.IntVar(&f.retries, "retries", 10, "resumptions after a dropped connection (sparse-v1)")
+			fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve the progress metric over HTTPS here")
+			fs.StringVar(&f.ownerID, "owner-uid", "", "the ownerUID label of the progress metric")
+			fs.StringVar(&f.terminationLog, "termination-log", "", "write the termination message here")
+			fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
+			fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v is accepted)")
+			fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
+			fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
+			if err := fs.Parse(args); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					fmt.Fprintln(stdout, cmd.Long)
+					return nil
+				}
+				*code = cdi.ExitUsage
+				return err
+			}
+			log := newLogger(stderr, f.verbose, f.quiet)
+			*code = runCloneSource(ctx, f, getenv, log, stdout, stderr)
+			return nil
+		},
+	}
+}
+
+// runCloneSource fills the flags from CDI's environment when it applies,
+// runs the clone and reports it.
+func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string) string, log *slog.Logger, stdout, stderr io.Writer) int {
+	fail := func(code int, err error) int {
+		fmt.Fprintln(stderr, "importer: clone-source:", err)
+		return code
+	}
+	var tlsConf *tls.Config
+	if f.url == "" && getenv("UPLOAD_URL") != "" {
+		c, err := cdi.ClonerFromEnv(getenv)
+		if err != nil {
+			return fail(cdi.ExitFailed, err)
+		}
+		f.url, tlsConf, f.ownerID = c.UploadURL, c.TLS, c.OwnerUID
+		if f.contentType == "" {
+			f.contentType = c.ContentType()
+		}
+		if f.mount == "" {
+			f.mount = c.MountPoint
+		}
+		if f.terminationLog == "" {
+			f.terminationLog = c.TerminationLog
+		}
+		if f.metricsListen == "" {
+			f.metricsListen = getenv("IMPORTER_METRICS_LISTEN")
+			if f.metricsListen == "" {
+				f.metricsListen = cdi.DefaultMetricsAddr
+			}
+		}
+	} else {
+		var err error
+		if tlsConf, err = cloneClientTLS(f); err != nil {
+			return fail(cdi.ExitUsage, err)
+		}
+	}
+	if f.url == "" || f.mount == "" || f.contentType == "" {
+		return fail(cdi.ExitUsage, errors.New("-url (or UPLOAD_URL), -mount and -content-type are required"))
+	}
+	protocol := f.protocol
+	if protocol == "auto" {
+		protocol = cloner.ProtocolAuto
+	}
+	progress := new(atomic.Int64)
+	total := int64(f.uploadBytes)
+	if total == 0 {
+		total = cloneSourceSize(f)
+	}
+	if f.metricsListen != "" && f.metricsListen != "off" {
+		percent := func() float64 {
+			if total <= 0 {
+				return 0
+			}
+			return min(100, float64(progress.Load())*100/float64(total))
+		}
+		ms, err := cdi.StartMetricsServer(cdi.MetricsConfig{Listen: f.metricsListen, OwnerUID: f.ownerID}, cdi.NewCloneMetricsHandler(percent, f.ownerID))
+		if err != nil {
+			return fail(cdi.ExitFailed, err)
+		}
+		defer ms.Stop()
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsConf
+	transport.ResponseHeaderTimeout = 0
+	start := time.Now()
+	res, err := cloner.Send(ctx, cloner.Options{
+		URL: f.url, ContentType: f.contentType, Source: f.mount, Protocol: protocol,
+		Client: &http.Client{Transport: transport}, Retries: f.retries, Progress: progress, Logger: log,
+	})
+	if err != nil {
+		return fail(cdi.ExitFailed, err)
+	}
+	log.Info("Clone complete", "protocol", res.Protocol, "sourceBytes", res.SourceBytes, "wireBytes", res.WireBytes,
+		"digest", res.Digest, "resumes", res.Resumes, "seconds", time.Since(start).Seconds())
+	if f.terminationLog != "" {
+		// CDI's cloner writes this text; the upload server's message has the rest.
+		if err := os.WriteFile(f.terminationLog, []byte(cdi.MessageCloneComplete), 0o600); err != nil {
+			return fail(cdi.ExitFailed, fmt.Errorf("writing termination log: %w", err))
+		}
+	}
+	if f.json {
+		fmt.Fprintf(stdout, `{"protocol":%q,"sourceBytes":%d,"wireBytes":%d,"digest":%q,"resumes":%d}`+"\n",
+			res.Protocol, res.SourceBytes, res.WireBytes, res.Digest, res.Resumes)
+	}
+	return cdi.ExitOK
+}
+
+// cloneClientTLS reads the client certificate and server CA files, when
+// given (mutual TLS needs all three).
+func cloneClientTLS(f cloneSourceFlags) (*tls.Config, error) {
+	if f.clientCert == "" && f.clientKey == "" && f.serverCA == "" {
+		return nil, nil
+	}
+	var pem [3][]byte
+	for i, name := range []string{f.clientCert, f.clientKey, f.serverCA} {
+		if name == "" {
+			return nil, errors.New("-client-cert, -client-key and -server-ca go together")
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		pem[i] = b
+	}
+	return cdi.ClonerTLS(pem[0], pem[1], pem[2])
+}
+
+// cloneSourceSize measures the source for progress: a device's size, a
+// filesystem's file bytes.
+func cloneSourceSize(f cloneSourceFlags) int64 {
+	if f.contentType == cloner.ContentTypeFilesystem {
+		return cloner.UsedBytes(f.mount)
+	}
+	file, err := os.Open(f.mount)
+	if err != nil {
+		return 0
+	}
+	defer file.Close()
+	n, _ := file.Seek(0, io.SeekEnd)
+	return n
+}

@@ -1,0 +1,134 @@
+package cdi
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// CDI's upload server pod: the controller starts the upload server image
+// with this environment (cmd/cdi-uploadserver) and reads the termination
+// message it leaves.
+const (
+	// DefaultUploadListenAddress and DefaultUploadListenPort are CDI's
+	// defaults for LISTEN_ADDRESS and LISTEN_PORT.
+	DefaultUploadListenAddress = "0.0.0.0"
+	DefaultUploadListenPort    = 8443
+	// Termination messages of the upload server.
+	MessageUploadComplete = "Upload Complete"
+	MessageCloneComplete  = "Clone Complete"
+	MessageDeadlinePassed = "Deadline Passed"
+)
+
+// UploadServerConfig is CDI's upload-server pod environment.
+type UploadServerConfig struct {
+	// Listen is LISTEN_ADDRESS:LISTEN_PORT.
+	Listen string
+	// Destination is DESTINATION: the block device path, or the image file
+	// of a filesystem volume (default /data/disk.img, under
+	// IMPORTER_PATH_PREFIX when set).
+	Destination string
+	// ImageSize is UPLOAD_IMAGE_SIZE in bytes (0: none).
+	ImageSize          int64
+	FilesystemOverhead float64
+	Preallocation      bool
+	// Deadline is DEADLINE (RFC 3339); zero means none. When it passes
+	// with no upload complete, the server exits and says so.
+	Deadline time.Time
+	// CertFile and KeyFile are TLS_CERT_FILE and TLS_KEY_FILE, the server
+	// certificate.
+	CertFile, KeyFile string
+	// ClientCAFile is CLIENT_CERT_FILE: the CA a client certificate must
+	// chain to; ClientName (CLIENT_NAME) is the name it must carry.
+	ClientCAFile, ClientName string
+	// MinVersion and CipherSuites are TLS_MIN_VERSION and TLS_CIPHERS.
+	MinVersion   uint16
+	CipherSuites []uint16
+	// Warnings about the environment, to be logged.
+	Warnings []string
+	// TerminationLog is where the termination message goes.
+	TerminationLog string
+}
+
+// UploadServerFromEnv reads CDI's upload-server environment. Values CDI
+// would ignore when malformed (a bad port, a bad boolean) are refused here:
+// guessing a listen port or a preallocation wrongly is worse than stopping.
+func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error) {
+	paths := PathsFromEnv(getenv)
+	c := UploadServerConfig{
+		Destination:    getenv("DESTINATION"),
+		CertFile:       getenv("TLS_CERT_FILE"),
+		KeyFile:        getenv("TLS_KEY_FILE"),
+		ClientCAFile:   getenv("CLIENT_CERT_FILE"),
+		ClientName:     getenv("CLIENT_NAME"),
+		TerminationLog: paths.TerminationLog,
+	}
+	if c.Destination == "" {
+		c.Destination = paths.DataFile
+	}
+	addr := DefaultUploadListenAddress
+	if v, ok := lookupEnv(getenv, "LISTEN_ADDRESS"); ok {
+		addr = v
+	}
+	port := DefaultUploadListenPort
+	if v := getenv("LISTEN_PORT"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil {
+			return c, fmt.Errorf("LISTEN_PORT=%q: want a port number: %w", v, errdefs.ErrInvalidOptions)
+		}
+		port = int(n)
+	}
+	c.Listen = net.JoinHostPort(addr, strconv.Itoa(port))
+	var err error
+	if c.ImageSize, err = envQuantity(getenv, "UPLOAD_IMAGE_SIZE"); err != nil {
+		return c, err
+	}
+	if c.FilesystemOverhead, err = envFloat(getenv, "FILESYSTEM_OVERHEAD"); err != nil {
+		return c, err
+	}
+	if c.Preallocation, err = envBool(getenv, "PREALLOCATION"); err != nil {
+		return c, err
+	}
+	if v := getenv("DEADLINE"); v != "" {
+		if c.Deadline, err = time.Parse(time.RFC3339, v); err != nil {
+			return c, fmt.Errorf("DEADLINE=%q: want an RFC 3339 time: %w", v, errdefs.ErrInvalidOptions)
+		}
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return c, fmt.Errorf("TLS_CERT_FILE and TLS_KEY_FILE go together: %w", errdefs.ErrInvalidOptions)
+	}
+	if c.ClientCAFile != "" && c.CertFile == "" {
+		return c, fmt.Errorf("CLIENT_CERT_FILE needs the server certificate TLS_CERT_FILE/TLS_KEY_FILE: %w", errdefs.ErrInvalidOptions)
+	}
+	if c.MinVersion, c.CipherSuites, c.Warnings, err = tlsPolicy(getenv); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// lookupEnv tells an empty variable from a missing one where CDI does
+// (LISTEN_ADDRESS="" means every interface, like CDI's os.LookupEnv).
+// getenv cannot, so an empty value counts as missing.
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// UploadTerminationMessage is the upload server's termination message:
+// Upload Complete or Clone Complete with the import's fields.
+func UploadTerminationMessage(m TerminationMessage, clone bool) TerminationMessage {
+	m.Message = MessageUploadComplete
+	if clone {
+		m.Message = MessageCloneComplete
+	}
+	return m
+}
+
+// DeadlineMessage is the termination message of an upload server whose
+// DEADLINE passed with no upload complete, CDI's exact text.
+func DeadlineMessage() []byte {
+	return []byte(`{"deadlinePassed":true,"message":"` + MessageDeadlinePassed + `"}`)
+}

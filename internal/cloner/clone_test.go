@@ -1,0 +1,194 @@
+package cloner_test
+
+import (
+	"context"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+const mib = 1 << 20
+
+func fileSHA(t *testing.T, path string) string {
+	return "sha256:" + testimg.Digest(t, path, -1)
+}
+
+func send(t *testing.T, p *pki, url, contentType, source, protocol string) (*cloner.Result, error) {
+	return cloner.Send(context.Background(), cloner.Options{
+		URL: url, ContentType: contentType, Source: source, Protocol: protocol,
+		Client: p.clientFor(t, &p.client), Logger: testLogger(t), RetryDelay: 50e6,
+	})
+}
+
+// TestCloneBlockToBlock clones a loop device onto smaller, equal and larger
+// loop devices over HTTPS with mutual TLS, in our format and in CDI's.
+func TestCloneBlockToBlock(t *testing.T) {
+	dir := t.TempDir()
+	img := testimg.Raw(t, dir, "source.img", 8*mib, 7)
+	src := testimg.LoopDevice(t, dir, 8*mib)
+	testimg.WriteDevice(t, src, img)
+	want := testimg.Digest(t, img, -1)
+	p := newPKI(t)
+
+	t.Run("smaller target refused before writing", func(t *testing.T) {
+		dst := testimg.LoopDevice(t, t.TempDir(), 4*mib)
+		before := testimg.Digest(t, dst, -1)
+		s := startServer(t, p, importer.Options{Target: dst})
+		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, cloner.ProtocolAuto)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+		assert.Equal(t, before, testimg.Digest(t, dst, -1), "the target was written")
+	})
+	for _, tc := range []struct {
+		name     string
+		size     int64
+		protocol string
+	}{
+		{"equal sparse-v1", 8 * mib, cloner.ProtocolAuto},
+		{"larger sparse-v1", 12 * mib, cloner.ProtocolSparseV1},
+		{"equal snappy", 8 * mib, cloner.ProtocolSnappy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := testimg.LoopDevice(t, t.TempDir(), tc.size)
+			s := startServer(t, p, importer.Options{Target: dst})
+			res, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, tc.protocol)
+			require.NoError(t, err)
+			sres, serr := s.wait(t)
+			require.NoError(t, serr)
+			assert.Equal(t, want, testimg.Digest(t, dst, 8*mib), "target content")
+			if tc.protocol == cloner.ProtocolSnappy {
+				assert.Equal(t, cloner.ProtocolSnappy, res.Protocol)
+				return
+			}
+			assert.Equal(t, cloner.ProtocolSparseV1, res.Protocol)
+			assert.Equal(t, "sha256:"+want, res.Digest)
+			assert.True(t, sres.Verified)
+			assert.Equal(t, res.Digest, sres.SourceDigest)
+			assert.Equal(t, res.Digest, sres.TargetDigest)
+			assert.Less(t, res.WireBytes, int64(8*mib*7/10), "zero runs went over the wire")
+		})
+	}
+	t.Run("exact size refuses a larger device", func(t *testing.T) {
+		dst := testimg.LoopDevice(t, t.TempDir(), 12*mib)
+		before := testimg.Digest(t, dst, -1)
+		s := startServer(t, p, importer.Options{Target: dst, ExactSize: true})
+		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, cloner.ProtocolAuto)
+		require.Error(t, err)
+		assert.Equal(t, before, testimg.Digest(t, dst, -1), "the target was written")
+	})
+}
+
+// TestCloneBlockToFile clones a device into a filesystem volume's image.
+func TestCloneBlockToFile(t *testing.T) {
+	dir := t.TempDir()
+	img := testimg.Raw(t, dir, "source.img", 6*mib, 11)
+	src := testimg.LoopDevice(t, dir, 6*mib)
+	testimg.WriteDevice(t, src, img)
+	p := newPKI(t)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	s := startServer(t, p, importer.Options{Target: dst})
+	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, cloner.ProtocolAuto)
+	require.NoError(t, err)
+	_, serr := s.wait(t)
+	require.NoError(t, serr)
+	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+	assert.Less(t, testimg.Allocated(t, dst), int64(6*mib*8/10), "zero runs are holes in the target")
+}
+
+// TestCloneFilesystem clones a directory holding disk.img and other files
+// (CDI's filesystem clone: a tar in snappy framing) into another.
+func TestCloneFilesystem(t *testing.T) {
+	src := t.TempDir()
+	testimg.Raw(t, src, "disk.img", 4*mib, 3)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "notes.txt"), []byte("kept beside the disk\n"), 0o640))
+	require.NoError(t, os.Mkdir(filepath.Join(src, "sub"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "sub", "inner"), []byte("inner file"), 0o600))
+	require.NoError(t, os.Mkdir(filepath.Join(src, "lost+found"), 0o700))
+	dst := t.TempDir()
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")})
+	res, err := send(t, p, s.url(""), cloner.ContentTypeFilesystem, src, cloner.ProtocolAuto)
+	require.NoError(t, err)
+	assert.Equal(t, cloner.ProtocolSnappy, res.Protocol)
+	_, serr := s.wait(t)
+	require.NoError(t, serr)
+	for _, name := range []string{"disk.img", "notes.txt", "sub/inner"} {
+		assert.Equal(t, fileSHA(t, filepath.Join(src, name)), fileSHA(t, filepath.Join(dst, name)), name)
+	}
+	fi, err := os.Stat(filepath.Join(dst, "notes.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
+	assert.NoDirExists(t, filepath.Join(dst, "lost+found"))
+}
+
+// TestCloneFilesystemToBlock: a filesystem clone onto a block volume
+// writes its disk.img alone.
+func TestCloneFilesystemToBlock(t *testing.T) {
+	src := t.TempDir()
+	img := testimg.Raw(t, src, "disk.img", 4*mib, 5)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "other"), []byte("not on the device"), 0o600))
+	dst := testimg.LoopDevice(t, t.TempDir(), 4*mib)
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst})
+	_, err := send(t, p, s.url(""), cloner.ContentTypeFilesystem, src, cloner.ProtocolAuto)
+	require.NoError(t, err)
+	_, serr := s.wait(t)
+	require.NoError(t, serr)
+	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dst, -1))
+}
+
+// TestCloneResumesAfterDrop cuts the connection halfway: the clone
+// resumes from the server's offset, not from 0, and completes verified.
+func TestCloneResumesAfterDrop(t *testing.T) {
+	dir := t.TempDir()
+	img := testimg.Raw(t, dir, "source.img", 24*mib, 13)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst})
+	proxy := startCuttingProxy(t, s.addr, 4*mib)
+	res, err := send(t, p, s.url(proxy.addr()), cloner.ContentTypeBlock, img, cloner.ProtocolAuto)
+	require.NoError(t, err)
+	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
+	assert.GreaterOrEqual(t, res.Resumes, 1)
+	sres, serr := s.wait(t)
+	require.NoError(t, serr)
+	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+	assert.Equal(t, fileSHA(t, img), sres.SourceDigest)
+	assert.True(t, sres.Verified)
+	// Resumed, not restarted: the wire carried less than two full sends.
+	full, _ := os.ReadFile(img)
+	assert.Less(t, res.WireBytes, int64(len(full)), "the clone started over")
+}
+
+// TestCloneDigestMismatch: a stream whose digest does not match what was
+// received fails, and the target is not committed.
+func TestCloneDigestMismatch(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst})
+	body, wrong := forgedStream(t, []byte("some data that the digest does not describe"))
+	req, err := http.NewRequest(http.MethodPost, s.url(""), body)
+	require.NoError(t, err)
+	req.Header.Set("x-cdi-content-type", cloner.ContentTypeBlock)
+	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+	req.Header.Set(cloner.SessionHeader, "forged")
+	resp, err := p.clientFor(t, &p.client).Do(req)
+	require.NoError(t, err)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.GreaterOrEqual(t, resp.StatusCode, 400)
+	assert.Contains(t, string(answer), errdefs.ErrVerifyMismatch.Error())
+	assert.Contains(t, string(answer), hex.EncodeToString(wrong[:]))
+	assert.NoFileExists(t, dst)
+}

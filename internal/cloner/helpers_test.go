@@ -1,0 +1,188 @@
+package cloner_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/uploadserver"
+)
+
+// clientName is the name the upload server demands (CDI's CLIENT_NAME).
+const clientName = "cdi-cloner"
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// pki is the test's CA with a server and a good client certificate.
+type pki struct {
+	ca     *testpki.CA
+	server testpki.Pair
+	client testpki.Pair
+}
+
+func newPKI(t *testing.T) *pki {
+	ca := testpki.NewCA(t, t.TempDir(), "clone-test")
+	return &pki{ca: ca, server: ca.Server("upload-server"), client: ca.Client(clientName)}
+}
+
+// clientFor is an HTTPS client presenting pair (nil: no certificate).
+func (p *pki) clientFor(t *testing.T, pair *testpki.Pair) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = testpki.ClientTLS(t, p.ca, pair)
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// served is a running upload server.
+type served struct {
+	addr string
+	done chan struct{}
+	res  *importer.Result
+	err  error
+}
+
+// url is the upload path at the server, or through addr when given.
+func (s *served) url(addr string) string {
+	if addr == "" {
+		addr = s.addr
+	}
+	return "https://" + addr + uploadserver.PathUpload
+}
+
+// wait returns the server's outcome.
+func (s *served) wait(t *testing.T) (*importer.Result, error) {
+	select {
+	case <-s.done:
+		return s.res, s.err
+	case <-time.After(60 * time.Second):
+		t.Fatal("the upload server did not finish")
+		return nil, nil
+	}
+}
+
+// startServer runs our upload server with mutual TLS for target; it is
+// stopped when the test ends.
+func startServer(t *testing.T, p *pki, imp importer.Options) *served {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp.Logger = testLogger(t)
+	srv := &uploadserver.Server{
+		Options: uploadserver.Options{Import: imp, ClientName: clientName, Logger: imp.Logger,
+			CloneResumeWindow: 30 * time.Second},
+		Listener: ln, TLSCert: p.server.CertFile, TLSKey: p.server.KeyFile, ClientCAFile: p.ca.File,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{addr: ln.Addr().String(), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.res, s.err = srv.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	return s
+}
+
+// cuttingProxy forwards TCP to target and cuts the connection that
+// carries the cut-th byte from client to server, once.
+type cuttingProxy struct {
+	ln     net.Listener
+	target string
+	cut    int64
+	sent   atomic.Int64
+	cutOne sync.Once
+	cutted atomic.Bool
+	wg     sync.WaitGroup
+}
+
+func startCuttingProxy(t *testing.T, target string, cut int64) *cuttingProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttingProxy{ln: ln, target: target, cut: cut}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cuttingProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cuttingProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.forward(c)
+		}()
+	}
+}
+
+func (p *cuttingProxy) forward(client net.Conn) {
+	defer client.Close()
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	back := make(chan struct{})
+	go func() {
+		defer close(back)
+		_, _ = io.Copy(client, server)
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if p.sent.Add(int64(n)) >= p.cut && !p.cutted.Load() {
+				cutNow := false
+				p.cutOne.Do(func() { cutNow = true; p.cutted.Store(true) })
+				if cutNow {
+					return // both sides closed by the defers
+				}
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if cw, ok := server.(*net.TCPConn); ok && errors.Is(err, io.EOF) {
+				_ = cw.CloseWrite()
+				<-back // the answer still flows back
+			}
+			return
+		}
+	}
+}

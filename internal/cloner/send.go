@@ -1,0 +1,274 @@
+package cloner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Protocol choices (Options.Protocol).
+const (
+	ProtocolAuto   = ""       // ours when the server offers it, else CDI's
+	ProtocolSnappy = "snappy" // CDI's snappy-framed stream, always
+)
+
+// contentTypeHeader is CDI's header naming the clone stream.
+const contentTypeHeader = "x-cdi-content-type"
+
+// Options describe one clone to an upload server.
+type Options struct {
+	// URL is the upload server's upload path (CDI's UPLOAD_URL).
+	URL string
+	// ContentType is ContentTypeBlock (Source is a device or image file)
+	// or ContentTypeFilesystem (Source is the mounted volume).
+	ContentType string
+	Source      string
+	// Client speaks to the server (mutual TLS is its transport's).
+	Client *http.Client
+	// Protocol: ProtocolAuto, ProtocolSnappy or ProtocolSparseV1.
+	Protocol string
+	// Retries bounds the resumptions of a sparse-v1 clone after a
+	// transport failure (0: 10; < 0: none); RetryDelay is the pause before
+	// each (0: 1 s).
+	Retries    int
+	RetryDelay time.Duration
+	// Progress, when set, gets the source bytes read so far; Total is the
+	// source's size (or UsedBytes for a filesystem) for percentages.
+	Progress *atomic.Int64
+	Logger   *slog.Logger
+}
+
+// Result says what a clone sent.
+type Result struct {
+	Protocol string
+	// SourceBytes is the source's size (a filesystem: the tar's length).
+	SourceBytes int64
+	// WireBytes counts the request bodies' bytes, every attempt included.
+	WireBytes int64
+	// Digest is the sha256 of the source (sparse-v1 only).
+	Digest string
+	// Resumes counts the requests that resumed a dropped one.
+	Resumes int
+	// Response is the server's answer (CDI's: its termination JSON).
+	Response []byte
+}
+
+// Send clones the source to the upload server.
+func Send(ctx context.Context, o Options) (*Result, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Client == nil {
+		o.Client = http.DefaultClient
+	}
+	if o.Progress == nil {
+		o.Progress = new(atomic.Int64)
+	}
+	switch o.ContentType {
+	case ContentTypeBlock, ContentTypeFilesystem:
+	default:
+		return nil, fmt.Errorf("clone content type %q: want %s or %s: %w", o.ContentType, ContentTypeBlock, ContentTypeFilesystem, errdefs.ErrInvalidOptions)
+	}
+	proto := o.Protocol
+	if proto == ProtocolAuto {
+		proto = ProtocolSnappy
+		if o.ContentType == ContentTypeBlock && offersSparse(ctx, o) {
+			proto = ProtocolSparseV1
+		}
+	}
+	o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", proto)
+	switch proto {
+	case ProtocolSnappy:
+		return sendSnappy(ctx, o)
+	case ProtocolSparseV1:
+		if o.ContentType != ContentTypeBlock {
+			return nil, fmt.Errorf("%s carries block clones only: %w", ProtocolSparseV1, errdefs.ErrInvalidOptions)
+		}
+		return sendSparse(ctx, o)
+	}
+	return nil, fmt.Errorf("clone protocol %q: want %s or %s: %w", proto, ProtocolSnappy, ProtocolSparseV1, errdefs.ErrInvalidOptions)
+}
+
+// offersSparse asks the server (HEAD on the upload path) whether it takes
+// sparse-v1; CDI's answers 200 without our header.
+func offersSparse(ctx context.Context, o Options) bool {
+	resp, err := head(ctx, o, "")
+	if err != nil {
+		o.Logger.Info("HEAD on the upload path failed; using CDI's stream", "err", err)
+		return false
+	}
+	return resp.Header.Get(ProtocolHeader) == ProtocolSparseV1
+}
+
+func head(ctx context.Context, o Options, session string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, o.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidOptions)
+	}
+	if session != "" {
+		req.Header.Set(SessionHeader, session)
+	}
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HEAD %s: %s: %w", o.URL, resp.Status, errdefs.ErrSourceRefused)
+	}
+	return resp, nil
+}
+
+// sendSnappy is CDI's cloner stream: the raw device or the tar, in the
+// Snappy framing format, in one POST.
+func sendSnappy(ctx context.Context, o Options) (*Result, error) {
+	res := &Result{Protocol: ProtocolSnappy}
+	pr, pw := io.Pipe()
+	produced := make(chan error, 1)
+	go func() {
+		sw := s2.NewWriter(pw, s2.WriterSnappyCompat())
+		counted := &countingWriter{w: sw, n: o.Progress}
+		err := produce(ctx, o, counted)
+		if err == nil {
+			err = sw.Close()
+		}
+		res.SourceBytes = o.Progress.Load()
+		pw.CloseWithError(err)
+		produced <- err
+	}()
+	body := &countingReader{r: pr}
+	answer, err := post(ctx, o, body, nil)
+	pr.CloseWithError(errors.New("request ended"))
+	perr := <-produced
+	res.WireBytes = body.n.Load()
+	res.Response = answer
+	if perr != nil && !errors.Is(perr, io.ErrClosedPipe) && err == nil {
+		err = perr
+	}
+	if err != nil {
+		if perr != nil && errors.Is(err, io.ErrUnexpectedEOF) {
+			err = perr
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// produce writes the source's stream: a device's bytes, or a tar.
+func produce(ctx context.Context, o Options, w io.Writer) error {
+	if o.ContentType == ContentTypeFilesystem {
+		return writeTar(ctx, o.Source, w)
+	}
+	f, _, err := openDevice(o.Source)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, &ctxReader{ctx: ctx, r: f})
+	return err
+}
+
+// post sends one request and returns the answer of a 2xx; any other
+// status fails with the server's text, which is not retried.
+func post(ctx context.Context, o Options, body io.Reader, headers map[string]string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidOptions)
+	}
+	req.Header.Set(contentTypeHeader, o.ContentType)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := o.Client.Do(req)
+	if err != nil {
+		return nil, &transportError{err}
+	}
+	defer resp.Body.Close()
+	answer, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return answer, &statusError{code: resp.StatusCode, text: string(bytes.TrimSpace(answer))}
+	}
+	if rerr != nil {
+		return answer, &transportError{rerr}
+	}
+	return answer, nil
+}
+
+// transportError: the request did not get an answer; a sparse-v1 clone
+// resumes after it.
+type transportError struct{ err error }
+
+func (e *transportError) Error() string { return "clone request: " + e.err.Error() }
+func (e *transportError) Unwrap() error { return e.err }
+
+// statusError: the server answered and refused.
+type statusError struct {
+	code int
+	text string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("upload server answered %d: %s", e.code, e.text)
+}
+
+// Unwrap classifies the refusal: the client's fault or the server's.
+func (e *statusError) Unwrap() error {
+	switch {
+	case e.code == http.StatusUnauthorized || e.code == http.StatusForbidden:
+		return errdefs.ErrSourceRefused
+	case bytes.Contains([]byte(e.text), []byte(errdefs.ErrVerifyMismatch.Error())):
+		return errdefs.ErrVerifyMismatch
+	case bytes.Contains([]byte(e.text), []byte(errdefs.ErrTargetTooSmall.Error())):
+		return errdefs.ErrTargetTooSmall
+	case e.code == http.StatusInsufficientStorage:
+		return errdefs.ErrTargetTooSmall
+	}
+	return errdefs.ErrSourceRefused
+}
+
+// countingReader counts a request body (read by the transport's goroutine).
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// ctxReader stops a long copy when ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
+	}
+	return c.r.Read(p)
+}

@@ -1,0 +1,222 @@
+package cloner
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Sparse-v1 reading: the source is read in chunks; granule-sized zero runs
+// become Zero records (a granule is the sparse writer's hole size, so a
+// zero record never splits what the target could store as one hole).
+const (
+	sparseChunk   = 1 << 20
+	sparseGranule = 64 << 10
+	// offsetPolls bounds the HEAD requests that wait for the server to
+	// notice the dropped connection and hold the session for resumption.
+	offsetPolls = 50
+	offsetPoll  = 200 * time.Millisecond
+)
+
+// sourceHash is the whole-source sha256, fed in order exactly once even
+// when a resumption re-reads bytes already hashed.
+type sourceHash struct {
+	h    hash.Hash
+	upTo int64
+}
+
+func (s *sourceHash) add(off int64, p []byte) {
+	end := off + int64(len(p))
+	if end <= s.upTo {
+		return
+	}
+	if off < s.upTo {
+		p = p[s.upTo-off:]
+	}
+	s.h.Write(p)
+	s.upTo = end
+}
+
+// sendSparse runs the sparse-v1 clone: requests from the offset the server
+// holds until one ends with the server's Clone Complete.
+func sendSparse(ctx context.Context, o Options) (*Result, error) {
+	f, size, err := openDevice(o.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	session := newSessionID()
+	sum := &sourceHash{h: sha256.New()}
+	res := &Result{Protocol: ProtocolSparseV1, SourceBytes: size}
+	retries := o.Retries
+	switch {
+	case retries == 0:
+		retries = 10
+	case retries < 0:
+		retries = 0
+	}
+	delay := o.RetryDelay
+	if delay <= 0 {
+		delay = time.Second
+	}
+	var offset int64
+	for attempt := 0; ; attempt++ {
+		answer, wire, err := sparseRequest(ctx, o, f, size, offset, session, sum)
+		res.WireBytes += wire
+		res.Response = answer
+		if err == nil {
+			res.Digest = "sha256:" + hex.EncodeToString(sum.h.Sum(nil))
+			return res, nil
+		}
+		var te *transportError
+		if !errors.As(err, &te) || attempt >= retries || ctx.Err() != nil {
+			return res, err
+		}
+		o.Logger.Warn("Clone request failed; resuming", "err", err, "attempt", attempt+1, "of", retries)
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctx.Err())
+		case <-time.After(delay):
+		}
+		if offset, err = resumeOffset(ctx, o, session); err != nil {
+			return res, fmt.Errorf("resuming the clone after %w", err)
+		}
+		res.Resumes++
+		o.Logger.Info("Clone resumes", "offset", offset, "size", size)
+	}
+}
+
+// resumeOffset asks the server where the session resumes, waiting until it
+// has noticed the dropped connection.
+func resumeOffset(ctx context.Context, o Options, session string) (int64, error) {
+	for i := 0; i < offsetPolls; i++ {
+		resp, err := head(ctx, o, session)
+		if err == nil {
+			if v := resp.Header.Get(OffsetHeader); v != "" {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 0 {
+					return 0, fmt.Errorf("the server's resume offset %q: %w", v, errdefs.ErrSourceRefused)
+				}
+				return n, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctx.Err())
+		case <-time.After(offsetPoll):
+		}
+	}
+	return 0, fmt.Errorf("the server holds no resumable session %s: %w", session, errdefs.ErrSourceRefused)
+}
+
+// sparseRequest sends the source from offset in one POST.
+func sparseRequest(ctx context.Context, o Options, f *os.File, size, offset int64, session string, sum *sourceHash) ([]byte, int64, error) {
+	pr, pw := io.Pipe()
+	produced := make(chan error, 1)
+	go func() {
+		sw := s2.NewWriter(pw)
+		err := encodeSparse(ctx, NewEncoder(sw), f, size, offset, sum, o)
+		if err == nil {
+			err = sw.Close()
+		}
+		pw.CloseWithError(err)
+		produced <- err
+	}()
+	body := &countingReader{r: pr}
+	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session})
+	pr.CloseWithError(errors.New("request ended"))
+	perr := <-produced
+	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
+		err = perr
+	}
+	return answer, body.n.Load(), err
+}
+
+// encodeSparse writes the records of the source from offset to its end.
+func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset int64, sum *sourceHash, o Options) error {
+	if err := enc.Start(size, offset); err != nil {
+		return err
+	}
+	buf := make([]byte, sparseChunk)
+	var zeroFrom, zeroLen int64
+	flushZero := func() error {
+		if zeroLen == 0 {
+			return nil
+		}
+		err := enc.Zero(zeroFrom, zeroLen)
+		zeroLen = 0
+		return err
+	}
+	for off := offset; off < size; {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
+		}
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		if n == 0 && err != nil {
+			return fmt.Errorf("reading clone source at %d: %w", off, err)
+		}
+		chunk := buf[:n]
+		sum.add(off, chunk)
+		for g := 0; g < len(chunk); {
+			end := min(g+sparseGranule, len(chunk))
+			if isZero(chunk[g:end]) {
+				if zeroLen == 0 {
+					zeroFrom = off + int64(g)
+				}
+				zeroLen += int64(end - g)
+				g = end
+				continue
+			}
+			// A run of data granules goes as one record.
+			dataEnd := end
+			for dataEnd < len(chunk) {
+				next := min(dataEnd+sparseGranule, len(chunk))
+				if isZero(chunk[dataEnd:next]) {
+					break
+				}
+				dataEnd = next
+			}
+			if err := flushZero(); err != nil {
+				return err
+			}
+			if err := enc.Data(off+int64(g), chunk[g:dataEnd]); err != nil {
+				return err
+			}
+			g = dataEnd
+		}
+		off += int64(n)
+		o.Progress.Store(off)
+	}
+	if err := flushZero(); err != nil {
+		return err
+	}
+	if sum.upTo != size {
+		return fmt.Errorf("clone source digest covers %d of %d bytes", sum.upTo, size)
+	}
+	var d [sha256.Size]byte
+	copy(d[:], sum.h.Sum(nil))
+	return enc.End(d)
+}
+
+var zeroGranule = make([]byte, sparseGranule)
+
+func isZero(p []byte) bool { return bytes.Equal(p, zeroGranule[:len(p)]) }
+
+func newSessionID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,175 @@
+package cloner
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Headers and values of the sparse-v1 wire format.
+const (
+	// ProtocolHeader: in a HEAD answer, the formats the server takes; in a
+	// POST, the one the body uses.
+	ProtocolHeader   = "X-Diskimport-Clone-Protocol"
+	ProtocolSparseV1 = "sparse-v1"
+	// SessionHeader names one clone across its requests.
+	SessionHeader = "X-Diskimport-Clone-Session"
+	// OffsetHeader, in a HEAD answer for a session, is how many bytes of
+	// the source the server holds: the next request starts there.
+	OffsetHeader = "X-Diskimport-Clone-Offset"
+)
+
+// Record kinds.
+const (
+	recordStart = 'S' // size of the source, offset this request starts at
+	recordData  = 'D' // offset, length, bytes
+	recordZero  = 'Z' // offset, length: a run of zeros, not sent
+	recordEnd   = 'E' // sha256 of the whole source
+)
+
+// maxDataRecord bounds one data record, so a hostile length cannot make
+// the receiver allocate without bound.
+const maxDataRecord = 4 << 20
+
+// Record is one decoded record.
+type Record struct {
+	Kind byte
+	// Start: Size and Offset. Data and Zero: Offset and Length (Data holds
+	// the bytes, valid until the next Next).
+	Size, Offset, Length int64
+	Data                 []byte
+	Digest               [sha256.Size]byte
+}
+
+// IsStart, IsData, IsZero and IsEnd tell the record's kind.
+func (r *Record) IsStart() bool { return r.Kind == recordStart }
+func (r *Record) IsData() bool  { return r.Kind == recordData }
+func (r *Record) IsZero() bool  { return r.Kind == recordZero }
+func (r *Record) IsEnd() bool   { return r.Kind == recordEnd }
+
+// Encoder writes records.
+type Encoder struct {
+	w   io.Writer
+	buf [17]byte
+}
+
+// NewEncoder writes records to w.
+func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w} }
+
+func (e *Encoder) head(kind byte, a, b uint64) error {
+	e.buf[0] = kind
+	binary.BigEndian.PutUint64(e.buf[1:], a)
+	binary.BigEndian.PutUint64(e.buf[9:], b)
+	_, err := e.w.Write(e.buf[:])
+	return err
+}
+
+// Start opens a request: the source has size bytes and this body starts at
+// offset.
+func (e *Encoder) Start(size, offset int64) error {
+	return e.head(recordStart, uint64(size), uint64(offset))
+}
+
+// Data sends p, the source's bytes at off (at most maxDataRecord).
+func (e *Encoder) Data(off int64, p []byte) error {
+	if len(p) > maxDataRecord {
+		return fmt.Errorf("data record of %d bytes exceeds %d", len(p), maxDataRecord)
+	}
+	if err := e.head(recordData, uint64(off), uint64(len(p))); err != nil {
+		return err
+	}
+	_, err := e.w.Write(p)
+	return err
+}
+
+// Zero says the n bytes at off are zeros.
+func (e *Encoder) Zero(off, n int64) error { return e.head(recordZero, uint64(off), uint64(n)) }
+
+// End closes the stream with the digest of the whole source.
+func (e *Encoder) End(digest [sha256.Size]byte) error {
+	if _, err := e.w.Write([]byte{recordEnd}); err != nil {
+		return err
+	}
+	_, err := e.w.Write(digest[:])
+	return err
+}
+
+// Decoder reads records.
+type Decoder struct {
+	r   *bufio.Reader
+	rec Record
+	buf []byte
+}
+
+// NewDecoder reads records from r.
+func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// errMalformed marks a body that is not sparse-v1; errors of the reader
+// beneath are returned as they are (a dropped connection can resume).
+var errMalformed = errors.New("malformed clone stream")
+
+// IsMalformed reports whether err is a protocol violation, not a transport
+// failure.
+func IsMalformed(err error) bool { return errors.Is(err, errMalformed) }
+
+// Next returns the next record. A stream that ends before its End record
+// returns io.ErrUnexpectedEOF.
+func (d *Decoder) Next() (*Record, error) {
+	kind, err := d.r.ReadByte()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	d.rec = Record{Kind: kind}
+	switch kind {
+	case recordEnd:
+		if _, err := io.ReadFull(d.r, d.rec.Digest[:]); err != nil {
+			return nil, unexpected(err)
+		}
+		return &d.rec, nil
+	case recordStart, recordData, recordZero:
+	default:
+		return nil, fmt.Errorf("%w: unknown record %q: %w", errMalformed, kind, errdefs.ErrInvalidImage)
+	}
+	var h [16]byte
+	if _, err := io.ReadFull(d.r, h[:]); err != nil {
+		return nil, unexpected(err)
+	}
+	a, b := int64(binary.BigEndian.Uint64(h[:8])), int64(binary.BigEndian.Uint64(h[8:]))
+	if a < 0 || b < 0 {
+		return nil, fmt.Errorf("%w: negative field in record %q: %w", errMalformed, kind, errdefs.ErrInvalidImage)
+	}
+	switch kind {
+	case recordStart:
+		d.rec.Size, d.rec.Offset = a, b
+	case recordZero:
+		d.rec.Offset, d.rec.Length = a, b
+	case recordData:
+		if b > maxDataRecord {
+			return nil, fmt.Errorf("%w: data record of %d bytes: %w", errMalformed, b, errdefs.ErrInvalidImage)
+		}
+		d.rec.Offset, d.rec.Length = a, b
+		if cap(d.buf) < int(b) {
+			d.buf = make([]byte, b)
+		}
+		d.rec.Data = d.buf[:b]
+		if _, err := io.ReadFull(d.r, d.rec.Data); err != nil {
+			return nil, unexpected(err)
+		}
+	}
+	return &d.rec, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,146 @@
+package uploadserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/volume"
+)
+
+// zeroBlock feeds zero runs to the sparse writer, which turns them into
+// holes (or device zeroing) rather than writes.
+var zeroBlock = make([]byte, 1<<20)
+
+// rawClone writes a clone's raw bytes to the target: the import's sparse
+// writer, its size rules, a sha256 of every byte in order, and the
+// target's commit (fsync) at the end.
+type rawClone struct {
+	opts    importer.Options
+	tgt     *volume.Target
+	w       *volume.Writer
+	sum     hash.Hash
+	offset  int64 // bytes accepted, in source order
+	size    int64 // the source's size when known, else -1
+	started time.Time
+}
+
+// openRawClone opens the target and, when the source size is known,
+// refuses a target that cannot hold it (or, with ExactSize, is not that
+// size) before a byte is written. ctx bounds every write.
+func openRawClone(ctx context.Context, o importer.Options, size int64) (*rawClone, error) {
+	tgt, err := volume.Open(ctx, volume.Options{Path: o.Target, RequestedSize: o.Size, FilesystemOverhead: o.FilesystemOverhead, Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("opening clone target %s: %w", o.Target, err)
+	}
+	c := &rawClone{opts: o, tgt: tgt, sum: sha256.New(), size: size, started: time.Now()}
+	if size >= 0 {
+		if err := c.checkSize(size); err != nil {
+			tgt.Abort()
+			return nil, err
+		}
+	}
+	if c.w, err = tgt.NewWriter(volume.WithContext(ctx)); err != nil {
+		tgt.Abort()
+		return nil, fmt.Errorf("clone target %s: %w", tgt.Path(), err)
+	}
+	return c, nil
+}
+
+// checkSize: a target at least the source's size; with ExactSize a device
+// of exactly that size (a file ends up that size anyway: nothing grows it).
+func (c *rawClone) checkSize(size int64) error {
+	capacity := c.tgt.Capacity()
+	if size > capacity {
+		return fmt.Errorf("clone: %w", &errdefs.SizeError{ImageSize: size, TargetSize: capacity, What: "source size"})
+	}
+	if c.opts.ExactSize && c.tgt.Kind() == volume.Block && capacity != size {
+		return fmt.Errorf("exact size: target device %s has %d bytes but the clone source has %d: %w", c.tgt.Path(), capacity, size, errdefs.ErrInvalidOptions)
+	}
+	return nil
+}
+
+// write accepts the source's bytes at the current offset.
+func (c *rawClone) write(p []byte) error {
+	if _, err := c.w.Write(p); err != nil {
+		return err
+	}
+	c.sum.Write(p)
+	c.offset += int64(len(p))
+	return nil
+}
+
+// zero accepts n zero bytes without anything crossing the wire.
+func (c *rawClone) zero(n int64) error {
+	for n > 0 {
+		k := min(n, int64(len(zeroBlock)))
+		if err := c.write(zeroBlock[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// copyFrom streams r (CDI's raw clone stream) into the target.
+func (c *rawClone) copyFrom(r io.Reader) error {
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if werr := c.write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// digest is the sha256 of what was accepted, as "sha256:HEX".
+func (c *rawClone) digest() string { return "sha256:" + hex.EncodeToString(c.sum.Sum(nil)) }
+
+// commit finishes the image, checks its final size, allocates a file with
+// Preallocation and makes it durable. The target is released either way.
+func (c *rawClone) commit(ctx context.Context) (*importer.Result, error) {
+	defer c.tgt.Close()
+	n, err := c.w.Finish()
+	if err != nil {
+		return nil, fmt.Errorf("clone target %s: %w", c.tgt.Path(), err)
+	}
+	if c.size >= 0 && n != c.size {
+		return nil, fmt.Errorf("clone stream ended at %d bytes, the source has %d: %w", n, c.size, errdefs.ErrInvalidImage)
+	}
+	if c.opts.ExactSize && c.tgt.Kind() == volume.Block && n != c.tgt.Capacity() {
+		return nil, fmt.Errorf("exact size: the clone source had %d bytes, target device %s has %d: %w", n, c.tgt.Path(), c.tgt.Capacity(), errdefs.ErrInvalidOptions)
+	}
+	prealloc := false
+	if c.opts.Preallocation && c.tgt.Kind() == volume.File {
+		if err := volume.GrowFile(c.tgt.WritePath(), n, true); err != nil {
+			return nil, fmt.Errorf("preallocating %s: %w", c.tgt.WritePath(), err)
+		}
+		prealloc = true
+	}
+	if err := c.tgt.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("committing clone target %s: %w", c.tgt.Path(), err)
+	}
+	return &importer.Result{
+		Complete: true, Target: c.tgt.Path(), SourceFormat: "raw", VirtualSize: n, BytesWritten: n,
+		DataBytes: c.w.DataBytes(), PreallocationApplied: prealloc, Duration: time.Since(c.started),
+		TargetDigest: c.digest(),
+	}, nil
+}
+
+// abort discards what was written (a file target is removed; a device is
+// released).
+func (c *rawClone) abort() { _ = c.tgt.Abort() }

@@ -1,0 +1,216 @@
+package uploadserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
+)
+
+// cloneSession is a sparse-v1 clone across its requests: the open target
+// and everything accepted so far. Between a dropped connection and the
+// resuming request it waits in Handler.clone (the server stays claimed).
+type cloneSession struct {
+	id     string
+	raw    *rawClone
+	expire *time.Timer
+}
+
+// errResumeExpired ends a clone that was not resumed in time.
+var errResumeExpired = errors.New("the interrupted clone was not resumed in time")
+
+// serveSparseClone receives one request of a sparse-v1 clone: a new
+// session, or the resumption of the interrupted one.
+func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(cloner.SessionHeader)
+	if id == "" {
+		http.Error(w, cloner.ProtocolSparseV1+" needs "+cloner.SessionHeader, http.StatusBadRequest)
+		return
+	}
+	sess, err := h.claimCloneSession(id)
+	if err != nil {
+		http.Error(w, err.Error(), beginStatus(err))
+		return
+	}
+	stall := newStallGuard(w, h.opts.Import.StallTimeout)
+	defer stall.disarm()
+	body := &gatedReader{r: r.Body, n: h.counter(), stall: stall}
+	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV1, "resume", sess.raw != nil)
+	h.setPhase(string(importer.PhaseTransferDataFile))
+	res, err := h.receiveSparse(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body)))
+	body.close()
+	switch {
+	case err == nil:
+		h.finishClone(res, nil)
+		h.respondClone(w, res, nil)
+	case sess.raw != nil && resumable(err) && h.opts.BaseContext.Err() == nil:
+		h.suspendClone(sess, err)
+		http.Error(w, statusText(fmt.Errorf("clone interrupted at %d bytes; resume from there: %w", sess.raw.offset, err)), http.StatusInternalServerError)
+	default:
+		if sess.raw != nil {
+			sess.raw.abort()
+		}
+		h.finishClone(res, err)
+		h.respondClone(w, res, err)
+	}
+}
+
+// resumable: a failure of the transport, not of the stream's content or
+// the target.
+func resumable(err error) bool {
+	var te *targetError
+	return !cloner.IsMalformed(err) && !errors.As(err, &te) && !errors.Is(err, errdefs.ErrVerifyMismatch) &&
+		!errors.Is(err, errdefs.ErrInvalidImage)
+}
+
+// targetError marks a failure to write the target.
+type targetError struct{ err error }
+
+func (e *targetError) Error() string { return e.err.Error() }
+func (e *targetError) Unwrap() error { return e.err }
+
+// claimCloneSession takes the interrupted session named id, or claims the
+// server for a new one.
+func (h *Handler) claimCloneSession(id string) (*cloneSession, error) {
+	h.mu.Lock()
+	if s := h.clone; s != nil {
+		defer h.mu.Unlock()
+		if s.id != id {
+			return nil, errBusy
+		}
+		if !s.expire.Stop() {
+			return nil, errResumeExpired // expiring right now
+		}
+		h.clone = nil
+		h.busy = true
+		return s, nil
+	}
+	h.mu.Unlock()
+	if _, err := h.begin(); err != nil {
+		return nil, err
+	}
+	return &cloneSession{id: id}, nil
+}
+
+// counter is the received-bytes counter of the current upload.
+func (h *Handler) counter() *atomicCounter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bytes
+}
+
+// receiveSparse applies one request's records to the session; the target
+// is opened by the first request's Start record, and committed once the
+// End record's digest matches what was written.
+func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cloner.Decoder) (*importer.Result, error) {
+	rec, err := dec.Next()
+	if err != nil {
+		return nil, fmt.Errorf("receiving the clone: %w", err)
+	}
+	if !rec.IsStart() {
+		return nil, fmt.Errorf("clone stream does not begin with its start record: %w", errdefs.ErrInvalidImage)
+	}
+	if sess.raw == nil {
+		if rec.Offset != 0 {
+			return nil, fmt.Errorf("clone session %s is unknown here and cannot resume at %d: %w", sess.id, rec.Offset, errdefs.ErrInvalidImage)
+		}
+		// The writes outlive this request when the clone resumes.
+		raw, err := openRawClone(h.opts.BaseContext, h.opts.Import, rec.Size)
+		if err != nil {
+			return nil, err
+		}
+		sess.raw = raw
+	} else if rec.Offset != sess.raw.offset || rec.Size != sess.raw.size {
+		return nil, fmt.Errorf("clone resumes at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, sess.raw.offset, sess.raw.size, errdefs.ErrInvalidImage)
+	}
+	raw := sess.raw
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("receiving the clone: %w", err)
+		}
+		rec, err := dec.Next()
+		if err != nil {
+			return nil, fmt.Errorf("receiving the clone at %d bytes: %w", raw.offset, err)
+		}
+		switch {
+		case rec.IsEnd():
+			if raw.offset != raw.size {
+				return nil, fmt.Errorf("clone stream ended at %d of %d bytes: %w", raw.offset, raw.size, errdefs.ErrInvalidImage)
+			}
+			source, target := digestHex(rec.Digest[:]), raw.digest()
+			if source != target {
+				return nil, fmt.Errorf("clone digest: source %s, received %s: %w", source, target, errdefs.ErrVerifyMismatch)
+			}
+			res, err := raw.commit(ctx)
+			if err != nil {
+				return nil, &targetError{err}
+			}
+			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "sha256 of the source, sent by the cloner, against the bytes written"
+			res.BytesRead = h.counter().Load()
+			return res, nil
+		case rec.Offset != raw.offset:
+			return nil, fmt.Errorf("clone record at %d, expected %d: %w", rec.Offset, raw.offset, errdefs.ErrInvalidImage)
+		case rec.Offset+rec.Length > raw.size:
+			return nil, fmt.Errorf("clone record beyond the source's %d bytes: %w", raw.size, errdefs.ErrInvalidImage)
+		case rec.IsData():
+			if err := raw.write(rec.Data); err != nil {
+				return nil, &targetError{err}
+			}
+		case rec.IsZero():
+			if err := raw.zero(rec.Length); err != nil {
+				return nil, &targetError{err}
+			}
+		default:
+			return nil, fmt.Errorf("unexpected clone record %q: %w", rec.Kind, errdefs.ErrInvalidImage)
+		}
+	}
+}
+
+// suspendClone keeps an interrupted session for its resumption, within
+// the resume window; the server stays claimed by it meanwhile.
+func (h *Handler) suspendClone(sess *cloneSession, cause error) {
+	window := h.opts.CloneResumeWindow
+	if window <= 0 {
+		window = defaultStallTimeout
+	}
+	h.log.Warn("Clone interrupted; waiting for it to resume", "session", sess.id, "offset", sess.raw.offset, "window", window, "err", cause)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.busy = false
+	h.status.Phase = "Interrupted"
+	h.clone = sess
+	sess.expire = time.AfterFunc(window, func() {
+		h.dropClone(sess, fmt.Errorf("%w (%s): %w", errResumeExpired, window, cause))
+	})
+}
+
+// dropClone ends a suspended session for good.
+func (h *Handler) dropClone(sess *cloneSession, err error) {
+	h.mu.Lock()
+	if h.clone != sess {
+		h.mu.Unlock()
+		return
+	}
+	h.clone = nil
+	h.busy = true
+	h.mu.Unlock()
+	sess.raw.abort()
+	h.finishClone(nil, err)
+}
+
+// abandonClone drops a suspended session when the server stops.
+func (h *Handler) abandonClone() {
+	h.mu.Lock()
+	sess := h.clone
+	h.mu.Unlock()
+	if sess != nil && sess.expire.Stop() {
+		h.dropClone(sess, fmt.Errorf("the upload server stopped before the clone resumed: %w", errdefs.ErrCancelled))
+	}
+}
