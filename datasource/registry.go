@@ -44,6 +44,9 @@ func Builtin() *Registry {
 	r.Register(s3Scheme, NewS3)
 	r.Register(s3HTTPScheme, NewS3)
 	r.Register(s3HTTPSScheme, NewS3)
+	r.Register(gcsScheme, NewGCS)
+	r.Register(gcsHTTPScheme, NewGCS)
+	r.Register(gcsHTTPSScheme, NewGCS)
 	r.Register(PathKey, openPath)
 	r.Register(StdinKey, openStdin)
 	return r

@@ -202,3 +202,15 @@ func TestS3ImportWrongCredentials(t *testing.T) {
 	require.ErrorIs(t, err, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "the bucket does not exist")
 }
+
+func TestGCSImports(t *testing.T) {
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "") // anonymous: fake-gcs-server checks no token
+	g := objtest.StartGCS(t, "bucket")
+	testObjectStoreImports(t, objectStore{
+		name:     "gcs",
+		host:     strings.TrimPrefix(g.URL, "http://"),
+		endpoint: func(host, object string) string { return "gs+http://" + host + "/bucket/" + object },
+		put:      func(t *testing.T, object string, data []byte) { g.Upload(t, "bucket", object, data) },
+		opts:     func(*importer.Options) {},
+	})
+}
