@@ -68,6 +68,7 @@ type vmdkDecoder struct {
 	outFree  chan []byte
 	pending  map[uint64]uint64 // grain marker sector -> lba, not yet in a grain table
 	expected map[uint64]uint64 // tables ahead: grain marker sector -> the lba it must carry
+	headerGD bool              // tables behind, the header (not a footer) names the directory
 	tables   map[uint64]int64  // grain table sector -> its index (-1: holds no grain)
 	gd       []byte            // last grain directory seen
 	gdSector uint64
@@ -107,7 +108,13 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	if h.gdOffset != vmdkGDAtEnd {
 		// qemu's own streamOptimized writer keeps the tables in the
 		// header's overhead, ahead of every grain.
-		if err := d.tablesAhead(o.MaxBuffered); err != nil {
+		err := d.tablesAhead(o.MaxBuffered)
+		if errors.Is(err, errTablesBehind) {
+			// VMware's: the header names a directory that follows the
+			// grains, tables and directory as markers, as with a footer.
+			d.headerGD, err = true, nil
+		}
+		if err != nil {
 			return st, err
 		}
 	}
@@ -175,9 +182,9 @@ func (d *vmdkDecoder) markers(ctx context.Context) error {
 			return nil
 		}
 		sector := d.pos / vmdkSector
-		if d.expected != nil {
+		if d.expected != nil || d.headerGD {
 			if _, err := d.br.Peek(1); errors.Is(err, io.EOF) {
-				return d.endAhead()
+				return d.end()
 			}
 		}
 		if err := d.read(marker[:12]); err != nil {
@@ -196,11 +203,11 @@ func (d *vmdkDecoder) markers(ctx context.Context) error {
 		typ := le.Uint32(marker[12:])
 		switch typ {
 		case vmdkMarkerEOS:
-			if d.expected != nil {
+			if d.expected != nil || d.headerGD {
 				if _, err := io.Copy(io.Discard, d.br); err != nil {
 					return err
 				}
-				return d.endAhead()
+				return d.end()
 			}
 			return d.invalid("end-of-stream marker without a footer before it")
 		case vmdkMarkerGT, vmdkMarkerGD:
@@ -216,14 +223,14 @@ func (d *vmdkDecoder) markers(ctx context.Context) error {
 				// The tables came ahead; these copies are not read.
 			} else if typ == vmdkMarkerGT {
 				err = d.grainTable(sector+1, b)
-			} else {
+			} else if !d.headerGD || sector+1 == d.h.gdOffset {
 				d.gd, d.gdSector = b, sector+1
 			}
 			if err != nil {
 				return err
 			}
 		case vmdkMarkerFooter:
-			if d.expected != nil {
+			if d.expected != nil || d.headerGD {
 				if err := d.skip(d.pos + val*vmdkSector); err != nil {
 					return err
 				}
@@ -412,6 +419,9 @@ func (d *vmdkDecoder) tablesAhead(maxBuffered int64) error {
 			return nil, d.invalid("%s overlaps the header", what)
 		}
 		if sector > end/vmdkSector || sector*vmdkSector+n > end {
+			if what == "grain directory" {
+				return nil, errTablesBehind
+			}
 			return nil, fmt.Errorf("vmdk: %s at sector %d lies after the first grain: %w", what, sector, errdefs.ErrNotStreamable)
 		}
 		return head[sector*vmdkSector : sector*vmdkSector+n], nil
@@ -463,9 +473,23 @@ func (d *vmdkDecoder) tablesAhead(maxBuffered int64) error {
 	return nil
 }
 
-// endAhead checks, at the end of the stream, that every grain the tables
-// named was met.
-func (d *vmdkDecoder) endAhead() error {
+// errTablesBehind: the header's grain directory follows the grains.
+var errTablesBehind = errors.New("grain directory after the grains")
+
+// end checks, at the end of the stream, that every grain the tables name
+// was met, or with the tables behind, that they account for every grain.
+func (d *vmdkDecoder) end() error {
+	if d.headerGD {
+		if len(d.pending) > 0 {
+			for s := range d.pending {
+				return d.invalid("grain at sector %d is in no grain table (qemu would not read it)", s)
+			}
+		}
+		if d.gd == nil {
+			return d.invalid("the header's grain directory at sector %d was not in the %d-byte stream", d.h.gdOffset, d.pos)
+		}
+		return d.grainDirectory()
+	}
 	for s := range d.expected {
 		return d.invalid("grain table entry points to sector %d, where the %d-byte stream holds no grain marker (truncated image?)", s, d.pos)
 	}
