@@ -131,13 +131,11 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 		d.out.zero(0, int64(d.vsize))
 	} else {
 		l1 := &region{start: d.h.L1TableOffset, end: d.h.L1TableOffset + uint64(d.h.L1Size)*8, kind: regL1}
-		l1.buf = make([]byte, l1.end-l1.start)
 		if err := d.sw.add(l1); err != nil {
 			return st, err
 		}
 	}
 	rt := &region{start: d.h.RefcountOffset, end: d.h.RefcountOffset + uint64(d.h.RefcountClusters)*d.cs, kind: regRefTable}
-	rt.buf = make([]byte, rt.end-rt.start)
 	if err := d.sw.add(rt); err != nil {
 		return st, err
 	}
@@ -219,12 +217,13 @@ func (d *qcow2Decoder) feed(r *region, off uint64, p []byte, n uint64, c *chunk)
 		return nil
 	case regRefBlock:
 		return nil
-	case regCompressed:
-		if r.buf == nil {
-			// Exact size: many small compressed clusters may share a
-			// sector and be gathered at once.
-			r.buf = make([]byte, r.end-r.start)
-		}
+	}
+	if r.buf == nil {
+		// Allocated when the bytes arrive, not when the region is
+		// learnt: a table may name far more regions than are ever in
+		// flight. Exact size: many small compressed clusters may share
+		// a sector and be gathered at once.
+		r.buf = make([]byte, r.end-r.start)
 	}
 	dst := r.buf[off-r.start : off-r.start+n]
 	if p == nil {
@@ -281,7 +280,7 @@ func (d *qcow2Decoder) parseL1(b []byte) error {
 			return fmt.Errorf("qcow2: L1 entries %d and %d share the L2 table at %#x: %w", j, i, off, errdefs.ErrInvalidImage)
 		}
 		d.l2Seen[off] = i
-		l2 := &region{start: off, end: off + d.cs, kind: regL2, index: i, buf: make([]byte, d.cs)}
+		l2 := &region{start: off, end: off + d.cs, kind: regL2, index: i}
 		if err := d.sw.add(l2); err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ type retention struct {
 	peak  int64
 	total int64
 	max   int64
+	extra int64 // bookkeeping counted against max (regions still to come)
 }
 
 type segment struct {
@@ -63,8 +64,8 @@ func (t *retention) add(off uint64, p []byte, zeros []byte) error {
 }
 
 func (t *retention) charge(n int) error {
-	if t.held+int64(n) > t.max {
-		return fmt.Errorf("streamdecode: clusters arriving before the tables that map them need more than the %d-byte buffer: %w", t.max, errdefs.ErrNotStreamable)
+	if t.held+t.extra+int64(n) > t.max {
+		return fmt.Errorf("streamdecode: clusters arriving before the tables that map them, and tables far ahead of their clusters, need more than the %d-byte buffer: %w", t.max, errdefs.ErrNotStreamable)
 	}
 	t.held += int64(n)
 	t.total += int64(n)

@@ -80,6 +80,9 @@ func (s *sweep) add(r *region) error {
 		}
 	}
 	r.at = r.start
+	if r.end <= r.start {
+		return nil
+	}
 	if r.start < s.pos {
 		past := min(r.end, s.pos)
 		if !s.kept.covers(r.start, past) {
@@ -103,9 +106,17 @@ func (s *sweep) add(r *region) error {
 		}
 		r.at = past
 	}
+	s.kept.extra = int64(len(s.pending)+1) * regionCost
+	if err := s.kept.charge(0); err != nil {
+		return fmt.Errorf("qcow2: %d clusters mapped ahead of the stream: %w", len(s.pending)+1, err)
+	}
 	heap.Push(&s.pending, r)
 	return nil
 }
+
+// regionCost is what a region waiting for its bytes costs in memory; it
+// counts against the same bound as the bytes kept.
+const regionCost = 128
 
 func (s *sweep) notHeld(r *region) error {
 	for c := r.start >> s.clusterBits; c<<s.clusterBits < r.end; c++ {
