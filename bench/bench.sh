@@ -279,3 +279,6 @@ if [[ ${BENCH_GO:-0} == 1 ]]; then
 	$go test -run '^$' -bench . -benchtime "${BENCH_GOTIME:-3x}" ./format ./stream ./target | tee "$work/go-bench.txt"
 fi
 echo "bench: data in the image $(grep -o '"data_bytes":[0-9]*' "$img/layout.json" | cut -d: -f2) bytes (non-zero), virtual $vsize; results in $res, logs in $work/logs" >&2
+
+# The host-assisted clone case (bench/clone.sh); BENCH_CLONE=0 leaves it out.
+if [[ ${BENCH_CLONE:-1} == 1 ]]; then GO=$go bench/clone.sh; fi
