@@ -50,6 +50,13 @@ type Config struct {
 	// refusals (401, 403, 404, 410, a rejected certificate, an unknown
 	// image) are not. 0 means 10; < 0 disables retries.
 	Retries int
+	// NoConnectRetry fails at once when the very first request of an HTTP
+	// source cannot reach the server (connection refused, DNS, TLS
+	// handshake): nothing has been received, so there is nothing to resume,
+	// and a person at a terminal wants the cause in seconds. Retries still
+	// cover a transfer that started and broke, and statuses the server
+	// answered with. False (the default, and CDI's pods) retries those too.
+	NoConnectRetry bool
 	// RetryBackoff is the first delay before a retry; it doubles for each
 	// failure in a row, up to 30 s, with jitter. 0 means 1 s.
 	RetryBackoff time.Duration

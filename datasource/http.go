@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
@@ -43,6 +44,10 @@ type httpSource struct {
 	plain    bool
 	insecure bool
 	budget   *retry.Budget // retries so far, across every Open
+	// noConnectRetry: Config.NoConnectRetry; answered is set once any
+	// response arrived.
+	noConnectRetry bool
+	answered       atomic.Bool
 }
 
 // NewHTTP builds a source that fetches rawURL (http or https) with one GET
@@ -101,6 +106,7 @@ func NewHTTP(rawURL string, o Config) (Source, error) {
 	// A caller's transport may add what the URL alone does not carry.
 	s.plain = !s.hasAuth && len(s.headers) == 0 && o.CertDir == "" && o.Transport == nil
 	s.insecure = o.InsecureTLS
+	s.noConnectRetry = o.NoConnectRetry
 	return s, nil
 }
 

@@ -92,8 +92,10 @@ func (b *httpBody) do() (a *httpAttempt, retryable bool, err error) {
 	if err != nil {
 		a.close()
 		err = s.requestError(b.parent, ctx, err)
-		return nil, !errors.Is(err, errdefs.ErrCancelled) && !permanentTransportError(err), err
+		firstContact := s.noConnectRetry && !s.answered.Load()
+		return nil, !firstContact && !errors.Is(err, errdefs.ErrCancelled) && !permanentTransportError(err), err
 	}
+	s.answered.Store(true)
 	a.resp = resp
 	return a, false, nil
 }

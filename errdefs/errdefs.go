@@ -7,6 +7,8 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/diskimport/engine/internal/units"
 )
 
 var (
@@ -85,7 +87,12 @@ func (e *SizeError) Error() string {
 	if what == "" {
 		what = "virtual image size"
 	}
-	return fmt.Sprintf("%s %d is larger than the reported available storage %d. A larger PVC is required", what, e.ImageSize, e.TargetSize)
+	image := units.Bytes(e.ImageSize)
+	if what == "image data" { // a stream of unknown length, cut where it passed the end
+		image = "more than " + units.Bytes(e.TargetSize)
+	}
+	return fmt.Sprintf("%s %d is larger than the reported available storage %d (%s for %s): a larger volume is required",
+		what, e.ImageSize, e.TargetSize, image, units.Bytes(e.TargetSize))
 }
 
 // Is makes errors.Is(err, ErrTargetTooSmall) true.

@@ -100,11 +100,11 @@ func TestHTTPFailures(t *testing.T) {
 	assert.Equal(t, 404, se.StatusCode)
 
 	// 5xx and drops are retried (quickly here), then reported with the cause.
-	err = importFails(t, importer.Options{Source: srv.URL + "/500", RetryBackoff: time.Millisecond, Retries: 3}, importer.ErrSourceRefused)
+	err = importFails(t, importer.Options{Source: srv.URL + "/500", RetryBackoff: time.Millisecond, Retries: new(3)}, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "500")
 	assert.Contains(t, err.Error(), "gave up after 3 retries")
 
-	importFails(t, importer.Options{Source: srv.URL + "/short", RetryBackoff: time.Millisecond, Retries: 3}, importer.ErrSourceUnreachable)
+	importFails(t, importer.Options{Source: srv.URL + "/short", RetryBackoff: time.Millisecond, Retries: new(3)}, importer.ErrSourceUnreachable)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

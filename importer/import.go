@@ -42,6 +42,11 @@ func request(o Options) (engine.Request, error) {
 	default:
 		return engine.Request{}, fmt.Errorf("target format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
 	}
+	switch o.CacheMode {
+	case "", "none", "writeback", "trynone":
+	default:
+		return engine.Request{}, fmt.Errorf("cache mode %q: want none, writeback or trynone: %w", o.CacheMode, errdefs.ErrInvalidOptions)
+	}
 	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
 		return engine.Request{}, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
@@ -107,7 +112,9 @@ func sourceConfig(o Options) datasource.Config {
 		CertDir:         o.CertDir,
 		InsecureTLS:     o.InsecureTLS,
 		StallTimeout:    o.StallTimeout,
-		Retries:         o.Retries,
+		Retries:         retryLimit(o.Retries),
+		NoConnectRetry:  o.NoConnectRetry,
+		Transport:       transport(o),
 		RetryBackoff:    o.RetryBackoff,
 		RetryMaxElapsed: o.RetryMaxElapsed,
 		Logger:          o.Logger,

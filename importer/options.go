@@ -1,7 +1,9 @@
 package importer
 
 import (
+	"crypto/tls"
 	"io"
+	"net/http"
 	"log/slog"
 	"time"
 
@@ -42,9 +44,9 @@ type Options struct {
 	// full for qemu-img; fallocate for streamed files).
 	Preallocation bool
 	// CacheMode for qemu-img convert's target: "none" (O_DIRECT) or
-	// "writeback" (the page cache). Default, and "trynone": none where the
-	// target's filesystem accepts O_DIRECT (always for block devices), else
-	// writeback.
+	// "writeback" (the page cache); "" (the default) and "trynone" mean none
+	// where the target's filesystem accepts O_DIRECT (always for block
+	// devices), else writeback. Anything else is ErrInvalidOptions.
 	CacheMode string
 
 	// Clone options, for a local file or block device source.
@@ -68,13 +70,29 @@ type Options struct {
 	InsecureTLS        bool
 	StallTimeout       time.Duration // no bytes for this long fails the transfer; default 5 minutes
 	// Retries bounds the re-sent requests after a dropped connection, a
-	// stall, a 5xx or a 429 (0: 10; < 0: none); the transfer resumes with a
-	// Range request, or starts over when the object changed. RetryBackoff
-	// is the first delay (0: 1 s, doubling, jittered); RetryMaxElapsed
+	// stall, a 5xx or a 429: nil means 10, a pointer to 0 none (Retries:
+	// new(0)), a pointer to n at most n. The transfer resumes with a Range
+	// request, or starts over when the object changed. RetryBackoff is the
+	// first delay (0: 1 s, doubling up to 30 s, jittered); RetryMaxElapsed
 	// bounds one streak of failures (0: 5 minutes).
-	Retries         int
+	Retries         *int
 	RetryBackoff    time.Duration
 	RetryMaxElapsed time.Duration
+	// NoConnectRetry fails at once when the first HTTP request cannot
+	// reach the server at all (connection refused, DNS, TLS): nothing was
+	// received, so there is nothing to resume. Retries still apply to a
+	// transfer that started and broke. The importer command line sets it;
+	// CDI's env mode does not (a pod may start before its server).
+	NoConnectRetry bool
+	// Transport, when set, carries the HTTP requests in place of the one
+	// built from CertDir, InsecureTLS and the proxy environment, which it
+	// must then apply itself (a custom dialer, a proxy, instrumentation).
+	// It must not ask for compressed transfer. TLSConfig, when set and
+	// Transport is not, is the TLS configuration of the transport built for
+	// the import (its RootCAs replace CertDir's pool). Registry sources use
+	// neither: containers/image builds its own client.
+	Transport http.RoundTripper
+	TLSConfig *tls.Config
 
 	// Registry options (docker://, oci-archive:, oci: sources); Username,
 	// Password, CertDir and InsecureTLS (which also allows plain http)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strings"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
@@ -28,6 +29,11 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	src := a.req.Source
 	st, err := src.Open(ctx)
 	if err != nil {
+		if !strings.Contains(src.String(), "://") {
+			// A local path: its error says what is wrong with it ("source
+			// file X does not exist"); there was nothing to connect to.
+			return nil, err
+		}
 		return nil, fmt.Errorf("unable to connect to data source %s: %w", src, err)
 	}
 	r := &sourceReader{source: src, body: st.Body}

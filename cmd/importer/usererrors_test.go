@@ -1,0 +1,87 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// closedPortURL is an http URL on a loopback port nothing listens on.
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return "http://" + addr + "/disk.img"
+}
+
+// A refused connection on the command line fails at once: retries are for
+// transfers that started and broke.
+func TestCLIConnectionRefusedFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	code, _, stderr := runCLI(t, nil, env(nil), closedPortURL(t), filepath.Join(dir, "disk.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.Contains(t, stderr, "connection refused")
+	assert.NotContains(t, stderr, "retrying")
+	assert.NoFileExists(t, filepath.Join(dir, "disk.img"))
+}
+
+func TestCLIMissingLocalFileSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope.qcow2")
+	code, _, stderr := runCLI(t, nil, env(nil), missing, filepath.Join(dir, "disk.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Contains(t, stderr, "source file "+missing+" does not exist")
+	assert.NotContains(t, stderr, "connect")
+}
+
+func TestCLIRefusesBadFlagValues(t *testing.T) {
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "disk.raw", 1<<20, 1)
+	for _, args := range [][]string{
+		{"--cache-mode", "weird"},
+		{"--format", "vmdk"},
+		{"--content-type", "tarball"},
+		{"--log-format", "xml"},
+	} {
+		code, _, stderr := runCLI(t, nil, env(nil), append(args, src, filepath.Join(dir, "out.img"))...)
+		assert.Equal(t, cdi.ExitUsage, code, args)
+		assert.Contains(t, stderr, args[1], args)
+		assert.NoFileExists(t, filepath.Join(dir, "out.img"))
+	}
+}
+
+// A streamed raw image too big for its target names both sizes, in bytes
+// and in human units: the whole size when the source tells it, else what
+// the stream had passed.
+func TestCLITooBigRawNamesBothSizes(t *testing.T) {
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "disk.raw", 3<<20, 2)
+	data, err := os.ReadFile(src)
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(srv.Close)
+
+	code, _, stderr := runCLI(t, nil, env(nil), "--size", "2Mi", srv.URL+"/disk.raw", filepath.Join(dir, "out.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Contains(t, stderr, "image size 3145728 is larger than the reported available storage 2097152 (3.0 MiB for 2.0 MiB)")
+	assert.NotContains(t, stderr, "PVC")
+
+	code, _, stderr = runCLI(t, data, env(nil), "--size", "2Mi", "-", filepath.Join(dir, "out.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Contains(t, stderr, "(more than 2.0 MiB for 2.0 MiB)")
+	assert.NoFileExists(t, filepath.Join(dir, "out.img"))
+}
