@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 )
@@ -44,6 +45,9 @@ type cliFlags struct {
 	registriesConf     string
 	metricsListen      string
 	ownerUID           string
+	s3Endpoint         string
+	s3Region           string
+	gcsEndpoint        string
 }
 
 // run is main without the process: it returns the exit code.
@@ -55,7 +59,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Short: "Import a VM disk image onto a block device or into a file",
 		Long: `Import a VM disk image onto a block device or into a file.
 
-SOURCE is an http(s) URL, a local file or block device, or - for standard input.
+SOURCE is an http(s) URL, an s3://bucket/key or gs://bucket/object, a local file or block device, or - for standard input.
 DEST is a block device, a file, or an existing directory (DEST/disk.img).
 gz, xz and zstd are removed on the fly; raw and iso are streamed straight to
 DEST; qcow2, vmdk, vhd, vhdx and vdi are converted with qemu-img.
@@ -98,7 +102,10 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https: every PEM certificate in every non-hidden file")
 	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate")
 	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")
-	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth USER:PASSWORD")
+	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth USER:PASSWORD; for s3:// the ACCESS_KEY_ID:SECRET_KEY")
+	fl.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3-compatible server of s3:// sources, http(s)://host[:port] (path style; default AWS, or AWS_ENDPOINT_URL_S3)")
+	fl.StringVar(&f.s3Region, "s3-region", "", "signing region of S3 sources (default: from the host name, AWS_REGION or ~/.aws/config, else us-east-1)")
+	fl.StringVar(&f.gcsEndpoint, "gcs-endpoint", "", "server of gs:// sources, http(s)://host[:port] (default storage.googleapis.com, or STORAGE_EMULATOR_HOST)")
 	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
@@ -166,6 +173,12 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 	}
 	if source == "-" {
 		o.SourceReader = stdin
+	}
+	if o.Source, err = datasource.S3URL(source, f.s3Endpoint, f.s3Region); err != nil {
+		return o, err
+	}
+	if o.Source, err = datasource.GCSURL(o.Source, f.gcsEndpoint); err != nil {
+		return o, err
 	}
 	o.Username, o.Password, err = f.credentials()
 	return o, err
