@@ -85,3 +85,22 @@ func TestCLITooBigRawNamesBothSizes(t *testing.T) {
 	assert.Contains(t, stderr, "(more than 2.0 MiB for 2.0 MiB)")
 	assert.NoFileExists(t, filepath.Join(dir, "out.img"))
 }
+
+// The result JSON names the failure's kind and the HTTP status, so a
+// script does not parse the message.
+func TestCLIResultNamesReasonAndStatus(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	code, stdout, _ := runCLI(t, nil, env(nil), "--json", srv.URL+"/disk.img", filepath.Join(dir, "disk.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	m := decode(t, []byte(stdout))
+	assert.Equal(t, "SourceRefused", m.Reason)
+	assert.Equal(t, 404, m.HTTPStatus)
+
+	code, stdout, _ = runCLI(t, nil, env(nil), "--json", closedPortURL(t), filepath.Join(dir, "disk.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	m = decode(t, []byte(stdout))
+	assert.Equal(t, "SourceUnreachable", m.Reason)
+	assert.Zero(t, m.HTTPStatus)
+}

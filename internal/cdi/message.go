@@ -24,8 +24,12 @@ type TerminationMessage struct {
 	Labels               map[string]string `json:"labels,omitempty"`
 	// LabelsOmitted counts the labels left out so that the message fits
 	// Kubernetes' 4096-byte limit (see JSON).
-	LabelsOmitted   int     `json:"labelsOmitted,omitempty"`
-	Message         string  `json:"message"`
+	LabelsOmitted int    `json:"labelsOmitted,omitempty"`
+	Message       string `json:"message"`
+	// Reason names the failure's kind, one stable word per sentinel
+	// (Reason); HTTPStatus is the status code of a refused HTTP request.
+	Reason          string  `json:"reason,omitempty"`
+	HTTPStatus      int     `json:"httpStatus,omitempty"`
 	SourceFormat    string  `json:"sourceFormat,omitempty"`
 	Compression     string  `json:"compression,omitempty"`
 	VirtualSize     int64   `json:"virtualSize"`
@@ -67,6 +71,8 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 		Verified:             r.Verified,
 		SourceDigest:         r.SourceDigest,
 		TargetDigest:         r.TargetDigest,
+		Reason:               Reason(err),
+		HTTPStatus:           HTTPStatus(err),
 	}
 	switch {
 	case err == nil:
@@ -117,7 +123,7 @@ func (m TerminationMessage) JSON() []byte {
 	}
 	// Only fields no import fills this large are left (say, thousands of
 	// --checksum values): report the cause alone.
-	minimal := TerminationMessage{Message: m.Message, LabelsOmitted: m.LabelsOmitted}
+	minimal := TerminationMessage{Message: m.Message, LabelsOmitted: m.LabelsOmitted, Reason: m.Reason, HTTPStatus: m.HTTPStatus}
 	minimal.Message = fitMessageText(minimal, maxTerminationMessage)
 	return marshalMessage(minimal)
 }

@@ -33,11 +33,10 @@ func importOnce(ctx context.Context, r Request, start time.Time) (*Result, error
 
 	a.result.Phases = phases
 	a.result.Duration = time.Since(start)
-	if c := a.meter.counter.Load(); c != nil {
-		a.result.BytesRead = c.Count()
-	}
+	a.result.BytesRead = a.meter.bytesRead()
 	if err != nil {
 		err = classify(ctx, err)
+		a.result.VirtualSize = failedVirtualSize(a.result.VirtualSize, err)
 		a.abort()
 		return &a.result, err
 	}
@@ -92,4 +91,16 @@ func outOfSpace(err error) bool {
 	}
 	msg := strings.ToLower(err.Error())
 	return strings.Contains(msg, "no space left on device") || strings.Contains(msg, "disk quota exceeded")
+}
+
+// failedVirtualSize is the virtual size a failed import reports: the one
+// it found, or, when the image was refused for its size before that was
+// recorded, the size the refusal names (not a stream cut off at the end of
+// the target: its size is not known).
+func failedVirtualSize(found int64, err error) int64 {
+	var se *errdefs.SizeError
+	if found > 0 || !errors.As(err, &se) || se.What == "image data" {
+		return found
+	}
+	return se.ImageSize
 }

@@ -21,6 +21,19 @@ type meter struct {
 	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
 	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's, onto a device
 	convertPercent atomic.Uint64                       // math.Float64bits
+	// rangedRead counts the bytes of the ranged route's range reads, on
+	// top of the head the counter saw.
+	rangedRead atomic.Int64
+}
+
+// bytesRead is what crossed the wire: the stream's bytes and the range
+// reads'.
+func (m *meter) bytesRead() int64 {
+	n := m.rangedRead.Load()
+	if c := m.counter.Load(); c != nil {
+		n += c.Count()
+	}
+	return n
 }
 
 // startProgress reports progress to Request.Progress about once a second
@@ -58,9 +71,7 @@ func (m *meter) snapshot() Progress {
 		SourceSize: m.sourceSize.Load(),
 		Percent:    -1,
 	}
-	if c := m.counter.Load(); c != nil {
-		p.BytesRead = c.Count()
-	}
+	p.BytesRead = m.bytesRead()
 	if d := m.deviceWriter.Load(); d != nil { // qemu-img writing a device
 		p.BytesWritten = d.Written()
 	} else if w := m.writer.Load(); w != nil {

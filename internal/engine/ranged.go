@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -69,10 +70,13 @@ func streamOptimized(img *format.Image) bool {
 type rangedExport struct {
 	*unixExport
 	reader *datasource.RangeReader
+	// counted is reader counting into the meter's wire bytes: what
+	// qemu-img and our checks read is what crossed the wire.
+	counted io.ReaderAt
 }
 
 // startRangedExport opens the range reader and starts the NBD server.
-func startRangedExport(ctx context.Context, r *datasource.RangedURL, log *slog.Logger) (*rangedExport, error) {
+func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *atomic.Int64, log *slog.Logger) (*rangedExport, error) {
 	e := &rangedExport{}
 	u, err := serveUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
 		rr, err := r.Open(ctx)
@@ -80,7 +84,8 @@ func startRangedExport(ctx context.Context, r *datasource.RangedURL, log *slog.L
 			return nil, err
 		}
 		e.reader = rr
-		return nbdserver.New(rr, rr.Size(), log), nil
+		e.counted = countReaderAt(rr, wire)
+		return nbdserver.New(e.counted, rr.Size(), log), nil
 	})
 	if err != nil {
 		return nil, err
@@ -121,14 +126,14 @@ func (e *rangedExport) stop(log *slog.Logger) {
 func (v *validation) startExport(ctx context.Context) error {
 	in := v.in
 	if in.export == nil {
-		e, err := startRangedExport(ctx, v.a.ranged, v.a.log)
+		e, err := startRangedExport(ctx, v.a.ranged, &v.a.meter.rangedRead, v.a.log)
 		if err != nil {
 			return err
 		}
 		in.export = e
 		in.path = e.spec()
 	}
-	err := format.CheckStructure(in.format, in.export.reader, in.export.reader.Size())
+	err := format.CheckStructure(in.format, in.export.counted, in.export.reader.Size())
 	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
 		// A read failure, not a verdict on the image.
 		err = fmt.Errorf("checking the %s image over HTTP: %w", in.format, err)
