@@ -45,6 +45,7 @@ type cliFlags struct {
 	registriesConf     string
 	metricsListen      string
 	ownerUID           string
+	logFormat          string
 	s3Endpoint         string
 	s3Region           string
 	gcsEndpoint        string
@@ -71,18 +72,22 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log := newLogger(stderr, f.verbose, f.quiet)
 			switch len(args) {
 			case 0:
 				if getenv("IMPORTER_SOURCE") == "" {
 					code = cdi.ExitUsage
 					return errors.New("SOURCE and DEST are required (or IMPORTER_SOURCE for the container contract)")
 				}
-				code = runEnv(ctx, getenv, log, stderr)
+				code = runEnv(ctx, getenv, envLogger(stderr, getenv, f.verbose, f.quiet), stderr)
 				return nil
 			case 1:
 				code = cdi.ExitUsage
 				return errors.New("DEST is required")
+			}
+			log, err := newFormatLogger(stderr, f.logFormat, f.verbose, f.quiet)
+			if err != nil {
+				code = cdi.ExitUsage
+				return err
 			}
 			opts, err := f.options(args[0], args[1], stdin)
 			if err != nil {
@@ -117,6 +122,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors")
+	fl.StringVar(&f.logFormat, "log-format", logFormatText, "log lines as text or json (slog's handlers); env mode reads IMPORTER_LOG_FORMAT")
 	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream, optionally compressed, extracted into the DEST directory)")
 	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the size of SOURCE (a device of that size, or a file that ends up that size)")
 	fl.BoolVar(&f.verify, "verify", false, "re-read SOURCE (a local file or device) and DEST after the copy and compare them; the digests go in the result")
@@ -161,7 +167,8 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		CacheMode:          f.cacheMode,
 		StallTimeout:       f.stallTimeout,
 		NoRangedRead:       f.noRangedRead,
-		Retries:            cliRetries(f.retries),
+		Retries:            &f.retries,
+		NoConnectRetry:     true,
 		RetryMaxElapsed:    f.retryMaxElapsed,
 		ContentType:        f.contentType,
 		ExactSize:          f.exactSize,
@@ -215,15 +222,4 @@ func compressionSuffix(c []string) string {
 		return ""
 	}
 	return "." + strings.Join(c, ".")
-}
-
-func newLogger(w io.Writer, verbose int, quiet bool) *slog.Logger {
-	level := slog.LevelInfo
-	switch {
-	case quiet:
-		level = slog.LevelWarn
-	case verbose > 0:
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
