@@ -3,7 +3,6 @@ package uploadserver
 import (
 	"archive/tar"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -171,6 +170,3 @@ func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(cloner.OffsetHeader, strconv.FormatInt(s.raw.offset, 10))
 	}
 }
-
-// digestHex renders a wire digest as the result's "sha256:HEX".
-func digestHex(d []byte) string { return "sha256:" + hex.EncodeToString(d) }

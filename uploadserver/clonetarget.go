@@ -2,15 +2,13 @@ package uploadserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -25,9 +23,10 @@ type rawClone struct {
 	opts    importer.Options
 	tgt     *volume.Target
 	w       *volume.Writer
-	sum     hash.Hash
-	offset  int64 // bytes accepted, in source order
-	size    int64 // the source's size when known, else -1
+	sum     *cloner.Digest
+	final   string // the digest, once taken
+	offset  int64  // bytes accepted, in source order
+	size    int64  // the source's size when known, else -1
 	started time.Time
 }
 
@@ -39,7 +38,7 @@ func openRawClone(ctx context.Context, o importer.Options, size int64) (*rawClon
 	if err != nil {
 		return nil, fmt.Errorf("opening clone target %s: %w", o.Target, err)
 	}
-	c := &rawClone{opts: o, tgt: tgt, sum: sha256.New(), size: size, started: time.Now()}
+	c := &rawClone{opts: o, tgt: tgt, sum: cloner.NewDigest(), size: size, started: time.Now()}
 	if size >= 0 {
 		if err := c.checkSize(size); err != nil {
 			tgt.Abort()
@@ -71,18 +70,21 @@ func (c *rawClone) write(p []byte) error {
 	if _, err := c.w.Write(p); err != nil {
 		return err
 	}
-	c.sum.Write(p)
+	c.sum.Data(p)
 	c.offset += int64(len(p))
 	return nil
 }
 
-// zero accepts n zero bytes without anything crossing the wire.
+// zero accepts n zero bytes without anything crossing the wire (nor
+// being hashed: the digest knows a zero block's hash).
 func (c *rawClone) zero(n int64) error {
+	c.sum.Zeros(n)
 	for n > 0 {
 		k := min(n, int64(len(zeroBlock)))
-		if err := c.write(zeroBlock[:k]); err != nil {
+		if _, err := c.w.Write(zeroBlock[:k]); err != nil {
 			return err
 		}
+		c.offset += k
 		n -= k
 	}
 	return nil
@@ -107,8 +109,14 @@ func (c *rawClone) copyFrom(r io.Reader) error {
 	}
 }
 
-// digest is the sha256 of what was accepted, as "sha256:HEX".
-func (c *rawClone) digest() string { return "sha256:" + hex.EncodeToString(c.sum.Sum(nil)) }
+// digest is the whole-source digest of what was accepted (taken once:
+// nothing is accepted after it).
+func (c *rawClone) digest() string {
+	if c.final == "" {
+		c.final = cloner.FormatDigest(c.sum.Sum())
+	}
+	return c.final
+}
 
 // commit finishes the image, checks its final size, allocates a file with
 // Preallocation and makes it durable. The target is released either way.

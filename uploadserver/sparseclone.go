@@ -144,7 +144,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			if raw.offset != raw.size {
 				return nil, fmt.Errorf("clone stream ended at %d of %d bytes: %w", raw.offset, raw.size, errdefs.ErrInvalidImage)
 			}
-			source, target := digestHex(rec.Digest[:]), raw.digest()
+			source, target := cloner.FormatDigest(rec.Digest), raw.digest()
 			if source != target {
 				return nil, fmt.Errorf("clone digest: source %s, received %s: %w", source, target, errdefs.ErrVerifyMismatch)
 			}
@@ -152,7 +152,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			if err != nil {
 				return nil, &targetError{err}
 			}
-			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "sha256 of the source, sent by the cloner, against the bytes written"
+			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "the cloner's digest of the whole source against the bytes written ("+cloner.DigestPrefix+")"
 			res.BytesRead = h.counter().Load()
 			return res, nil
 		case rec.Offset != raw.offset:

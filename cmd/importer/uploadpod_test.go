@@ -203,6 +203,7 @@ func TestCloneIntoUploadPodBlock(t *testing.T) {
 	m := decodeUploadPod(t, server.terminationLog(t))
 	assert.Equal(t, cdi.MessageCloneComplete, m.Message)
 	assert.True(t, m.Verified)
-	assert.Equal(t, "sha256:"+testimg.Digest(t, img, -1), m.SourceDigest)
+	assert.Equal(t, res.Digest, m.SourceDigest)
+	assert.True(t, strings.HasPrefix(m.SourceDigest, cloner.DigestPrefix), m.SourceDigest)
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dev, -1))
 }

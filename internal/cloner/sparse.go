@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"strconv"
@@ -31,14 +30,19 @@ const (
 	offsetPoll  = 200 * time.Millisecond
 )
 
-// sourceHash is the whole-source sha256, fed in order exactly once even
-// when a resumption re-reads bytes already hashed.
+// sourceHash is the whole-source digest, fed in order exactly once even
+// when a resumption re-reads bytes already digested.
 type sourceHash struct {
-	h    hash.Hash
+	d    *Digest
 	upTo int64
+	// sum and final are the digest once the whole source was read (a
+	// resumption that only re-sends the End record reuses them).
+	sum   [sha256.Size]byte
+	final string
 }
 
-func (s *sourceHash) add(off int64, p []byte) {
+// add digests the part of the run at off beyond what was digested.
+func (s *sourceHash) add(off int64, p []byte, zero bool) {
 	end := off + int64(len(p))
 	if end <= s.upTo {
 		return
@@ -46,7 +50,11 @@ func (s *sourceHash) add(off int64, p []byte) {
 	if off < s.upTo {
 		p = p[s.upTo-off:]
 	}
-	s.h.Write(p)
+	if zero {
+		s.d.Zeros(int64(len(p)))
+	} else {
+		s.d.Data(p)
+	}
 	s.upTo = end
 }
 
@@ -59,7 +67,7 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer f.Close()
 	session := newSessionID()
-	sum := &sourceHash{h: sha256.New()}
+	sum := &sourceHash{d: NewDigest()}
 	res := &Result{Protocol: ProtocolSparseV1, SourceBytes: size}
 	retries := o.Retries
 	switch {
@@ -78,7 +86,7 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 		res.WireBytes += wire
 		res.Response = answer
 		if err == nil {
-			res.Digest = "sha256:" + hex.EncodeToString(sum.h.Sum(nil))
+			res.Digest = sum.final
 			return res, nil
 		}
 		var te *transportError
@@ -169,10 +177,10 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 			return fmt.Errorf("reading clone source at %d: %w", off, err)
 		}
 		chunk := buf[:n]
-		sum.add(off, chunk)
 		for g := 0; g < len(chunk); {
 			end := min(g+sparseGranule, len(chunk))
 			if isZero(chunk[g:end]) {
+				sum.add(off+int64(g), chunk[g:end], true)
 				if zeroLen == 0 {
 					zeroFrom = off + int64(g)
 				}
@@ -189,6 +197,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 				}
 				dataEnd = next
 			}
+			sum.add(off+int64(g), chunk[g:dataEnd], false)
 			if err := flushZero(); err != nil {
 				return err
 			}
@@ -206,9 +215,11 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 	if sum.upTo != size {
 		return fmt.Errorf("clone source digest covers %d of %d bytes", sum.upTo, size)
 	}
-	var d [sha256.Size]byte
-	copy(d[:], sum.h.Sum(nil))
-	return enc.End(d)
+	if sum.final == "" {
+		sum.sum = sum.d.Sum()
+		sum.final = FormatDigest(sum.sum)
+	}
+	return enc.End(sum.sum)
 }
 
 var zeroGranule = make([]byte, sparseGranule)
