@@ -188,15 +188,15 @@ func TestEnvChecksumMismatchExitsZeroWithMessage(t *testing.T) {
 func TestEnvUnsupportedSource(t *testing.T) {
 	root := cdiRoot(t)
 	code, _, stderr := runCLI(t, nil, env(map[string]string{
-		"IMPORTER_SOURCE":      "s3",
-		"IMPORTER_ENDPOINT":    "s3://bucket/disk",
+		"IMPORTER_SOURCE":      "vddk",
+		"IMPORTER_ENDPOINT":    "https://vcenter/sdk",
 		"IMPORTER_PATH_PREFIX": root,
 	}))
 	assert.Equal(t, cdi.ExitFailed, code)
-	assert.Contains(t, stderr, "not supported by this importer (supported: http, registry, clone, none and upload)")
+	assert.Contains(t, stderr, "not supported by this importer (supported: http, s3, gcs, registry, clone, none and upload)")
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)
-	assert.Equal(t, "IMPORTER_SOURCE=s3 is not supported by this importer (supported: http, registry, clone, none and upload): invalid options", failureText(t, b))
+	assert.Equal(t, "IMPORTER_SOURCE=vddk is not supported by this importer (supported: http, s3, gcs, registry, clone, none and upload): invalid options", failureText(t, b))
 }
 
 // TestBinary runs the real binary as a process, as a person would.
