@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/objtest"
+	"github.com/diskimport/engine/internal/testpki"
 )
 
 // s3Fixture is a versitygw with one bucket holding one object.
@@ -153,4 +156,37 @@ func TestS3EndpointForms(t *testing.T) {
 	u, err := datasource.S3URL("https://h/x", "http://e", "r")
 	require.NoError(t, err)
 	assert.Equal(t, "https://h/x", u, "not an S3 endpoint")
+}
+
+// TestS3PrivateCA: an https S3 endpoint whose certificate a private CA
+// issued is trusted through CertDir (CDI's IMPORTER_CERT_DIR), and refused
+// at once without it.
+func TestS3PrivateCA(t *testing.T) {
+	ca := testpki.NewCA(t, t.TempDir(), "s3-test")
+	srv := ca.Server("versitygw")
+	s := objtest.StartS3TLS(t, srv.CertFile, srv.KeyFile, ca.Pool())
+	data := testImage(t, 256<<10)
+	s.MakeBucket(t, "images")
+	s.Put(t, "images", "disk.img", data)
+	certDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(certDir, "ca.pem"), ca.PEM, 0o644))
+	ep := "s3+" + s.URL + "/images/disk.img"
+
+	cfg := s3Config(s)
+	cfg.CertDir = certDir
+	src, err := datasource.New(ep, cfg)
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sum(data), sum(got))
+
+	cfg = s3Config(s)
+	cfg.RetryBackoff = time.Second
+	src, err = datasource.New(ep, cfg)
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = src.Open(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "certificate")
+	assert.Less(t, time.Since(start), time.Second, "an untrusted certificate is not retried")
 }

@@ -45,8 +45,11 @@ func signV4(r *http.Request, c awsCreds, region string, now time.Time) {
 	if host == "" {
 		host = r.URL.Host
 	}
-	// Signed: host and every x-amz-* header.
+	// Signed: host, range and every x-amz-* header.
 	hdrs := map[string]string{"host": host}
+	if rg := r.Header.Get("Range"); rg != "" {
+		hdrs["range"] = rg
+	}
 	for k, v := range r.Header {
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-amz-") {
 			hdrs[lk] = strings.Join(v, ",")

@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -105,17 +107,33 @@ type S3 struct {
 	URL            string // http://127.0.0.1:port
 	Access, Secret string
 	Root           string // the posix backend's directory: one directory per bucket
+	client         *http.Client
 }
 
 // StartS3 starts versitygw with its posix backend over a test directory.
-func StartS3(t testing.TB) *S3 {
+func StartS3(t testing.TB) *S3 { return startS3(t, "", "", nil) }
+
+// StartS3TLS starts versitygw serving https with the certificate and key
+// files given (issued for 127.0.0.1); pool trusts them, for the test's own
+// requests.
+func StartS3TLS(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *S3 {
+	return startS3(t, certFile, keyFile, pool)
+}
+
+func startS3(t testing.TB, certFile, keyFile string, pool *x509.CertPool) *S3 {
 	t.Helper()
 	bin := Binary(t, "versitygw", "github.com/versity/versitygw/cmd/versitygw@v1.8.0")
 	root := t.TempDir()
 	side := t.TempDir()
 	addr := freePort(t)
-	s := &S3{URL: "http://" + addr, Access: "testaccess", Secret: "testsecret0123456789", Root: root}
-	start(t, addr, bin, "--access", s.Access, "--secret", s.Secret, "--port", addr, "posix", "--sidecar", side, root)
+	s := &S3{URL: "http://" + addr, Access: "testaccess", Secret: "testsecret0123456789", Root: root, client: http.DefaultClient}
+	args := []string{"--access", s.Access, "--secret", s.Secret, "--port", addr}
+	if certFile != "" {
+		s.URL = "https://" + addr
+		args = append(args, "--cert", certFile, "--key", keyFile)
+		s.client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	start(t, addr, bin, append(args, "posix", "--sidecar", side, root)...)
 	return s
 }
 
@@ -131,7 +149,7 @@ func (s *S3) do(t interface {
 	sum := sha256.Sum256(body)
 	req.Header.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
 	s.Sign(req)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -1,0 +1,101 @@
+package datasource
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// TestS3SignV4Vector is AWS's published example of a signed GET
+// (S3 API reference, "Signature Calculations for the Authorization Header:
+// Transferring Payload in a Single Chunk", GET Object).
+func TestS3SignV4Vector(t *testing.T) {
+	r, err := http.NewRequest(http.MethodGet, "https://examplebucket.s3.amazonaws.com/test.txt", nil)
+	require.NoError(t, err)
+	r.Header.Set("Range", "bytes=0-9")
+	signV4(r, awsCreds{id: "AKIAIOSFODNN7EXAMPLE", secret: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}, "us-east-1",
+		time.Date(2013, 5, 24, 0, 0, 0, 0, time.UTC))
+	assert.Equal(t, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "+
+		"SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "+
+		"Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41", r.Header.Get("Authorization"))
+	assert.Equal(t, "20130524T000000Z", r.Header.Get("X-Amz-Date"))
+}
+
+func TestS3Escape(t *testing.T) {
+	assert.Equal(t, "/b/a%20b/%21%2A%28%29%3F%23%25/~x_y-z.img", s3Escape("/b/a b/!*()?#%/~x_y-z.img"))
+}
+
+func TestS3CredentialsAndRegion(t *testing.T) {
+	home := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(home, ".aws"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(
+		"[default]\naws_access_key_id = DEFID\naws_secret_access_key = defsecret\n\n[prod]\naws_access_key_id=PRODID\naws_secret_access_key=prodsecret\naws_session_token=tok\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "config"), []byte(
+		"[default]\nregion = eu-west-1\n[profile prod]\nregion=ap-south-1\n"), 0o600))
+	env := func(m map[string]string) func(string) string {
+		return func(k string) string {
+			if k == "HOME" {
+				return home
+			}
+			return m[k]
+		}
+	}
+	c, err := awsCredentials(Config{Username: "U", Password: "P"}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
+	require.NoError(t, err)
+	assert.Equal(t, awsCreds{id: "U", secret: "P"}, c, "the Config's (CDI's) keys win")
+	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E", "AWS_SECRET_ACCESS_KEY": "S", "AWS_SESSION_TOKEN": "T"}))
+	require.NoError(t, err)
+	assert.Equal(t, awsCreds{id: "E", secret: "S", token: "T"}, c)
+	c, err = awsCredentials(Config{}, env(nil))
+	require.NoError(t, err)
+	assert.Equal(t, awsCreds{id: "DEFID", secret: "defsecret"}, c)
+	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_PROFILE": "prod"}))
+	require.NoError(t, err)
+	assert.Equal(t, awsCreds{id: "PRODID", secret: "prodsecret", token: "tok"}, c)
+	_, err = awsCredentials(Config{Username: "U"}, env(nil))
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	_, err = awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	c, err = awsCredentials(Config{}, func(string) string { return "" })
+	require.NoError(t, err)
+	assert.Equal(t, awsCreds{}, c, "nothing anywhere: unsigned")
+
+	assert.Equal(t, "eu-west-1", awsRegion(env(nil)))
+	assert.Equal(t, "ap-south-1", awsRegion(env(map[string]string{"AWS_PROFILE": "prod"})))
+	assert.Equal(t, "us-west-1", awsRegion(env(map[string]string{"AWS_DEFAULT_REGION": "us-west-1"})))
+	assert.Equal(t, "us-east-1", awsRegion(func(string) string { return "" }))
+}
+
+// TestS3EndpointURLs: the object URL and signing region each endpoint form
+// gives.
+func TestS3EndpointURLs(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, c := range []struct {
+		endpoint string
+		getenv   func(string) string
+		url      string
+		region   string
+	}{
+		{"s3://my-bucket/dir/disk.img", none, "https://my-bucket.s3.us-east-1.amazonaws.com/dir/disk.img", "us-east-1"},
+		{"s3://my.bucket/disk.img?region=eu-central-1", none, "https://s3.eu-central-1.amazonaws.com/my.bucket/disk.img", "eu-central-1"},
+		{"s3://b/k%3Fq.img", func(k string) string {
+			return map[string]string{"AWS_ENDPOINT_URL_S3": "http://minio:9000", "AWS_REGION": "r1"}[k]
+		}, "http://minio:9000/b/k%3Fq.img", "r1"},
+		{"s3+https://bucket.s3.us-west-2.amazonaws.com/a/b.img", none, "https://bucket.s3.us-west-2.amazonaws.com/a/b.img", "us-west-2"},
+		{"s3+https://s3-eu-west-1.amazonaws.com/bucket/b.img", none, "https://s3-eu-west-1.amazonaws.com/bucket/b.img", "eu-west-1"},
+		{"s3+http://127.0.0.1:9000/bucket/a b.img", none, "http://127.0.0.1:9000/bucket/a%20b.img", "us-east-1"},
+	} {
+		src, err := newS3(c.endpoint, Config{}, c.getenv)
+		require.NoError(t, err, c.endpoint)
+		s := src.(*s3Source)
+		assert.Equal(t, c.url, s.Source.(*httpSource).url.String(), c.endpoint)
+		assert.Equal(t, c.region, s.Source.(*httpSource).client.Transport.(*s3Transport).region, c.endpoint)
+	}
+}
