@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -84,8 +83,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 				code = cdi.ExitUsage
 				return errors.New("DEST is required")
 			}
-			log, err := newFormatLogger(stderr, f.logFormat, f.verbose, f.quiet)
-			if err != nil {
+			if err := checkLogFormat(f.logFormat); err != nil {
 				code = cdi.ExitUsage
 				return err
 			}
@@ -94,8 +92,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 				code = cdi.ExitUsage
 				return err
 			}
-			opts.Logger = log
-			code = runImport(ctx, opts, f, log, stdout, stderr)
+			code = runImport(ctx, opts, f, stdout, stderr)
 			return nil
 		},
 	}
@@ -201,20 +198,6 @@ func (f *cliFlags) credentials() (user, pass string, err error) {
 		return "", "", errors.New("--creds wants USER:PASSWORD")
 	}
 	return user, pass, nil
-}
-
-// runImport runs one import and reports it.
-func runImport(ctx context.Context, o importer.Options, f cliFlags, log *slog.Logger, stdout, stderr io.Writer) int {
-	metrics := cdi.MetricsConfig{Listen: "off"}
-	if f.metricsListen != "" {
-		metrics = cdi.MetricsConfig{Listen: f.metricsListen, OwnerUID: f.ownerUID}
-	}
-	progress := startProgressOutputs(metrics, log, stderr, f.quiet)
-	o.Progress = progress.observe
-	res, err := importer.Import(ctx, o)
-	progress.finish(res, err)
-	r := reporter{terminationLog: f.terminationLog, json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
-	return r.report(res, err, "import failed", importSummary(res))
 }
 
 func compressionSuffix(c []string) string {

@@ -22,7 +22,7 @@ func runEnv(ctx context.Context, getenv func(string) string, log *slog.Logger, s
 	}
 	var res *importer.Result
 	if err == nil {
-		progress := startProgressOutputs(req.Metrics, log, stderr, false)
+		progress := startEnvProgress(req.Metrics, log)
 		res, err = runRequest(ctx, req, log, progress.observe)
 		progress.finish(res, err)
 	}

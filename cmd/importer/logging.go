@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+
+	"github.com/diskimport/engine/errdefs"
 )
 
 // Log formats of --log-format and IMPORTER_LOG_FORMAT.
@@ -15,22 +17,32 @@ const (
 // logFormats are the values --log-format takes (and completes).
 var logFormats = []string{logFormatText, logFormatJSON}
 
-// newLogger is a text logger (newFormatLogger with "text").
+// newLogger is a text logger at info level, debug with -v, warnings with -q.
 func newLogger(w io.Writer, verbose int, quiet bool) *slog.Logger {
-	log, _ := newFormatLogger(w, logFormatText, verbose, quiet)
+	log, _ := newFormatLogger(w, logFormatText, logLevel(verbose, quiet))
 	return log
 }
 
-// newFormatLogger builds the logger of a run: slog's text or JSON handler
-// on w, at debug level with -v, warnings only with -q, else info.
-func newFormatLogger(w io.Writer, format string, verbose int, quiet bool) (*slog.Logger, error) {
-	level := slog.LevelInfo
+// logLevel is the level of env mode and the subcommands: info, debug with
+// -v, warnings only with -q.
+func logLevel(verbose int, quiet bool) slog.Level {
 	switch {
 	case quiet:
-		level = slog.LevelWarn
+		return slog.LevelWarn
 	case verbose > 0:
-		level = slog.LevelDebug
+		return slog.LevelDebug
 	}
+	return slog.LevelInfo
+}
+
+// checkLogFormat refuses a --log-format other than text or json.
+func checkLogFormat(format string) error {
+	_, err := newFormatLogger(io.Discard, format, slog.LevelInfo)
+	return err
+}
+
+// newFormatLogger builds a logger with slog's text or JSON handler on w.
+func newFormatLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "", logFormatText:
@@ -38,7 +50,7 @@ func newFormatLogger(w io.Writer, format string, verbose int, quiet bool) (*slog
 	case logFormatJSON:
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("log format %q: want text or json", format)
+	return nil, fmt.Errorf("--log-format %q: want text or json: %w", format, errdefs.ErrInvalidOptions)
 }
 
 // envLogger is env mode's logger: IMPORTER_LOG_FORMAT=json gives JSON
@@ -46,7 +58,7 @@ func newFormatLogger(w io.Writer, format string, verbose int, quiet bool) (*slog
 // must not fail over how it logs.
 func envLogger(w io.Writer, getenv func(string) string, verbose int, quiet bool) *slog.Logger {
 	format := getenv("IMPORTER_LOG_FORMAT")
-	log, err := newFormatLogger(w, format, verbose, quiet)
+	log, err := newFormatLogger(w, format, logLevel(verbose, quiet))
 	if err != nil {
 		log = newLogger(w, verbose, quiet)
 		log.Warn("IMPORTER_LOG_FORMAT ignored", "err", err)

@@ -9,22 +9,40 @@ import (
 )
 
 // progressOutputs are the readers of an import's progress: the tracker
-// behind the metrics server, the periodic log line (off a terminal) and the
-// terminal's status line (on one).
+// behind the metrics server and everything else, the periodic log line
+// (off a terminal) and the progress bar (on one).
 type progressOutputs struct {
 	tracker  *cdi.ProgressTracker
 	server   *cdi.MetricsServer
 	logLines *cdi.ProgressLog
-	terminal *terminalProgress
+	terminal *terminalBar
 	log      *slog.Logger
 }
 
-// startProgressOutputs starts them: the metrics server when metrics is
-// enabled (a port that cannot be had is logged, not fatal: the import
-// matters more than its progress, and CDI's importer does the same), and
-// the log lines or the terminal's line unless quiet.
-func startProgressOutputs(metrics cdi.MetricsConfig, log *slog.Logger, stderr io.Writer, quiet bool) *progressOutputs {
-	o := &progressOutputs{tracker: cdi.NewProgressTracker(), log: log}
+// newProgressOutputs decides where progress goes: a bar when stderr is a
+// terminal, else log lines (started by start), nothing when quiet.
+func newProgressOutputs(stderr io.Writer, quiet bool) *progressOutputs {
+	o := &progressOutputs{tracker: cdi.NewProgressTracker()}
+	if !quiet && isTerminal(stderr) {
+		o.terminal = newTerminalBar(stderr)
+	}
+	return o
+}
+
+// logWriter is where the log lines go: above the bar on a terminal.
+func (o *progressOutputs) logWriter(stderr io.Writer) io.Writer {
+	if o.terminal != nil {
+		return o.terminal
+	}
+	return stderr
+}
+
+// start starts the metrics server when metrics is enabled (a port that
+// cannot be had is logged, not fatal: the import matters more than its
+// progress, and CDI's importer does the same) and, off a terminal and
+// unless quiet, the periodic progress lines on lines.
+func (o *progressOutputs) start(metrics cdi.MetricsConfig, log, lines *slog.Logger, quiet bool) {
+	o.log = log
 	if metrics.Enabled() {
 		srv, err := cdi.StartMetricsServer(metrics, cdi.NewMetricsHandler(o.tracker, metrics.OwnerUID))
 		if err != nil {
@@ -34,32 +52,31 @@ func startProgressOutputs(metrics cdi.MetricsConfig, log *slog.Logger, stderr io
 			log.Info("Serving progress metrics over HTTPS", "addr", srv.Addr(), "metric", cdi.ProgressMetricName, "ownerUID", metrics.OwnerUID)
 		}
 	}
-	switch {
-	case quiet:
-	case isTerminal(stderr):
-		o.terminal = newTerminalProgress(stderr)
-	default:
-		o.logLines = cdi.StartProgressLog(o.tracker, log, cdi.ProgressLogInterval)
+	if !quiet && o.terminal == nil {
+		o.logLines = cdi.StartProgressLog(o.tracker, lines, cdi.ProgressLogInterval)
 	}
-	return o
 }
 
 // observe is the import's importer.Options.Progress.
 func (o *progressOutputs) observe(p importer.Progress) {
 	o.tracker.Observe(p)
 	if o.terminal != nil {
-		o.terminal.update(p)
+		o.terminal.update(o.tracker.State())
 	}
 }
 
 // finish records the outcome (100% only for a complete import) and stops
-// everything.
+// everything; the bar has drawn its last frame when it returns.
 func (o *progressOutputs) finish(res *importer.Result, err error) {
 	if res != nil {
 		o.tracker.SetRetries(res.Retries)
 	}
 	if err == nil {
 		o.tracker.Complete()
+	}
+	if o.terminal != nil {
+		o.terminal.update(o.tracker.State())
+		o.terminal.finish(err == nil)
 	}
 	if o.logLines != nil {
 		o.logLines.Stop()
@@ -73,4 +90,12 @@ func (o *progressOutputs) finish(res *importer.Result, err error) {
 			o.log.Warn("Stopping the metrics server", "err", err)
 		}
 	}
+}
+
+// startEnvProgress is env mode's: the metrics server and progress lines in
+// the log, whatever stderr is (kubectl logs reads lines).
+func startEnvProgress(metrics cdi.MetricsConfig, log *slog.Logger) *progressOutputs {
+	o := &progressOutputs{tracker: cdi.NewProgressTracker()}
+	o.start(metrics, log, log, false)
+	return o
 }

@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/units"
 )
 
 func isTerminal(w io.Writer) bool {
@@ -20,46 +24,99 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// terminalProgress redraws one status line on a terminal.
-type terminalProgress struct {
-	w        io.Writer
-	start    time.Time
-	lastRead int64
-	lastAt   time.Time
+// barScale is the bar's total: the import's percentage in hundredths.
+const barScale = 100 * 100
+
+// terminalBar is the progress bar on a terminal, drawn by mpb. It shows
+// the tracker's state (one percentage of the whole import, never going
+// back, 100 only once the import is complete), the bytes read of the
+// total, the average rate since the start and an ETA. Log lines go through
+// Write, so they are printed above the bar instead of over it.
+type terminalBar struct {
+	p     *mpb.Progress
+	bar   *mpb.Bar
+	start time.Time
+
+	mu    sync.Mutex
+	state cdi.ProgressState
 }
 
-func newTerminalProgress(w io.Writer) *terminalProgress {
-	now := time.Now()
-	return &terminalProgress{w: w, start: now, lastAt: now}
+func newTerminalBar(w io.Writer) *terminalBar {
+	t := &terminalBar{start: time.Now()}
+	t.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
+	t.bar = t.p.New(barScale, mpb.BarStyle().Lbound("[").Rbound("]"),
+		mpb.PrependDecorators(decor.Any(t.phase, decor.WCSyncSpaceR)),
+		mpb.AppendDecorators(decor.Any(t.numbers)),
+	)
+	return t
 }
 
-func (t *terminalProgress) update(p importer.Progress) {
-	now := time.Now()
-	rate := 0.0
-	if dt := now.Sub(t.lastAt).Seconds(); dt > 0 {
-		rate = float64(p.BytesRead-t.lastRead) / dt
-	}
-	t.lastRead, t.lastAt = p.BytesRead, now
-	pct := ""
-	if p.Percent >= 0 {
-		pct = fmt.Sprintf("%5.1f%% ", p.Percent)
-	}
-	fmt.Fprintf(t.w, "\r\033[K%-16s %sread %s, written %s, %s/s", p.Phase, pct,
-		humanBytes(p.BytesRead), humanBytes(p.BytesWritten), humanBytes(int64(rate)))
-	if p.Phase == "Complete" || p.Phase == "Error" {
-		fmt.Fprintln(t.w)
+// Write prints log lines above the bar.
+func (t *terminalBar) Write(b []byte) (int, error) { return t.p.Write(b) }
+
+// update takes the tracker's latest state.
+func (t *terminalBar) update(s cdi.ProgressState) {
+	t.mu.Lock()
+	t.state = s
+	t.mu.Unlock()
+	if s.Percent < 100 { // 100 only through finish: the data is durable
+		t.bar.SetCurrent(int64(s.Percent * 100))
 	}
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
+// finish completes the bar (a complete import) or leaves it where it
+// stopped, and waits until mpb has drawn its last frame.
+func (t *terminalBar) finish(complete bool) {
+	if complete {
+		t.bar.SetCurrent(barScale)
+	} else {
+		t.bar.Abort(false)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
+	t.p.Wait()
+}
+
+func (t *terminalBar) snapshot() cdi.ProgressState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.state
+}
+
+func (t *terminalBar) phase(decor.Statistics) string {
+	if p := t.snapshot().Phase; p != "" {
+		return p
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	return "Info"
+}
+
+// numbers is "42.0%  312.0 MiB / 752.0 MiB  25.3 MiB/s  ETA 18s".
+func (t *terminalBar) numbers(st decor.Statistics) string {
+	s := t.snapshot()
+	elapsed := time.Since(t.start)
+	pct := float64(st.Current) / 100
+	read := units.Bytes(s.BytesRead)
+	if s.SourceSize > 0 {
+		read += " / " + units.Bytes(s.SourceSize)
+	}
+	line := fmt.Sprintf("%5.1f%%  %s  %s", pct, read, units.Rate(averageRate(s.BytesRead, elapsed)))
+	if eta := estimate(pct, elapsed); eta > 0 && !st.Completed && !st.Aborted {
+		line += "  ETA " + eta.Round(time.Second).String()
+	}
+	return line
+}
+
+// averageRate is n bytes over elapsed, per second (0 before any time passed).
+func averageRate(n int64, elapsed time.Duration) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	return float64(n) / elapsed.Seconds()
+}
+
+// estimate is the time left at pct percent after elapsed, assuming the
+// average pace holds; 0 when it cannot be told yet.
+func estimate(pct float64, elapsed time.Duration) time.Duration {
+	if pct <= 0.5 || pct >= 100 || elapsed < time.Second {
+		return 0
+	}
+	return time.Duration(float64(elapsed) * (100 - pct) / pct)
 }

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
+)
+
+// runImport runs one import from the command line and reports it. The
+// engine's log is quiet by default (warnings; -v for its phases, -vv for
+// debug): a person sees the progress bar, or a progress line every few
+// seconds off a terminal, and one final line.
+func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stderr io.Writer) int {
+	metrics := cdi.MetricsConfig{Listen: "off"}
+	if f.metricsListen != "" {
+		metrics = cdi.MetricsConfig{Listen: f.metricsListen, OwnerUID: f.ownerUID}
+	}
+	progress := newProgressOutputs(stderr, f.quiet)
+	w := progress.logWriter(stderr)
+	log, err := newFormatLogger(w, f.logFormat, cliLogLevel(f.verbose, f.quiet))
+	if err != nil {
+		progress.finish(nil, err)
+		return cdi.ExitUsage
+	}
+	lines, _ := newFormatLogger(w, f.logFormat, slog.LevelInfo)
+	progress.start(metrics, log, lines, f.quiet)
+	o.Logger = log
+	o.Progress = progress.observe
+	res, err := importer.Import(ctx, o)
+	progress.finish(res, err)
+	r := reporter{terminationLog: f.terminationLog, json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
+	return r.report(res, err, "import failed", importSummary(res))
+}
+
+// cliLogLevel is the level of the command line's log: warnings by default
+// and with -q, the engine's phases with -v, debug with -vv.
+func cliLogLevel(verbose int, quiet bool) slog.Level {
+	switch {
+	case quiet || verbose == 0:
+		return slog.LevelWarn
+	case verbose == 1:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
