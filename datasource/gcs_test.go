@@ -2,9 +2,12 @@ package datasource_test
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -105,10 +108,8 @@ func TestGCSRefusals(t *testing.T) {
 }
 
 // serviceAccount writes a service-account key file whose token_uri is
-// tokenURL.
-func serviceAccount(t *testing.T, tokenURL string) string {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	require.NoError(t, err)
+// tokenURL, with the key k.
+func serviceAccount(t *testing.T, tokenURL string, k *rsa.PrivateKey) string {
 	der, err := x509.MarshalPKCS8PrivateKey(k)
 	require.NoError(t, err)
 	b, err := json.Marshal(map[string]string{
@@ -130,11 +131,13 @@ func TestGCSServiceAccount(t *testing.T) {
 	g, _ := gcsFixture(t, data)
 	var exchanges atomic.Int64
 	accept := atomic.Bool{}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	var tokenURL string
 	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		exchanges.Add(1)
 		_ = r.ParseForm()
-		parts := strings.Split(r.PostForm.Get("assertion"), ".")
-		if r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" || len(parts) != 3 || !accept.Load() {
+		if !accept.Load() || !validAssertion(t, r, &key.PublicKey, tokenURL) {
 			w.WriteHeader(http.StatusBadRequest)
 			_, _ = io.WriteString(w, `{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`)
 			return
@@ -142,6 +145,7 @@ func TestGCSServiceAccount(t *testing.T) {
 		_, _ = io.WriteString(w, `{"access_token":"tok-123","expires_in":3600,"token_type":"Bearer"}`)
 	}))
 	t.Cleanup(tokenSrv.Close)
+	tokenURL = tokenSrv.URL
 	// The token reaches the storage server: seen through a proxy hop.
 	var sawToken atomic.Bool
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -163,7 +167,7 @@ func TestGCSServiceAccount(t *testing.T) {
 		_, _ = io.Copy(w, resp.Body)
 	}))
 	t.Cleanup(front.Close)
-	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL))
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
 
 	src, err := datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{RetryBackoff: time.Second})
 	require.NoError(t, err)
@@ -181,6 +185,42 @@ func TestGCSServiceAccount(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 	assert.True(t, sawToken.Load(), "the access token was sent")
+	_, _, err = readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), exchanges.Load(), "the token is cached until it expires")
+}
+
+// validAssertion checks a JWT-bearer token request: the grant type, and an
+// RS256 assertion signed by pub for the read-only storage scope, addressed
+// to the token endpoint.
+func validAssertion(t *testing.T, r *http.Request, pub *rsa.PublicKey, aud string) bool {
+	if r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" {
+		return false
+	}
+	parts := strings.Split(r.PostForm.Get("assertion"), ".")
+	if len(parts) != 3 {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return false
+	}
+	h := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if rsa.VerifyPKCS1v15(pub, crypto.SHA256, h[:], sig) != nil {
+		t.Errorf("the assertion's signature does not verify")
+		return false
+	}
+	raw, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	var claims struct {
+		Iss, Scope, Aud string
+		Iat, Exp        int64
+	}
+	if json.Unmarshal(raw, &claims) != nil || claims.Iss != "importer@test.iam.gserviceaccount.com" ||
+		claims.Scope != "https://www.googleapis.com/auth/devstorage.read_only" || claims.Aud != aud || claims.Exp-claims.Iat != 3600 {
+		t.Errorf("unexpected claims %s", raw)
+		return false
+	}
+	return true
 }
 
 func TestGCSResumesAfterDrop(t *testing.T) {
