@@ -21,6 +21,10 @@
 //   - http:// and https:// URLs ([NewHTTP]): one GET per Open, resumed with
 //     Range and If-Range after a broken transfer, retried with jittered
 //     backoff, credentials and extra headers kept to the URL's origin;
+//   - S3 objects, s3://, s3+http:// and s3+https:// ([NewS3]), and GCS
+//     objects, gs://, gs+http:// and gs+https:// ([NewGCS]): HTTP sources
+//     whose transport signs (SigV4) or authorizes (OAuth2) each request and
+//     pins resumed and ranged reads to the object first seen;
 //   - container images, docker://, oci-archive: and oci: ([NewContainerImage]):
 //     the first file under disk/ in a containerdisk's layers, digest-checked;
 //   - local files and block devices, as a path or a file:/// URL ([NewFile]);
@@ -45,12 +49,14 @@
 //
 // # Adding a source
 //
-// A new kind of source, say S3, is one file and one line: the file defines
+// A new kind of source is one file and one line (s3.go and gcs.go are two): the file defines
 // a type implementing [Source] and a constructor with the [Opener]
 // signature, which reads what it needs from the Config (credentials,
 // Transport, the retry fields); the line registers it in [Builtin]:
 //
 //	r.Register("s3://", NewS3)
+//
+// (and one line per further scheme it answers to).
 //
 // A program that wants a source of its own without changing this package
 // registers it on the value Builtin returns and opens endpoints with that
