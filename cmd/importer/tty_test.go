@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// tmuxPane runs a command in a detached tmux session on a private server
+// and reads what its pane shows.
+type tmuxPane struct {
+	t      *testing.T
+	socket string
+}
+
+func startTmux(t *testing.T, command string) *tmuxPane {
+	t.Helper()
+	p := &tmuxPane{t: t, socket: fmt.Sprintf("importer-test-%d", time.Now().UnixNano())}
+	p.tmux("new-session", "-d", "-x", "150", "-y", "40", command)
+	t.Cleanup(func() { exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
+	return p
+}
+
+func (p *tmuxPane) tmux(args ...string) string {
+	p.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", p.socket}, args...)...).CombinedOutput()
+	require.NoError(p.t, err, string(out))
+	return string(out)
+}
+
+func (p *tmuxPane) capture() string { return p.tmux("capture-pane", "-p") }
+
+// waitFor polls the pane until it contains s.
+func (p *tmuxPane) waitFor(s string, within time.Duration) string {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		screen := p.capture()
+		if strings.Contains(screen, s) || time.Now().After(deadline) {
+			return screen
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// On a real terminal the bar shows the phase, percent, bytes of the total,
+// an average rate and an ETA; -v's log lines are printed above it, never
+// on its line; at the end the bar is at 100% and the final line follows.
+func TestTerminalProgressBar(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, "tmux")
+	dir := t.TempDir()
+	bin := buildImporter(t, dir)
+	data := bytes.Repeat([]byte("disk"), 6<<20/4) // 6 MiB at 1 MiB/s
+	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
+	dest := filepath.Join(dir, "disk.img")
+	pane := startTmux(t, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
+
+	bar := regexp.MustCompile(`TransferDataFile +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
+	var mid string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if mid = pane.capture(); bar.MatchString(mid) && strings.Contains(mid, "ETA") {
+			break
+		}
+	}
+	t.Logf("during the transfer:\n%s", mid)
+	assert.Regexp(t, bar, mid)
+	for _, l := range strings.Split(mid, "\n") {
+		if strings.Contains(l, "msg=") {
+			assert.NotContains(t, l, "%", "a log line overwrote the bar: %q", l)
+		}
+	}
+	assert.Contains(t, mid, `msg="New phase: TransferDataFile"`, "-v's log lines are shown")
+
+	end := pane.waitFor("EXIT=", 20*time.Second)
+	t.Logf("at the end:\n%s", end)
+	assert.Contains(t, end, "EXIT=0")
+	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
+	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read\) in [0-9.]+ s, [0-9.]+ [KM]iB/s`, end)
+	assert.NotContains(t, end, "\r")
+}
