@@ -190,7 +190,7 @@ func gcsError(resp *http.Response, object string) error {
 	lower := strings.ToLower(code + " " + msg)
 	var what string
 	switch {
-	case code == "NoSuchBucket" || strings.Contains(lower, "bucket") && strings.Contains(lower, "not"):
+	case code == "NoSuchBucket" || strings.Contains(lower, "bucket does not exist") || strings.Contains(lower, "no such bucket"):
 		what = "the bucket does not exist"
 	case resp.StatusCode == http.StatusNotFound:
 		what = "no such object"

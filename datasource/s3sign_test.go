@@ -1,9 +1,11 @@
 package datasource
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +99,27 @@ func TestS3EndpointURLs(t *testing.T) {
 		s := src.(*s3Source)
 		assert.Equal(t, c.url, s.Source.(*httpSource).url.String(), c.endpoint)
 		assert.Equal(t, c.region, s.Source.(*httpSource).client.Transport.(*s3Transport).region, c.endpoint)
+	}
+}
+
+func TestGCSErrorMessages(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		body   string
+		want   string
+	}{
+		{404, `{"error":{"code":404,"message":"The specified bucket does not exist."}}`, "the bucket does not exist (The specified bucket does not exist.)"},
+		{404, `{"error":{"code":404,"message":"No such object: images/notes-bucket.img"}}`, "no such object (No such object: images/notes-bucket.img)"},
+		{404, `<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist.</Message></Error>`, "the bucket does not exist (NoSuchBucket: "},
+		{401, `{"error":{"code":401,"message":"Invalid Credentials"}}`, "wrong credentials (Invalid Credentials)"},
+		{403, `{"error":{"code":403,"message":"x does not have storage.objects.get access"}}`, "access denied"},
+		{404, "Not Found", "no such object (Not Found)"},
+	} {
+		resp := &http.Response{StatusCode: c.status, Status: http.StatusText(c.status), Body: io.NopCloser(strings.NewReader(c.body))}
+		err := gcsError(resp, "gs://images/x")
+		assert.Contains(t, err.Error(), c.want)
+		var se *errdefs.HTTPStatusError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, c.status, se.StatusCode)
 	}
 }
