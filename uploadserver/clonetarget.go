@@ -9,6 +9,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -24,9 +25,10 @@ type rawClone struct {
 	tgt     *volume.Target
 	w       *volume.Writer
 	sum     *cloner.Digest
-	final   string // the digest, once taken
-	offset  int64  // bytes accepted, in source order
-	size    int64  // the source's size when known, else -1
+	final   string            // the digest, once taken
+	check   *iostage.Verifier // the import's Checksums over the source's bytes; nil: none
+	offset  int64             // bytes accepted, in source order
+	size    int64             // the source's size when known, else -1
 	started time.Time
 }
 
@@ -39,6 +41,16 @@ func openRawClone(ctx context.Context, o importer.Options, size int64) (*rawClon
 		return nil, fmt.Errorf("opening clone target %s: %w", o.Target, err)
 	}
 	c := &rawClone{opts: o, tgt: tgt, sum: cloner.NewDigest(), size: size, started: time.Now()}
+	var want []iostage.Checksum
+	for _, s := range o.Checksums {
+		ck, err := iostage.ParseChecksum(s)
+		if err != nil {
+			tgt.Abort()
+			return nil, err
+		}
+		want = append(want, ck)
+	}
+	c.check = iostage.NewVerifier(want)
 	if size >= 0 {
 		if err := c.checkSize(size); err != nil {
 			tgt.Abort()
@@ -71,6 +83,7 @@ func (c *rawClone) write(p []byte) error {
 		return err
 	}
 	c.sum.Data(p)
+	_, _ = c.check.Write(p)
 	c.offset += int64(len(p))
 	return nil
 }
@@ -84,6 +97,7 @@ func (c *rawClone) zero(n int64) error {
 		if _, err := c.w.Write(zeroBlock[:k]); err != nil {
 			return err
 		}
+		_, _ = c.check.Write(zeroBlock[:k]) // hashing zeros only when a checksum was asked for
 		c.offset += k
 		n -= k
 	}
@@ -132,6 +146,10 @@ func (c *rawClone) commit(ctx context.Context) (*importer.Result, error) {
 	if c.opts.ExactSize && c.tgt.Kind() == volume.Block && n != c.tgt.Capacity() {
 		return nil, fmt.Errorf("exact size: the clone source had %d bytes, target device %s has %d: %w", n, c.tgt.Path(), c.tgt.Capacity(), errdefs.ErrInvalidOptions)
 	}
+	verified, err := c.check.Verify()
+	if err != nil {
+		return nil, fmt.Errorf("clone of %d bytes: %w", n, err)
+	}
 	prealloc := false
 	if c.opts.Preallocation && c.tgt.Kind() == volume.File {
 		if err := volume.GrowFile(c.tgt.WritePath(), n, true); err != nil {
@@ -145,10 +163,18 @@ func (c *rawClone) commit(ctx context.Context) (*importer.Result, error) {
 	return &importer.Result{
 		Complete: true, Target: c.tgt.Path(), SourceFormat: "raw", VirtualSize: n, BytesWritten: n,
 		DataBytes: c.w.DataBytes(), PreallocationApplied: prealloc, Duration: time.Since(c.started),
-		TargetDigest: c.digest(),
+		TargetDigest: c.digest(), Checksums: checksumStrings(verified),
 	}, nil
 }
 
 // abort discards what was written (a file target is removed; a device is
 // released).
 func (c *rawClone) abort() { _ = c.tgt.Abort() }
+
+func checksumStrings(cs []iostage.Checksum) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.String())
+	}
+	return out
+}

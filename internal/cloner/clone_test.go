@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -198,4 +199,27 @@ func treeDigest(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return cloner.FormatDigest(plainTreeDigest(b))
+}
+
+// TestCloneChecksum: the import's checksum applies to a clone's bytes: a
+// wrong one fails it with nothing committed, the right one passes.
+func TestCloneChecksum(t *testing.T) {
+	img := testimg.Raw(t, t.TempDir(), "source.img", 3*mib, 19)
+	p := newPKI(t)
+	for _, protocol := range []string{cloner.ProtocolSparseV1, cloner.ProtocolSnappy} {
+		dst := filepath.Join(t.TempDir(), "disk.img")
+		s := startServer(t, p, importer.Options{Target: dst, Checksums: []string{"sha256:" + strings.Repeat("0", 64)}})
+		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, protocol)
+		require.Error(t, err, protocol)
+		assert.Contains(t, err.Error(), errdefs.ErrChecksumMismatch.Error(), protocol)
+		assert.NoFileExists(t, dst, protocol)
+
+		s = startServer(t, p, importer.Options{Target: dst, Checksums: []string{fileSHA(t, img)}})
+		_, err = send(t, p, s.url(""), cloner.ContentTypeBlock, img, protocol)
+		require.NoError(t, err, protocol)
+		res, serr := s.wait(t)
+		require.NoError(t, serr)
+		assert.Equal(t, []string{fileSHA(t, img)}, res.Checksums)
+		assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+	}
 }
