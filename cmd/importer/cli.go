@@ -131,6 +131,8 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	addRegistryFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdout, &code))
 	addVersion(ctx, cmd, stdout)
+	cmd.AddCommand(newInspectCommand(ctx, stdin, stdout, stderr, &code))
+	registerValueCompletions(cmd)
 	cmd.SetArgs(args)
 	cmd.SetIn(stdin)
 	cmd.SetOut(stdout)

@@ -52,6 +52,12 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 
+	return a.decide(ctx, st, img, out), nil
+}
+
+// decide is the plan for the identified image: its route and phases.
+// Inspect decides with it too, without a target.
+func (a *attempt) decide(ctx context.Context, st *datasource.Transfer, img *format.Image, out string) *Plan {
 	plan := &Plan{
 		SourceFormat:  img.Format,
 		Compressions:  img.Compressions,
@@ -84,7 +90,7 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 	}
 	plan.Phases, plan.SourceDrainedAfter = PhasesFor(plan.Route, a.req.Verify)
 	a.log.Info("Import planned", "route", plan.Route.String(), "phases", plan.Phases)
-	return plan, nil
+	return plan
 }
 
 // checkEarlySize refuses an image whose size is known up front and does not

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+func inspectJSON(t *testing.T, args ...string) (int, importer.Inspection) {
+	t.Helper()
+	code, stdout, _ := runCLI(t, nil, env(nil), append([]string{"inspect", "--json"}, args...)...)
+	var in importer.Inspection
+	if stdout != "" {
+		require.NoError(t, jsonUnmarshal([]byte(stdout), &in), stdout)
+	}
+	return code, in
+}
+
+// inspect tells format, compression, sizes, scratch, route and refusals,
+// for local files and HTTP (ranged or not), and writes nothing.
+func TestInspect(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	raw := testimg.Raw(t, www, "disk.raw", 4<<20, 41)
+	qcow := testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
+	xz := testimg.Compress(t, qcow, "xz")
+	backed := filepath.Join(www, "backed.qcow2")
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", qcow, backed)
+	url := testimg.Serve(t, www)
+	t.Setenv("TMPDIR", t.TempDir())
+	before, _ := os.ReadDir(www)
+
+	cases := []struct {
+		src, format, route string
+		compressions       []string
+		scratch            bool
+	}{
+		{raw, "raw", "stream", nil, false},
+		{qcow, "qcow2", "in-place", nil, false},
+		{xz, "qcow2", "scratch", []string{"xz"}, true},
+		{url + "/disk.qcow2", "qcow2", "ranged", nil, false},
+		{url + "/disk.qcow2.xz", "qcow2", "scratch", []string{"xz"}, true},
+	}
+	for _, c := range cases {
+		code, in := inspectJSON(t, c.src)
+		assert.Equal(t, cdi.ExitOK, code, c.src)
+		assert.Equal(t, c.format, in.SourceFormat, c.src)
+		assert.Equal(t, c.compressions, in.Compressions, c.src)
+		assert.EqualValues(t, 4<<20, in.VirtualSize, c.src)
+		assert.Equal(t, c.route, in.Route, c.src)
+		assert.Equal(t, c.scratch, in.ScratchNeeded, c.src)
+		assert.Equal(t, importer.PhaseComplete, in.Phases[len(in.Phases)-1], c.src)
+		assert.Empty(t, in.Refused, c.src)
+	}
+
+	code, in := inspectJSON(t, backed)
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Contains(t, in.Refused, "backing")
+	assert.Empty(t, in.Route)
+
+	code, _, stderr := runCLI(t, nil, env(nil), "inspect", filepath.Join(dir, "nope.img"))
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Contains(t, stderr, "does not exist")
+
+	code, stdout, _ := runCLI(t, nil, env(nil), "inspect", xz)
+	assert.Equal(t, cdi.ExitOK, code)
+	assert.Contains(t, stdout, "format        qcow2 (xz)\n")
+	assert.Contains(t, stdout, "scratch       needed")
+	assert.Contains(t, stdout, "phases        Info → TransferScratch → Validate → Convert → Resize → Commit → Complete\n")
+
+	after, _ := os.ReadDir(www)
+	assert.Equal(t, len(before), len(after), "inspect wrote nothing next to the images")
+	left, _ := os.ReadDir(os.Getenv("TMPDIR"))
+	assert.Empty(t, left, "nothing left in TMPDIR")
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

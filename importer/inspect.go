@@ -1,0 +1,72 @@
+package importer
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/diskimport/engine/internal/engine"
+)
+
+// Inspection is what Inspect tells about a source.
+type Inspection struct {
+	Source       string   `json:"source"`
+	SourceFormat string   `json:"sourceFormat,omitempty"`
+	Compressions []string `json:"compressions,omitempty"`
+	// VirtualSize is the disk's size, -1 when only a full read would tell
+	// (a compressed raw stream); SourceSize the bytes the source holds, -1
+	// when it does not say.
+	VirtualSize int64 `json:"virtualSize"`
+	SourceSize  int64 `json:"sourceSize"`
+	// ScratchNeeded: the import would decompress the image into scratch
+	// space before converting it.
+	ScratchNeeded bool `json:"scratchNeeded"`
+	// Route is the path the import would take ("stream", "scratch",
+	// "in-place", "ranged") and Phases its phases after Info; both empty
+	// when the image is refused.
+	Route  string  `json:"route,omitempty"`
+	Phases []Phase `json:"phases,omitempty"`
+	// Refused says why the import would refuse the image ("" when it would
+	// not); RefusedErr is that error, to branch on with errors.Is.
+	Refused    string `json:"refused,omitempty"`
+	RefusedErr error  `json:"-"`
+}
+
+// inspectTarget stands in for the target an inspection does not have.
+const inspectTarget = "(inspect)"
+
+// Inspect reads as much of o.Source as an import's Info phase does (for a
+// local image qemu-img would read in place, also what Validate checks) and
+// tells what the import would find and do, writing nothing. o.Target is
+// not used; o.Format ("qcow2") and the source options (credentials, CA,
+// NoRangedRead…) matter as for Import. A refused image is not an error:
+// Refused says why. The error is for a source that cannot be read.
+func Inspect(ctx context.Context, o Options) (*Inspection, error) {
+	o.Target = inspectTarget
+	r, err := request(o)
+	if err != nil {
+		return nil, err
+	}
+	in, err := engine.Inspect(ctx, r)
+	if in == nil {
+		return nil, err
+	}
+	out := &Inspection{
+		Source: in.Source, SourceFormat: in.SourceFormat, Compressions: in.Compressions,
+		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, ScratchNeeded: in.ScratchNeeded(),
+		RefusedErr: in.Refusal,
+	}
+	if in.Plan != nil {
+		out.Route = in.Plan.Route.String()
+		out.Phases = in.Plan.Phases
+	}
+	if in.Refusal != nil {
+		out.Refused = in.Refusal.Error()
+	}
+	return out, err
+}
+
+// JSON renders the inspection on one line.
+func (i *Inspection) JSON() []byte {
+	b, _ := json.Marshal(i) // strings, numbers and string slices
+	return b
+}

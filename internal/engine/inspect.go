@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+)
+
+// Inspection is what Inspect found out about a source without importing
+// it.
+type Inspection struct {
+	Source       string
+	SourceFormat string
+	Compressions []string
+	// VirtualSize is the disk's size (-1 when only a full read tells, as
+	// for a compressed raw stream); SourceSize the bytes the source holds
+	// (-1 when it does not say).
+	VirtualSize int64
+	SourceSize  int64
+	// Plan is the import's plan (nil when the image is refused): its route
+	// and phases, and whether it needs scratch space.
+	Plan *Plan
+	// Refusal is why an import would refuse the image (an invalid, unsafe
+	// or unsupported image), nil when it would go ahead.
+	Refusal error
+}
+
+// ScratchNeeded says whether the import would copy the image to scratch.
+func (i *Inspection) ScratchNeeded() bool { return i.Plan != nil && i.Plan.Route == RouteScratch }
+
+// Inspect runs what Info does with the source (open it, peel compression,
+// identify the image and check its header, decide the plan) and, for a
+// local image qemu-img would read in place, Validate's checks; it opens no
+// target and writes nothing. Request.Target is ignored. An image the
+// import would refuse is reported in Refusal; other errors (an unreachable
+// source) are returned.
+func Inspect(ctx context.Context, r Request) (*Inspection, error) {
+	a := newAttempt(r)
+	defer a.cleanup()
+	in := &Inspection{Source: r.Source.String(), VirtualSize: -1, SourceSize: -1}
+	st, err := a.openSource(ctx)
+	in.SourceFormat, in.Compressions = a.result.SourceFormat, a.result.Compressions
+	if err != nil {
+		return in, refusal(in, err)
+	}
+	in.SourceSize = st.Size
+	img := a.source.image
+	if v := img.Header.VirtualSize; v > 0 {
+		in.VirtualSize = v
+	} else if !img.Format.NeedsConversion() && len(img.Compressions) == 0 {
+		in.VirtualSize = st.Size
+	}
+	a.localPath = datasource.LocalPath(st)
+	out := "raw"
+	if r.Format == "qcow2" {
+		out = "qcow2"
+	}
+	in.Plan = a.decide(ctx, st, img, out)
+	if in.Plan.Route == RouteInPlace {
+		if err := checkStructureFile(img.Format, a.localPath); err != nil {
+			return in, refusal(in, err)
+		}
+		info, err := a.qemu.Info(ctx, a.localPath, img.Format.QemuName())
+		if err != nil {
+			return in, refusal(in, errors.Join(errdefs.ErrInvalidImage, err))
+		}
+		if err := checkInfoSelfContained(info, selfNames(a.localPath, nil)...); err != nil {
+			return in, refusal(in, err)
+		}
+		in.VirtualSize = info.VirtualSize
+	}
+	return in, nil
+}
+
+// refusal files an error that is a verdict on the image in in.Refusal and
+// returns the others.
+func refusal(in *Inspection, err error) error {
+	if errors.Is(err, errdefs.ErrInvalidImage) || errors.Is(err, errdefs.ErrUnsafeImage) || errors.Is(err, errdefs.ErrUnsupportedFormat) {
+		in.Refusal, in.Plan = err, nil
+		return nil
+	}
+	return err
+}
