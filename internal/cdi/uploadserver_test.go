@@ -11,7 +11,6 @@ import (
 	"github.com/diskimport/engine/errdefs"
 )
 
-
 func TestUploadServerFromEnvDefaults(t *testing.T) {
 	c, err := UploadServerFromEnv(envOf(nil))
 	require.NoError(t, err)
