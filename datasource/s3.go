@@ -335,7 +335,7 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	r.URL.RawPath = s3Escape(r.URL.Path)
 	if t.creds.id != "" {
-		signV4(r, t.creds, t.region, nowUTC())
+		r = signV4(r, t.creds, t.region)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {

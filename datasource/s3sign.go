@@ -1,17 +1,13 @@
 package datasource
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/xml"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"slices"
 	"strings"
-	"time"
+
+	"github.com/minio/minio-go/v7/pkg/signer"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -24,85 +20,15 @@ type awsCreds struct {
 // emptySHA256 is the hex SHA-256 of an empty payload (every GET).
 const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-func nowUTC() time.Time { return time.Now().UTC() }
-
-// signV4 signs r in place with AWS Signature Version 4 for the s3 service
-// (the Authorization header form). The payload hash is the request's
-// X-Amz-Content-Sha256 when set, else that of an empty body.
-func signV4(r *http.Request, c awsCreds, region string, now time.Time) {
-	amzDate := now.Format("20060102T150405Z")
-	day := now.Format("20060102")
-	payload := r.Header.Get("X-Amz-Content-Sha256")
-	if payload == "" {
-		payload = emptySHA256
-		r.Header.Set("X-Amz-Content-Sha256", payload)
+// signV4 signs r with AWS Signature Version 4 for the s3 service (the
+// Authorization header form) using minio-go's maintained signer: signing
+// is easy to get subtly wrong and has to follow AWS. Every header set so
+// far (Range, If-Match, X-Amz-*) is covered; the payload of a GET is empty.
+func signV4(r *http.Request, c awsCreds, region string) *http.Request {
+	if r.Header.Get("X-Amz-Content-Sha256") == "" {
+		r.Header.Set("X-Amz-Content-Sha256", emptySHA256)
 	}
-	r.Header.Set("X-Amz-Date", amzDate)
-	if c.token != "" {
-		r.Header.Set("X-Amz-Security-Token", c.token)
-	}
-	host := r.Host
-	if host == "" {
-		host = r.URL.Host
-	}
-	// Signed: host, range and every x-amz-* header.
-	hdrs := map[string]string{"host": host}
-	if rg := r.Header.Get("Range"); rg != "" {
-		hdrs["range"] = rg
-	}
-	for k, v := range r.Header {
-		if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-amz-") {
-			hdrs[lk] = strings.Join(v, ",")
-		}
-	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for k := range hdrs {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	var canonHdrs strings.Builder
-	for _, k := range names {
-		canonHdrs.WriteString(k + ":" + strings.TrimSpace(hdrs[k]) + "\n")
-	}
-	signed := strings.Join(names, ";")
-	canon := strings.Join([]string{
-		r.Method,
-		s3Escape(r.URL.Path),
-		canonicalQuery(r.URL.Query()),
-		canonHdrs.String(),
-		signed,
-		payload,
-	}, "\n")
-	scope := day + "/" + region + "/s3/aws4_request"
-	sum := sha256.Sum256([]byte(canon))
-	toSign := "AWS4-HMAC-SHA256\n" + amzDate + "\n" + scope + "\n" + hex.EncodeToString(sum[:])
-	key := hmacSHA256([]byte("AWS4"+c.secret), day)
-	key = hmacSHA256(key, region)
-	key = hmacSHA256(key, "s3")
-	key = hmacSHA256(key, "aws4_request")
-	sig := hex.EncodeToString(hmacSHA256(key, toSign))
-	r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential="+c.id+"/"+scope+", SignedHeaders="+signed+", Signature="+sig)
-}
-
-func hmacSHA256(key []byte, data string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(data))
-	return m.Sum(nil)
-}
-
-// canonicalQuery is the query sorted by name, then value, each part
-// encoded as SigV4 wants.
-func canonicalQuery(q url.Values) string {
-	var parts []string
-	for k, vs := range q {
-		for _, v := range vs {
-			parts = append(parts, awsEscape(k, true)+"="+awsEscape(v, true))
-		}
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, "&")
+	return signer.SignV4(*r, c.id, c.secret, c.token, region)
 }
 
 // s3Escape encodes an object path as S3 signs it: every byte but the
