@@ -61,7 +61,17 @@ func (h *Handler) serveClone(w http.ResponseWriter, r *http.Request, ct string) 
 	defer stop()
 	h.log.Info("Clone started", "contentType", ct, "remote", r.RemoteAddr, "protocol", "snappy")
 	h.setPhase(string(importer.PhaseTransferDataFile))
-	res, err := h.cloneSnappy(ctx, s2.NewReader(body), ct)
+	size := int64(-1)
+	if v := r.Header.Get(cloner.SizeHeader); v != "" && ct == ContentTypeBlockdeviceClone {
+		if size, err = strconv.ParseInt(v, 10, 64); err != nil || size < 0 {
+			body.close()
+			err = fmt.Errorf("%s %q: %w", cloner.SizeHeader, v, errdefs.ErrInvalidImage)
+			h.finishClone(nil, err)
+			h.respondClone(w, nil, err)
+			return
+		}
+	}
+	res, err := h.cloneSnappy(ctx, s2.NewReader(body), ct, size)
 	body.close()
 	if serr := body.stalled(); err != nil && serr != nil {
 		err = serr
@@ -76,7 +86,8 @@ func (h *Handler) serveClone(w http.ResponseWriter, r *http.Request, ct string) 
 // cloneSnappy writes CDI's decoded clone stream: raw bytes of a block
 // device, or a tar of a filesystem volume, extracted into the target's
 // directory or, onto a block target, its disk.img alone.
-func (h *Handler) cloneSnappy(ctx context.Context, src io.Reader, ct string) (*importer.Result, error) {
+// size is the source's size when the client said (SizeHeader), else -1.
+func (h *Handler) cloneSnappy(ctx context.Context, src io.Reader, ct string, size int64) (*importer.Result, error) {
 	o := h.opts.Import
 	if ct == ContentTypeFilesystemClone && !isBlockDevice(o.Target) {
 		dir := archiveDir(o.Target)
@@ -86,7 +97,6 @@ func (h *Handler) cloneSnappy(ctx context.Context, src io.Reader, ct string) (*i
 		}
 		return &importer.Result{Complete: true, Target: dir, SourceFormat: "tar", BytesWritten: st.Bytes}, nil
 	}
-	size := int64(-1)
 	if ct == ContentTypeFilesystemClone {
 		tr := tar.NewReader(src)
 		n, err := seekDiskImage(tr)

@@ -45,11 +45,15 @@ func TestCloneBlockToBlock(t *testing.T) {
 	t.Run("smaller target refused before writing", func(t *testing.T) {
 		dst := testimg.LoopDevice(t, t.TempDir(), 4*mib)
 		before := testimg.Digest(t, dst, -1)
-		s := startServer(t, p, importer.Options{Target: dst})
-		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, cloner.ProtocolAuto)
-		require.Error(t, err)
-		assert.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
-		assert.Equal(t, before, testimg.Digest(t, dst, -1), "the target was written")
+		for _, protocol := range []string{cloner.ProtocolAuto, cloner.ProtocolSnappy} {
+			s := startServer(t, p, importer.Options{Target: dst})
+			_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, protocol)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errdefs.ErrTargetTooSmall, protocol)
+			// Refused on the source's size, not when the data overflowed.
+			assert.Contains(t, err.Error(), "source size", protocol)
+			assert.Equal(t, before, testimg.Digest(t, dst, -1), "%s: the target was written", protocol)
+		}
 	})
 	for _, tc := range []struct {
 		name     string

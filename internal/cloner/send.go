@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -146,8 +147,19 @@ func sendSnappy(ctx context.Context, o Options) (*Result, error) {
 		pw.CloseWithError(err)
 		produced <- err
 	}()
+	var headers map[string]string
+	if o.ContentType == ContentTypeBlock {
+		f, size, err := openDevice(o.Source)
+		if err != nil {
+			pr.CloseWithError(err)
+			<-produced
+			return res, err
+		}
+		f.Close()
+		headers = map[string]string{SizeHeader: strconv.FormatInt(size, 10)}
+	}
 	body := &countingReader{r: pr}
-	answer, err := post(ctx, o, body, nil)
+	answer, err := post(ctx, o, body, headers)
 	pr.CloseWithError(errors.New("request ended"))
 	perr := <-produced
 	res.WireBytes = body.n.Load()

@@ -22,6 +22,10 @@ const (
 	// OffsetHeader, in a HEAD answer for a session, is how many bytes of
 	// the source the server holds: the next request starts there.
 	OffsetHeader = "X-Diskimport-Clone-Offset"
+	// SizeHeader, on CDI's snappy stream of a block clone, is the source's
+	// size: our server refuses a target too small before writing (CDI's
+	// ignores it).
+	SizeHeader = "X-Diskimport-Clone-Size"
 )
 
 // Record kinds.
