@@ -85,6 +85,7 @@ func request(o Options) (engine.Request, error) {
 		Verify:             o.Verify,
 		ZeroTarget:         o.ZeroTarget,
 		NoRangedRead:       o.NoRangedRead,
+		Mode:               o.Mode,
 		Progress:           progress,
 		Events:             events,
 		Logger:             o.Logger,

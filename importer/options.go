@@ -3,8 +3,9 @@ package importer
 import (
 	"crypto/tls"
 	"io"
-	"net/http"
 	"log/slog"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/diskimport/engine/internal/engine"
@@ -31,6 +32,10 @@ type Options struct {
 	// FilesystemOverhead is the fraction of a filesystem volume kept free
 	// (CDI's rule: usable = round down to 1 MiB of Size/(1+overhead)).
 	FilesystemOverhead float64
+	// Mode is the permission bits of a new file target; 0 means 0660, as
+	// CDI leaves disk.img (the importer command line passes what the umask
+	// allows, or --mode).
+	Mode os.FileMode
 	// Format of a file target: "raw" (default) or "qcow2". Block targets are
 	// always raw.
 	Format string

@@ -45,6 +45,7 @@ type cliFlags struct {
 	metricsListen      string
 	ownerUID           string
 	logFormat          string
+	mode               string
 	s3Endpoint         string
 	s3Region           string
 	gcsEndpoint        string
@@ -109,6 +110,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.s3Region, "s3-region", "", "signing region of S3 sources (default: from the host name, AWS_REGION or ~/.aws/config, else us-east-1)")
 	fl.StringVar(&f.gcsEndpoint, "gcs-endpoint", "", "server of gs:// sources, http(s)://host[:port] (default storage.googleapis.com, or STORAGE_EMULATOR_HOST)")
 	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
+	fl.StringVar(&f.mode, "mode", "", "permission bits of a new DEST file, in octal (default: 0666 less the umask)")
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
@@ -184,6 +186,9 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		return o, err
 	}
 	if o.Source, err = datasource.GCSURL(o.Source, f.gcsEndpoint); err != nil {
+		return o, err
+	}
+	if o.Mode, err = fileMode(f.mode); err != nil {
 		return o, err
 	}
 	o.Username, o.Password, err = f.credentials()

@@ -21,6 +21,7 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		Path:               a.req.Target,
 		RequestedSize:      a.req.Size,
 		FilesystemOverhead: a.req.FilesystemOverhead,
+		Mode:               a.req.Mode,
 		Logger:             a.log,
 	})
 	if err != nil {

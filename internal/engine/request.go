@@ -2,6 +2,7 @@ package engine
 
 import (
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/diskimport/engine/datasource"
@@ -33,6 +34,7 @@ type Request struct {
 	Verify             bool
 	ZeroTarget         bool
 	NoRangedRead       bool
+	Mode               os.FileMode
 
 	Progress func(Progress)
 	Events   func(Event)

@@ -61,7 +61,10 @@ type Options struct {
 	// memory, see writeback.go) so the reader finds it cached, and Commit
 	// does not fsync it.
 	Scratch bool
-	Logger  *slog.Logger
+	// Mode is the permission bits of a new file target; 0 means 0660, as
+	// CDI leaves disk.img.
+	Mode   os.FileMode
+	Logger *slog.Logger
 }
 
 // Target is an opened import destination. It is not safe for concurrent use,
@@ -118,7 +121,7 @@ func Open(ctx context.Context, o Options) (*Target, error) {
 	if err == nil {
 		replaced = fi.Size()
 	}
-	t, err := openFile(path, replaced, o.RequestedSize, log)
+	t, err := openFile(path, replaced, o.RequestedSize, o.Mode, log)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +153,7 @@ func openBlock(path string, log *slog.Logger) (*Target, error) {
 	return nil, err
 }
 
-func openFile(path string, replaced, requested int64, log *slog.Logger) (*Target, error) {
+func openFile(path string, replaced, requested int64, mode os.FileMode, log *slog.Logger) (*Target, error) {
 	dir := filepath.Dir(path)
 	di, err := os.Stat(dir)
 	if err != nil {
@@ -188,7 +191,10 @@ func openFile(path string, replaced, requested int64, log *slog.Logger) (*Target
 		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
 	}
 	// CDI leaves disk.img at 0660; CreateTemp gives 0600.
-	if err := f.Chmod(0o660); err != nil {
+	if mode == 0 {
+		mode = 0o660
+	}
+	if err := f.Chmod(mode.Perm()); err != nil {
 		f.Close()
 		os.Remove(f.Name())
 		return nil, fmt.Errorf("chmod %s: %w", f.Name(), err)
