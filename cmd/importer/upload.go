@@ -70,6 +70,10 @@ CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := newLogger(stderr, f.verbose, f.quiet)
 			if len(args) == 0 {
+				if getenv("TLS_CERT_FILE") == "" && getenv("DESTINATION") == "" {
+					*code = cdi.ExitUsage
+					return errors.New("DEST is required (or CDI's upload-server environment: TLS_CERT_FILE, TLS_KEY_FILE, …)")
+				}
 				*code = runEnvUploadServer(ctx, getenv, log, stderr)
 				return nil
 			}

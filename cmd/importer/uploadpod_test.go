@@ -207,3 +207,14 @@ func TestCloneIntoUploadPodBlock(t *testing.T) {
 	assert.True(t, strings.HasPrefix(m.SourceDigest, cloner.DigestPrefix), m.SourceDigest)
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dev, -1))
 }
+
+// TestUploadServerNeedsDestOrEnv: `importer upload-server` with neither DEST
+// nor CDI's environment is a usage error, not a server writing /data.
+func TestUploadServerNeedsDestOrEnv(t *testing.T) {
+	code, _, stderr := runCLI(t, nil, env(nil), "upload-server")
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Contains(t, stderr, "DEST is required")
+	code, _, stderr = runCLI(t, nil, env(map[string]string{"DESTINATION": "/nonexistent/disk.img"}), "upload-server")
+	assert.Equal(t, cdi.ExitFailed, code, "CDI's env without a certificate")
+	assert.Contains(t, stderr, "TLS_CERT_FILE and TLS_KEY_FILE are required")
+}

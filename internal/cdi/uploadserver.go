@@ -97,11 +97,10 @@ func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error)
 			return c, fmt.Errorf("DEADLINE=%q: want an RFC 3339 time: %w", v, errdefs.ErrInvalidOptions)
 		}
 	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return c, fmt.Errorf("TLS_CERT_FILE and TLS_KEY_FILE go together: %w", errdefs.ErrInvalidOptions)
-	}
-	if c.ClientCAFile != "" && c.CertFile == "" {
-		return c, fmt.Errorf("CLIENT_CERT_FILE needs the server certificate TLS_CERT_FILE/TLS_KEY_FILE: %w", errdefs.ErrInvalidOptions)
+	if c.CertFile == "" || c.KeyFile == "" {
+		// As CDI's: its pod always has a certificate, and an upload server
+		// without one would take any client's bytes.
+		return c, fmt.Errorf("TLS_CERT_FILE and TLS_KEY_FILE are required: %w", errdefs.ErrInvalidOptions)
 	}
 	if c.MinVersion, c.CipherSuites, c.Warnings, err = tlsPolicy(getenv); err != nil {
 		return c, err

@@ -12,7 +12,7 @@ import (
 )
 
 func TestUploadServerFromEnvDefaults(t *testing.T) {
-	c, err := UploadServerFromEnv(envOf(nil))
+	c, err := UploadServerFromEnv(envOf(map[string]string{"TLS_CERT_FILE": "/c/tls.crt", "TLS_KEY_FILE": "/c/tls.key"}))
 	require.NoError(t, err)
 	assert.Equal(t, "0.0.0.0:8443", c.Listen)
 	assert.Equal(t, "/data/disk.img", c.Destination)
@@ -45,6 +45,7 @@ func TestUploadServerFromEnvRefusals(t *testing.T) {
 		"bad deadline":          {"DEADLINE": "tomorrow"},
 		"cert without key":      {"TLS_CERT_FILE": "/c/tls.crt"},
 		"client CA without TLS": {"CLIENT_CERT_FILE": "/c/ca.crt"},
+		"no TLS":                {},
 		"bad preallocation":     {"PREALLOCATION": "maybe"},
 	} {
 		_, err := UploadServerFromEnv(envOf(env))
