@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build test test-short demo deps bench fuzz vet clean image image-test
+.PHONY: build test test-short demo deps bench fuzz vet clean image image-test man
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -19,6 +19,11 @@ LDFLAGS := -s -w -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/importer ./cmd/importer
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/cdi-containerimage-server ./cmd/cdi-containerimage-server
+
+# Man pages of importer and its subcommands, generated from the cobra
+# commands (github.com/spf13/cobra/doc) into man/man1.
+man:
+	$(GO) run ./cmd/importer man man/man1
 
 # The whole suite. Loop-device and namespace tests need root; they skip
 # with a reason otherwise.
