@@ -18,6 +18,13 @@ const clientName = "cdi-uploadproxy"
 // uploadServerPod starts the image as CDI's upload-server pod (the image's
 // entrypoint with CDI's argument) with mutual TLS, on a filesystem volume.
 func uploadServerPod(t *testing.T, img builtImage, ca *testpki.CA, dir, addr string) (name, data, termLog string) {
+	return uploadServerPodOn(t, img, ca, dir, addr, "")
+}
+
+// uploadServerPodOn is uploadServerPod on the block device dev when set
+// (CDI's block pod: the device at /dev/cdi-block-volume, DESTINATION
+// naming it, root with the fsGroup).
+func uploadServerPodOn(t *testing.T, img builtImage, ca *testpki.CA, dir, addr, dev string) (name, data, termLog string) {
 	t.Helper()
 	certs := filepath.Join(dir, "certs")
 	if err := os.Mkdir(certs, 0o755); err != nil {
@@ -36,7 +43,7 @@ func uploadServerPod(t *testing.T, img builtImage, ca *testpki.CA, dir, addr str
 	data = volumeDir(t, dir, "data")
 	termLog = terminationLog(t, dir)
 	host, port, _ := strings.Cut(addr, ":")
-	name = img.podman.Start(podmantest.Container{
+	c := podmantest.Container{
 		Image: img.id,
 		Args:  []string{"upload-server", "-v=3"},
 		Env: []string{
@@ -49,8 +56,14 @@ func uploadServerPod(t *testing.T, img builtImage, ca *testpki.CA, dir, addr str
 		HostNet:    true,
 		CapDropAll: true,
 		ReadOnly:   true,
-	})
-	return name, data, termLog
+	}
+	if dev != "" {
+		c.Env = append(c.Env, "DESTINATION=/dev/cdi-block-volume")
+		c.Volumes = c.Volumes[1:]
+		c.Devices = []string{dev + ":/dev/cdi-block-volume"}
+		c.User, c.Groups = "0:0", []string{"107"}
+	}
+	return img.podman.Start(c), data, termLog
 }
 
 func mtlsClient(t *testing.T, ca *testpki.CA, pair *testpki.Pair) *http.Client {
@@ -162,5 +175,63 @@ func TestUploadServerClientCertificate(t *testing.T) {
 	}
 	if m := readTermination(t, termLog); m.Message != "Upload Complete" {
 		t.Errorf("termination message %+v, want Upload Complete", m)
+	}
+}
+
+// TestClonerToUploadServerBlock is the storage-class migration between two
+// machines' worth of loop devices: the cloner pod (VOLUME_MODE=block) on
+// the source device, the upload-server pod on a target device of exactly
+// its size, our sparse-v1 stream between them with mutual TLS, verified.
+func TestClonerToUploadServerBlock(t *testing.T) {
+	img := loadImage(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "source.raw", 8<<20, 47)
+	src := testimg.LoopDevice(t, dir, 8<<20)
+	testimg.WriteDevice(t, src, raw)
+	dst := testimg.LoopDevice(t, dir, 8<<20)
+	ca := testpki.NewCA(t, t.TempDir(), "cdi")
+	addr := freeLocalAddr(t)
+	server, _, serverLog := uploadServerPodOn(t, img, ca, dir, addr, dst)
+	waitHealthy(t, img.podman, server, mtlsClient(t, ca, nil), "https://"+addr+"/healthz")
+	client := ca.Client(clientName)
+	if err := os.Mkdir(filepath.Join(dir, "cloner"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	clonerLog := terminationLog(t, filepath.Join(dir, "cloner"))
+	cloner := img.podman.Start(podmantest.Container{
+		Image: img.id,
+		Args:  []string{"clone-source"},
+		Env: []string{
+			"VOLUME_MODE=block", "MOUNT_POINT=/dev/cdi-block-volume", "PREALLOCATION=false",
+			"UPLOAD_URL=https://" + addr + "/v1beta1/upload", "OWNER_UID=clone-uid",
+			"CLIENT_CERT=" + string(client.CertPEM), "CLIENT_KEY=" + string(client.KeyPEM), "SERVER_CA_CERT=" + string(ca.PEM),
+			"IMPORTER_METRICS_LISTEN=" + freeLocalAddr(t),
+		},
+		Volumes:    []string{clonerLog + ":/dev/termination-log"},
+		Devices:    []string{src + ":/dev/cdi-block-volume"},
+		User:       "0:0",
+		Groups:     []string{"107"},
+		HostNet:    true,
+		CapDropAll: true,
+		ReadOnly:   true,
+	})
+	if code := img.podman.Wait(cloner); code != 0 {
+		t.Fatalf("cloner exited %d\n%s\nupload server:\n%s", code, img.podman.Logs(cloner), img.podman.Logs(server))
+	}
+	if code := img.podman.Wait(server); code != 0 {
+		t.Fatalf("upload server exited %d\n%s", code, img.podman.Logs(server))
+	}
+	if got, want := testimg.Digest(t, dst, -1), testimg.Digest(t, raw, -1); got != want {
+		t.Errorf("target device: sha256 %s, want the source's %s", got, want)
+	}
+	m := readTermination(t, serverLog)
+	if m.Message != "Clone Complete" {
+		t.Errorf("upload server's termination message %+v, want Clone Complete", m)
+	}
+	if logs := img.podman.Logs(cloner); !strings.Contains(logs, "protocol=sparse-v1") {
+		t.Errorf("the cloner did not use sparse-v1:\n%s", logs)
+	}
+	if b, _ := os.ReadFile(serverLog); !strings.Contains(string(b), `"verified":true`) {
+		t.Errorf("the clone was not verified: %s", b)
 	}
 }
