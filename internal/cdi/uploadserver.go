@@ -69,8 +69,9 @@ func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error)
 	if c.Destination == "" {
 		c.Destination = paths.DataFile
 	}
+	// CDI's LISTEN_ADDRESS="" also means every interface, as the default.
 	addr := DefaultUploadListenAddress
-	if v, ok := lookupEnv(getenv, "LISTEN_ADDRESS"); ok {
+	if v := getenv("LISTEN_ADDRESS"); v != "" {
 		addr = v
 	}
 	port := DefaultUploadListenPort
@@ -106,14 +107,6 @@ func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error)
 		return c, err
 	}
 	return c, nil
-}
-
-// lookupEnv tells an empty variable from a missing one where CDI does
-// (LISTEN_ADDRESS="" means every interface, like CDI's os.LookupEnv).
-// getenv cannot, so an empty value counts as missing.
-func lookupEnv(getenv func(string) string, name string) (string, bool) {
-	v := getenv(name)
-	return v, v != ""
 }
 
 // UploadTerminationMessage is the upload server's termination message:
