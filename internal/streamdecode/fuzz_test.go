@@ -1,0 +1,98 @@
+package streamdecode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/diskimport/engine/format"
+)
+
+// boundsSink discards writes after checking they stay inside the disk.
+type boundsSink struct{ size int64 }
+
+func (s boundsSink) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > s.size {
+		panic(fmt.Sprintf("write of %d bytes at %d outside the %d-byte disk", len(p), off, s.size))
+	}
+	return len(p), nil
+}
+
+// fuzzSeeds makes a few small images with qemu-img (none without it).
+func fuzzSeeds(f *testing.F, fmtName string, variants [][]string) {
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		return
+	}
+	dir := f.TempDir()
+	// Small seeds: the fuzzer minimizes every new input, slowly for big ones.
+	raw := rawDisk(f, filepath.Join(dir, "seed.raw"), 128<<10, 50, 9)
+	for i, v := range variants {
+		img := filepath.Join(dir, fmt.Sprintf("seed%d.img", i))
+		run(f, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw", "-O", fmtName}, v...), raw, img)...)
+		b, err := os.ReadFile(img)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}
+
+// fuzzDecode is the oracle shared by the fuzz targets: never a panic,
+// never a write outside the disk, memory bounded by small limits, and an
+// image the structural checks refuse is refused.
+func fuzzDecode(t *testing.T, f format.Format, data []byte, dec decodeFunc, check func(*bytes.Reader, int64) error) {
+	head := data[:min(len(data), format.DefaultPeekSize)]
+	h, herr := format.ParseHeaderMax(f, head, 1<<30)
+	size := h.VirtualSize
+	if herr != nil {
+		size = 1 << 30
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := dec(context.Background(), bytes.NewReader(data), boundsSink{size: size},
+			Options{MaxBuffered: 1 << 20, Workers: 2, MaxVirtualSize: 1 << 30})
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		buf := make([]byte, 1<<20)
+		t.Fatalf("decode of %d bytes still running after 5 s:\n%s", len(data), buf[:runtime.Stack(buf, true)])
+	}
+	if err != nil {
+		return
+	}
+	if herr != nil {
+		t.Fatalf("decoded an image whose header is refused: %v", herr)
+	}
+	start := time.Now()
+	cerr := check(bytes.NewReader(data), int64(len(data)))
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the structural check took %v", d)
+	}
+	if cerr != nil {
+		t.Fatalf("decoded an image the structural check refuses: %v", cerr)
+	}
+}
+
+func FuzzQCOW2(f *testing.F) {
+	fuzzSeeds(f, "qcow2", [][]string{{"-o", "cluster_size=4096"}, {"-c", "-o", "cluster_size=4096"},
+		{"-c", "-o", "compression_type=zstd,cluster_size=8192"}, {"-o", "extended_l2=on,cluster_size=16384"}, {"-o", "compat=0.10,cluster_size=512"}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fuzzDecode(t, format.QCOW2, data, DecodeQCOW2, func(r *bytes.Reader, n int64) error { return format.CheckQCOW2(r, n) })
+	})
+}
+
+func FuzzVMDK(f *testing.F) {
+	fuzzSeeds(f, "vmdk", [][]string{{"-o", "subformat=streamOptimized"}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fuzzDecode(t, format.VMDK, data, DecodeVMDK, func(r *bytes.Reader, n int64) error { return format.CheckVMDK(r, n) })
+	})
+}
