@@ -43,8 +43,8 @@ func BenchmarkDecodeVsQemuImg(b *testing.B) {
 	raw := benchDisk(b)
 	cases := []struct {
 		name, fmt string
-		dec      decodeFunc
-		args     []string
+		dec       decodeFunc
+		args      []string
 	}{
 		{"qcow2", "qcow2", DecodeQCOW2, []string{"-O", "qcow2"}},
 		{"qcow2-zlib", "qcow2", DecodeQCOW2, []string{"-O", "qcow2", "-c"}},
