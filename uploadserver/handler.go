@@ -2,8 +2,12 @@
 // imports it with the engine as it arrives, never buffering the whole
 // upload. It serves the paths of CDI's upload server: a raw request body at
 // /v1beta1/upload, a multipart form field "file" at /v1beta1/upload-form,
-// asynchronous variants of both, the import status at /v1beta1/status and
-// /healthz.
+// asynchronous variants of both, archives at /v1beta1/upload-archive, HEAD
+// on each, the import status at /v1beta1/status and /healthz. With CDI's
+// x-cdi-content-type header /v1beta1/upload receives a host-assisted
+// clone (clone.go: CDI's snappy stream; sparseclone.go: our resumable,
+// verified sparse-v1). Clients may be held to a client certificate
+// (clientauth.go) and a bearer token.
 package uploadserver
 
 import (
