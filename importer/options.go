@@ -137,7 +137,13 @@ type Progress struct {
 	SourceSize int64
 	// BytesWritten counts image bytes accepted by the target or scratch file.
 	BytesWritten int64
-	// Percent is qemu-img's progress during Convert, else BytesRead/SourceSize
-	// when known, else -1.
+	// Percent is the whole import's progress: it never goes back, stays
+	// below 100 until the data is durable and is 100 only in PhaseComplete;
+	// -1 until something is known (a stream of unknown length). On the
+	// scratch route the transfer fills the first half, the conversion the
+	// second.
 	Percent float64
+	// PhasePercent is the current phase's own progress: qemu-img's during
+	// Convert, else BytesRead/SourceSize when known, else -1.
+	PhasePercent float64
 }

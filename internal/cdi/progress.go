@@ -8,13 +8,9 @@ import (
 	"github.com/diskimport/engine/importer"
 )
 
-// Shares of CDI's percentage when an import goes through scratch space:
-// the transfer to scratch fills the first part, the conversion the rest.
+// beforeComplete caps the percentage until the import returned success:
 // 100 is kept for the moment the import is complete and synced.
-const (
-	scratchTransferShare = 50.0
-	beforeComplete       = 99.99
-)
+const beforeComplete = 99.99
 
 // ProgressState is what ProgressTracker knows of a running import.
 type ProgressState struct {
@@ -32,14 +28,13 @@ type ProgressState struct {
 
 // ProgressTracker follows an import through the engine's snapshots
 // (importer.Options.Progress); the metrics and the progress log read it.
-// The engine reports the percentage of the current phase; the tracker
-// makes it one percentage of the whole import, as CDI's controller shows
-// it.
+// The engine reports one percentage of the whole import (never going
+// back); the tracker cuts it to CDI's two decimals and keeps 100 for the
+// moment the import returned success, as CDI's controller shows it.
 type ProgressTracker struct {
 	mu       sync.Mutex
 	now      func() time.Time
 	state    ProgressState
-	scratch  bool // a TransferScratch was seen: a Convert follows
 	complete bool
 	lastRead int64
 	lastAt   time.Time
@@ -68,40 +63,9 @@ func (t *ProgressTracker) Observe(p importer.Progress) {
 	}
 	t.state.Phase = string(p.Phase)
 	t.state.BytesRead, t.state.BytesWritten, t.state.SourceSize = p.BytesRead, p.BytesWritten, p.SourceSize
-	if v := t.overall(p); v > t.state.Percent && !t.complete {
+	if v := p.Percent; v > t.state.Percent && !t.complete {
 		t.state.Percent = floorHundredth(min(v, beforeComplete))
 	}
-}
-
-// overall maps a snapshot to the whole import's percentage (-1: no news).
-func (t *ProgressTracker) overall(p importer.Progress) float64 {
-	switch string(p.Phase) {
-	case "TransferScratch":
-		t.scratch = true
-		if p.Percent >= 0 {
-			return p.Percent * scratchTransferShare / 100
-		}
-	case "TransferDataFile", "TransferDataDir":
-		if p.Percent >= 0 {
-			return p.Percent
-		}
-	case "Validate":
-		if t.scratch {
-			return scratchTransferShare
-		}
-	case "Convert":
-		if p.Percent >= 0 {
-			start := 0.0
-			if t.scratch {
-				start = scratchTransferShare
-			}
-			return start + p.Percent*(100-start)/100
-		}
-	case "Resize", "Commit", "Complete":
-		// Written; only the final sync is left.
-		return beforeComplete
-	}
-	return -1
 }
 
 // Complete marks the import complete (the engine returned success: the

@@ -24,6 +24,8 @@ type meter struct {
 	// rangedRead counts the bytes of the ranged route's range reads, on
 	// top of the head the counter saw.
 	rangedRead atomic.Int64
+
+	overall overallPercent // the whole import's percentage
 }
 
 // bytesRead is what crossed the wire: the stream's bytes and the range
@@ -77,11 +79,13 @@ func (m *meter) snapshot() Progress {
 	} else if w := m.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
 	}
+	p.PhasePercent = -1
 	switch {
 	case p.Phase == Convert:
-		p.Percent = math.Float64frombits(m.convertPercent.Load())
+		p.PhasePercent = math.Float64frombits(m.convertPercent.Load())
 	case p.SourceSize > 0:
-		p.Percent = min(100, 100*float64(p.BytesRead)/float64(p.SourceSize))
+		p.PhasePercent = min(100, 100*float64(p.BytesRead)/float64(p.SourceSize))
 	}
+	p.Percent = m.overall.update(p.Phase, p.PhasePercent)
 	return p
 }

@@ -88,4 +88,5 @@ type Progress struct {
 	SourceSize   int64
 	BytesWritten int64
 	Percent      float64
+	PhasePercent float64
 }
