@@ -1,0 +1,59 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// jsonLogLines checks that every log line of stderr is a JSON object (the
+// final summary line and "importer:" causes are not log lines) and
+// returns their messages.
+func jsonLogLines(t *testing.T, stderr string) []string {
+	t.Helper()
+	var msgs []string
+	for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if strings.HasPrefix(l, "Import complete:") || strings.HasPrefix(l, "importer:") || l == "" {
+			continue
+		}
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), "not a JSON log line: %q", l)
+		assert.Contains(t, rec, "time")
+		assert.Contains(t, rec, "level")
+		msgs = append(msgs, rec["msg"].(string))
+	}
+	return msgs
+}
+
+func TestCLILogFormatJSON(t *testing.T) {
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "disk.raw", 1<<20, 4)
+	code, _, stderr := runCLI(t, nil, env(nil), "-v", "--log-format", "json", src, filepath.Join(dir, "out.img"))
+	require.Equal(t, cdi.ExitOK, code)
+	assert.Contains(t, jsonLogLines(t, stderr), "New phase: TransferDataFile")
+}
+
+func TestEnvLogFormatJSON(t *testing.T) {
+	dir := t.TempDir()
+	testimg.Raw(t, dir, "disk.raw", 1<<20, 5)
+	base := testimg.Serve(t, dir)
+	root := cdiRoot(t)
+	code, _, stderr := runCLI(t, nil, env(map[string]string{
+		"IMPORTER_SOURCE":         "http",
+		"IMPORTER_ENDPOINT":       base + "/disk.raw",
+		"IMPORTER_PATH_PREFIX":    root,
+		"IMPORTER_METRICS_LISTEN": "off",
+		"IMPORTER_LOG_FORMAT":     "json",
+	}))
+	require.Equal(t, cdi.ExitOK, code)
+	msgs := jsonLogLines(t, stderr)
+	assert.Contains(t, msgs, "New phase: TransferDataFile")
+	assert.Contains(t, msgs, "Import complete")
+}
