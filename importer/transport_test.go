@@ -1,0 +1,78 @@
+package importer_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+type countingTransport struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
+}
+
+// A caller's *tls.Config or http.RoundTripper carries the requests.
+func TestCallerTLSConfigAndTransport(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 6)
+	srv := httptest.NewTLSServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	target := func() string { return filepath.Join(t.TempDir(), "disk.img") }
+
+	_, err := importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testLogger(t), Retries: new(0)})
+	require.ErrorIs(t, err, importer.ErrSourceUnreachable, "the test CA is not trusted by default")
+
+	o := importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testLogger(t),
+		TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	_, err = importer.Import(context.Background(), o)
+	require.NoError(t, err)
+	expectImage(t, raw, o.Target, false)
+
+	tr := &countingTransport{next: srv.Client().Transport}
+	o = importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testLogger(t), Transport: tr}
+	_, err = importer.Import(context.Background(), o)
+	require.NoError(t, err)
+	assert.Positive(t, tr.n.Load())
+	expectImage(t, raw, o.Target, false)
+}
+
+// Retries: nil is the default (10), new(0) none.
+func TestRetriesZeroMeansNone(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		retries *int
+		want    int64
+	}{{new(0), 1}, {new(2), 3}, {nil, 11}} {
+		hits.Store(0)
+		_, err := importer.Import(context.Background(), importer.Options{
+			Source: srv.URL + "/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t),
+			Retries: c.retries, RetryBackoff: time.Millisecond,
+		})
+		require.ErrorIs(t, err, importer.ErrSourceRefused)
+		assert.Equal(t, c.want, hits.Load())
+	}
+}
