@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
@@ -13,25 +12,9 @@ import (
 // The bench disk: 512 MiB virtual, about 35 % data.
 const benchSize = 512 << 20
 
-var (
-	benchOnce sync.Once
-	benchDir  string
-	benchRaw  string
-)
-
-func benchDisk(b *testing.B) string {
-	benchOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "streamdecode-bench-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		benchDir = dir
-		benchRaw = rawDisk(b, filepath.Join(dir, "disk.raw"), benchSize, 35, 42)
-	})
-	if benchRaw == "" {
-		b.Fatal("no bench disk")
-	}
-	return benchRaw
+func benchDisk(b *testing.B) (dir, raw string) {
+	dir = b.TempDir()
+	return dir, rawDisk(b, filepath.Join(dir, "disk.raw"), benchSize, 35, 42)
 }
 
 // BenchmarkDecodeVsQemuImg decodes each image into a fresh sparse file
@@ -40,7 +23,7 @@ func benchDisk(b *testing.B) string {
 // are faster). Run: go test -run NONE -bench DecodeVsQemuImg -benchtime 3x
 func BenchmarkDecodeVsQemuImg(b *testing.B) {
 	need(b, "qemu-img")
-	raw := benchDisk(b)
+	benchDir, raw := benchDisk(b)
 	cases := []struct {
 		name, fmt string
 		dec       decodeFunc
@@ -51,11 +34,6 @@ func BenchmarkDecodeVsQemuImg(b *testing.B) {
 		{"qcow2-zstd", "qcow2", DecodeQCOW2, []string{"-O", "qcow2", "-c", "-o", "compression_type=zstd"}},
 		{"vmdk-streamOptimized", "vmdk", DecodeVMDK, []string{"-O", "vmdk", "-o", "subformat=streamOptimized"}},
 	}
-	defer func() {
-		if b.Failed() {
-			os.RemoveAll(benchDir)
-		}
-	}()
 	for _, c := range cases {
 		img := filepath.Join(benchDir, c.name+".img")
 		if _, err := os.Stat(img); err != nil {
