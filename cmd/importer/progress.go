@@ -43,7 +43,7 @@ type terminalBar struct {
 
 func newTerminalBar(w io.Writer) *terminalBar {
 	t := &terminalBar{start: time.Now()}
-	t.p = mpb.New(mpb.WithOutput(w), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
+	t.p = mpb.New(mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
 	t.bar = t.p.New(barScale, mpb.BarStyle().Lbound("[").Rbound("]"),
 		mpb.PrependDecorators(decor.Any(t.phase, decor.WCSyncSpaceR)),
 		mpb.AppendDecorators(decor.Any(t.numbers)),
