@@ -55,6 +55,9 @@ func Inspect(ctx context.Context, o Options) (*Inspection, error) {
 		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, ScratchNeeded: in.ScratchNeeded(),
 		RefusedErr: in.Refusal,
 	}
+	if o.SourceReader != nil {
+		out.Source = o.Source // "-", not the reader's internal name
+	}
 	if in.Plan != nil {
 		out.Route = in.Plan.Route.String()
 		out.Phases = in.Plan.Phases
