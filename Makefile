@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build test test-short demo deps bench fuzz vet clean image image-test man
+.PHONY: build test test-short demo deps bench fuzz vet tidy-check clean image image-test man
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -44,6 +44,10 @@ deps:
 
 vet:
 	$(GO) vet ./...
+
+# go.mod and go.sum must be what `go mod tidy` makes of them (CI checks).
+tidy-check:
+	$(GO) mod tidy -diff
 
 # Side-by-side benchmarks (root; not part of test): builds a BENCH_SIZE (2G)
 # test disk under bench/cache, imports it over HTTP BENCH_RUNS (3) times per
