@@ -9,6 +9,7 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/units"
 )
 
 // newBlankCommand is `importer blank --size SIZE DEST`: an empty disk.
@@ -16,6 +17,7 @@ import (
 func newBlankCommand(ctx context.Context, stdout, stderr io.Writer, code *int) *cobra.Command {
 	var (
 		size, format, terminationLog string
+		logFormat                    string
 		overhead                     float64
 		prealloc, asJSON, quiet      bool
 		verbose                      int
@@ -38,13 +40,18 @@ device supports it, written zeros otherwise).`,
 				*code = cdi.ExitUsage
 				return err
 			}
+			log, err := newFormatLogger(stderr, logFormat, cliLogLevel(verbose, quiet))
+			if err != nil {
+				*code = cdi.ExitUsage
+				return err
+			}
 			res, err := importer.CreateBlank(ctx, importer.BlankOptions{
 				Target:             args[0],
 				Size:               n,
 				Format:             format,
 				FilesystemOverhead: overhead,
 				Preallocation:      prealloc,
-				Logger:             newLogger(stderr, verbose, quiet),
+				Logger:             log,
 			})
 			r := reporter{terminationLog: terminationLog, json: asJSON, quiet: quiet, stdout: stdout, stderr: stderr}
 			*code = r.report(res, err, "blank disk failed", blankSummary(res))
@@ -58,8 +65,10 @@ device supports it, written zeros otherwise).`,
 	fl.Float64Var(&overhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&terminationLog, "termination-log", "", "write the result JSON to this file")
 	fl.BoolVar(&asJSON, "json", false, "print the result JSON on standard output")
-	fl.CountVarP(&verbose, "verbose", "v", "more log output (debug)")
-	fl.BoolVarP(&quiet, "quiet", "q", false, "only warnings and errors")
+	fl.CountVarP(&verbose, "verbose", "v", "log what is done (-vv: debug)")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "no summary: only warnings and errors")
+	fl.StringVar(&logFormat, "log-format", logFormatText, "log lines as text or json")
+	registerValueCompletions(cmd)
 	return cmd
 }
 
@@ -67,5 +76,5 @@ func blankSummary(res *importer.Result) string {
 	if res == nil {
 		return ""
 	}
-	return fmt.Sprintf("Blank disk created: %s (%d bytes)", res.Target, res.VirtualSize)
+	return fmt.Sprintf("Blank disk created: %s, %s (%d bytes)", res.Target, units.Bytes(res.VirtualSize), res.VirtualSize)
 }

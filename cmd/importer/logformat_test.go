@@ -57,3 +57,12 @@ func TestEnvLogFormatJSON(t *testing.T) {
 	assert.Contains(t, msgs, "New phase: TransferDataFile")
 	assert.Contains(t, msgs, "Import complete")
 }
+
+func TestBlankLogFormatJSON(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "blank.img")
+	code, _, stderr := runCLI(t, nil, env(nil), "blank", "-v", "--log-format", "json", "--size", "1Mi", dest)
+	require.Equal(t, cdi.ExitOK, code)
+	assert.Contains(t, jsonLogLines(t, strings.ReplaceAll(stderr, "Blank disk created: ", "Import complete: ")), "Blank disk created")
+	code, _, _ = runCLI(t, nil, env(nil), "blank", "--log-format", "xml", "--size", "1Mi", dest+"2")
+	assert.Equal(t, cdi.ExitUsage, code)
+}
