@@ -156,7 +156,26 @@ func (r Recipe) ProjectTree() (*Tree, error) {
 			return nil, err
 		}
 	}
+	for _, l := range cdiLaunchers() {
+		script := "#!/bin/sh\n# " + l.why + "\nexec " + EntrypointPath + l.args + ` "$@"` + "\n"
+		if err := t.Bytes(l.path, []byte(script), 0o755); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// cdiLaunchers start each CDI pod role by the program name CDI's own
+// images use, so one image can be set as CDI's importer, upload server
+// and cloner image whatever name the pod spec or an operator's override
+// runs.
+func cdiLaunchers() []struct{ path, args, why string } {
+	return []struct{ path, args, why string }{
+		{"/usr/bin/cdi-importer", "", "CDI's importer: the environment contract, no arguments"},
+		{"/usr/bin/cdi-uploadserver", " upload-server", "CDI's upload server: its environment (DESTINATION, TLS_*, CLIENT_*, DEADLINE)"},
+		{"/usr/bin/cloner_startup.sh", " clone-source", "CDI's cloner entrypoint: its environment (VOLUME_MODE, MOUNT_POINT, UPLOAD_URL, CLIENT_*)"},
+		{"/usr/bin/cdi-cloner", " clone-source", "CDI's cloner binary: -content-type, -upload-bytes, -mount flags"},
+	}
 }
 
 // EntrypointPath is where the importer is and what the image runs.

@@ -157,3 +157,25 @@ func sha256File(t *testing.T, p string) string {
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
+
+// TestCDILaunchers runs each CDI role by the program name CDI's own images
+// use: every launcher reaches the importer's matching command.
+func TestCDILaunchers(t *testing.T) {
+	img := loadImage(t)
+	for launcher, want := range map[string]string{
+		"/usr/bin/cdi-importer":      "Import a VM disk image",
+		"/usr/bin/cdi-uploadserver":  "Serve CDI's upload paths",
+		"/usr/bin/cloner_startup.sh": "Usage of clone-source",
+		"/usr/bin/cdi-cloner":        "Usage of clone-source",
+	} {
+		t.Run(filepath.Base(launcher), func(t *testing.T) {
+			r := img.podman.Run(podmantest.Container{Image: img.id, Entrypoint: launcher, Args: []string{"--help"}, CapDropAll: true}, quickTimeout)
+			if r.ExitCode != 0 {
+				t.Fatalf("%s --help exited %d: %s%s", launcher, r.ExitCode, r.Stdout, r.Stderr)
+			}
+			if out := r.Stdout + r.Stderr; !strings.Contains(out, want) {
+				t.Errorf("%s --help printed\n%s\nwant %q", launcher, out, want)
+			}
+		})
+	}
+}
