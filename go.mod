@@ -1,6 +1,6 @@
 module github.com/diskimport/engine
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/google/go-containerregistry v0.22.1
