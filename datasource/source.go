@@ -69,3 +69,17 @@ type RangedURL struct {
 	etag    string // strong ETag of the first response, pins every read
 	lastMod string
 }
+
+// Replayable reports whether opening src again reads the same bytes from
+// the start, so an import of t may be started over: not for a one-time
+// stream (stdin, an upload body) nor for a pipe or character device read
+// through a file path, whose bytes are gone once read.
+func Replayable(src Source, t *Transfer) bool {
+	switch src.(type) {
+	case *readerSource:
+		return false
+	case *fileSource:
+		return LocalPath(t) != ""
+	}
+	return true
+}

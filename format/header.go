@@ -28,6 +28,7 @@ type Header struct {
 	RefcountOrder    uint32 // log2 of refcount bits
 	ExtendedL2       bool   // 128-bit L2 entries (subclusters)
 	Compressed       string // qcow2 cluster compression: "zlib" or "zstd"
+	Snapshots        uint32 // internal snapshots (their table is checked by qemu-img check)
 
 	// VMDK only.
 	VMDKCreateType string // from the embedded descriptor

@@ -140,6 +140,7 @@ func parseQCOW2Header(head []byte) (Header, error) {
 	if nbSnapshots > 0 && snapshotsOff%clusterSize != 0 {
 		return Header{}, invalidf(f, "snapshot table offset %#x not cluster aligned", snapshotsOff)
 	}
+	h.Snapshots = nbSnapshots
 	return h, nil
 }
 

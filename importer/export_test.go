@@ -14,3 +14,10 @@ func WithPhaseHook(o Options, hook func(phase Phase, step func(context.Context) 
 	}
 	return o
 }
+
+// WithStreamDecodeBuffer returns o with the stream decoder's buffer of
+// clusters that precede their table bounded to n bytes.
+func WithStreamDecodeBuffer(o Options, n int64) Options {
+	o.streamDecodeMaxBuffered = n
+	return o
+}

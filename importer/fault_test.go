@@ -112,7 +112,7 @@ func TestScratchMissingOrFull(t *testing.T) {
 
 	t.Run("missing", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "no-such-dir")
-		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: missing, Logger: testLogger(t)}
+		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: missing, Logger: testLogger(t), NoStreamDecode: true}
 		res, err := importer.Import(context.Background(), o)
 		require.Error(t, err)
 		t.Logf("error: %v", err)
@@ -123,7 +123,7 @@ func TestScratchMissingOrFull(t *testing.T) {
 	})
 	t.Run("full", func(t *testing.T) {
 		fs := tmpfs(t, 2<<20)
-		err := importFails(t, importer.Options{Source: gz, ScratchDir: fs}, importer.ErrScratchSpaceRequired)
+		err := importFails(t, importer.Options{Source: gz, ScratchDir: fs, NoStreamDecode: true}, importer.ErrScratchSpaceRequired)
 		assert.Contains(t, err.Error(), fs)
 	})
 }

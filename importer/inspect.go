@@ -21,7 +21,7 @@ type Inspection struct {
 	// space before converting it.
 	ScratchNeeded bool `json:"scratchNeeded"`
 	// Route is the path the import would take ("stream", "scratch",
-	// "in-place", "ranged") and Phases its phases after Info; both empty
+	// "in-place", "ranged", "stream-decode") and Phases its phases after Info; both empty
 	// when the image is refused.
 	Route  string  `json:"route,omitempty"`
 	Phases []Phase `json:"phases,omitempty"`

@@ -71,12 +71,14 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 	cases := []struct {
 		name, object string
 		noRanged     bool
+		noDecode     bool
 		wantScratch  bool
 		wantPhase    importer.Phase
 	}{
-		{"raw.xz streamed", "disk.raw.xz", false, false, importer.PhaseTransferDataFile},
-		{"qcow2 ranged", "disk.qcow2", false, false, importer.PhaseConvert},
-		{"qcow2 streamed to scratch", "disk.qcow2", true, true, importer.PhaseTransferScratch},
+		{"raw.xz streamed", "disk.raw.xz", false, false, false, importer.PhaseTransferDataFile},
+		{"qcow2 ranged", "disk.qcow2", false, false, false, importer.PhaseConvert},
+		{"qcow2 streamed and decoded", "disk.qcow2", true, false, false, importer.PhaseTransferDataFile},
+		{"qcow2 streamed to scratch", "disk.qcow2", true, true, true, importer.PhaseTransferScratch},
 	}
 	for _, c := range cases {
 		for _, block := range []bool{false, true} {
@@ -90,7 +92,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 				}
 				o := importer.Options{
 					Source: st.endpoint(st.host, "images/"+c.object), Target: target, ScratchDir: t.TempDir(),
-					NoRangedRead: c.noRanged, Logger: testLogger(t),
+					NoRangedRead: c.noRanged, NoStreamDecode: c.noDecode, Logger: testLogger(t),
 				}
 				// A checksum needs every byte in order, so the ranged case
 				// goes without one.

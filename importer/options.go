@@ -109,6 +109,13 @@ type Options struct {
 	// even when the server serves byte ranges and qemu-img could read it in
 	// place (through an NBD export of our own range reader).
 	NoRangedRead bool
+	// NoStreamDecode copies a streamed qcow2 or streamOptimized vmdk to
+	// scratch and converts it with qemu-img, instead of decoding it
+	// straight onto a raw target in one pass. Without it the decoder is
+	// used where the source can be read again (not stdin or an upload),
+	// and a layout it cannot stream starts the import over through
+	// scratch.
+	NoStreamDecode bool
 
 	// Progress, when set, is called about once a second from a goroutine of
 	// its own, and once more when the import ends.
@@ -126,6 +133,9 @@ type Options struct {
 	// wrapPhase decorates the step of a phase; tests inject faults with it
 	// (export_test.go).
 	wrapPhase func(Phase, engine.Step) engine.Step
+	// streamDecodeMaxBuffered bounds the stream decoder's buffer of
+	// clusters that precede their table (export_test.go).
+	streamDecodeMaxBuffered int64
 }
 
 // Progress is a snapshot of a running import.

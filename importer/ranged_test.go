@@ -60,7 +60,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 	cases := []struct {
 		name, qfmt, want string
 		opts             []string
-		scratch          bool // read whole instead (see streamOptimized)
+		whole            bool // read whole and decoded instead (see streamOptimized)
 	}{
 		{"disk.qcow2", "qcow2", "qcow2", nil, false},
 		{"disk.vmdk", "vmdk", "vmdk", nil, false},
@@ -85,8 +85,10 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 			res, err := importer.Import(context.Background(), o)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, res.SourceFormat)
-			if c.scratch {
-				assert.True(t, res.ScratchUsed, "phases %v", res.Phases)
+			if c.whole {
+				// Decoded straight onto the target as it streams.
+				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
+				assert.NotContains(t, res.Phases, importer.PhaseConvert)
 				assert.Equal(t, int64(0), rc.ranges.Load()-before, "range requests for an image read whole")
 			} else {
 				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
@@ -104,7 +106,18 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 			Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
 			ScratchDir: t.TempDir(), Logger: testLogger(t), NoRangedRead: true,
 		}
+		before := rc.ranges.Load()
 		res, err := importer.Import(context.Background(), o)
+		require.NoError(t, err)
+		// Streamed whole instead, and decoded onto the target.
+		assert.False(t, res.ScratchUsed)
+		assert.NotContains(t, res.Phases, importer.PhaseConvert)
+		assert.Equal(t, int64(0), rc.ranges.Load()-before, "no range request")
+		expectImage(t, raw, o.Target, false)
+
+		o.NoStreamDecode = true
+		o.Target = filepath.Join(t.TempDir(), "disk.img")
+		res, err = importer.Import(context.Background(), o)
 		require.NoError(t, err)
 		assert.True(t, res.ScratchUsed)
 		expectImage(t, raw, o.Target, false)

@@ -30,7 +30,7 @@ type realImage struct {
 
 	http            bool // in the HTTP sample (ranged and streamed)
 	heavy           bool // ~260 MiB of raw data: file and xz paths only
-	streamOptimized bool // read through scratch even from a ranged server (ranged.go)
+	streamOptimized bool // read whole even from a ranged server (ranged.go)
 }
 
 func converts(stored, qemuFormat, format, why string) realImage {
@@ -44,7 +44,15 @@ func refused(stored string, sentinel error, cause, why string) realImage {
 func (r realImage) overHTTP() realImage   { r.http = true; return r }
 func (r realImage) heavyImage() realImage { r.heavy = true; return r }
 func (r realImage) streamOpt() realImage  { r.streamOptimized = true; return r }
-func (r realImage) fixedVHD() realImage   { r.rawCopy = true; return r }
+
+// decoded: a stream of the image is decoded straight onto the target
+// (the stream-decode route), no scratch and no qemu-img. Every qcow2 and
+// streamOptimized vmdk of the corpus is (none has internal snapshots or a
+// layout the decoder falls back on).
+func (r realImage) decoded() bool {
+	return r.convertible() && (r.format == "qcow2" || r.streamOptimized)
+}
+func (r realImage) fixedVHD() realImage { r.rawCopy = true; return r }
 func (r realImage) convertible() bool {
 	return r.refuse == nil && r.format != "raw" && r.format != "iso" && !r.rawCopy
 }

@@ -60,8 +60,9 @@ func TestRegistryImportsContainerdisks(t *testing.T) {
 		{"raw gzip layer", []v1.Layer{diskLayer(t, regtest.Gzip, "disk.img", d.raw)}, false, "raw"},
 		{"raw zstd layer", []v1.Layer{diskLayer(t, regtest.Zstd, "disk.img", d.raw)}, false, "raw"},
 		{"raw uncompressed layer", []v1.Layer{diskLayer(t, regtest.None, "disk.img", d.raw)}, false, "raw"},
-		{"qcow2", []v1.Layer{diskLayer(t, regtest.Gzip, "fedora.qcow2", d.qcow2)}, true, "qcow2"},
-		{"qcow2.xz zstd layer", []v1.Layer{diskLayer(t, regtest.Zstd, "fedora.qcow2.xz", d.qcow2xz)}, true, "qcow2"},
+		// A qcow2 layer is decoded straight onto the target: no scratch.
+		{"qcow2", []v1.Layer{diskLayer(t, regtest.Gzip, "fedora.qcow2", d.qcow2)}, false, "qcow2"},
+		{"qcow2.xz zstd layer", []v1.Layer{diskLayer(t, regtest.Zstd, "fedora.qcow2.xz", d.qcow2xz)}, false, "qcow2"},
 		{"disk in second of three layers", []v1.Layer{filler, diskLayer(t, regtest.Gzip, "disk.img", d.raw),
 			regtest.Layer(t, regtest.Gzip, regtest.File{Name: "disk/other.img", Data: make([]byte, 4096)})}, false, "raw"},
 	}
@@ -75,12 +76,10 @@ func TestRegistryImportsContainerdisks(t *testing.T) {
 			assert.True(t, res.Complete)
 			assert.Equal(t, c.srcFormat, res.SourceFormat)
 			assert.Equal(t, c.scratch, res.ScratchUsed)
-			if c.scratch {
-				assert.Contains(t, res.Phases, importer.PhaseConvert)
-			} else {
-				assert.Contains(t, res.Phases, importer.PhaseTransferDataFile)
-				assert.NotContains(t, res.Phases, importer.PhaseTransferScratch)
-			}
+			// Every layer, raw or qcow2, streams onto the target.
+			assert.NotContains(t, res.Phases, importer.PhaseConvert)
+			assert.Contains(t, res.Phases, importer.PhaseTransferDataFile)
+			assert.NotContains(t, res.Phases, importer.PhaseTransferScratch)
 			assertSameDisk(t, d.raw, target)
 		})
 	}

@@ -47,9 +47,9 @@ func TestInspect(t *testing.T) {
 	}{
 		{raw, "raw", "stream", nil, false},
 		{qcow, "qcow2", "in-place", nil, false},
-		{xz, "qcow2", "scratch", []string{"xz"}, true},
+		{xz, "qcow2", "stream-decode", []string{"xz"}, false},
 		{url + "/disk.qcow2", "qcow2", "ranged", nil, false},
-		{url + "/disk.qcow2.xz", "qcow2", "scratch", []string{"xz"}, true},
+		{url + "/disk.qcow2.xz", "qcow2", "stream-decode", []string{"xz"}, false},
 	}
 	for _, c := range cases {
 		code, in := inspectJSON(t, c.src)
@@ -75,8 +75,8 @@ func TestInspect(t *testing.T) {
 	code, stdout, _ := runCLI(t, nil, env(nil), "inspect", xz)
 	assert.Equal(t, cdi.ExitOK, code)
 	assert.Contains(t, stdout, "format        qcow2 (xz)\n")
-	assert.Contains(t, stdout, "scratch       needed")
-	assert.Contains(t, stdout, "phases        Info → TransferScratch → Validate → Convert → Resize → Commit → Complete\n")
+	assert.Contains(t, stdout, "scratch       not needed")
+	assert.Contains(t, stdout, "phases        Info → TransferDataFile → Resize → Commit → Complete\n")
 
 	after, _ := os.ReadDir(www)
 	assert.Equal(t, len(before), len(after), "inspect wrote nothing next to the images")

@@ -186,8 +186,9 @@ func writeBigDisk(t *testing.T, path string, size int64) {
 // TestImportInSmallMemoryCgroup imports a 1 GiB disk inside a 256 MiB
 // memory cgroup (page cache is charged to it, as in a pod) and checks that
 // nothing is OOM-killed, the content is right and dirty pages stay bounded:
-// targets are written with O_DIRECT and scratch writeback is paced, so
-// neither the copy nor qemu-img lets dirty pages pile up.
+// targets are written with O_DIRECT and scratch writeback is paced (as is
+// the stream decoder's file target), so neither the copy, the decoder nor
+// qemu-img lets dirty pages pile up.
 func TestImportInSmallMemoryCgroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("imports 1 GiB")
@@ -199,6 +200,7 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 	zst := testimg.Compress(t, raw, "zst")
 	q := testimg.Convert(t, raw, filepath.Join(dir, "big.qcow2"), "qcow2")
 	qzst := testimg.Compress(t, q, "zst")
+	vzst := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "big.vdi"), "vdi"), "zst")
 	want := testimg.Digest(t, raw, -1)
 	bin := filepath.Join(dir, "importer")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -208,7 +210,9 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 	for _, c := range []struct{ name, src, dest string }{
 		{"raw.zst to file", zst, filepath.Join(dir, "out-raw.img")},
 		{"raw.zst to device", zst, loop},
-		{"qcow2.zst via scratch to file", qzst, filepath.Join(dir, "out-qcow2.img")},
+		{"qcow2.zst decoded to file", qzst, filepath.Join(dir, "out-qcow2.img")},
+		{"qcow2.zst decoded to device", qzst, loop},
+		{"vdi.zst via scratch to file", vzst, filepath.Join(dir, "out-vdi.img")},
 		{"qcow2 to device", q, loop},
 	} {
 		t.Run(c.name, func(t *testing.T) {

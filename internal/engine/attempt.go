@@ -59,8 +59,12 @@ func (a *attempt) steps(plan *Plan) map[Phase]Step {
 		in.path = ""
 	}
 	a.release(func() { in.release(a.log) })
+	transfer := (&streamTransfer{a: a}).run
+	if plan.Route == RouteStreamDecode {
+		transfer = (&streamDecode{a: a}).run
+	}
 	return map[Phase]Step{
-		TransferDataFile: (&streamTransfer{a: a}).run,
+		TransferDataFile: transfer,
 		TransferScratch:  (&scratchTransfer{a: a, out: in}).run,
 		Validate:         (&validation{a: a, in: in}).run,
 		Convert:          (&conversion{a: a, in: in}).run,

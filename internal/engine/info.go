@@ -77,6 +77,8 @@ func (a *attempt) decide(ctx context.Context, st *datasource.Transfer, img *form
 	case a.localPath != "" && len(img.Compressions) == 0:
 		// qemu-img reads a local image in place: no copy.
 		plan.Route = RouteInPlace
+	case a.useStreamDecode(st, img, out): // streamdecode.go
+		plan.Route = RouteStreamDecode
 	default:
 		plan.Route = RouteScratch
 		if !img.Format.NeedsConversion() {

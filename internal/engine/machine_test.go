@@ -130,7 +130,7 @@ func TestWrapDecoratesSteps(t *testing.T) {
 }
 
 func TestPhasesForEveryRouteEndInCommitThenComplete(t *testing.T) {
-	for _, r := range []Route{RouteStream, RouteScratch, RouteInPlace, RouteRanged, RouteArchive, RouteBlank} {
+	for _, r := range []Route{RouteStream, RouteScratch, RouteInPlace, RouteRanged, RouteArchive, RouteBlank, RouteStreamDecode} {
 		ph, _ := PhasesFor(r, false)
 		require.GreaterOrEqual(t, len(ph), 2, r.String())
 		assert.Equal(t, []Phase{Commit, Complete}, ph[len(ph)-2:], r.String())
@@ -138,4 +138,9 @@ func TestPhasesForEveryRouteEndInCommitThenComplete(t *testing.T) {
 	ph, drained := PhasesFor(RouteStream, true)
 	assert.Equal(t, []Phase{TransferDataFile, Resize, Verify, Commit, Complete}, ph)
 	assert.Equal(t, TransferDataFile, drained)
+	ph, drained = PhasesFor(RouteStreamDecode, false)
+	assert.Equal(t, []Phase{TransferDataFile, Resize, Commit, Complete}, ph)
+	assert.Equal(t, TransferDataFile, drained)
+	assert.Equal(t, "stream-decode", RouteStreamDecode.String())
+	assert.False(t, RouteStreamDecode.Converts())
 }

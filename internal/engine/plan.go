@@ -22,6 +22,11 @@ const (
 	RouteArchive
 	// RouteBlank: no source; an empty disk of the requested size.
 	RouteBlank
+	// RouteStreamDecode: a streamed qcow2 or streamOptimized vmdk decoded
+	// by our own decoder (internal/streamdecode) straight onto a raw
+	// target, in one pass and without a scratch file. A layout the decoder
+	// cannot stream restarts the import on RouteScratch.
+	RouteStreamDecode
 )
 
 func (r Route) String() string {
@@ -38,6 +43,8 @@ func (r Route) String() string {
 		return "archive"
 	case RouteBlank:
 		return "blank"
+	case RouteStreamDecode:
+		return "stream-decode"
 	}
 	return "unknown"
 }
@@ -88,7 +95,7 @@ type Plan struct {
 // which its source is drained.
 func PhasesFor(r Route, verify bool) (phases []Phase, drainedAfter Phase) {
 	switch r {
-	case RouteStream:
+	case RouteStream, RouteStreamDecode:
 		phases, drainedAfter = []Phase{TransferDataFile, Resize}, TransferDataFile
 	case RouteScratch:
 		phases, drainedAfter = []Phase{TransferScratch, Validate, Convert, Resize}, Validate

@@ -19,7 +19,8 @@ type meter struct {
 	counter        atomic.Pointer[iostage.Counter]
 	sourceSize     atomic.Int64
 	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
-	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's, onto a device
+	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's or the stream decoder's, onto a device
+	decodedFile    atomic.Pointer[countingSink]        // the stream decoder's, onto a file
 	convertPercent atomic.Uint64                       // math.Float64bits
 	// rangedRead counts the bytes of the ranged route's range reads, on
 	// top of the head the counter saw.
@@ -76,6 +77,8 @@ func (m *meter) snapshot() Progress {
 	p.BytesRead = m.bytesRead()
 	if d := m.deviceWriter.Load(); d != nil { // qemu-img writing a device
 		p.BytesWritten = d.Written()
+	} else if f := m.decodedFile.Load(); f != nil {
+		p.BytesWritten = f.written.Load()
 	} else if w := m.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
 	}

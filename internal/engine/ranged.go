@@ -23,7 +23,8 @@ import (
 // checksum: a digest must see every byte in order. A server may advertise
 // "Accept-Ranges: bytes" and still answer a range with the whole object
 // (200), so one range read is tried first; when it fails the import takes
-// the streamed path (a scratch copy) instead, which needs no ranges.
+// a streamed path instead (the stream decoder, or a scratch copy), which
+// needs no ranges.
 func (a *attempt) useRanged(ctx context.Context, st *datasource.Transfer, img *format.Image) bool {
 	ranged := datasource.Ranges(st)
 	if ranged == nil || a.req.NoRangedRead || a.source.verifier != nil ||
@@ -31,7 +32,7 @@ func (a *attempt) useRanged(ctx context.Context, st *datasource.Transfer, img *f
 		return false
 	}
 	if err := probeRanges(ctx, ranged); err != nil {
-		a.log.Warn("The server advertises byte ranges but a range read failed; downloading the image to scratch instead",
+		a.log.Warn("The server advertises byte ranges but a range read failed; reading the image as a stream instead",
 			"url", a.req.Source.String(), "cause", err.Error())
 		return false
 	}

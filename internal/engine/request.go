@@ -34,7 +34,15 @@ type Request struct {
 	Verify             bool
 	ZeroTarget         bool
 	NoRangedRead       bool
-	Mode               os.FileMode
+	// NoStreamDecode keeps a streamed qcow2 or streamOptimized vmdk on the
+	// scratch route instead of decoding it straight onto the target. The
+	// restart loop sets it when the decoder found a layout it cannot stream.
+	NoStreamDecode bool
+	// StreamDecodeMaxBuffered bounds what the stream decoder holds for
+	// clusters that arrive before their table (0: its default); tests set
+	// it small.
+	StreamDecodeMaxBuffered int64
+	Mode                    os.FileMode
 
 	Progress func(Progress)
 	Events   func(Event)

@@ -18,21 +18,37 @@ const maxRestarts = 100
 // ignores Range, or the object changed) fails the attempt with a
 // *datasource.RestartError; that attempt has already aborted its target and
 // removed its scratch file, so the next one begins from Info with a fresh
-// Open and nothing of the old bytes.
+// Open and nothing of the old bytes. An attempt on RouteStreamDecode whose
+// image the decoder cannot stream (notStreamableError) is started over the
+// same way, once, with Request.NoStreamDecode set: the request is all the
+// attempts share, and that flag sends the next one to RouteScratch.
 func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 	start := time.Now()
 	for restarts := 0; ; restarts++ {
 		res, err := importOnce(ctx, r, start)
 		res.Retries = datasource.Retries(r.Source)
+		var ns *notStreamableError
+		if err != nil && ctx.Err() == nil && !r.NoStreamDecode && errors.As(err, &ns) {
+			// The decoder met a layout it cannot stream (streamdecode.go):
+			// that attempt wrote no head and removed its file; the next
+			// one reads the source again and takes the scratch route.
+			r.NoStreamDecode = true
+			logger(r).Warn("The image cannot be decoded in one pass; starting the import over through a scratch copy",
+				"source", r.Source.String(), "cause", ns.Error())
+			continue
+		}
 		var re *datasource.RestartError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &re) || restarts >= maxRestarts {
 			return res, err
 		}
-		log := r.Logger
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn("Transfer cannot resume; starting the import over from the beginning",
+		logger(r).Warn("Transfer cannot resume; starting the import over from the beginning",
 			"source", r.Source.String(), "restart", restarts+1, "cause", re.Error())
 	}
+}
+
+func logger(r Request) *slog.Logger {
+	if r.Logger == nil {
+		return slog.Default()
+	}
+	return r.Logger
 }

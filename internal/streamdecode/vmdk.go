@@ -318,7 +318,9 @@ func (d *vmdkDecoder) grainTable(at uint64, b []byte) error {
 // footer checks the footer against the header, the grain directory it
 // names against the tables seen, and that the stream ends right after.
 func (d *vmdkDecoder) footer(at, sectors uint64) error {
-	if sectors != 1 {
+	// qemu (and format.CheckVMDK) read the footer from the sector after
+	// its marker whatever the marker's count says; 1 is what writers put.
+	if sectors > 1 {
 		return d.invalid("footer marker of %d sectors", sectors)
 	}
 	b := make([]byte, 2*vmdkSector)

@@ -1,0 +1,292 @@
+package importer_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// The stream-decode route: a streamed qcow2 or streamOptimized vmdk is
+// decoded straight onto a raw target, no scratch file, no qemu-img.
+
+var streamDecodePhases = []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseResize, importer.PhaseCommit, importer.PhaseComplete}
+
+// logTo returns a debug logger into buf that also goes to the test log.
+func logTo(t *testing.T, buf *bytes.Buffer) *slog.Logger {
+	t.Helper()
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func TestStreamDecodeRoute(t *testing.T) {
+	testimg.Need(t, "qemu-img", "gzip", "xz", "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 41)
+	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	packed := filepath.Join(dir, "packed.qcow2")
+	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", raw, packed)
+	vmdk := testimg.Convert(t, raw, filepath.Join(dir, "stream.vmdk"), "vmdk", "subformat=streamOptimized")
+	images := map[string]string{ // name → qemu-img's raw of it
+		filepath.Base(testimg.Compress(t, qcow, "xz")):   qemuRaw(t, qcow, "qcow2"),
+		filepath.Base(testimg.Compress(t, packed, "gz")): qemuRaw(t, packed, "qcow2"),
+		filepath.Base(testimg.Compress(t, vmdk, "zst")):  qemuRaw(t, vmdk, "vmdk"),
+	}
+	base := testimg.Serve(t, dir)
+	loop := ""
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	for name, want := range images {
+		for _, srcName := range []string{"http", "file"} {
+			for _, tgtName := range []string{"file", "block"} {
+				t.Run(name+"/"+srcName+"/"+tgtName, func(t *testing.T) {
+					if tgtName == "block" && loop == "" {
+						t.Skip("loop devices need root")
+					}
+					var logs bytes.Buffer
+					o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+						Target: filepath.Join(t.TempDir(), "disk.img")}
+					if srcName == "file" {
+						o.Source = filepath.Join(dir, name)
+					}
+					if tgtName == "block" {
+						o.Target = loop
+					}
+					res, err := importer.Import(context.Background(), o)
+					if err != nil {
+						t.Log(logs.String())
+					}
+					require.NoError(t, err)
+					assert.True(t, res.Complete)
+					assert.False(t, res.ScratchUsed)
+					assert.Equal(t, streamDecodePhases, res.Phases)
+					assert.Contains(t, logs.String(), "decoded straight onto the target")
+					st, err := os.Stat(want)
+					require.NoError(t, err)
+					assert.Equal(t, st.Size(), res.VirtualSize)
+					assert.Equal(t, st.Size(), res.BytesWritten)
+					assert.Positive(t, res.DataBytes)
+					expectImage(t, want, o.Target, tgtName == "block")
+					assertEmptyDir(t, o.ScratchDir)
+				})
+			}
+		}
+	}
+}
+
+// lateTablesQCOW2 is a qcow2 some of whose data clusters come before the L2
+// table that maps them (a write after a snapshot allocates a new table at
+// the end of the file; the snapshot is then deleted), compressed with gzip.
+func lateTablesQCOW2(t *testing.T, dir string) (gz, want string) {
+	t.Helper()
+	testimg.Need(t, "qemu-img", "qemu-io", "gzip")
+	raw := testimg.Raw(t, dir, "late.raw", imageSize, 43)
+	img := testimg.Convert(t, raw, filepath.Join(dir, "late.qcow2"), "qcow2")
+	testimg.Run(t, "qemu-img", "snapshot", "-c", "s1", img)
+	testimg.Run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0x42 1M 64k", "-c", "write -P 0x43 3M 128k", img)
+	// Without its snapshot (an image with one takes the scratch route
+	// from the start), the layout stays.
+	testimg.Run(t, "qemu-img", "snapshot", "-d", "s1", img)
+	return testimg.Compress(t, img, "gz"), qemuRaw(t, img, "qcow2")
+}
+
+// TestStreamDecodeFallsBackToScratch: a layout past the decoder's buffer
+// restarts the import through scratch, which imports it correctly; the
+// first attempt left nothing on the target.
+func TestStreamDecodeFallsBackToScratch(t *testing.T) {
+	dir := t.TempDir()
+	gz, want := lateTablesQCOW2(t, dir)
+	base := testimg.Serve(t, dir)
+	loop := ""
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	for _, tgtName := range []string{"file", "block"} {
+		t.Run(tgtName, func(t *testing.T) {
+			if tgtName == "block" && loop == "" {
+				t.Skip("loop devices need root")
+			}
+			var logs bytes.Buffer
+			o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+				Target: filepath.Join(t.TempDir(), "disk.img")}
+			if tgtName == "block" {
+				o.Target = loop
+			}
+			var phases []importer.Phase
+			o.Events = func(e importer.Event) {
+				if e.Kind == importer.EventPhaseStarted {
+					phases = append(phases, e.Phase)
+				}
+			}
+			res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, 1))
+			if err != nil {
+				t.Log(logs.String())
+			}
+			require.NoError(t, err)
+			assert.True(t, res.ScratchUsed)
+			assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
+			assert.Contains(t, logs.String(), "cannot be decoded in one pass; starting the import over through a scratch copy")
+			assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, phases[:3],
+				"the first attempt tried the decoder")
+			expectImage(t, want, o.Target, tgtName == "block")
+			assertEmptyDir(t, o.ScratchDir)
+			if tgtName == "file" {
+				assertOnly(t, filepath.Dir(o.Target), "disk.img")
+			}
+		})
+	}
+}
+
+func assertOnly(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	assert.ElementsMatch(t, names, got)
+}
+
+// TestStreamDecodeNotForOneTimeStreams: stdin and uploads cannot be read
+// again should the decoder fall back, so they keep the scratch route.
+func TestStreamDecodeNotForOneTimeStreams(t *testing.T) {
+	testimg.Need(t, "qemu-img", "gzip")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 44)
+	gz := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "gz")
+	f, err := os.Open(gz)
+	require.NoError(t, err)
+	defer f.Close()
+	var logs bytes.Buffer
+	o := importer.Options{Source: "-", SourceReader: f, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+		Target: filepath.Join(t.TempDir(), "disk.img")}
+	res, err := importer.Import(context.Background(), o)
+	require.NoError(t, err)
+	assert.True(t, res.ScratchUsed)
+	assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
+	assert.Contains(t, logs.String(), "cannot be read again")
+	expectImage(t, raw, o.Target, false)
+}
+
+// TestStreamDecodeSwitchOff: NoStreamDecode keeps the scratch route.
+func TestStreamDecodeSwitchOff(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 45)
+	xz := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
+	o := importer.Options{Source: testimg.Serve(t, dir) + filepath.Base(xz), ScratchDir: t.TempDir(), Logger: testLogger(t),
+		Target: filepath.Join(t.TempDir(), "disk.img"), NoStreamDecode: true}
+	res, err := importer.Import(context.Background(), o)
+	require.NoError(t, err)
+	assert.True(t, res.ScratchUsed)
+	assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
+	expectImage(t, raw, o.Target, false)
+}
+
+// TestStreamDecodeTruncated: a qcow2.xz cut short fails as an invalid
+// image, with nothing complete: no target file, a device without its head.
+func TestStreamDecodeTruncated(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 46)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "cut.qcow2"), "qcow2")
+	st, err := os.Stat(q)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(q, st.Size()/2))
+	cut := testimg.Compress(t, q, "xz") // a whole xz stream of a cut image
+	whole := testimg.Convert(t, raw, filepath.Join(dir, "whole.qcow2"), "qcow2")
+	wxz := testimg.Compress(t, whole, "xz")
+	data, err := os.ReadFile(wxz)
+	require.NoError(t, err)
+	cutXZ := filepath.Join(dir, "cutxz.qcow2.xz") // the xz stream itself cut
+	require.NoError(t, os.WriteFile(cutXZ, data[:len(data)*2/3], 0o644))
+	base := testimg.Serve(t, dir)
+	loop := ""
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	for _, name := range []string{filepath.Base(cut), filepath.Base(cutXZ)} {
+		for _, tgtName := range []string{"file", "block"} {
+			t.Run(name+"/"+tgtName, func(t *testing.T) {
+				if tgtName == "block" && loop == "" {
+					t.Skip("loop devices need root")
+				}
+				var logs bytes.Buffer
+				o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+					Target: filepath.Join(t.TempDir(), "disk.img")}
+				if tgtName == "block" {
+					o.Target = loop
+				}
+				res, err := importer.Import(context.Background(), o)
+				t.Log(err)
+				require.ErrorIs(t, err, errdefs.ErrInvalidImage)
+				assert.False(t, res.Complete)
+				assert.NotContains(t, res.Phases, importer.PhaseCommit)
+				assert.Contains(t, logs.String(), "decoded straight onto the target")
+				assertEmptyDir(t, o.ScratchDir)
+				if tgtName == "file" {
+					assertEmptyDir(t, filepath.Dir(o.Target))
+				} else {
+					assertPattern(t, loop, 0, 1<<20)
+				}
+			})
+		}
+	}
+}
+
+// TestStreamDecodeChecksum: --checksum is computed in the decoder's pass
+// and checked before the head is committed.
+func TestStreamDecodeChecksum(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 47)
+	xz := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
+	url := testimg.Serve(t, dir) + filepath.Base(xz)
+	loop := ""
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	for _, tgtName := range []string{"file", "block"} {
+		t.Run(tgtName, func(t *testing.T) {
+			if tgtName == "block" && loop == "" {
+				t.Skip("loop devices need root")
+			}
+			target := filepath.Join(t.TempDir(), "disk.img")
+			if tgtName == "block" {
+				target = loop
+			}
+			// A mismatch first, so the device still holds its fill.
+			o := importer.Options{Source: url, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
+				Checksums: []string{"sha256:" + string(bytes.Repeat([]byte("0"), 64))}}
+			res, err := importer.Import(context.Background(), o)
+			require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
+			assert.False(t, res.Complete)
+			assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, res.Phases)
+			if tgtName == "file" {
+				assertEmptyDir(t, filepath.Dir(target))
+			} else {
+				assertPattern(t, loop, 0, 1<<20)
+			}
+			assertEmptyDir(t, o.ScratchDir)
+
+			o.Checksums = []string{testimg.FileDigest(t, xz)}
+			res, err = importer.Import(context.Background(), o)
+			require.NoError(t, err)
+			assert.False(t, res.ScratchUsed)
+			assert.Equal(t, streamDecodePhases, res.Phases)
+			assert.Len(t, res.Checksums, 1)
+			expectImage(t, raw, target, tgtName == "block")
+			assertEmptyDir(t, o.ScratchDir)
+		})
+	}
+}
