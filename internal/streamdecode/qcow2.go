@@ -8,6 +8,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // qcow2 table entry bits (qcow2 specification).
@@ -53,7 +54,7 @@ type qcow2Decoder struct {
 func DecodeQCOW2(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, error) {
 	o = o.withDefaults()
 	head := make([]byte, 512)
-	n, eof, err := readChunk(r, head)
+	n, eof, err := iostage.ReadChunk(r, head)
 	if err != nil {
 		return Stats{}, fmt.Errorf("qcow2: read header: %w", err)
 	}
@@ -65,7 +66,7 @@ func DecodeQCOW2(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats,
 	if cb >= 9 && cb <= 21 && !eof {
 		// The header extensions fill the rest of the first cluster.
 		rest := make([]byte, (1<<cb)-512)
-		k, _, err := readChunk(r, rest)
+		k, _, err := iostage.ReadChunk(r, rest)
 		if err != nil {
 			return Stats{}, fmt.Errorf("qcow2: read header: %w", err)
 		}
@@ -154,7 +155,7 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 		}
 		c := <-pool
 		c.refs.Store(1)
-		n, eof, err := readChunk(r, c.buf)
+		n, eof, err := iostage.ReadChunk(r, c.buf)
 		if err == nil {
 			err = d.sw.chunkAt(c.buf[:n], c)
 		}

@@ -3,7 +3,6 @@ package streamdecode
 import (
 	"container/heap"
 	"fmt"
-	"io"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -191,28 +190,6 @@ func (s *sweep) checkOverlap(at uint64) error {
 		}
 	}
 	return nil
-}
-
-// readChunk fills buf from r; eof reports the end of the stream. Only a
-// bare io.EOF ends it: a decompressor reporting a truncated stream
-// (io.ErrUnexpectedEOF, or a wrapped EOF) is a failure of the source.
-func readChunk(r io.Reader, buf []byte) (n int, eof bool, err error) {
-	for empty := 0; n < len(buf); {
-		k, err := r.Read(buf[n:])
-		n += k
-		if err == io.EOF { //nolint:errorlint // exact on purpose, see above
-			return n, true, nil
-		}
-		if err != nil {
-			return n, false, err
-		}
-		if k > 0 {
-			empty = 0
-		} else if empty++; empty >= 100 {
-			return n, false, io.ErrNoProgress
-		}
-	}
-	return n, false, nil
 }
 
 // keepSharedTail also keeps the bytes of the last sector of the furthest

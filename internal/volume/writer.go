@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // WriterOption configures NewWriter.
@@ -261,36 +262,12 @@ func fillChunk(r io.Reader, buf []byte, from int, off, capacity int64) (n int, e
 	if room < int64(want) {
 		limit = int(room) + 1
 	}
-	n, eof, err = readFull(r, buf[from:from+limit])
+	n, eof, err = iostage.ReadChunk(r, buf[from:from+limit])
 	if err != nil || eof {
 		return n, eof, err
 	}
 	if int64(n) > room {
 		return n, false, errTooBig
-	}
-	return n, false, nil
-}
-
-// readFull is io.ReadFull without its error translation: only a bare io.EOF
-// from the source ends the image (eof). io.ReadFull would turn EOF after a
-// partial read into io.ErrUnexpectedEOF, making it indistinguishable from a
-// decompressor that reports a truncated stream with that same (unwrapped)
-// io.ErrUnexpectedEOF; here that, and any wrapped EOF, is a source failure.
-func readFull(r io.Reader, buf []byte) (n int, eof bool, err error) {
-	for empty := 0; n < len(buf); {
-		k, err := r.Read(buf[n:])
-		n += k
-		if err == io.EOF { //nolint:errorlint // exact on purpose, see above
-			return n, true, nil
-		}
-		if err != nil {
-			return n, false, err
-		}
-		if k > 0 {
-			empty = 0
-		} else if empty++; empty >= 100 {
-			return n, false, io.ErrNoProgress
-		}
 	}
 	return n, false, nil
 }
