@@ -102,20 +102,9 @@ func newGCS(endpoint string, c Config, getenv func(string) string) (Source, erro
 			return nil, err
 		}
 	}
-	base := c.Transport
-	if base == nil {
-		hs := &httpSource{ua: c.UserAgent, log: c.logger()}
-		if hs.ua == "" {
-			hs.ua = defaultUserAgent
-		}
-		tr, err := hs.transport(c)
-		if err != nil {
-			return nil, err
-		}
-		tr.DisableKeepAlives = false
-		tr.MaxIdleConnsPerHost = rangeIdleConns
-		tr.MaxIdleConns = rangeIdleConns
-		base = tr
+	base, err := objectStoreTransport(c)
+	if err != nil {
+		return nil, err
 	}
 	if tokens != nil {
 		tokens.client = &http.Client{Transport: base}

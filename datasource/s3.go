@@ -167,21 +167,9 @@ func newS3(endpoint string, c Config, getenv func(string) string) (Source, error
 	obj.RawPath = s3Escape(obj.Path)
 	hc := c
 	hc.Username, hc.Password = "", "" // not basic auth: they sign
-	base := c.Transport
-	if base == nil {
-		hs := &httpSource{ua: c.UserAgent, log: c.logger()}
-		if hs.ua == "" {
-			hs.ua = defaultUserAgent
-		}
-		tr, err := hs.transport(c)
-		if err != nil {
-			return nil, err
-		}
-		// Range reads use this transport as it is: keep a few connections.
-		tr.DisableKeepAlives = false
-		tr.MaxIdleConnsPerHost = rangeIdleConns
-		tr.MaxIdleConns = rangeIdleConns
-		base = tr
+	base, err := objectStoreTransport(c)
+	if err != nil {
+		return nil, err
 	}
 	hc.Transport = &s3Transport{base: base, creds: creds, region: region, object: "s3://" + bucket + "/" + key}
 	h, err := NewHTTP(obj.String(), hc)
