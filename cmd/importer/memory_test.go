@@ -201,6 +201,12 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 	q := testimg.Convert(t, raw, filepath.Join(dir, "big.qcow2"), "qcow2")
 	qzst := testimg.Compress(t, q, "zst")
 	vzst := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "big.vdi"), "vdi"), "zst")
+	// Multi-block xz, as `xz -T0` writes: the xz child decodes it threaded
+	// with a budget of half the cgroup's limit (format's
+	// TestXZThreadsInCgroup checks the budget read inside a cgroup).
+	testimg.Need(t, "xz")
+	testimg.Run(t, "xz", "-k", "-T2", "--block-size=4MiB", raw)
+	mtxz := raw + ".xz"
 	want := testimg.Digest(t, raw, -1)
 	bin := filepath.Join(dir, "importer")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -214,6 +220,7 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 		{"qcow2.zst decoded to device", qzst, loop},
 		{"vdi.zst via scratch to file", vzst, filepath.Join(dir, "out-vdi.img")},
 		{"qcow2 to device", q, loop},
+		{"multi-block raw.xz to device", mtxz, loop},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cg := newMemCgroup(t, memLimit)
