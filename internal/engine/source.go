@@ -47,7 +47,7 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	if r.verifier != nil {
 		r.wire = io.TeeReader(counter, r.verifier)
 	}
-	img, err := format.Open(ctx, r.wire, format.Options{})
+	img, err := format.Open(ctx, r.wire, format.Options{Logger: a.log})
 	if err != nil {
 		return nil, fmt.Errorf("reading the header of %s: %w", src, err)
 	}
