@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 const (
@@ -83,25 +83,6 @@ func gnuSparseTar(t *testing.T, size int64, regions []sparseData, format string)
 	return out
 }
 
-// bigTmpfs mounts a tmpfs of size bytes: a destination whose free space is
-// known exactly, and where holes take no memory.
-func bigTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
 func extractFile(t *testing.T, ctx context.Context, tarPath, dest string) (archive.Stats, time.Duration, error) {
 	t.Helper()
 	f, err := os.Open(tarPath)
@@ -115,7 +96,7 @@ func extractFile(t *testing.T, ctx context.Context, tarPath, dest string) (archi
 // TestSparseMemberLargerThanVolumeRefused: a 1 TiB sparse member in a tiny
 // archive is refused by its size before anything is written, at once.
 func TestSparseMemberLargerThanVolumeRefused(t *testing.T) {
-	dest := bigTmpfs(t, 4*gib)
+	dest := testimg.Tmpfs(t, 4*gib)
 	for _, format := range []string{"gnu", "posix"} {
 		t.Run(format, func(t *testing.T) {
 			tarPath := gnuSparseTar(t, tib, sparseRegions(tib), format)
@@ -142,7 +123,7 @@ func TestSparseMemberLargerThanVolumeRefused(t *testing.T) {
 // extent of the result lies where the source had data.
 func TestSparseMemberHolesAreNotScanned(t *testing.T) {
 	const size = 48 * gib
-	dest := bigTmpfs(t, 64*gib)
+	dest := testimg.Tmpfs(t, 64*gib)
 	regions := sparseRegions(size)
 	for _, format := range []string{"gnu", "posix"} {
 		t.Run(format, func(t *testing.T) {

@@ -25,25 +25,6 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 )
 
-// tmpfs mounts a tmpfs of size bytes on a new directory, unmounted at
-// cleanup. It skips without root.
-func tmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
 // A target filesystem that fills up: the size check passes when the import
 // starts, then another writer takes the space (a hog file written as the
 // write phase begins) and the writes hit ENOSPC. The error must say so and
@@ -56,7 +37,7 @@ func TestTargetFillsUp(t *testing.T) {
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	for _, src := range []string{raw, zst, q} {
 		t.Run(filepath.Base(src), func(t *testing.T) {
-			fs := tmpfs(t, 8<<20)
+			fs := testimg.Tmpfs(t, 8<<20)
 			require.NoError(t, os.Mkdir(filepath.Join(fs, "t"), 0o755))
 			target := filepath.Join(fs, "t", "disk.img")
 			hog := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
@@ -122,7 +103,7 @@ func TestScratchMissingOrFull(t *testing.T) {
 		assert.True(t, os.IsNotExist(serr))
 	})
 	t.Run("full", func(t *testing.T) {
-		fs := tmpfs(t, 2<<20)
+		fs := testimg.Tmpfs(t, 2<<20)
 		err := importFails(t, importer.Options{Source: gz, ScratchDir: fs, NoStreamDecode: true}, importer.ErrScratchSpaceRequired)
 		assert.Contains(t, err.Error(), fs)
 	})

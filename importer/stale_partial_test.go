@@ -21,7 +21,7 @@ import (
 // stay.
 func TestRetryAfterKillReclaimsPartialFile(t *testing.T) {
 	const mib = 1 << 20
-	vol := tmpfs(t, 16*mib)
+	vol := testimg.Tmpfs(t, 16*mib)
 	leftover := filepath.Join(vol, ".disk.img.partial-1804289383")
 	require.NoError(t, os.WriteFile(leftover, bytes.Repeat([]byte{0xEE}, 10*mib), 0o660))
 	unrelated := filepath.Join(vol, ".disk.img.partial-notours")

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -248,4 +249,24 @@ func LUKS(t testing.TB, path string) {
 		}
 	}
 	t.Fatalf("qemu-img create -f luks %s: %v\n%s", path, err, out)
+}
+
+// Tmpfs mounts a tmpfs of size bytes on a new directory, unmounted at
+// cleanup: a destination whose free space is known exactly, and where
+// holes take no memory. It skips without root or where mounting fails.
+func Tmpfs(t testing.TB, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	return dir
 }

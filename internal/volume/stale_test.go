@@ -6,33 +6,15 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/volume"
 )
-
-// smallTmpfs mounts a tmpfs of size bytes (real, bounded free space),
-// unmounted at cleanup.
-func smallTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	needRoot(t)
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // writeFull writes n non-zero bytes (allocated, not a hole) to dir/name.
 func writeFull(t *testing.T, dir, name string, n int) string {
@@ -47,7 +29,7 @@ func writeFull(t *testing.T, dir, name string, n int) string {
 // counts its space as free; files of any other naming stay.
 func TestOpenRemovesStaleTemporaryFiles(t *testing.T) {
 	const mib = 1 << 20
-	dir := smallTmpfs(t, 16*mib)
+	dir := testimg.Tmpfs(t, 16*mib)
 	stale := writeFull(t, dir, ".disk.img.partial-2874551093", 10*mib)
 	kept := []string{
 		writeFull(t, dir, ".disk.img.partial-", 4096),         // no suffix: not CreateTemp's
