@@ -5,6 +5,15 @@ set -euo pipefail
 bt=$1 size=$2 dir=$3
 mkdir -p "$dir"
 cd "$dir"
+# Several bench.sh runs may share one image directory: an exclusive lock for
+# the whole build makes a second run wait, then find every file already made,
+# instead of two runs writing the same .tmp at once. fd 9 stays open (and the
+# lock held) until this script exits.
+exec 9>>.images.lock
+if ! flock -n 9; then
+	echo "bench: waiting for another build of $dir" >&2
+	flock 9
+fi
 xzblock=${BENCH_XZ_BLOCK:-24MiB}
 
 # make OUT CMD...: runs CMD (writing to $tmp) once, then renames.
