@@ -35,11 +35,20 @@ make_one disk.raw.mt.xz bash -c 'xz -1 -T0 --block-size='"$xzblock"' -c disk.raw
 make_one disk.qcow2 qemu-img convert -q -f raw -O qcow2 disk.raw disk.qcow2.tmp
 make_one disk.c.qcow2 qemu-img convert -q -c -f raw -O qcow2 disk.raw disk.c.qcow2.tmp
 make_one disk.qcow2.gz bash -c 'pigz -6 -p2 -c disk.qcow2 >"$0"' "disk.qcow2.gz.tmp"
+# Multi-block like disk.raw.mt.xz: what xz >= 5.6 writes by default.
+make_one disk.qcow2.xz bash -c 'xz -1 -T0 --block-size='"$xzblock"' -c disk.qcow2 >"$0"' "disk.qcow2.xz.tmp"
+make_one disk.qcow2.zst bash -c 'zstd -q -3 -T0 -c disk.qcow2 >"$0"' "disk.qcow2.zst.tmp"
+# force_size keeps the virtual size exactly the raw disk's instead of the
+# nearest CHS geometry, so every case fills the same loop device.
+make_one disk.vhd qemu-img convert -q -f raw -O vpc -o subformat=dynamic,force_size=on disk.raw disk.vhd.tmp
+make_one disk.vdi qemu-img convert -q -f raw -O vdi disk.raw disk.vdi.tmp
+make_one disk.vhd.gz bash -c 'pigz -6 -p2 -c disk.vhd >"$0"' "disk.vhd.gz.tmp"
+make_one disk.vdi.gz bash -c 'pigz -6 -p2 -c disk.vdi >"$0"' "disk.vdi.gz.tmp"
 make_one disk.stream.vmdk qemu-img convert -q -f raw -O vmdk -o subformat=streamOptimized disk.raw disk.stream.vmdk.tmp
 make_one disk.vhdx qemu-img convert -q -f raw -O vhdx -o subformat=dynamic disk.raw disk.vhdx.tmp
 for f in disk.stream.vmdk disk.vhdx; do
 	[[ -s $f.sha256 ]] || sha256sum "$f" | cut -d' ' -f1 >"$f.sha256"
 done
-[[ -s xzblocks.txt ]] || for f in disk.raw.xz disk.raw.mt.xz; do
+[[ -s xzblocks.txt && $(wc -l <xzblocks.txt) -ge 3 ]] || for f in disk.raw.xz disk.raw.mt.xz disk.qcow2.xz; do
 	printf '%s %s\n' "$f" "$(xz --robot -l "$f" | awk '$1=="totals"{print $3}')"
 done >xzblocks.txt

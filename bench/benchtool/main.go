@@ -25,6 +25,8 @@ func main() {
 		err = runProfile(os.Args[2:])
 	case "registry":
 		err = runRegistry(os.Args[2:])
+	case "dirpeak":
+		err = runDirpeak(os.Args[2:])
 	default:
 		usage()
 	}
@@ -40,6 +42,7 @@ func usage() {
   benchtool decode [-goxz] FILE       decode FILE with the engine's decoders to nowhere
   benchtool report RUNS.tsv META.json OUT.json   print the table, write the JSON
   benchtool profile [-o cpu.prof] SOURCE DEST    one in-process import under the CPU profiler
-  benchtool registry -dir IMGDIR [-listen 127.0.0.1:0]  serve the disk as containerdisks (prints HOST:PORT)`)
+  benchtool registry -dir IMGDIR [-listen 127.0.0.1:0]  serve the disk as containerdisks (prints HOST:PORT)
+  benchtool dirpeak [-stdin] [-every 10ms] DIR     peak bytes allocated under DIR, printed on SIGTERM`)
 	os.Exit(2)
 }
