@@ -16,6 +16,14 @@
 // are then not written at all. A ZeroSink is told every guest range that
 // must read as zeros.
 //
+// Bytes that pass before the table mapping them are held, in memory up to
+// Options.MaxBuffered and past it in a spill file in Options.SpillDir
+// (retain.go, spill.go); once no table is still to come, nothing more is
+// held. Internal snapshots of a qcow2 are not decoded: their table is
+// read and checked as qemu-img check would (every entry well formed, the
+// table, each snapshot's L1 table and the L2 tables it names inside the
+// file), and clusters only they use pass unwritten.
+//
 // What the decoders do not handle in one pass is refused with
 // errdefs.ErrNotStreamable, never guessed at: the caller falls back to
 // scratch + qemu-img. Damaged or truncated streams fail with
@@ -43,10 +51,15 @@ type ZeroSink interface {
 
 // Options tune a decoder. The zero value gives the defaults.
 type Options struct {
-	// MaxBuffered bounds the bytes held for clusters that arrive before
-	// the table mapping them (default 64 MiB); past it the decoder stops
-	// with errdefs.ErrNotStreamable.
+	// MaxBuffered bounds the bytes held in memory for clusters that
+	// arrive before the table mapping them (default 64 MiB). Past it the
+	// bytes go to a spill file in SpillDir; without SpillDir the decoder
+	// stops with a *BufferError (errdefs.ErrNotStreamable).
 	MaxBuffered int64
+	// SpillDir is where the spill file is created, on first need only
+	// (unlinked at once, so nothing is left whatever way the decode
+	// ends). "" means no spilling.
+	SpillDir string
 	// Workers inflate compressed clusters or grains (default GOMAXPROCS).
 	Workers int
 	// MaxVirtualSize refuses larger disks (default: format's limit).
@@ -80,4 +93,9 @@ type Stats struct {
 	// before their table; BufferedBytes all bytes that were ever held.
 	PeakBuffered  int64
 	BufferedBytes int64
+	// SpilledBytes is all that was written to the spill file and
+	// PeakSpilled the most it held at once (bytes claimed or no longer
+	// needed are punched out of it).
+	SpilledBytes int64
+	PeakSpilled  int64
 }

@@ -40,6 +40,7 @@ type qcow2Decoder struct {
 	inf         *inflaters
 	outFree     chan []byte
 	l2Seen      map[uint64]uint64 // L2 table offset -> L1 index
+	snap        snapshots         // qcow2snap.go
 	refBlockEnd uint64            // end of the furthest refcount block
 	compressed  int64
 }
@@ -95,13 +96,14 @@ func DecodeQCOW2(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats,
 		meta:        map[uint64]struct{}{0: {}},
 		clusterBits: h.ClusterBits,
 		zeros:       make([]byte, 64<<10),
-		kept:        retention{max: o.MaxBuffered},
+		kept:        newRetention(o.MaxBuffered, o.SpillDir),
 		feed:        d.feed,
 	}
-	return d.run(ctx, r, sink, o)
+	defer d.sw.kept.close()
+	return d.run(ctx, r, sink, o, head)
 }
 
-func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stats, err error) {
+func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Options, head []byte) (st Stats, err error) {
 	st.VirtualSize = d.h.VirtualSize
 	depth := 4 * o.Workers
 	d.out = newOutput(ctx, sink, depth)
@@ -125,6 +127,8 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 		st.Compressed = d.compressed
 		st.PeakBuffered = d.sw.kept.peak
 		st.BufferedBytes = d.sw.kept.total
+		st.SpilledBytes = d.sw.kept.spill.total
+		st.PeakSpilled = d.sw.kept.spill.peak
 		st.StreamBytes = int64(d.sw.pos)
 	}()
 
@@ -138,6 +142,9 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 	}
 	rt := &region{start: d.h.RefcountOffset, end: d.h.RefcountOffset + uint64(d.h.RefcountClusters)*d.cs, kind: regRefTable}
 	if err := d.sw.add(rt); err != nil {
+		return st, err
+	}
+	if err := d.startSnapshots(head); err != nil {
 		return st, err
 	}
 
@@ -188,7 +195,7 @@ func (d *qcow2Decoder) finish() error {
 	if d.refBlockEnd > size {
 		return fmt.Errorf("qcow2: a refcount block ends at %#x, past the end of the %d-byte stream (truncated image?): %w", d.refBlockEnd, size, errdefs.ErrInvalidImage)
 	}
-	return nil
+	return d.finishSnapshots(size)
 }
 
 func (d *qcow2Decoder) truncated(a *region, size uint64) error {
@@ -245,6 +252,12 @@ func (d *qcow2Decoder) feed(r *region, off uint64, p []byte, n uint64, c *chunk)
 		return d.parseRefTable(r.buf)
 	case regCompressed:
 		return d.submitCompressed(r)
+	case regSnapHeader:
+		return d.snapHeader(r, r.buf)
+	case regSnapBody:
+		return d.nextSnapshot(r.end)
+	case regSnapL1:
+		return d.snapL1(r, r.buf)
 	}
 	return nil
 }

@@ -10,39 +10,83 @@ import (
 
 // retention holds stream bytes that passed before anything claimed them:
 // a data cluster ahead of its L2 table, a table ahead of the one pointing
-// to it, or bytes nobody will ever claim (snapshot tables, bitmaps, data
-// only a snapshot uses). It is bounded; all-zero pieces cost nothing, as
-// they need no bytes to be reproduced.
+// to it, or bytes nobody will ever claim (bitmaps, data only a snapshot
+// uses, leaked clusters). Memory is bounded by max; all-zero pieces cost
+// nothing, as they need no bytes to be reproduced. With a spill directory,
+// data that would pass the bound goes to a spill file there instead
+// (spill.go), read back when it is claimed; without one, passing the bound
+// is a *BufferError (errdefs.ErrNotStreamable).
 type retention struct {
 	segs  []segment // ascending, disjoint
-	held  int64
+	held  int64     // bytes in memory
 	peak  int64
 	total int64
 	max   int64
 	extra int64 // bookkeeping counted against max (regions still to come)
+	spill spill
 }
 
+// segment is a run of retained stream bytes: in memory (data), in the
+// spill file (spilled, at fileOff), or all zeros (neither).
 type segment struct {
-	start uint64
-	n     uint64
-	data  []byte // nil: all zeros
+	start   uint64
+	n       uint64
+	data    []byte
+	spilled bool
+	fileOff int64
 }
 
-func (s segment) end() uint64 { return s.start + s.n }
+// newRetention holds up to max bytes in memory and, with spillDir set,
+// the rest in a spill file there; close releases the file.
+func newRetention(max int64, spillDir string) retention {
+	return retention{max: max, spill: spill{dir: spillDir}}
+}
+
+func (t *retention) close() { t.spill.close() }
+
+func (s segment) end() uint64    { return s.start + s.n }
+func (s segment) isZero() bool   { return s.data == nil && !s.spilled }
+func (s segment) inMemory() bool { return s.data != nil }
 
 // maxSegments bounds the bookkeeping of many small retained pieces.
 const maxSegments = 1 << 20
 
+// BufferError is the decoder needing to hold more than Options.MaxBuffered
+// bytes for clusters that arrive before their tables, with no spill
+// directory to put them in. Need is the most it knew it needed (at least
+// Max+1); the layout may need more further on.
+type BufferError struct {
+	Max, Need int64
+}
+
+func (e *BufferError) Error() string {
+	return fmt.Sprintf("streamdecode: clusters arriving before the tables that map them, and tables far ahead of their clusters, need more than the %d-byte buffer (at least %d bytes) and no spill directory was given: %s",
+		e.Max, e.Need, errdefs.ErrNotStreamable)
+}
+
+func (e *BufferError) Unwrap() error { return errdefs.ErrNotStreamable }
+
 // add keeps p, the stream bytes at off (after every segment held).
 func (t *retention) add(off uint64, p []byte, zeros []byte) error {
 	zero := isZeroBytes(p, zeros)
+	if !zero && !t.fits(len(p)) {
+		if !t.spill.enabled() {
+			return &BufferError{Max: t.max, Need: t.held + t.extra + int64(len(p))}
+		}
+		// Memory up to the bound, the rest to the spill file.
+		if room := t.max - t.held - t.extra; room > 0 {
+			if err := t.add(off, p[:room], zeros); err != nil {
+				return err
+			}
+			off, p = off+uint64(room), p[room:]
+		}
+		return t.addSpilled(off, p)
+	}
 	if k := len(t.segs); k > 0 {
 		last := &t.segs[k-1]
-		if last.end() == off && (last.data == nil) == zero {
+		if last.end() == off && !last.spilled && last.isZero() == zero {
 			if !zero {
-				if err := t.charge(len(p)); err != nil {
-					return err
-				}
+				t.charge(len(p))
 				last.data = append(last.data, p...)
 			}
 			last.n += uint64(len(p))
@@ -54,22 +98,61 @@ func (t *retention) add(off uint64, p []byte, zeros []byte) error {
 	}
 	s := segment{start: off, n: uint64(len(p))}
 	if !zero {
-		if err := t.charge(len(p)); err != nil {
-			return err
-		}
+		t.charge(len(p))
 		s.data = append(make([]byte, 0, max(len(p), 64<<10)), p...)
 	}
 	t.segs = append(t.segs, s)
 	return nil
 }
 
-func (t *retention) charge(n int) error {
-	if t.held+t.extra+int64(n) > t.max {
-		return fmt.Errorf("streamdecode: clusters arriving before the tables that map them, and tables far ahead of their clusters, need more than the %d-byte buffer: %w", t.max, errdefs.ErrNotStreamable)
+// addSpilled writes p to the spill file as the segment at off.
+func (t *retention) addSpilled(off uint64, p []byte) error {
+	at, err := t.spill.write(p)
+	if err != nil {
+		return err
 	}
+	if k := len(t.segs); k > 0 {
+		last := &t.segs[k-1]
+		if last.spilled && last.end() == off && last.fileOff+int64(last.n) == at {
+			last.n += uint64(len(p))
+			return nil
+		}
+	}
+	if len(t.segs) >= maxSegments {
+		return fmt.Errorf("streamdecode: more than %d separate pieces held for tables still to come: %w", maxSegments, errdefs.ErrNotStreamable)
+	}
+	t.segs = append(t.segs, segment{start: off, n: uint64(len(p)), spilled: true, fileOff: at})
+	return nil
+}
+
+func (t *retention) fits(n int) bool { return t.held+t.extra+int64(n) <= t.max }
+
+func (t *retention) charge(n int) {
 	t.held += int64(n)
 	t.total += int64(n)
 	t.peak = max(t.peak, t.held)
+}
+
+// reserve makes room in memory for the bookkeeping in t.extra: with a
+// spill file, the newest bytes in memory move there until it fits.
+func (t *retention) reserve() error {
+	for i := len(t.segs) - 1; i >= 0 && !t.fits(0) && t.spill.enabled(); i-- {
+		s := &t.segs[i]
+		if !s.inMemory() {
+			continue
+		}
+		at, err := t.spill.write(s.data)
+		if err != nil {
+			return err
+		}
+		// Slices of s.data handed out by each stay valid: they are
+		// only dropped here, never written.
+		t.held -= int64(s.n)
+		s.data, s.spilled, s.fileOff = nil, true, at
+	}
+	if !t.fits(0) {
+		return &BufferError{Max: t.max, Need: t.held + t.extra}
+	}
 	return nil
 }
 
@@ -90,12 +173,31 @@ func (t *retention) find(off uint64) int {
 	return sort.Search(len(t.segs), func(i int) bool { return t.segs[i].end() > off })
 }
 
+// spillPiece is how much of a spilled segment is read back at once: the
+// piece goes to the output queue, which bounds how many are in flight.
+const spillPiece = 1 << 20
+
 // each calls fn for the held pieces of [start, end) in order (data nil for
-// zeros); the caller checked covers.
+// zeros); the caller checked covers. Spilled bytes are read back into
+// fresh buffers, a piece at a time.
 func (t *retention) each(start, end uint64, fn func(off uint64, data []byte, n uint64) error) error {
 	for i := t.find(start); i < len(t.segs) && t.segs[i].start < end; i++ {
 		s := t.segs[i]
 		a, b := max(start, s.start), min(end, s.end())
+		if s.spilled {
+			for at := a; at < b; {
+				k := min(b-at, spillPiece)
+				p := make([]byte, k)
+				if err := t.spill.read(p, s.fileOff+int64(at-s.start)); err != nil {
+					return err
+				}
+				if err := fn(at, p, k); err != nil {
+					return err
+				}
+				at += k
+			}
+			continue
+		}
 		var p []byte
 		if s.data != nil {
 			p = s.data[a-s.start : b-s.start : b-s.start]
@@ -109,6 +211,7 @@ func (t *retention) each(start, end uint64, fn func(off uint64, data []byte, n u
 
 // drop forgets [start, end). Slices handed out by each stay valid: the
 // pieces kept are resliced with their capacity capped, never written.
+// Spilled bytes dropped are punched out of the spill file.
 func (t *retention) drop(start, end uint64) {
 	if start >= end {
 		return
@@ -120,7 +223,8 @@ func (t *retention) drop(start, end uint64) {
 		s := t.segs[j]
 		if s.start < start {
 			k := start - s.start
-			left := segment{start: s.start, n: k}
+			left := s
+			left.n = k
 			if s.data != nil {
 				left.data = s.data[:k:k]
 			}
@@ -128,18 +232,35 @@ func (t *retention) drop(start, end uint64) {
 		}
 		if s.end() > end {
 			k := end - s.start
-			right := segment{start: end, n: s.end() - end}
+			right := s
+			right.start, right.n = end, s.end()-end
 			if s.data != nil {
 				right.data = s.data[k:s.n:s.n]
 			}
+			if s.spilled {
+				right.fileOff = s.fileOff + int64(k)
+			}
 			out = append(out, right)
 		}
-		if s.data != nil {
-			a, b := max(start, s.start), min(end, s.end())
+		a, b := max(start, s.start), min(end, s.end())
+		switch {
+		case s.data != nil:
 			t.held -= int64(b - a)
+		case s.spilled:
+			t.spill.free(s.fileOff+int64(a-s.start), int64(b-a))
 		}
 	}
 	t.segs = append(t.segs[:i], append(out, t.segs[j:]...)...)
+}
+
+// reset forgets everything held: nothing can claim it any more.
+func (t *retention) reset() {
+	for _, s := range t.segs {
+		if s.spilled {
+			t.spill.free(s.fileOff, int64(s.n))
+		}
+	}
+	t.segs, t.held = nil, 0
 }
 
 func isZeroBytes(p, zeros []byte) bool {

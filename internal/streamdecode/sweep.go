@@ -30,13 +30,22 @@ const (
 	regRefBlock
 	regData
 	regCompressed
+	regSnapHeader // a snapshot table entry's fixed part
+	regSnapBody   // its extra data, id and name
+	regSnapL1     // a snapshot's L1 table
 )
 
 func (k regionKind) String() string {
-	return [...]string{"L1 table", "L2 table", "refcount table", "refcount block", "data cluster", "compressed cluster"}[k]
+	return [...]string{"L1 table", "L2 table", "refcount table", "refcount block", "data cluster", "compressed cluster",
+		"snapshot table entry", "snapshot table entry", "snapshot L1 table"}[k]
 }
 
-func (k regionKind) isMeta() bool { return k <= regRefTable }
+// isMeta: the image's header and tables, which nothing else may share.
+func (k regionKind) isMeta() bool { return k <= regRefTable || k >= regSnapHeader }
+
+// isTable: parsing it may register further regions. Once none is still
+// to come, no region can be added any more.
+func (k regionKind) isTable() bool { return k.isMeta() }
 
 type regionHeap []*region
 
@@ -59,7 +68,12 @@ type sweep struct {
 	pending regionHeap
 	active  []*region
 	kept    retention
-	zeros   []byte
+	// tables counts the table regions registered and not yet wholly
+	// fed. At zero nothing can claim bytes any more: what is held is
+	// dropped and what passes unclaimed is not kept (data only a
+	// snapshot uses, leaked clusters after the last table).
+	tables int
+	zeros  []byte
 	// meta marks the host clusters holding the header and tables, so a
 	// reference into them is told apart from one into bytes already
 	// written out (the first is a damaged image, the second a layout we do
@@ -106,11 +120,25 @@ func (s *sweep) add(r *region) error {
 		r.at = past
 	}
 	s.kept.extra = int64(len(s.pending)+1) * regionCost
-	if err := s.kept.charge(0); err != nil {
+	if err := s.kept.reserve(); err != nil {
 		return fmt.Errorf("qcow2: %d clusters mapped ahead of the stream: %w", len(s.pending)+1, err)
+	}
+	if r.kind.isTable() {
+		s.tables++
 	}
 	heap.Push(&s.pending, r)
 	return nil
+}
+
+// keep retains unclaimed bytes, unless nothing can claim them any more.
+func (s *sweep) keep(off uint64, p []byte) error {
+	if s.tables == 0 {
+		if len(s.kept.segs) > 0 {
+			s.kept.reset()
+		}
+		return nil
+	}
+	return s.kept.add(off, p, s.zeros)
 }
 
 // regionCost is what a region waiting for its bytes costs in memory; it
@@ -144,7 +172,7 @@ func (s *sweep) chunkAt(p []byte, c *chunk) error {
 		piece := p[cur-base : next-base]
 		s.pos = next
 		if len(s.active) == 0 {
-			if err := s.kept.add(cur, piece, s.zeros); err != nil {
+			if err := s.keep(cur, piece); err != nil {
 				return err
 			}
 		} else {
@@ -166,6 +194,8 @@ func (s *sweep) chunkAt(p []byte, c *chunk) error {
 			if a.end > cur {
 				s.active[k] = a
 				k++
+			} else if a.kind.isTable() {
+				s.tables--
 			}
 		}
 		clear(s.active[k:])
@@ -212,5 +242,5 @@ func (s *sweep) keepSharedTail(cur uint64, piece []byte) error {
 	if len(s.pending) > 0 && s.pending[0].at < frontier {
 		return nil // the successor is known and will be fed its bytes
 	}
-	return s.kept.add(from, piece[from-cur:], s.zeros)
+	return s.keep(from, piece[from-cur:])
 }

@@ -1,0 +1,78 @@
+package streamdecode
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// spill is the file the retention moves data to when memory would pass
+// its bound. It is created on first use in dir and unlinked at once, so
+// nothing is left behind whatever way the decode ends (close frees the
+// space); bytes dropped are punched out, so the file's allocation follows
+// what is still held, not everything that ever passed.
+type spill struct {
+	dir   string // "" = no spilling
+	f     *os.File
+	end   int64 // file size: where the next write goes
+	live  int64 // bytes written and not yet freed
+	peak  int64
+	total int64
+}
+
+func (s *spill) enabled() bool { return s.dir != "" }
+
+// write appends p and returns its offset in the file.
+func (s *spill) write(p []byte) (int64, error) {
+	if s.f == nil {
+		f, err := os.CreateTemp(s.dir, ".importer-spill-*")
+		if err != nil {
+			return 0, fmt.Errorf("streamdecode: creating the spill file for clusters that arrive before their tables: %w: %w", errdefs.ErrScratchSpaceRequired, err)
+		}
+		if err := os.Remove(f.Name()); err != nil {
+			f.Close()
+			return 0, fmt.Errorf("streamdecode: unlinking the spill file: %w", err)
+		}
+		s.f = f
+	}
+	at := s.end
+	if _, err := s.f.WriteAt(p, at); err != nil {
+		// A full scratch volume is a scratch volume too small.
+		return 0, fmt.Errorf("streamdecode: writing %d bytes to the spill file in %s: %w: %w", len(p), s.dir, errdefs.ErrScratchSpaceRequired, err)
+	}
+	n := int64(len(p))
+	s.end += n
+	s.live += n
+	s.total += n
+	s.peak = max(s.peak, s.live)
+	return at, nil
+}
+
+func (s *spill) read(p []byte, off int64) error {
+	if _, err := s.f.ReadAt(p, off); err != nil {
+		return fmt.Errorf("streamdecode: reading %d bytes back from the spill file at %d: %w", len(p), off, err)
+	}
+	return nil
+}
+
+// free gives back [off, off+n) of the file: held bytes no longer needed.
+func (s *spill) free(off, n int64) {
+	if n <= 0 || s.f == nil {
+		return
+	}
+	s.live -= n
+	// Advisory: only whole pages are freed, and a filesystem without
+	// hole punching keeps the blocks until close.
+	_ = unix.Fallocate(int(s.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
+
+// close releases the file and with it its space.
+func (s *spill) close() {
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
+}
