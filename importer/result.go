@@ -22,10 +22,15 @@ type Result struct {
 	BytesRead            int64
 	Checksums            []string
 	PreallocationApplied bool
-	ScratchUsed          bool
-	Phases               []Phase
-	Duration             time.Duration
-	Labels               map[string]string
+	// ScratchUsed: the import wrote to the scratch directory, and
+	// ScratchBytes how much: the decompressed image on the scratch route,
+	// or what the stream decoder spilled there of clusters that arrived
+	// before their tables.
+	ScratchUsed  bool
+	ScratchBytes int64
+	Phases       []Phase
+	Duration     time.Duration
+	Labels       map[string]string
 	// Retries counts requests re-sent after a failure (resumes, reconnects,
 	// retried statuses), restarts from the beginning included.
 	Retries int

@@ -157,9 +157,10 @@ func assertOnly(t *testing.T, dir string, names ...string) {
 	assert.ElementsMatch(t, names, got)
 }
 
-// TestStreamDecodeNotForOneTimeStreams: stdin and uploads cannot be read
-// again should the decoder fall back, so they keep the scratch route.
-func TestStreamDecodeNotForOneTimeStreams(t *testing.T) {
+// TestStreamDecodeOneTimeStreams: stdin and uploads take the decoder too
+// (what arrives before its tables spills to scratch, nothing is read
+// again); an image in table order writes no scratch at all.
+func TestStreamDecodeOneTimeStreams(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 44)
@@ -172,10 +173,12 @@ func TestStreamDecodeNotForOneTimeStreams(t *testing.T) {
 		Target: filepath.Join(t.TempDir(), "disk.img")}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
-	assert.True(t, res.ScratchUsed)
-	assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
-	assert.Contains(t, logs.String(), "cannot be read again")
+	assert.False(t, res.ScratchUsed)
+	assert.Zero(t, res.ScratchBytes)
+	assert.Equal(t, streamDecodePhases, res.Phases)
+	assert.Contains(t, logs.String(), "decoded straight onto the target")
 	expectImage(t, raw, o.Target, false)
+	assertEmptyDir(t, o.ScratchDir)
 }
 
 // TestStreamDecodeSwitchOff: NoStreamDecode keeps the scratch route.

@@ -38,6 +38,7 @@ type TerminationMessage struct {
 	BytesRead       int64   `json:"bytesRead"`
 	Checksum        string  `json:"checksum,omitempty"`
 	ScratchUsed     bool    `json:"scratchUsed"`
+	ScratchBytes    int64   `json:"scratchBytes,omitempty"`
 	DurationSeconds float64 `json:"durationSeconds"`
 	Retries         int     `json:"retries"`
 	Sandbox         string  `json:"sandbox,omitempty"`
@@ -65,6 +66,7 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 		BytesRead:            r.BytesRead,
 		Checksum:             strings.Join(r.Checksums, ","),
 		ScratchUsed:          r.ScratchUsed,
+		ScratchBytes:         r.ScratchBytes,
 		DurationSeconds:      float64(r.Duration.Milliseconds()) / 1000,
 		Retries:              r.Retries,
 		Sandbox:              r.Sandbox,

@@ -32,6 +32,10 @@ type attempt struct {
 	ranged *datasource.RangedURL
 	// targetZeroed: Info zeroed the whole block target (Request.ZeroTarget).
 	targetZeroed bool
+	// replayable: the source can be opened again for a fresh attempt
+	// (not stdin or an upload); a stream decode that cannot go on
+	// restarts on the scratch route only then.
+	replayable bool
 
 	// headWritten: Convert put the image's first MiB on the block target,
 	// so a later failure (Verify, Commit) must wipe it. Before that it was

@@ -78,6 +78,7 @@ type Result struct {
 	Checksums            []string
 	PreallocationApplied bool
 	ScratchUsed          bool
+	ScratchBytes         int64
 	Phases               []Phase
 	Duration             time.Duration
 	Labels               map[string]string

@@ -45,7 +45,9 @@ func (s *scratchTransfer) run(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
 	}
 	defer scratch.Close()
-	if _, err := a.copyRaw(ctx, scratch); err != nil {
+	n, err := a.copyRaw(ctx, scratch)
+	a.result.ScratchBytes += n
+	if err != nil {
 		scratch.Abort()
 		if errors.Is(err, errdefs.ErrTargetTooSmall) {
 			return fmt.Errorf("%w: scratch directory %s: %v", errdefs.ErrScratchSpaceRequired, dir, err)

@@ -19,14 +19,15 @@ import (
 
 // useStreamDecode says whether a streamed convertible image is decoded
 // straight onto the target by internal/streamdecode instead of going
-// through a scratch copy and qemu-img. It needs a raw target, a qcow2 or a
-// streamOptimized vmdk (a monolithicSparse vmdk has no grain markers to
-// follow), a qcow2 without internal snapshots (the decoder skips them, and
-// only qemu-img check reads their table), no read-back verification (qemu-img compare needs a copy of the
-// source to read at random) and a source that can be opened again: a
-// layout the decoder cannot stream is only found mid-stream, and then the
-// import starts over on the scratch route (restart.go), which a one-time
-// stream (stdin, an upload) could not do.
+// through a scratch copy and qemu-img. It needs a raw target, a format the
+// decoder follows in one pass, and no read-back verification (qemu-img
+// compare needs a copy of the source to read at random). A one-time
+// stream (stdin, an upload) takes it too: clusters that arrive before
+// their tables go to a spill file in the scratch directory, so nothing has
+// to be read again; only without a usable scratch directory can such a
+// layout fail, and then it fails with ErrScratchSpaceRequired
+// (overflowError). A qcow2's internal snapshots are skipped, their table
+// checked as it passes.
 func (a *attempt) useStreamDecode(st *datasource.Transfer, img *format.Image, out string) bool {
 	if a.req.NoStreamDecode || out != "raw" || a.req.Verify {
 		return false
@@ -34,22 +35,20 @@ func (a *attempt) useStreamDecode(st *datasource.Transfer, img *format.Image, ou
 	if img.Format != format.QCOW2 && !streamOptimized(img) {
 		return false
 	}
-	if img.Format == format.QCOW2 && img.Header.Snapshots > 0 {
-		// The decoder skips internal snapshots; their table is checked
-		// only by qemu-img check, on the scratch route.
-		a.log.Info("The qcow2 image has internal snapshots, whose tables qemu-img checks; copying it to scratch",
-			"source", a.req.Source.String(), "snapshots", img.Header.Snapshots)
-		return false
-	}
-	if !datasource.Replayable(a.req.Source, st) {
-		a.log.Info("The image is streamable but the source cannot be read again should the decoder fall back; copying it to scratch",
-			"source", a.req.Source.String(), "format", img.Format)
-		return false
-	}
+	a.replayable = datasource.Replayable(a.req.Source, st)
 	a.log.Info("Streamed image decoded straight onto the target, no scratch copy",
 		"source", a.req.Source.String(), "format", img.Format, "compression", a.result.Compressions,
-		"checksum", a.source.verifier != nil)
+		"checksum", a.source.verifier != nil, "snapshots", img.Header.Snapshots, "replayable", a.replayable)
 	return true
+}
+
+// spillDir is where the decoder may spill what it holds past its memory
+// bound: the request's scratch directory when it is usable ("" when not).
+func (a *attempt) spillDir() string {
+	if st, err := os.Stat(a.req.ScratchDir); err == nil && st.IsDir() {
+		return a.req.ScratchDir
+	}
+	return ""
 }
 
 // streamDecode is TransferDataFile on RouteStreamDecode: the image stream
@@ -96,12 +95,11 @@ func (s *streamDecode) run(ctx context.Context) error {
 		sink = counts
 	}
 	img := a.source.image
-	st, err := streamdecode.Decode(ctx, img, img.Format, sink, streamdecode.Options{MaxBuffered: a.req.StreamDecodeMaxBuffered})
+	spill := a.spillDir()
+	st, err := streamdecode.Decode(ctx, img, img.Format, sink, streamdecode.Options{MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill})
+	a.noteSpill(st)
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotStreamable) && !errors.Is(err, errdefs.ErrCancelled) {
-			return &notStreamableError{err: err}
-		}
-		return fmt.Errorf("decoding %s image onto %s: %w", img.Format, a.target.Path(), err)
+		return a.decodeFailed(err, img.Format, spill)
 	}
 	// The rest of the image stream (padding, what follows the last
 	// cluster) is read through the decompressors, so their own integrity
@@ -128,8 +126,42 @@ func (s *streamDecode) run(ctx context.Context) error {
 		a.result.DataBytes = st.DataBytes
 	}
 	a.log.Info("Image decoded onto the target", "virtualSize", st.VirtualSize, "dataBytes", a.result.DataBytes,
-		"streamBytes", st.StreamBytes, "compressedClusters", st.Compressed, "peakBuffered", st.PeakBuffered)
+		"streamBytes", st.StreamBytes, "compressedClusters", st.Compressed, "peakBuffered", st.PeakBuffered,
+		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled)
 	return nil
+}
+
+// noteSpill records scratch space the decoder used: only bytes it had to
+// spill make an import one that used scratch.
+func (a *attempt) noteSpill(st streamdecode.Stats) {
+	if st.SpilledBytes == 0 {
+		return
+	}
+	a.result.ScratchUsed = true
+	a.result.ScratchBytes += st.SpilledBytes
+	a.log.Info("Clusters that arrived before their tables were spilled to the scratch directory",
+		"dir", a.req.ScratchDir, "spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled)
+}
+
+// decodeFailed is the attempt's error for a failed decode. A layout the
+// decoder cannot follow in one pass restarts the import on the scratch
+// route when the source can be read again (notStreamableError); a
+// one-time stream cannot be, and fails: with ErrScratchSpaceRequired when
+// only the missing scratch directory stopped it, so CDI's controller adds
+// one and the upload is sent again.
+func (a *attempt) decodeFailed(err error, f format.Format, spill string) error {
+	if !errors.Is(err, errdefs.ErrNotStreamable) || errors.Is(err, errdefs.ErrCancelled) {
+		return fmt.Errorf("decoding %s image onto %s: %w", f, a.target.Path(), err)
+	}
+	if a.replayable {
+		return &notStreamableError{err: err}
+	}
+	var be *streamdecode.BufferError
+	if errors.As(err, &be) && spill == "" {
+		return &overflowError{source: a.req.Source.String(), format: f, dir: a.req.ScratchDir, need: be.Need, max: be.Max}
+	}
+	return fmt.Errorf("the %s image from %s has a layout the stream decoder cannot follow, and the source cannot be read a second time for the scratch route: %w",
+		f, a.req.Source, err)
 }
 
 // notStreamableError fails an attempt on RouteStreamDecode whose image has
@@ -140,6 +172,22 @@ type notStreamableError struct{ err error }
 
 func (e *notStreamableError) Error() string { return e.err.Error() }
 func (e *notStreamableError) Unwrap() error { return e.err }
+
+// overflowError: a one-time stream whose clusters arrive before their
+// tables needed more than the decoder's memory bound and there was no
+// usable scratch directory to spill to.
+type overflowError struct {
+	source, dir string
+	format      format.Format
+	need, max   int64
+}
+
+func (e *overflowError) Error() string {
+	return fmt.Sprintf("%s: the %s image from %s stores clusters before the tables that map them; holding them needs at least %d bytes of scratch space (the decoder keeps %d in memory), and the scratch directory %q is not usable",
+		errdefs.ErrScratchSpaceRequired, e.format, e.source, e.need-e.max, e.max, e.dir)
+}
+
+func (e *overflowError) Unwrap() error { return errdefs.ErrScratchSpaceRequired }
 
 // decodeWritebackWindow is how much a file target may gather dirty before
 // its writeback is started; the batch before is waited for then, so about
