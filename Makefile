@@ -51,8 +51,12 @@ tidy-check:
 
 # Side-by-side benchmarks (root; not part of test): builds a BENCH_SIZE (2G)
 # test disk under bench/cache, imports it over HTTP BENCH_RUNS (3) times per
-# format with the references interleaved; table on stdout, JSON in
-# bench/results/. BENCH_GO=1 adds the go test -bench stage benchmarks.
+# format with the references interleaved (decoder alone, curl|decoder|dd,
+# download + qemu-img convert -W), against CDI's importer times quoted from
+# issue 14 and its targets; per row peak RSS and scratch bytes. Table on
+# stdout, JSON in bench/results/. BENCH_CASES=all for every case (the
+# default, ~25 min at 2G, leaves a few out); BENCH_GO=1 adds the go test
+# -bench stage benchmarks. Quick check: BENCH_SIZE=256M BENCH_RUNS=1.
 bench:
 	GO=$(GO) ./bench/bench.sh
 

@@ -19,6 +19,10 @@ import (
 //	C ours_label ref_label min_ratio target_text          one table row
 //	X label key value                                     an extra per-run number
 //
+// Our imports carry the extras scratch_peak (bytes allocated under the
+// --scratch directory at most, sampled by benchtool dirpeak), scratchUsed
+// (0/1 from the result JSON) and any scratch*Bytes field of that JSON.
+//
 // ratio = our MB/s / the reference's MB/s (of virtual size), so > 1 is better
 // for us, and a target "≤ 1.1× the time" is min_ratio 1/1.1.
 
@@ -47,6 +51,17 @@ type comparison struct {
 	Target   string  `json:"target,omitempty"`
 	Ratio    float64 `json:"ratio"`
 	Met      *bool   `json:"met,omitempty"`
+
+	// Copied from the two measurements, so each row of the JSON stands alone.
+	OursMedian   float64 `json:"ours_median_s"`
+	OursMBps     float64 `json:"ours_mb_per_s"`
+	RefMedian    float64 `json:"ref_median_s"`
+	RefMBps      float64 `json:"ref_mb_per_s"`
+	RefQuoted    bool    `json:"ref_quoted,omitempty"`
+	PeakRSSKiB   int64   `json:"ours_peak_rss_kib,omitempty"`
+	ScratchPeak  *int64  `json:"ours_scratch_peak_bytes,omitempty"`
+	ScratchUsed  *bool   `json:"ours_scratch_used,omitempty"`
+	ScratchBytes *int64  `json:"ours_scratch_bytes_reported,omitempty"`
 }
 
 func median(v []float64) float64 {
@@ -130,6 +145,25 @@ func runReport(args []string) error {
 	}
 	for i := range comps {
 		o, r := byLabel[comps[i].Ours], byLabel[comps[i].Ref]
+		if o != nil {
+			c := &comps[i]
+			c.OursMedian, c.OursMBps, c.PeakRSSKiB = o.Median, o.MBps, o.PeakRSS
+			if v, ok := o.Extras["scratch_peak"]; ok {
+				n := int64(v)
+				c.ScratchPeak = &n
+			}
+			if v, ok := o.Extras["scratchUsed"]; ok {
+				u := v >= 0.5
+				c.ScratchUsed = &u
+			}
+			if k := reportedScratchKey(o); k != "" {
+				n := int64(o.Extras[k])
+				c.ScratchBytes = &n
+			}
+		}
+		if r != nil {
+			comps[i].RefMedian, comps[i].RefMBps, comps[i].RefQuoted = r.Median, r.MBps, r.Quoted
+		}
 		if o == nil || r == nil || o.MBps == 0 || r.MBps == 0 {
 			continue
 		}
@@ -141,7 +175,7 @@ func runReport(args []string) error {
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "case (ours)\tours MB/s\tspread\tpeak RSS MiB\treference\tref MB/s\tratio\ttarget\t")
+	fmt.Fprintln(tw, "case (ours)\tours s\tours MB/s\tspread\tpeak RSS MiB\tscratch MB\treference\tref s\tref MB/s\tratio\ttarget\t")
 	for _, c := range comps {
 		o, r := byLabel[c.Ours], byLabel[c.Ref]
 		if o == nil || r == nil {
@@ -151,9 +185,12 @@ func runReport(args []string) error {
 		if c.Met != nil {
 			verdict += map[bool]string{true: " ok", false: " MISSED"}[*c.Met]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Ours, mbps(o), pct(o), rss(o), c.Ref, mbps(r), ratio(c.Ratio), verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Ours, secs(o), mbps(o), pct(o), rss(o), scratchMB(o),
+			c.Ref, secs(r), mbps(r), ratio(c.Ratio), verdict)
 	}
 	tw.Flush()
+	fmt.Println("(scratch MB: peak allocated under --scratch, sampled every 10 ms; \"used\": the result's scratchUsed;" +
+		" \"reported\": its scratch byte count. CDI rows are quoted from issue 14, scaled to this disk's size.)")
 
 	fmt.Println()
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
@@ -218,4 +255,44 @@ func ratio(r float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", r)
+}
+
+func secs(m *measure) string {
+	if len(m.Seconds) == 0 {
+		return "-"
+	}
+	if m.Quoted {
+		return fmt.Sprintf("%.2fq", m.Median)
+	}
+	return fmt.Sprintf("%.2f", m.Median)
+}
+
+// reportedScratchKey is the result JSON's scratch byte count among m's
+// extras (named like scratchBytes; the importer may not report one).
+func reportedScratchKey(m *measure) string {
+	for k := range m.Extras {
+		if strings.HasPrefix(k, "scratch") && k != "scratch_peak" && k != "scratchUsed" {
+			return k
+		}
+	}
+	return ""
+}
+
+func scratchMB(m *measure) string {
+	v, ok := m.Extras["scratch_peak"]
+	if !ok {
+		return "-"
+	}
+	s := fmt.Sprintf("%.0f", v/1e6)
+	var notes []string
+	if m.Extras["scratchUsed"] >= 0.5 {
+		notes = append(notes, "used")
+	}
+	if k := reportedScratchKey(m); k != "" {
+		notes = append(notes, fmt.Sprintf("%.0f reported", m.Extras[k]/1e6))
+	}
+	if len(notes) > 0 {
+		s += " (" + strings.Join(notes, ", ") + ")"
+	}
+	return s
 }
