@@ -108,10 +108,7 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 	if err := d.maybeParse(); err != nil {
 		return st, err
 	}
-	pool := make(chan *chunk, chunkCount)
-	for range chunkCount {
-		pool <- &chunk{buf: make([]byte, chunkBytes), pool: pool}
-	}
+	chunks := newChunkPool()
 	for {
 		if err := ctx.Err(); err != nil {
 			return st, fmt.Errorf("%s: %w: %w", m.name, errdefs.ErrCancelled, err)
@@ -119,8 +116,7 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 		if d.out.failed.Load() {
 			return st, nil // the deferred close returns the output's error
 		}
-		c := <-pool
-		c.refs.Store(1)
+		c := chunks.get()
 		n, eof, err := iostage.ReadChunk(r, c.buf)
 		if err == nil {
 			err = d.feed(c.buf[:n], c)
@@ -297,4 +293,35 @@ func (d *blockMapDecoder) finish() error {
 
 func (d *blockMapDecoder) invalid(format string, a ...any) error {
 	return fmt.Errorf("%s: "+format+": %w", append([]any{d.m.name}, append(a, errdefs.ErrInvalidImage)...)...)
+}
+
+// chunkPool hands out stream buffers, made as they are first needed: the
+// first one small, so a tiny image (a fuzz input, an empty disk) costs
+// little, the others chunkBytes.
+type chunkPool struct {
+	free chan *chunk
+	made int
+}
+
+func newChunkPool() *chunkPool { return &chunkPool{free: make(chan *chunk, chunkCount)} }
+
+// get returns a buffer holding one reference.
+func (p *chunkPool) get() *chunk {
+	var c *chunk
+	select {
+	case c = <-p.free:
+	default:
+		if p.made < chunkCount {
+			size := chunkBytes
+			if p.made == 0 {
+				size = 64 << 10
+			}
+			p.made++
+			c = &chunk{buf: make([]byte, size), pool: p.free}
+		} else {
+			c = <-p.free
+		}
+	}
+	c.refs.Store(1)
+	return c
 }
