@@ -225,9 +225,25 @@ func TestVHDBATAfterBlocksBuffer(t *testing.T) {
 	if err != nil || st.PeakBuffered == 0 {
 		t.Fatalf("%v, buffered %d", err, st.PeakBuffered)
 	}
-	if _, _, err := decodeFile(t, DecodeVHD, img, 6<<20, false, Options{MaxBuffered: 1 << 20}); !errors.Is(err, errdefs.ErrNotStreamable) {
-		t.Fatalf("1 MiB buffer: %v, want ErrNotStreamable", err)
+	var be *BufferError
+	if _, _, err := decodeFile(t, DecodeVHD, img, 6<<20, false, Options{MaxBuffered: 1 << 20}); !errors.Is(err, errdefs.ErrNotStreamable) || !errors.As(err, &be) {
+		t.Fatalf("1 MiB buffer: %v, want a BufferError (ErrNotStreamable)", err)
 	}
+	// With a spill directory the rest goes there, and is gone after.
+	spill := t.TempDir()
+	want := reference(t, img, "vpc")
+	got, st, err := decodeFile(t, DecodeVHD, img, int64(len(want)), true, Options{MaxBuffered: 1 << 20, SpillDir: spill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, got, want)
+	if st.SpilledBytes == 0 || st.PeakBuffered > 1<<20 {
+		t.Fatalf("spilled %d bytes, %d in memory", st.SpilledBytes, st.PeakBuffered)
+	}
+	if ents, _ := os.ReadDir(spill); len(ents) != 0 {
+		t.Fatalf("left in the spill directory: %v", ents)
+	}
+	t.Logf("spilled %d bytes (peak %d), %d in memory", st.SpilledBytes, st.PeakSpilled, st.PeakBuffered)
 }
 
 // corruptCase is a damaged image and the error the decoder must give.

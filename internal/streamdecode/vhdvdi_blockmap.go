@@ -91,10 +91,11 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 	d := &blockMapDecoder{
 		m:     m,
 		pos:   m.headEnd,
-		kept:  retention{max: o.MaxBuffered - int64(m.entries)*extentCost},
+		kept:  newRetention(o.MaxBuffered-int64(m.entries)*extentCost, o.SpillDir),
 		zeros: make([]byte, 64<<10),
 		table: make([]byte, 4*m.entries),
 	}
+	defer d.kept.close()
 	d.out = newOutput(ctx, sink, 4*o.Workers)
 	defer func() {
 		if werr := d.out.close(); err == nil && werr != nil {
@@ -103,6 +104,8 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 		st.DataBytes = d.out.data
 		st.PeakBuffered = d.kept.peak
 		st.BufferedBytes = d.kept.total
+		st.SpilledBytes = d.kept.spill.total
+		st.PeakSpilled = d.kept.spill.peak
 		st.StreamBytes = int64(d.pos)
 	}()
 	if err := d.maybeParse(); err != nil {
