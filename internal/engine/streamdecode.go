@@ -32,7 +32,7 @@ func (a *attempt) useStreamDecode(st *datasource.Transfer, img *format.Image, ou
 	if a.req.NoStreamDecode || out != "raw" || a.req.Verify {
 		return false
 	}
-	if img.Format != format.QCOW2 && !streamOptimized(img) {
+	if !streamdecode.Supports(img) {
 		return false
 	}
 	a.replayable = datasource.Replayable(a.req.Source, st)
