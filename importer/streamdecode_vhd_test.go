@@ -1,0 +1,110 @@
+package importer_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// serveWhole serves the files of dir on 127.0.0.1 without byte ranges: no
+// Accept-Ranges, and a Range header is answered with the whole file, so
+// the engine cannot read the image in place. It counts the requests.
+func serveWhole(t *testing.T, dir string, requests *atomic.Int64) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		f, err := os.Open(filepath.Join(dir, filepath.Base(r.URL.Path)))
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+		if r.Method == http.MethodHead {
+			return
+		}
+		_, _ = io.Copy(w, f)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/"
+}
+
+// TestStreamDecodeVHDAndVDI: a dynamic VHD and a VDI streamed over HTTP
+// without ranges are decoded straight onto a file or a device: no
+// scratch, the stream-decode phases, qemu-img's bytes.
+func TestStreamDecodeVHDAndVDI(t *testing.T) {
+	testimg.Need(t, "qemu-img", "gzip", "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 51)
+	vhd := testimg.Convert(t, raw, filepath.Join(dir, "disk.vhd"), "vpc")
+	vhdForced := testimg.Convert(t, raw, filepath.Join(dir, "forced.vhd"), "vpc", "force_size=on")
+	vdi := testimg.Convert(t, raw, filepath.Join(dir, "disk.vdi"), "vdi")
+	static := testimg.Convert(t, raw, filepath.Join(dir, "static.vdi"), "vdi", "static=on")
+	images := map[string]string{ // name → qemu-img's raw of it
+		filepath.Base(testimg.Compress(t, vhd, "gz")):        qemuRaw(t, vhd, "vpc"),
+		filepath.Base(testimg.Compress(t, vhdForced, "zst")): qemuRaw(t, vhdForced, "vpc"),
+		filepath.Base(vhd):                                   qemuRaw(t, vhd, "vpc"),
+		filepath.Base(testimg.Compress(t, vdi, "zst")):       qemuRaw(t, vdi, "vdi"),
+		filepath.Base(testimg.Compress(t, static, "gz")):     qemuRaw(t, static, "vdi"),
+	}
+	var requests atomic.Int64
+	base := serveWhole(t, dir, &requests)
+	loop := ""
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	for name, want := range images {
+		for _, tgtName := range []string{"file", "block"} {
+			t.Run(name+"/"+tgtName, func(t *testing.T) {
+				if tgtName == "block" && loop == "" {
+					t.Skip("loop devices need root")
+				}
+				var logs bytes.Buffer
+				o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+					Target: filepath.Join(t.TempDir(), "disk.img")}
+				if tgtName == "block" {
+					o.Target = loop
+				}
+				before := requests.Load()
+				res, err := importer.Import(context.Background(), o)
+				if err != nil {
+					t.Log(logs.String())
+				}
+				require.NoError(t, err)
+				assert.Positive(t, requests.Load()-before, "the image came from the server")
+				assert.True(t, res.Complete)
+				assert.False(t, res.ScratchUsed)
+				assert.Zero(t, res.ScratchBytes)
+				assert.Equal(t, streamDecodePhases, res.Phases)
+				assert.Contains(t, logs.String(), "decoded straight onto the target")
+				st, err := os.Stat(want)
+				require.NoError(t, err)
+				assert.Equal(t, st.Size(), res.VirtualSize)
+				assert.Positive(t, res.DataBytes)
+				expectImage(t, want, o.Target, tgtName == "block")
+				assertEmptyDir(t, o.ScratchDir)
+				if tgtName == "file" {
+					assertOnly(t, filepath.Dir(o.Target), "disk.img")
+				}
+			})
+		}
+	}
+}
