@@ -33,7 +33,7 @@ func TestEventsOfAStreamedConversion(t *testing.T) {
 	progressSawCompleteEarly := false
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: "-", SourceReader: f, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: t.TempDir(),
-		Logger: testLogger(t),
+		Logger: testLogger(t), NoStreamDecode: true, // the conversion's events, not the decoder's
 		Events: func(e importer.Event) {
 			mu.Lock()
 			defer mu.Unlock()
