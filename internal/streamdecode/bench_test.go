@@ -33,6 +33,8 @@ func BenchmarkDecodeVsQemuImg(b *testing.B) {
 		{"qcow2-zlib", "qcow2", DecodeQCOW2, []string{"-O", "qcow2", "-c"}},
 		{"qcow2-zstd", "qcow2", DecodeQCOW2, []string{"-O", "qcow2", "-c", "-o", "compression_type=zstd"}},
 		{"vmdk-streamOptimized", "vmdk", DecodeVMDK, []string{"-O", "vmdk", "-o", "subformat=streamOptimized"}},
+		{"vhd-dynamic", "vpc", DecodeVHD, []string{"-O", "vpc", "-o", "force_size=on"}},
+		{"vdi-dynamic", "vdi", DecodeVDI, []string{"-O", "vdi"}},
 	}
 	for _, c := range cases {
 		img := filepath.Join(benchDir, c.name+".img")

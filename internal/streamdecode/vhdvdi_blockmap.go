@@ -173,17 +173,52 @@ func (d *blockMapDecoder) blocks(p []byte, c *chunk) {
 			return
 		}
 		if a, b := max(data, base), min(dataEnd, end); a < b {
-			x := &op{off: int64(e.index*d.m.blockSize + a - data), p: p[a-base : b-base]}
-			if c != nil {
-				c.ref()
-				x.chunk = c
-			}
-			d.out.send(x)
+			d.send(int64(e.index*d.m.blockSize+a-data), p[a-base:b-base], c)
 		}
 		if dataEnd > end {
 			return
 		}
 		d.next++
+	}
+}
+
+// zeroPiece is the granularity at which zeros in a block are not written
+// to a target that reads zeros anyway: qemu-img convert's (its -S 4k).
+const zeroPiece = 4 << 10
+
+// send queues the guest bytes p at off (p lies in c, or nothing needs
+// releasing when c is nil). A target that reads zeros where nothing is
+// written gets only the 4 KiB pieces that hold data: VHD and VDI blocks
+// are big (2 MiB, 1 MiB) and mostly zeros where the guest never wrote, and
+// writing those zeros would cost as much as the data.
+func (d *blockMapDecoder) send(off int64, p []byte, c *chunk) {
+	queue := func(off int64, p []byte) {
+		x := &op{off: off, p: p}
+		if c != nil {
+			c.ref()
+			x.chunk = c
+		}
+		d.out.send(x)
+	}
+	if d.out.zeroer != nil {
+		queue(off, p)
+		return
+	}
+	run := -1 // start in p of the data run being gathered
+	for i := 0; i < len(p); {
+		n := min(zeroPiece-int((off+int64(i))%zeroPiece), len(p)-i)
+		zero := isZeroBytes(p[i:i+n], d.zeros)
+		switch {
+		case zero && run >= 0:
+			queue(off+int64(run), p[run:i])
+			run = -1
+		case !zero && run < 0:
+			run = i
+		}
+		i += n
+	}
+	if run >= 0 {
+		queue(off+int64(run), p[run:])
 	}
 }
 
@@ -252,7 +287,7 @@ func (d *blockMapDecoder) parse() error {
 			if p == nil {
 				d.out.zero(guest+int64(off-data), int64(n))
 			} else {
-				d.out.send(&op{off: guest + int64(off-data), p: p})
+				d.send(guest+int64(off-data), p, nil)
 			}
 			return nil
 		})
