@@ -212,6 +212,7 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, string(out))
 	loop := testimg.LoopDevice(t, dir, 1<<30+(16<<20))
+	loopUsed := false // LoopDevice filled it with 0xA5 already
 
 	for _, c := range []struct{ name, src, dest string }{
 		{"raw.zst to file", zst, filepath.Join(dir, "out-raw.img")},
@@ -223,6 +224,12 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 		{"multi-block raw.xz to device", mtxz, loop},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if c.dest == loop {
+				if loopUsed {
+					scribble(t, loop) // not the previous case's bytes
+				}
+				loopUsed = true
+			}
 			cg := newMemCgroup(t, memLimit)
 			out, dirtyPeak, err := cg.run(bin, "-q", "--scratch", t.TempDir(), c.src, c.dest)
 			require.NoError(t, err, string(out))

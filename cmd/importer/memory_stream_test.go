@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// peakMost is memory.peak's ceiling for the routes without scratch: the
+// limit less a margin, so an import that only survives by the kernel
+// reclaiming at the limit fails too (a target written with O_DIRECT, or
+// with paced writeback and dropped pages, should stay far below).
+const peakMost = memLimit - 64<<20
+
+// writePatternDisk writes a raw disk of size bytes that is quick to make
+// and to compress yet not trivial: two MiB of every three are data, each
+// MiB one random 4 KiB block repeated with a running counter stamped into
+// every copy (so no two 4 KiB blocks of the disk are equal and no cluster
+// is all zeros), the third MiB a hole.
+func writePatternDisk(t *testing.T, p string, size int64) {
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	rng := rand.New(rand.NewPCG(7, 11))
+	seed := make([]byte, 4096)
+	block := make([]byte, 1<<20)
+	var counter uint64
+	for off := int64(0); off < size; off += int64(len(block)) {
+		if (off>>20)%3 == 2 {
+			require.NoError(t, w.Flush())
+			_, err := f.Seek(int64(len(block)), io.SeekCurrent)
+			require.NoError(t, err)
+			continue
+		}
+		for i := 0; i < len(seed); i += 8 {
+			binary.LittleEndian.PutUint64(seed[i:], rng.Uint64())
+		}
+		for i := 0; i < len(block); i += len(seed) {
+			copy(block[i:], seed)
+			counter++
+			binary.LittleEndian.PutUint64(block[i:], counter)
+		}
+		_, err := w.Write(block)
+		require.NoError(t, err)
+	}
+	require.NoError(t, w.Flush())
+	require.NoError(t, f.Truncate(size))
+}
+
+// serveWithoutRanges serves dir's files whole, with "Accept-Ranges: none"
+// and a 200 to any Range request: a server the importer can only stream
+// from, so a qcow2 or vmdk takes the stream-decode route.
+func serveWithoutRanges(t *testing.T, dir string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(filepath.Join(dir, path.Base(r.URL.Path)))
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Accept-Ranges", "none")
+		w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		if r.Method == http.MethodHead {
+			return
+		}
+		io.Copy(w, f)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/"
+}
+
+// scribble overwrites the whole device with 0xA5, so an import that leaves
+// any part of it unwritten (a hole not zeroed, a cluster skipped) shows in
+// the digest instead of passing on the previous case's bytes. O_DIRECT:
+// buffered, a gigabyte through the device's page cache takes many seconds
+// on a busy machine.
+func scribble(t *testing.T, dev string) {
+	f, err := os.OpenFile(dev, os.O_WRONLY|syscall.O_DIRECT, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	require.NoError(t, err)
+	_, err = f.Seek(0, io.SeekStart)
+	require.NoError(t, err)
+	const chunk, align = 4 << 20, 4096
+	mem := make([]byte, chunk+align)
+	skip := int(-uintptr(unsafe.Pointer(&mem[0])) & (align - 1))
+	buf := mem[skip : skip+chunk]
+	for i := range buf {
+		buf[i] = 0xA5
+	}
+	for off := int64(0); off < size; off += chunk {
+		_, err := f.Write(buf[:min(chunk, size-off)])
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.Sync())
+}
+
+// resultJSON finds the result line --json printed among the output.
+func resultJSON(t *testing.T, out []byte) map[string]any {
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "{") {
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &m), line)
+			return m
+		}
+	}
+	t.Fatalf("no result JSON in the output:\n%s", out)
+	return nil
+}
+
+// TestStreamRoutesInSmallMemoryCgroup runs the routes that take no scratch
+// (issue 14) inside a 256 MiB memory cgroup on a 1 GiB disk with 683 MiB of
+// data, over HTTP from 127.0.0.1: a qcow2.gz and a streamOptimized vmdk
+// decoded from a server without ranges, a qcow2 read over ranges, and a
+// raw.zst streamed, each onto a file and onto a loop device. Each must not
+// be OOM-killed, keep memory.peak (page cache included) and dirty +
+// writeback pages well under the limit, use no scratch, and write the
+// disk's bytes exactly.
+func TestStreamRoutesInSmallMemoryCgroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("imports 1 GiB eight times")
+	}
+	testimg.Need(t, "qemu-img", "zstd", "gzip")
+	start := time.Now()
+	dir := t.TempDir()
+	srvDir := filepath.Join(dir, "srv")
+	require.NoError(t, os.Mkdir(srvDir, 0o755))
+	raw := filepath.Join(srvDir, "big.raw")
+	const size = 1 << 30
+	writePatternDisk(t, raw, size)
+	want := testimg.Digest(t, raw, -1)
+	q := testimg.Convert(t, raw, filepath.Join(srvDir, "big.qcow2"), "qcow2")
+	testimg.Compress(t, q, "gz")
+	testimg.Convert(t, raw, filepath.Join(srvDir, "big.vmdk"), "vmdk", "subformat=streamOptimized")
+	testimg.Compress(t, raw, "zst")
+	require.NoError(t, os.Remove(raw)) // the page cache it held is not the importer's
+	bin := filepath.Join(dir, "importer")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	loop := testimg.LoopDevice(t, dir, size+(16<<20))
+	plain := serveWithoutRanges(t, srvDir)
+	// The ranged server counts Range requests: the ranged case must read
+	// by ranges, not fall back to streaming the whole file.
+	var rangeRequests atomic.Int64
+	files := http.FileServer(http.Dir(srvDir))
+	rangedSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" {
+			rangeRequests.Add(1)
+		}
+		files.ServeHTTP(w, r)
+	}))
+	t.Cleanup(rangedSrv.Close)
+	ranged := rangedSrv.URL + "/"
+	loopUsed := false // LoopDevice filled it with 0xA5 already
+	t.Logf("images, importer and loop device ready in %v", time.Since(start).Round(time.Millisecond))
+
+	for _, c := range []struct{ name, src string }{
+		{"qcow2.gz stream-decoded", plain + "big.qcow2.gz"},
+		{"streamOptimized vmdk stream-decoded", plain + "big.vmdk"},
+		{"qcow2 over ranges", ranged + "big.qcow2"},
+		{"raw.zst streamed", plain + "big.raw.zst"},
+	} {
+		for _, dest := range []string{"file", "device"} {
+			t.Run(c.name+" to "+dest, func(t *testing.T) {
+				target := filepath.Join(dir, "out.img")
+				if dest == "device" {
+					target = loop
+					if loopUsed {
+						scribble(t, loop)
+					}
+					loopUsed = true
+				}
+				scratch := t.TempDir()
+				cg := newMemCgroup(t, memLimit)
+				rangeRequests.Store(0)
+				t0 := time.Now()
+				out, dirtyPeak, err := cg.run(bin, "-q", "--json", "--scratch", scratch, c.src, target)
+				require.NoError(t, err, string(out))
+				peak := cg.peak(t)
+				t.Logf("%s to %s in %v: cgroup peak (RSS + page cache) %d MiB of %d MiB; peak dirty+writeback %d MiB",
+					c.name, dest, time.Since(t0).Round(time.Millisecond), peak>>20, memLimit>>20, dirtyPeak>>20)
+				assert.Zero(t, cg.oomKills(t))
+				assert.Less(t, peak, int64(peakMost))
+				assert.Less(t, dirtyPeak, int64(dirtyPeakMost))
+				if strings.HasPrefix(c.src, ranged) {
+					assert.Greater(t, rangeRequests.Load(), int64(1), "the qcow2 was not read by ranges")
+				}
+				res := resultJSON(t, out)
+				assert.Equal(t, false, res["scratchUsed"], "these routes take no scratch")
+				left, err := os.ReadDir(scratch)
+				require.NoError(t, err)
+				assert.Empty(t, left)
+				assert.Equal(t, want, testimg.Digest(t, target, size))
+				if dest == "file" {
+					require.NoError(t, os.Remove(target))
+				}
+			})
+		}
+	}
+}
