@@ -1,7 +1,8 @@
-// Package streamdecode turns a qcow2 or streamOptimized vmdk image arriving
-// as a forward-only stream (the output of format.Open: a registry layer, a
-// .qcow2.gz over HTTP, an upload) into raw guest writes, in one pass and
-// without a scratch copy.
+// Package streamdecode turns a qcow2, streamOptimized vmdk, dynamic VHD or
+// VDI image arriving as a forward-only stream (the output of format.Open:
+// a registry layer, a .qcow2.gz or .vhd.xz over HTTP, an upload) into raw
+// guest writes, in one pass and without a scratch copy. Supports says
+// which images have a decoder.
 //
 // The output seam is a Sink (WriteAt at guest offsets). A converted qcow2
 // is mostly in guest order, but nothing in the format promises it (an
@@ -28,7 +29,8 @@
 // errdefs.ErrNotStreamable, never guessed at: the caller falls back to
 // scratch + qemu-img. Damaged or truncated streams fail with
 // errdefs.ErrInvalidImage, the same structural checks as
-// format.CheckQCOW2 and format.CheckVMDK applied as the bytes pass.
+// format.CheckQCOW2, CheckVMDK, CheckVHD and CheckVDI applied as the bytes
+// pass.
 package streamdecode
 
 import (
