@@ -44,8 +44,9 @@ func fuzzSeeds(f *testing.F, fmtName string, variants [][]string) {
 }
 
 // fuzzDecode is the oracle shared by the fuzz targets: never a panic,
-// never a write outside the disk, memory bounded by small limits, and an
-// image the structural checks refuse is refused.
+// never a write outside the disk, memory bounded by small limits, an
+// image the structural checks refuse is refused, and an image taken is
+// converted by qemu-img to the very bytes written (qemuOracle).
 func fuzzDecode(t *testing.T, f format.Format, data []byte, dec decodeFunc, check func(*bytes.Reader, int64) error) {
 	head := data[:min(len(data), format.DefaultPeekSize)]
 	h, herr := format.ParseHeaderMax(f, head, 1<<30)
@@ -53,9 +54,10 @@ func fuzzDecode(t *testing.T, f format.Format, data []byte, dec decodeFunc, chec
 	if herr != nil {
 		size = 1 << 30
 	}
+	sink := newOracleSink(size)
 	done := make(chan error, 1)
 	go func() {
-		_, err := dec(context.Background(), bytes.NewReader(data), boundsSink{size: size},
+		_, err := dec(context.Background(), bytes.NewReader(data), sink,
 			Options{MaxBuffered: 1 << 20, Workers: 2, MaxVirtualSize: 1 << 30})
 		done <- err
 	}()
@@ -80,6 +82,7 @@ func fuzzDecode(t *testing.T, f format.Format, data []byte, dec decodeFunc, chec
 	if cerr != nil {
 		t.Fatalf("decoded an image the structural check refuses: %v", cerr)
 	}
+	qemuOracle(t, f, data, sink)
 }
 
 func FuzzQCOW2(f *testing.F) {
