@@ -56,18 +56,24 @@ func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 	blockSize := uint64(le.Uint32(head[0x178:]))
 	// block_extra (0x17c) is not used: qemu places block k at
 	// offset_data + k*block_size whatever it says.
+	layout := blockLayout{vsize: uint64(h.VirtualSize), blockSize: blockSize}
+	mapOff := uint64(le.Uint32(head[0x154:]))
+	entries := uint64(le.Uint32(head[0x180:]))
 	m := blockMap{
 		name:      "vdi",
-		vsize:     uint64(h.VirtualSize),
+		vsize:     layout.vsize,
 		headEnd:   vdiHeadLen,
-		tableOff:  uint64(le.Uint32(head[0x154:])),
-		entries:   uint64(le.Uint32(head[0x180:])),
-		blockSize: blockSize,
-		order:     le,
-		locate: func(_ uint64, e uint32) (uint64, bool) {
-			return offData + uint64(e)*blockSize, e < vdiDiscarded
+		tables:    []span{{mapOff, mapOff + 4*entries, "block map"}},
+		need:      mapOff + 4*entries,
+		maxBlocks: entries,
+		parse: func(t [][]byte) (blockLayout, error) {
+			for i := range entries {
+				if e := le.Uint32(t[0][4*i:]); e < vdiDiscarded {
+					layout.blocks = append(layout.blocks, blockExtent{start: offData + uint64(e)*blockSize, index: i})
+				}
+			}
+			return layout, nil
 		},
 	}
-	m.tableNeed = m.tableEnd()
 	return decodeBlockMap(ctx, r, m, sink, o)
 }

@@ -50,25 +50,32 @@ func DecodeVHD(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 	tableOff := be.Uint64(dyn[16:])
 	entries := uint64(be.Uint32(dyn[28:]))
 	blockSize := uint64(be.Uint32(dyn[32:]))
-	m := blockMap{
-		name:     "vhd",
-		vsize:    uint64(h.VirtualSize),
-		headEnd:  vhdHeadLen,
-		tableOff: tableOff,
-		entries:  entries,
-		// qemu reads the BAT in whole sectors and refuses a file that
-		// ends inside the last one.
-		tableNeed: (tableOff + 4*entries + 511) &^ 511,
+	if tableOff > 1<<53 {
+		return Stats{}, fmt.Errorf("vhd: block allocation table at offset %#x: %w", tableOff, errdefs.ErrInvalidImage)
+	}
+	layout := blockLayout{
+		vsize:     uint64(h.VirtualSize),
 		blockSize: blockSize,
 		// One bit per sector, padded to whole sectors.
 		prefix: (blockSize/512/8 + 511) &^ 511,
-		order:  be,
-		locate: func(_ uint64, e uint32) (uint64, bool) {
-			return uint64(e) * 512, e != vhdUnallocated
-		},
 	}
-	if tableOff > 1<<53 {
-		return Stats{}, fmt.Errorf("vhd: block allocation table at offset %#x: %w", tableOff, errdefs.ErrInvalidImage)
+	m := blockMap{
+		name:    "vhd",
+		vsize:   layout.vsize,
+		headEnd: vhdHeadLen,
+		tables:  []span{{tableOff, tableOff + 4*entries, "block allocation table"}},
+		// qemu reads the BAT in whole sectors and refuses a file that
+		// ends inside the last one.
+		need:      (tableOff + 4*entries + 511) &^ 511,
+		maxBlocks: entries,
+		parse: func(t [][]byte) (blockLayout, error) {
+			for i := range entries {
+				if e := be.Uint32(t[0][4*i:]); e != vhdUnallocated {
+					layout.blocks = append(layout.blocks, blockExtent{start: uint64(e) * 512, index: i})
+				}
+			}
+			return layout, nil
+		},
 	}
 	return decodeBlockMap(ctx, r, m, sink, o)
 }

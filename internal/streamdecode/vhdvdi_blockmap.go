@@ -2,7 +2,6 @@ package streamdecode
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -11,66 +10,96 @@ import (
 	"github.com/diskimport/engine/internal/iostage"
 )
 
-// blockMap is what a block-map image (dynamic VHD, VDI) tells of itself in
-// its header: one table of 32-bit entries, one per fixed-size guest block,
-// each naming where the block is stored in the file or that it reads as
-// zeros. Every writer puts the table ahead of the blocks, which follow in
-// any order; blocks that pass before the table are kept (bounded) until it
-// arrives.
+// blockMap is what a block-map image (dynamic VHD, VDI, VHDX) tells of
+// itself in its header: where its tables lie (the block table, and for
+// VHDX the metadata needed to read it), which the decoder gathers as they
+// pass and then parses into a blockLayout: fixed-size guest blocks, each
+// stored somewhere in the file or reading as zeros. Every writer puts the
+// tables ahead of the blocks, which follow in any order; blocks that pass
+// before the tables are kept (bounded, or spilled) until they are known.
 type blockMap struct {
-	name      string // "vhd", "vdi": the prefix of messages
-	vsize     uint64
-	headEnd   uint64 // the header, [0, headEnd), already read
-	tableOff  uint64
-	entries   uint64
-	tableNeed uint64 // the stream must reach this far (VHD's table is read in whole sectors)
-	blockSize uint64 // guest bytes per block
-	prefix    uint64 // bytes stored ahead of a block's data (VHD's sector bitmap)
-	order     binary.ByteOrder
-	// locate gives the host offset where block i is stored (prefix, then
-	// data) from its table entry e; ok false: not in the file, reads as
-	// zeros.
-	locate func(i uint64, e uint32) (start uint64, ok bool)
+	name    string // "vhd", "vdi", "vhdx": the prefix of messages
+	vsize   uint64 // when the header says (VHD, VDI); parse's otherwise
+	headEnd uint64 // the header, [0, headEnd), already read
+	// tables are gathered in stream order; disjoint, none before headEnd.
+	tables []span
+	// reserved are other structures no block may be stored over (VHDX's
+	// log).
+	reserved []span
+	need     uint64 // the stream must reach at least this far
+	// maxBlocks is the most blocks the tables can name: with the tables'
+	// bytes, it bounds the memory the decoder needs.
+	maxBlocks uint64
+	parse     func(tables [][]byte) (blockLayout, error)
 }
 
-func (m *blockMap) tableEnd() uint64 { return m.tableOff + 4*m.entries }
-func (m *blockMap) stored() uint64   { return m.prefix + m.blockSize }
+// span is a named byte range of the file.
+type span struct {
+	off, end uint64
+	what     string
+}
+
+// blockLayout is what the tables say.
+type blockLayout struct {
+	vsize     uint64
+	blockSize uint64 // guest bytes per block
+	prefix    uint64 // bytes stored ahead of a block's data (VHD's sector bitmap)
+	// blocks are those stored in the file, by ascending index; the others
+	// read as zeros.
+	blocks []blockExtent
+	// partialLast: a block holding the end of the disk need only be in the
+	// file up to that end (VHDX, as qemu checks it); otherwise every stored
+	// block must be whole.
+	partialLast bool
+}
+
+func (l *blockLayout) stored() uint64 { return l.prefix + l.blockSize }
 
 // guestLen is how many guest bytes block i holds (the last one may be
 // short, blocks past the disk none).
-func (m *blockMap) guestLen(i uint64) uint64 {
-	g := i * m.blockSize
-	if g >= m.vsize {
+func (l *blockLayout) guestLen(i uint64) uint64 {
+	g := i * l.blockSize
+	if g >= l.vsize {
 		return 0
 	}
-	return min(m.blockSize, m.vsize-g)
+	return min(l.blockSize, l.vsize-g)
 }
 
-// blockExtent is one allocated block: where it is stored and which it is.
+// required is how far past its start block i must be in the file.
+func (l *blockLayout) required(i uint64) uint64 {
+	if g := l.guestLen(i); l.partialLast && g > 0 {
+		return l.prefix + g
+	}
+	return l.stored()
+}
+
+// blockExtent is one stored block: where it is stored and which it is.
 type blockExtent struct {
 	start uint64
 	index uint64
 }
 
-// extentCost is what the decoder holds per table entry at most (the table
-// bytes and an extent), charged against Options.MaxBuffered.
-const extentCost = 4 + 16
+// extentCost is what the decoder holds per block the tables can name (an
+// extent), charged with the tables' bytes against Options.MaxBuffered.
+const extentCost = 16
 
 type blockMapDecoder struct {
 	m     blockMap
+	l     blockLayout
 	out   *output
 	kept  retention
 	zeros []byte
 	pos   uint64 // stream bytes seen
-	table []byte
-	// parsed: the table is known; exts[next:] are the blocks still to
+	bufs  [][]byte
+	cur   int // the table being gathered
+	// parsed: the tables are known; exts[next:] are the blocks still to
 	// come, in host order, only those inside the disk.
 	parsed bool
 	exts   []blockExtent
 	next   int
-	// end is where the furthest stored block ends (all blocks, also those
-	// past the disk: qemu and format.CheckVHD/CheckVDI want them in the
-	// file); endBlock is that block.
+	// end is how far the stream must reach for every stored block (all
+	// blocks, also those past the disk: qemu and format.CheckVHD/CheckVDI
+	// want them in the file); endBlock is the block that needs it.
 	end, endBlock uint64
 	zeroAt        int64 // pending run of guest zeros (unallocated blocks)
 	zeroLen       int64
@@ -80,20 +109,31 @@ type blockMapDecoder struct {
 // by the caller) from r onto sink.
 func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o Options) (st Stats, err error) {
 	st.VirtualSize = int64(m.vsize)
-	if m.tableOff < m.headEnd {
-		// No writer does this, and qemu would read the table out of the
-		// header itself: not guessed at here.
-		return st, fmt.Errorf("%s: block table at offset %d lies inside the %d-byte header: %w", m.name, m.tableOff, m.headEnd, errdefs.ErrNotStreamable)
+	slices.SortFunc(m.tables, func(a, b span) int { return cmpUint(a.off, b.off) })
+	cost := int64(m.maxBlocks) * extentCost
+	for i, t := range m.tables {
+		if t.off < m.headEnd {
+			// No writer does this, and qemu would read the table out of
+			// the header itself: not guessed at here.
+			return st, fmt.Errorf("%s: %s at offset %d lies inside the %d-byte header: %w", m.name, t.what, t.off, m.headEnd, errdefs.ErrNotStreamable)
+		}
+		if i > 0 && t.off < m.tables[i-1].end {
+			return st, fmt.Errorf("%s: the %s and the %s overlap: %w", m.name, m.tables[i-1].what, t.what, errdefs.ErrInvalidImage)
+		}
+		cost += int64(t.end - t.off)
 	}
-	if cost := int64(m.entries) * extentCost; cost > o.MaxBuffered {
-		return st, fmt.Errorf("%s: a block table of %d entries needs %d bytes, more than the %d-byte buffer: %w", m.name, m.entries, cost, o.MaxBuffered, errdefs.ErrNotStreamable)
+	if cost > o.MaxBuffered || cost < 0 {
+		return st, fmt.Errorf("%s: its tables (%d blocks) need %d bytes, more than the %d-byte buffer: %w", m.name, m.maxBlocks, cost, o.MaxBuffered, errdefs.ErrNotStreamable)
 	}
 	d := &blockMapDecoder{
 		m:     m,
+		l:     blockLayout{vsize: m.vsize},
 		pos:   m.headEnd,
-		kept:  newRetention(o.MaxBuffered-int64(m.entries)*extentCost, o.SpillDir),
+		kept:  newRetention(o.MaxBuffered-cost, o.SpillDir),
 		zeros: make([]byte, 64<<10),
-		table: make([]byte, 4*m.entries),
+	}
+	for _, t := range m.tables {
+		d.bufs = append(d.bufs, make([]byte, t.end-t.off))
 	}
 	defer d.kept.close()
 	d.out = newOutput(ctx, sink, 4*o.Workers)
@@ -101,6 +141,7 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 		if werr := d.out.close(); err == nil && werr != nil {
 			err = werr
 		}
+		st.VirtualSize = int64(d.l.vsize)
 		st.DataBytes = d.out.data
 		st.PeakBuffered = d.kept.peak
 		st.BufferedBytes = d.kept.total
@@ -108,7 +149,7 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 		st.PeakSpilled = d.kept.spill.peak
 		st.StreamBytes = int64(d.pos)
 	}()
-	if err := d.maybeParse(); err != nil {
+	if err := d.advance(); err != nil {
 		return st, err
 	}
 	chunks := newChunkPool()
@@ -134,23 +175,34 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 	}
 }
 
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // feed takes the stream bytes p at d.pos, held in c.
 func (d *blockMapDecoder) feed(p []byte, c *chunk) error {
 	for len(p) > 0 && !d.parsed {
+		t := d.m.tables[d.cur]
 		var n uint64
-		if d.pos < d.m.tableOff {
-			// Ahead of the table: a block may lie here.
-			n = min(uint64(len(p)), d.m.tableOff-d.pos)
+		if d.pos < t.off {
+			// Ahead of a table: a block may lie here.
+			n = min(uint64(len(p)), t.off-d.pos)
 			if err := d.kept.add(d.pos, p[:n], d.zeros); err != nil {
 				return fmt.Errorf("%s: %w", d.m.name, err)
 			}
 		} else {
-			n = min(uint64(len(p)), d.m.tableEnd()-d.pos)
-			copy(d.table[d.pos-d.m.tableOff:], p[:n])
+			n = min(uint64(len(p)), t.end-d.pos)
+			copy(d.bufs[d.cur][d.pos-t.off:], p[:n])
 		}
 		d.pos += n
 		p = p[n:]
-		if err := d.maybeParse(); err != nil {
+		if err := d.advance(); err != nil {
 			return err
 		}
 	}
@@ -162,18 +214,31 @@ func (d *blockMapDecoder) feed(p []byte, c *chunk) error {
 	return nil
 }
 
+// advance moves past the tables gathered and parses them when none is
+// left.
+func (d *blockMapDecoder) advance() error {
+	for d.cur < len(d.m.tables) && d.m.tables[d.cur].end <= d.pos {
+		d.cur++
+	}
+	if d.parsed || d.cur < len(d.m.tables) {
+		return nil
+	}
+	d.parsed = true
+	return d.parse()
+}
+
 // blocks hands the blocks' data in p (at d.pos) to the output.
 func (d *blockMapDecoder) blocks(p []byte, c *chunk) {
 	base, end := d.pos, d.pos+uint64(len(p))
 	for d.next < len(d.exts) {
 		e := d.exts[d.next]
-		data := e.start + d.m.prefix
-		dataEnd := data + d.m.guestLen(e.index)
+		data := e.start + d.l.prefix
+		dataEnd := data + d.l.guestLen(e.index)
 		if data >= end {
 			return
 		}
 		if a, b := max(data, base), min(dataEnd, end); a < b {
-			d.send(int64(e.index*d.m.blockSize+a-data), p[a-base:b-base], c)
+			d.send(int64(e.index*d.l.blockSize+a-data), p[a-base:b-base], c)
 		}
 		if dataEnd > end {
 			return
@@ -222,67 +287,67 @@ func (d *blockMapDecoder) send(off int64, p []byte, c *chunk) {
 	}
 }
 
-func (d *blockMapDecoder) maybeParse() error {
-	if d.parsed || d.pos < d.m.tableEnd() {
-		return nil
-	}
-	d.parsed = true
-	return d.parse()
-}
-
-// parse reads the table: zeros for the blocks not in the file, the
+// parse reads the tables: zeros for the blocks not in the file, the
 // structural checks on the others, and the blocks that already passed
 // served from the kept bytes.
 func (d *blockMapDecoder) parse() error {
-	m := &d.m
-	tEnd := m.tableEnd()
-	for i := uint64(0); i < m.entries; i++ {
-		start, ok := m.locate(i, m.order.Uint32(d.table[4*i:]))
-		if !ok {
-			if g := m.guestLen(i); g > 0 {
-				d.zero(int64(i*m.blockSize), int64(g))
+	l, err := d.m.parse(d.bufs)
+	d.bufs = nil
+	if err != nil {
+		return err
+	}
+	d.l = l
+	if l.blockSize == 0 {
+		return fmt.Errorf("%s: blocks of 0 bytes: %w", d.m.name, errdefs.ErrInvalidImage)
+	}
+	if uint64(len(l.blocks)) > d.m.maxBlocks {
+		return fmt.Errorf("%s: %d blocks, more than the %d its tables can name: %w", d.m.name, len(l.blocks), d.m.maxBlocks, errdefs.ErrInvalidImage)
+	}
+	blocks := (l.vsize + l.blockSize - 1) / l.blockSize
+	next := uint64(0) // the first block not known to be stored or zero
+	for _, e := range l.blocks {
+		if e.index < next {
+			return fmt.Errorf("%s: block %d listed twice or out of order: %w", d.m.name, e.index, errdefs.ErrInvalidImage)
+		}
+		for z := next; z < min(e.index, blocks); z++ {
+			d.zero(int64(z*l.blockSize), int64(l.guestLen(z)))
+		}
+		next = e.index + 1
+		end := e.start + l.stored()
+		if e.start < d.m.headEnd {
+			return d.invalid("block %d is stored at bytes %d..%d, over the %d-byte header", e.index, e.start, end, d.m.headEnd)
+		}
+		for _, t := range slices.Concat(d.m.tables, d.m.reserved) {
+			if e.start < t.end && end > t.off {
+				return d.invalid("block %d is stored at bytes %d..%d, over the %s at %d..%d", e.index, e.start, end, t.what, t.off, t.end)
 			}
-			continue
 		}
-		end := start + m.stored()
-		switch {
-		case start < m.headEnd:
-			return d.invalid("block %d is stored at bytes %d..%d, over the %d-byte header", i, start, end, m.headEnd)
-		case start < tEnd && end > m.tableOff:
-			return d.invalid("block %d is stored at bytes %d..%d, over the block table at %d..%d", i, start, end, m.tableOff, tEnd)
+		if need := e.start + l.required(e.index); need > d.end {
+			d.end, d.endBlock = need, e.index
 		}
-		if end > d.end {
-			d.end, d.endBlock = end, i
-		}
-		d.exts = append(d.exts, blockExtent{start: start, index: i})
+	}
+	for z := next; z < blocks; z++ {
+		d.zero(int64(z*l.blockSize), int64(l.guestLen(z)))
 	}
 	d.flushZero()
-	d.table = nil
-	slices.SortFunc(d.exts, func(a, b blockExtent) int {
-		switch {
-		case a.start < b.start:
-			return -1
-		case a.start > b.start:
-			return 1
-		}
-		return 0
-	})
+	d.exts = slices.Clone(l.blocks)
+	slices.SortFunc(d.exts, func(a, b blockExtent) int { return cmpUint(a.start, b.start) })
 	for k := 1; k < len(d.exts); k++ {
 		a, b := d.exts[k-1], d.exts[k]
-		if b.start < a.start+m.stored() {
-			return d.invalid("blocks %d and %d are stored over the same bytes (at %d and %d, %d bytes each)", a.index, b.index, a.start, b.start, m.stored())
+		if b.start < a.start+l.stored() {
+			return d.invalid("blocks %d and %d are stored over the same bytes (at %d and %d, %d bytes each)", a.index, b.index, a.start, b.start, l.stored())
 		}
 	}
-	d.exts = slices.DeleteFunc(d.exts, func(e blockExtent) bool { return m.guestLen(e.index) == 0 })
-	// The blocks ahead of the table, all from the kept bytes.
-	for d.next < len(d.exts) && d.exts[d.next].start < m.tableOff {
+	d.exts = slices.DeleteFunc(d.exts, func(e blockExtent) bool { return l.guestLen(e.index) == 0 })
+	// The blocks ahead of the last table, all from the kept bytes.
+	for d.next < len(d.exts) && d.exts[d.next].start < d.pos {
 		e := d.exts[d.next]
-		data := e.start + m.prefix
-		dataEnd := data + m.guestLen(e.index)
+		data := e.start + l.prefix
+		dataEnd := data + l.guestLen(e.index)
 		if !d.kept.covers(data, dataEnd) {
-			return fmt.Errorf("%s: block %d at bytes %d..%d passed before the block table and was not kept: %w", m.name, e.index, data, dataEnd, errdefs.ErrNotStreamable)
+			return fmt.Errorf("%s: block %d at bytes %d..%d passed before the tables and was not kept: %w", d.m.name, e.index, data, dataEnd, errdefs.ErrNotStreamable)
 		}
-		guest := int64(e.index * m.blockSize)
+		guest := int64(e.index * l.blockSize)
 		err := d.kept.each(data, dataEnd, func(off uint64, p []byte, n uint64) error {
 			if p == nil {
 				d.out.zero(guest+int64(off-data), int64(n))
@@ -296,7 +361,7 @@ func (d *blockMapDecoder) parse() error {
 		}
 		d.next++
 	}
-	d.kept.drop(m.headEnd, m.tableOff)
+	d.kept.drop(d.m.headEnd, d.pos)
 	return nil
 }
 
@@ -315,16 +380,16 @@ func (d *blockMapDecoder) flushZero() {
 	d.zeroLen = 0
 }
 
-// finish checks that the stream held everything the table names.
+// finish checks that the stream held everything the tables name.
 func (d *blockMapDecoder) finish() error {
-	m := &d.m
 	switch {
 	case !d.parsed:
-		return d.invalid("the %d-byte stream ends before the end of the block table at %d..%d (truncated image?)", d.pos, m.tableOff, m.tableEnd())
-	case d.pos < m.tableNeed:
-		return d.invalid("the %d-byte stream ends inside the last sector of the block table at %d..%d (truncated image?)", d.pos, m.tableOff, m.tableEnd())
+		t := d.m.tables[d.cur]
+		return d.invalid("the %d-byte stream ends before the end of the %s at %d..%d (truncated image?)", d.pos, t.what, t.off, t.end)
+	case d.pos < d.m.need:
+		return d.invalid("the %d-byte stream ends before byte %d, the end of its tables (truncated image?)", d.pos, d.m.need)
 	case d.end > d.pos:
-		return d.invalid("block %d is stored at bytes %d..%d, past the end of the %d-byte stream (truncated image?)", d.endBlock, d.end-m.stored(), d.end, d.pos)
+		return d.invalid("block %d is stored at bytes %d..%d, past the end of the %d-byte stream (truncated image?)", d.endBlock, d.end-d.l.required(d.endBlock), d.end, d.pos)
 	}
 	return nil
 }
