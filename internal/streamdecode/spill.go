@@ -21,7 +21,14 @@ type spill struct {
 	live  int64 // bytes written and not yet freed
 	peak  int64
 	total int64
+	dirty int64 // written since writeback was last started
 }
+
+// spillWritebackWindow is how much the spill file may gather dirty before
+// its writeback is started (the batch before waited for): dirty page
+// cache cannot be reclaimed, and is what gets a small pod OOM-killed;
+// clean pages can, and are what a claim reads back.
+const spillWritebackWindow = 32 << 20
 
 func (s *spill) enabled() bool { return s.dir != "" }
 
@@ -48,6 +55,13 @@ func (s *spill) write(p []byte) (int64, error) {
 	s.live += n
 	s.total += n
 	s.peak = max(s.peak, s.live)
+	if s.dirty += n; s.dirty >= spillWritebackWindow {
+		s.dirty = 0
+		fd := int(s.f.Fd())
+		// Advisory, as the page cache would write it back anyway.
+		_ = unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE)
+		_ = unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	}
 	return at, nil
 }
 
