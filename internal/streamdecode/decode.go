@@ -22,6 +22,8 @@ func Decode(ctx context.Context, r io.Reader, f format.Format, sink Sink, o Opti
 		return DecodeVHD(ctx, r, sink, o)
 	case format.VDI:
 		return DecodeVDI(ctx, r, sink, o)
+	case format.VHDX:
+		return DecodeVHDX(ctx, r, sink, o)
 	}
 	return Stats{}, fmt.Errorf("streamdecode: no stream decoder for %s: %w", f, errdefs.ErrNotStreamable)
 }
