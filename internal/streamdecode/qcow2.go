@@ -203,7 +203,8 @@ func (d *qcow2Decoder) truncated(a *region, size uint64) error {
 }
 
 // feed takes the next piece of a region: n bytes at host offset off, p
-// nil for zeros, c the stream chunk p lies in (nil for retained bytes).
+// nil for zeros, c the buffer p lies in (a stream chunk or a read-back
+// buffer of the spill file; nil for bytes retained in memory).
 func (d *qcow2Decoder) feed(r *region, off uint64, p []byte, n uint64, c *chunk) error {
 	switch r.kind {
 	case regData:

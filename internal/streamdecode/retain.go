@@ -24,6 +24,9 @@ type retention struct {
 	max   int64
 	extra int64 // bookkeeping counted against max (regions still to come)
 	spill spill
+	// readPool recycles the buffers spilled bytes are read back into
+	// (eachChunk); made on first use.
+	readPool chan *chunk
 }
 
 // segment is a run of retained stream bytes: in memory (data), in the
@@ -47,6 +50,9 @@ func (t *retention) close() { t.spill.close() }
 func (s segment) end() uint64    { return s.start + s.n }
 func (s segment) isZero() bool   { return s.data == nil && !s.spilled }
 func (s segment) inMemory() bool { return s.data != nil }
+
+// segBlock is the size past which a segment in memory is not grown.
+const segBlock = 1 << 20
 
 // maxSegments bounds the bookkeeping of many small retained pieces.
 const maxSegments = 1 << 20
@@ -84,7 +90,10 @@ func (t *retention) add(off uint64, p []byte, zeros []byte) error {
 	}
 	if k := len(t.segs); k > 0 {
 		last := &t.segs[k-1]
-		if last.end() == off && !last.spilled && last.isZero() == zero {
+		// A full block of data is not grown (append would copy it, and
+		// hold twice its size meanwhile): the next bytes start another.
+		grows := zero || len(last.data) < segBlock || cap(last.data)-len(last.data) >= len(p)
+		if last.end() == off && !last.spilled && last.isZero() == zero && grows {
 			if !zero {
 				t.charge(len(p))
 				last.data = append(last.data, p...)
@@ -177,21 +186,46 @@ func (t *retention) find(off uint64) int {
 // piece goes to the output queue, which bounds how many are in flight.
 const spillPiece = 1 << 20
 
+// spillReaders is how many read-back buffers eachChunk cycles through.
+const spillReaders = 4
+
 // each calls fn for the held pieces of [start, end) in order (data nil for
 // zeros); the caller checked covers. Spilled bytes are read back into
-// fresh buffers, a piece at a time.
+// fresh buffers, a piece at a time, which fn may keep.
 func (t *retention) each(start, end uint64, fn func(off uint64, data []byte, n uint64) error) error {
+	return t.walk(start, end, false, func(off uint64, p []byte, n uint64, _ *chunk) error { return fn(off, p, n) })
+}
+
+// eachChunk is each, but spilled bytes come in a few reused buffers: fn
+// must take a reference on c (chunk.ref) to keep p past its return, and
+// the buffer is reused once the last reference is dropped.
+func (t *retention) eachChunk(start, end uint64, fn func(off uint64, data []byte, n uint64, c *chunk) error) error {
+	return t.walk(start, end, true, fn)
+}
+
+func (t *retention) walk(start, end uint64, pooled bool, fn func(off uint64, data []byte, n uint64, c *chunk) error) error {
 	for i := t.find(start); i < len(t.segs) && t.segs[i].start < end; i++ {
 		s := t.segs[i]
 		a, b := max(start, s.start), min(end, s.end())
 		if s.spilled {
 			for at := a; at < b; {
 				k := min(b-at, spillPiece)
-				p := make([]byte, k)
-				if err := t.spill.read(p, s.fileOff+int64(at-s.start)); err != nil {
-					return err
+				var c *chunk
+				if pooled {
+					c = t.reader()
+				} else {
+					c = &chunk{buf: make([]byte, k)}
 				}
-				if err := fn(at, p, k); err != nil {
+				c.refs.Store(1)
+				p := c.buf[:k]
+				err := t.spill.read(p, s.fileOff+int64(at-s.start))
+				if err == nil {
+					err = fn(at, p, k, c)
+				}
+				if pooled {
+					c.unref()
+				}
+				if err != nil {
 					return err
 				}
 				at += k
@@ -202,11 +236,23 @@ func (t *retention) each(start, end uint64, fn func(off uint64, data []byte, n u
 		if s.data != nil {
 			p = s.data[a-s.start : b-s.start : b-s.start]
 		}
-		if err := fn(a, p, b-a); err != nil {
+		if err := fn(a, p, b-a, nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// reader takes a read-back buffer, waiting for the output stage to give
+// one back when all are in flight.
+func (t *retention) reader() *chunk {
+	if t.readPool == nil {
+		t.readPool = make(chan *chunk, spillReaders)
+		for range spillReaders {
+			t.readPool <- &chunk{buf: make([]byte, spillPiece), pool: t.readPool}
+		}
+	}
+	return <-t.readPool
 }
 
 // drop forgets [start, end). Slices handed out by each stay valid: the

@@ -12,8 +12,7 @@ import (
 // spill is the file the retention moves data to when memory would pass
 // its bound. It is created on first use in dir and unlinked at once, so
 // nothing is left behind whatever way the decode ends (close frees the
-// space); bytes dropped are punched out, so the file's allocation follows
-// what is still held, not everything that ever passed.
+// space); once every byte in it was claimed it is emptied and reused.
 type spill struct {
 	dir   string // "" = no spilling
 	f     *os.File
@@ -73,14 +72,22 @@ func (s *spill) read(p []byte, off int64) error {
 }
 
 // free gives back [off, off+n) of the file: held bytes no longer needed.
+// Once nothing in the file is needed it is cut to nothing and written
+// from the start again. Punching each freed range out instead would make
+// the filesystem write those dirty pages first (ext4 does), a synchronous
+// write per claimed cluster.
 func (s *spill) free(off, n int64) {
 	if n <= 0 || s.f == nil {
 		return
 	}
 	s.live -= n
-	// Advisory: only whole pages are freed, and a filesystem without
-	// hole punching keeps the blocks until close.
-	_ = unix.Fallocate(int(s.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if s.live == 0 {
+		// Advisory: a file that cannot be cut keeps its blocks until
+		// close.
+		if err := s.f.Truncate(0); err == nil {
+			s.end, s.dirty = 0, 0
+		}
+	}
 }
 
 // close releases the file and with it its space.

@@ -101,8 +101,8 @@ func (s *sweep) add(r *region) error {
 		if !s.kept.covers(r.start, past) {
 			return s.notHeld(r)
 		}
-		err := s.kept.each(r.start, past, func(off uint64, p []byte, n uint64) error {
-			return s.feed(r, off, p, n, nil)
+		err := s.kept.eachChunk(r.start, past, func(off uint64, p []byte, n uint64, c *chunk) error {
+			return s.feed(r, off, p, n, c)
 		})
 		if err != nil {
 			return err
