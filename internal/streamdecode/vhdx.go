@@ -137,8 +137,13 @@ func vhdxHeader(head []byte) (span, error) {
 		if crc32.Checksum(h, crc32c) != want {
 			continue
 		}
-		if s := le.Uint64(h[8:]); cur == nil || s > seq {
+		switch s := le.Uint64(h[8:]); {
+		case cur == nil || s > seq:
 			cur, seq = h, s
+		case s == seq && !bytes.Equal(h, cur):
+			// Disk2VHD writes two identical headers; two different ones
+			// with one sequence number are a damaged image to qemu.
+			return span{}, fmt.Errorf("vhdx: two different headers with sequence number %d: %w", s, errdefs.ErrInvalidImage)
 		}
 	}
 	if cur == nil {

@@ -136,6 +136,14 @@ func TestVHDXCorrupt(t *testing.T) {
 			b[vhdxHeader2+200]++
 			return b
 		}, inv},
+		{"same-sequence-different-headers", func(_ *testing.T, b []byte) []byte {
+			le.PutUint64(b[vhdxHeader1+8:], 7)
+			le.PutUint64(b[vhdxHeader2+8:], 7)
+			b[vhdxHeader1+16]++ // the file write GUIDs differ
+			fixCRC(b, vhdxHeader1, vhdxHeaderLen)
+			fixCRC(b, vhdxHeader2, vhdxHeaderLen)
+			return b
+		}, inv},
 		{"differencing", func(_ *testing.T, b []byte) []byte {
 			fp := vhdxItem(t, b, v, vhdxFileParams)
 			b[fp+4] |= vhdxHasParent
