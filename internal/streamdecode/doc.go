@@ -2,7 +2,10 @@
 // VDI image arriving as a forward-only stream (the output of format.Open:
 // a registry layer, a .qcow2.gz or .vhd.xz over HTTP, an upload) into raw
 // guest writes, in one pass and without a scratch copy. Supports says
-// which images have a decoder.
+// which images have a decoder the engine uses; DecodeVHDX also decodes a
+// VHDX, which the engine does not route here yet (its virtual size is
+// known only once the metadata region has passed, after Info's size
+// checks).
 //
 // The output seam is a Sink (WriteAt at guest offsets). A converted qcow2
 // is mostly in guest order, but nothing in the format promises it (an
