@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -100,6 +101,10 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			t.Log(err)
 			require.ErrorIs(t, err, errdefs.ErrScratchSpaceRequired)
 			assert.False(t, res.Complete)
+			// CDI's handshake: the controller adds a scratch volume.
+			m := cdi.NewTerminationMessage(res, err)
+			assert.True(t, m.ScratchSpaceRequired)
+			assert.Equal(t, cdi.ExitOK, cdi.ExitCode(err))
 			if srcName == "http" {
 				assert.Contains(t, logs.String(), "starting the import over through a scratch copy")
 				assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
