@@ -184,3 +184,34 @@ func TestSpillCleanupOnFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestNothingHeldAfterLastTable: bytes after the last table (here 3 MiB of
+// leaked clusters appended to the file) can be claimed by nothing, so they
+// are not held: a 1 MiB bound without a spill directory suffices.
+func TestNothingHeldAfterLastTable(t *testing.T) {
+	need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 50, 23)
+	img := makeQCOW2(t, dir, raw, qcow2Case{name: "tail"})
+	want := reference(t, img, "qcow2")
+	f, err := os.OpenFile(img, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, 3<<20)
+	for i := range junk {
+		junk[i] = byte(i*31 + 7)
+	}
+	if _, err := f.Write(junk); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, st, err := decodeFile(t, DecodeQCOW2, img, int64(len(want)), false, Options{MaxBuffered: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, got, want)
+	if st.BufferedBytes >= int64(len(junk)) {
+		t.Errorf("held %d bytes: the trailing junk was kept", st.BufferedBytes)
+	}
+}
