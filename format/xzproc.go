@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // xzProc decodes xz with the xz command-line tool: about 2.5x faster than
@@ -52,18 +53,29 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xz
 	// Keep the child's environment from changing its behaviour (XZ_OPT,
 	// XZ_DEFAULTS could, for example, lift the memory limit).
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
-	stdin, err := cmd.StdinPipe()
+	// Our own pipes rather than exec's, so they can be grown, kept out of
+	// the poller and paced (see xzpipe.go).
+	inR, inW, err := blockingPipe()
 	if err != nil {
 		return nil, fmt.Errorf("xz: %w", err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	outR, outW, err := blockingPipe()
 	if err != nil {
-		stdin.Close()
+		inR.Close()
+		inW.Close()
 		return nil, fmt.Errorf("xz: %w", err)
 	}
+	inSize, outSize := growPipe(inW, xzPipeSize), growPipe(outR, xzPipeSize)
+	o.Logger.Debug("xz pipes", "stdin_bytes", inSize, "stdout_bytes", outSize)
+	cmd.Stdin, cmd.Stdout = inR, outW
+	stdin, stdout := newPacedPipeWriter(inW, inSize), newPacedPipeReader(outR, outSize)
 	p := &xzProc{ctx: ctx, cmd: cmd, stdout: stdout, stderr: &boundedBuffer{max: 4096}, src: src, fed: make(chan struct{})}
 	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// The child has its own copies of its ends now (or never will).
+	inR.Close()
+	outW.Close()
+	if err != nil {
 		stdin.Close()
 		stdout.Close()
 		return nil, fmt.Errorf("xz: starting %s: %w: %w", bin, errdefs.ErrInvalidOptions, err)
@@ -76,10 +88,21 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xz
 // input ends or fails, or when the child goes away (the write then fails).
 func (p *xzProc) feed(stdin io.WriteCloser) {
 	defer close(p.fed)
-	buf := make([]byte, 256<<10)
-	// struct{io.Writer} hides *os.File's ReadFrom so our buffer size is used.
-	_, _ = io.CopyBuffer(struct{ io.Writer }{stdin}, p.src, buf)
-	stdin.Close()
+	defer stdin.Close()
+	// Whole buffers, so the pipe sees few large writes whatever sizes the
+	// source's reads return.
+	buf := make([]byte, 512<<10)
+	for {
+		n, eof, err := iostage.ReadChunk(p.src, buf)
+		if n > 0 {
+			if _, werr := stdin.Write(buf[:n]); werr != nil {
+				return // the child went away; its exit status says why
+			}
+		}
+		if eof || err != nil {
+			return // a source error is in p.src.failure()
+		}
+	}
 }
 
 func (p *xzProc) Read(b []byte) (int, error) {
@@ -112,6 +135,7 @@ func (p *xzProc) wait() error {
 	}
 	p.waited = true
 	err := p.cmd.Wait()
+	p.stdout.Close() // the child is gone: nothing more can come
 	if err == nil {
 		// xz read its input to the end, so the feeder is done; a source
 		// that failed exactly between two xz streams still counts.
@@ -153,6 +177,7 @@ func (p *xzProc) Close() error {
 	if !p.waited {
 		p.waited = true
 		_ = p.cmd.Wait()
+		p.stdout.Close()
 		p.waitErr = errors.New("xz: decoder closed")
 	}
 	return nil
