@@ -157,7 +157,7 @@ func (a *attempt) decodeFailed(err error, f format.Format, spill string) error {
 		return &notStreamableError{err: err}
 	}
 	var be *streamdecode.BufferError
-	if errors.As(err, &be) && spill == "" {
+	if errors.As(err, &be) && spill == "" && !be.Bookkeeping {
 		return &overflowError{source: a.req.Source.String(), format: f, dir: a.req.ScratchDir, need: be.Need, max: be.Max}
 	}
 	return fmt.Errorf("the %s image from %s has a layout the stream decoder cannot follow, and the source cannot be read a second time for the scratch route: %w",

@@ -63,6 +63,10 @@ const maxSegments = 1 << 20
 // Max+1); the layout may need more further on.
 type BufferError struct {
 	Max, Need int64
+	// Bookkeeping: what passed the bound is the record of regions
+	// mapped ahead of the stream, which stays in memory: a spill
+	// directory would not have helped.
+	Bookkeeping bool
 }
 
 func (e *BufferError) Error() string {
@@ -160,7 +164,7 @@ func (t *retention) reserve() error {
 		s.data, s.spilled, s.fileOff = nil, true, at
 	}
 	if !t.fits(0) {
-		return &BufferError{Max: t.max, Need: t.held + t.extra}
+		return &BufferError{Max: t.max, Need: t.held + t.extra, Bookkeeping: t.extra > t.max}
 	}
 	return nil
 }
