@@ -21,7 +21,12 @@ const maxRestarts = 100
 // Open and nothing of the old bytes. An attempt on RouteStreamDecode whose
 // image the decoder cannot stream (notStreamableError) is started over the
 // same way, once, with Request.NoStreamDecode set: the request is all the
-// attempts share, and that flag sends the next one to RouteScratch.
+// attempts share, and that flag sends the next one to RouteScratch. Only a
+// source that can be read again fails so (streamdecode.go): clusters ahead
+// of their tables spill to the scratch directory instead, so this is left
+// for layouts the decoder cannot follow at all, or an overflow with no
+// usable scratch directory (where the scratch route then reports
+// ErrScratchSpaceRequired, as it always did).
 func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 	start := time.Now()
 	for restarts := 0; ; restarts++ {
