@@ -30,12 +30,23 @@ func TestStreamDecodeSpills(t *testing.T) {
 	dir := t.TempDir()
 	gz, want := lateTablesQCOW2(t, dir)
 	base := testimg.Serve(t, dir)
-	for _, srcName := range []string{"http", "stdin"} {
+	loop := ""
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	for _, srcName := range []string{"http", "stdin", "stdin-block"} {
 		t.Run(srcName, func(t *testing.T) {
+			block := strings.HasSuffix(srcName, "-block")
+			if block && loop == "" {
+				t.Skip("loop devices need root")
+			}
 			var logs bytes.Buffer
 			o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}
-			if srcName == "stdin" {
+			if block {
+				o.Target = loop
+			}
+			if strings.HasPrefix(srcName, "stdin") {
 				o.Source, o.SourceReader = "-", pipeOf(t, gz)
 			}
 			res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
@@ -47,7 +58,7 @@ func TestStreamDecodeSpills(t *testing.T) {
 			assert.True(t, res.ScratchUsed)
 			assert.Greater(t, res.ScratchBytes, int64(spillBound), "the late table's data went to the spill file")
 			assert.Contains(t, logs.String(), "spilled to the scratch directory")
-			expectImage(t, want, o.Target, false)
+			expectImage(t, want, o.Target, block)
 			assertEmptyDir(t, o.ScratchDir)
 		})
 	}
