@@ -35,6 +35,7 @@ func BenchmarkDecodeVsQemuImg(b *testing.B) {
 		{"vmdk-streamOptimized", "vmdk", DecodeVMDK, []string{"-O", "vmdk", "-o", "subformat=streamOptimized"}},
 		{"vhd-dynamic", "vpc", DecodeVHD, []string{"-O", "vpc", "-o", "force_size=on"}},
 		{"vdi-dynamic", "vdi", DecodeVDI, []string{"-O", "vdi"}},
+		{"vhdx", "vhdx", DecodeVHDX, []string{"-O", "vhdx"}},
 	}
 	for _, c := range cases {
 		img := filepath.Join(benchDir, c.name+".img")

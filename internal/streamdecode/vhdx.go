@@ -152,12 +152,17 @@ func vhdxHeader(head []byte) (span, error) {
 	if v := le.Uint16(cur[66:]); v != 1 {
 		return span{}, fmt.Errorf("vhdx: header version %d: %w", v, errdefs.ErrUnsupportedFormat)
 	}
-	if !isZeroBytes(cur[48:64], make([]byte, 16)) {
-		return span{}, fmt.Errorf("vhdx: the header names a log, which may need replaying (qemu replays it only when writing the image): %w", errdefs.ErrNotStreamable)
-	}
+	// qemu checks the log's place and version even when there is no log
+	// to replay.
 	logLen, logOff := uint64(le.Uint32(cur[68:])), le.Uint64(cur[72:])
-	if logLen%vhdxMiB != 0 || logOff%vhdxMiB != 0 || logOff > 1<<50 {
-		return span{}, fmt.Errorf("vhdx: log at %d (+%d) not aligned to 1 MiB: %w", logOff, logLen, errdefs.ErrInvalidImage)
+	if logOff < vhdxMiB || logOff%vhdxMiB != 0 || logOff > 1<<50 {
+		return span{}, fmt.Errorf("vhdx: log at %d, not a whole MiB past the first: %w", logOff, errdefs.ErrInvalidImage)
+	}
+	if v := le.Uint16(cur[64:]); v != 0 {
+		return span{}, fmt.Errorf("vhdx: log version %d: %w", v, errdefs.ErrInvalidImage)
+	}
+	if !isZeroBytes(cur[48:64], make([]byte, 16)) && logLen > 0 {
+		return span{}, fmt.Errorf("vhdx: the header names a log, which may need replaying (qemu replays it only when writing the image): %w", errdefs.ErrNotStreamable)
 	}
 	return span{logOff, logOff + logLen, "log"}, nil
 }

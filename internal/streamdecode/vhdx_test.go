@@ -144,6 +144,20 @@ func TestVHDXCorrupt(t *testing.T) {
 			fixCRC(b, vhdxHeader2, vhdxHeaderLen)
 			return b
 		}, inv},
+		{"log-at-0", func(_ *testing.T, b []byte) []byte {
+			for _, h := range []int{vhdxHeader1, vhdxHeader2} {
+				le.PutUint64(b[h+72:], 0)
+				fixCRC(b, h, vhdxHeaderLen)
+			}
+			return b
+		}, inv},
+		{"log-version", func(_ *testing.T, b []byte) []byte {
+			for _, h := range []int{vhdxHeader1, vhdxHeader2} {
+				le.PutUint16(b[h+64:], 1)
+				fixCRC(b, h, vhdxHeaderLen)
+			}
+			return b
+		}, inv},
 		{"differencing", func(_ *testing.T, b []byte) []byte {
 			fp := vhdxItem(t, b, v, vhdxFileParams)
 			b[fp+4] |= vhdxHasParent
