@@ -58,39 +58,52 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 	www := filepath.Join(dir, "www")
 	require.NoError(t, os.Mkdir(www, 0o755))
 	cases := []struct {
-		name, qfmt, want string
-		opts             []string
-		whole            bool // read whole and decoded instead (see streamOptimized)
+		name, file, qfmt, want string
+		opts                   []string
+		whole                  bool // read whole and decoded instead (see streamOptimized)
+		decoded                bool // decoded as a stream after reading its tables by ranges (routechoice.go)
+		noDecode               bool // NoStreamDecode: forced onto ranges
 	}{
-		{"disk.qcow2", "qcow2", "qcow2", nil, false},
-		{"disk.vmdk", "vmdk", "vmdk", nil, false},
-		{"stream.vmdk", "vmdk", "vmdk", []string{"subformat=streamOptimized"}, true},
-		{"disk.vhdx", "vhdx", "vhdx", nil, false},
-		{"dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}, false},
-		{"disk.vdi", "vdi", "vdi", nil, false},
+		{"disk.qcow2", "disk.qcow2", "qcow2", "qcow2", nil, false, true, false},
+		{"disk.qcow2 forced ranged", "disk.qcow2", "qcow2", "qcow2", nil, false, false, true},
+		{"disk.vmdk", "disk.vmdk", "vmdk", "vmdk", nil, false, false, false},
+		{"stream.vmdk", "stream.vmdk", "vmdk", "vmdk", []string{"subformat=streamOptimized"}, true, false, false},
+		{"disk.vhdx", "disk.vhdx", "vhdx", "vhdx", nil, false, false, false},
+		{"dynamic.vhd", "dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}, false, false, false},
+		{"disk.vdi", "disk.vdi", "vdi", "vdi", nil, false, false, false},
 	}
 	for _, c := range cases {
-		testimg.Convert(t, raw, filepath.Join(www, c.name), c.qfmt, c.opts...)
+		testimg.Convert(t, raw, filepath.Join(www, c.file), c.qfmt, c.opts...)
 	}
 	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			before := rc.ranges.Load()
+			before, beforeAll := rc.ranges.Load(), rc.all.Load()
 			o := importer.Options{
-				Source: srv.URL + "/" + c.name, Target: filepath.Join(t.TempDir(), "disk.img"),
-				ScratchDir: t.TempDir(), Logger: testLogger(t),
+				Source: srv.URL + "/" + c.file, Target: filepath.Join(t.TempDir(), "disk.img"),
+				ScratchDir: t.TempDir(), Logger: testLogger(t), NoStreamDecode: c.noDecode,
 			}
 			res, err := importer.Import(context.Background(), o)
 			require.NoError(t, err)
 			assert.Equal(t, c.want, res.SourceFormat)
-			if c.whole {
+			switch {
+			case c.whole:
 				// Decoded straight onto the target as it streams.
 				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
 				assert.NotContains(t, res.Phases, importer.PhaseConvert)
 				assert.Equal(t, int64(0), rc.ranges.Load()-before, "range requests for an image read whole")
-			} else {
+			case c.decoded:
+				// The tables by ranges (the probe, the L1 and one L2
+				// table), then one GET for the stream: no qemu-img.
+				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
+				assert.NotContains(t, res.Phases, importer.PhaseConvert)
+				assert.Contains(t, res.Phases, importer.PhaseTransferDataFile)
+				assert.LessOrEqual(t, rc.ranges.Load()-before, int64(3), "more range requests than the probe and the tables")
+				assert.Equal(t, int64(1), rc.all.Load()-beforeAll-(rc.ranges.Load()-before), "not one streaming GET")
+			default:
+				assert.Contains(t, res.Phases, importer.PhaseConvert)
 				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
 				assert.NotContains(t, res.Phases, importer.PhaseTransferScratch)
 				assert.Greater(t, rc.ranges.Load()-before, int64(0), "no range request reached the server")
@@ -189,6 +202,7 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 		Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
 		ScratchDir: t.TempDir(), Logger: testLogger(t),
 		Username: "bob", Password: "hunter2", Headers: []string{"X-Tenant: blue"}, CertDir: certDir,
+		NoStreamDecode: true, // the ranged route's reads are the ones under test
 	}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
@@ -201,14 +215,15 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 func TestRangedReadFailureNamesCause(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 14)
+	raw := testimg.Raw(t, dir, "disk.raw", 24<<20, 14)
 	www := filepath.Join(dir, "www")
 	require.NoError(t, os.Mkdir(www, 0o755))
 	testimg.Convert(t, raw, filepath.Join(www, "disk.vmdk"), "vmdk")
 	fs := http.FileServer(http.Dir(www))
 	var ranges atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The data past 1 MiB is gone: info and check pass, convert fails.
+		// The data past 1 MiB is gone: info and check pass, convert fails
+		// (the image is larger than a read-ahead window starting at 0).
 		var start int64
 		if _, err := fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-", &start); err == nil && start >= 1<<20 {
 			ranges.Add(1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
@@ -23,6 +24,10 @@ type ConvertOptions struct {
 	Preallocate  bool
 	TargetExists bool // -n: write into an existing target (block device)
 	TargetIsZero bool // --target-is-zero: the target reads as zeros; only with TargetExists
+	// Parallel is qemu-img -m: how many coroutines copy at once (qemu's
+	// default 8, at most 16); with -W their requests overlap on the wire.
+	// Zero leaves qemu's default.
+	Parallel int
 	// Progress, if set, receives the percentage from qemu-img -p (increasing
 	// values, from a goroutine of its own; it must not block for long). A
 	// preallocation fallback restarts the run, so values may restart at 0.
@@ -45,6 +50,9 @@ func (o *ConvertOptions) validate() error {
 	case "none", "writeback":
 	default:
 		return fmt.Errorf("qemu-img convert: cache mode %q not allowed (none or writeback): %w", o.CacheMode, errdefs.ErrInvalidOptions)
+	}
+	if o.Parallel < 0 || o.Parallel > 16 {
+		return fmt.Errorf("qemu-img convert: %d coroutines not allowed (1 to 16): %w", o.Parallel, errdefs.ErrInvalidOptions)
 	}
 	if o.TargetIsZero && !o.TargetExists {
 		return fmt.Errorf("qemu-img convert: TargetIsZero requires TargetExists (-n): %w", errdefs.ErrInvalidOptions)
@@ -105,6 +113,9 @@ func (r *Runner) convert(ctx context.Context, src, dst string, o ConvertOptions,
 
 func (r *Runner) convertRes(ctx context.Context, src, dst string, o ConvertOptions, extra []string) (runResult, error) {
 	args := []string{"convert", "-W", "-p", "-t", o.CacheMode, "-f", o.SrcFormat, "-O", o.DstFormat}
+	if o.Parallel > 0 {
+		args = append(args, "-m", strconv.Itoa(o.Parallel))
+	}
 	if o.TargetExists {
 		args = append(args, "-n")
 	}

@@ -41,6 +41,7 @@ func (c *conversion) run(ctx context.Context) error {
 		Preallocate:  a.req.Preallocation,
 		TargetExists: block,
 		TargetIsZero: a.plan.TargetZeroed,
+		Parallel:     convertParallel,
 		Progress: func(p float64) {
 			a.meter.convertPercent.Store(math.Float64bits(p))
 		},
@@ -96,3 +97,11 @@ func (c *conversion) cacheMode(block bool) string {
 	}
 	return "writeback"
 }
+
+// convertParallel is qemu-img's -m: its maximum, 16 coroutines, so that
+// with -W as many reads of the ranged export and writes of the target
+// export overlap as both NBD servers run at once (nbdserver's
+// DefaultMaxInFlight). Measured on the 2 GiB bench qcow2 over ranges onto
+// a loop device, 5 interleaved runs on a loaded machine: median 3.09 s
+// with -m 16 against 3.58 s with qemu's default 8.
+const convertParallel = 16

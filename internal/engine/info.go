@@ -71,6 +71,16 @@ func (a *attempt) decide(ctx context.Context, st *datasource.Transfer, img *form
 	case !img.Format.NeedsConversion() && out == "raw":
 		plan.Route = RouteStream
 	case a.useRanged(ctx, st, img): // ranged.go
+		// Both routes read no scratch; the faster one is chosen by the
+		// image's tables (routechoice.go).
+		if a.useStreamDecode(st, img, out) { // streamdecode.go
+			ranged, why := a.preferRanged(ctx, st, img)
+			if !ranged {
+				plan.Route = RouteStreamDecode
+				break
+			}
+			a.log.Info("Reading the image over byte ranges instead of decoding it as a stream", "url", a.req.Source.String(), "reason", why)
+		}
 		a.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", a.req.Source.String())
 		plan.Route = RouteRanged
 		a.ranged = datasource.Ranges(st)

@@ -76,8 +76,15 @@ type rangedExport struct {
 	counted io.ReaderAt
 }
 
-// startRangedExport opens the range reader and starts the NBD server.
+// startRangedExport opens the range reader and starts the NBD server,
+// which serves small reads from read-ahead windows (readahead.go).
 func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *atomic.Int64, log *slog.Logger) (*rangedExport, error) {
+	return startRangedExportWith(ctx, r, wire, log, true)
+}
+
+// startRangedExportWith is startRangedExport, with read-ahead or without
+// (to measure it: BenchmarkRangedConvert).
+func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *atomic.Int64, log *slog.Logger, readAhead bool) (*rangedExport, error) {
 	e := &rangedExport{}
 	u, err := serveUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
 		rr, err := r.Open(ctx)
@@ -86,7 +93,11 @@ func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *atomi
 		}
 		e.reader = rr
 		e.counted = countReaderAt(rr, wire)
-		return nbdserver.New(e.counted, rr.Size(), log), nil
+		served := e.counted
+		if readAhead {
+			served = newReadAhead(e.counted, rr.Size())
+		}
+		return nbdserver.New(served, rr.Size(), log), nil
 	})
 	if err != nil {
 		return nil, err

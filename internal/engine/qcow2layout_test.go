@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/streamdecode"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// discardSink takes the decoder's guest writes and forgets them.
+type discardSink struct{}
+
+func (discardSink) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+
+func qcow2Header(t *testing.T, path string) format.Header {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	head := make([]byte, 64<<10)
+	n, _ := f.ReadAt(head, 0)
+	h, err := format.ParseHeader(format.QCOW2, head[:n])
+	require.NoError(t, err)
+	return h
+}
+
+func layoutOf(t *testing.T, path string) (qcow2Layout, int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	st, err := f.Stat()
+	require.NoError(t, err)
+	lay, err := readQCOW2Layout(context.Background(), f, qcow2Header(t, path), st.Size())
+	require.NoError(t, err)
+	return lay, st.Size()
+}
+
+// decodes says whether the stream decoder takes the file in one pass
+// holding at most maxHeld bytes.
+func decodes(t *testing.T, path string, maxHeld int64) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = streamdecode.DecodeQCOW2(context.Background(), f, discardSink{}, streamdecode.Options{MaxBuffered: maxHeld})
+	if errors.Is(err, errdefs.ErrNotStreamable) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// The route rule on images qemu-img made, each with the layout the rule
+// is about; where it predicts the decoder would run out of buffer, the
+// real decoder is asked too.
+func TestRouteRuleOnQCOW2Layouts(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 24<<20, 3)
+	const maxHeld = 1 << 20
+
+	plain := testimg.Convert(t, raw, filepath.Join(dir, "plain.qcow2"), "qcow2")
+	compressed := filepath.Join(dir, "c.qcow2")
+	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", raw, compressed)
+	// A file longer than what the image references: 4× its length.
+	padded := testimg.Convert(t, raw, filepath.Join(dir, "padded.qcow2"), "qcow2")
+	st, err := os.Stat(padded)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(padded, 4*st.Size()))
+	// Growing the disk past what its L1 table covers moves the L1 to the
+	// end of the file: every cluster then comes before the table that maps
+	// it.
+	moved := testimg.Convert(t, raw, filepath.Join(dir, "moved.qcow2"), "qcow2")
+	st, err = os.Stat(moved)
+	require.NoError(t, err)
+	testimg.Run(t, "qemu-img", "resize", "-q", "-f", "qcow2", moved, "2G")
+	require.GreaterOrEqual(t, qcow2Header(t, moved).L1TableOffset, uint64(st.Size()), "the L1 table did not move")
+
+	for _, c := range []struct {
+		name, path string
+		ranged     bool
+	}{
+		{"plain", plain, false},
+		{"compressed", compressed, false},
+		{"padded", padded, true},
+		{"L1 at the end", moved, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lay, size := layoutOf(t, c.path)
+			ranged, why := rangedBetter(lay, size, maxHeld)
+			assert.Equal(t, c.ranged, ranged, "layout %+v of a %d-byte file: %s", lay, size, why)
+			if c.name == "compressed" {
+				assert.Positive(t, lay.compressed)
+			} else {
+				assert.Zero(t, lay.compressed)
+			}
+			if c.name != "padded" {
+				// Referenced is the file, give or take the refcount
+				// structures qemu-img wrote.
+				assert.InDelta(t, size, lay.referenced, float64(size)/10, "layout %+v", lay)
+			}
+			// The prediction about the buffer is the decoder's own verdict.
+			assert.Equal(t, lay.early <= maxHeld, decodes(t, c.path, maxHeld), "layout %+v", lay)
+		})
+	}
+	// With the default buffer the moved image streams, and the rule says so.
+	lay, size := layoutOf(t, moved)
+	ranged, _ := rangedBetter(lay, size, streamdecode.DefaultMaxBuffered)
+	assert.False(t, ranged)
+	assert.True(t, decodes(t, moved, streamdecode.DefaultMaxBuffered))
+}
+
+// Tables outside the file are refused, not read past the end.
+func TestQCOW2LayoutTruncated(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 24<<20, 4)
+	moved := testimg.Convert(t, raw, filepath.Join(dir, "moved.qcow2"), "qcow2")
+	testimg.Run(t, "qemu-img", "resize", "-q", "-f", "qcow2", moved, "2G")
+	h := qcow2Header(t, moved)
+	require.NoError(t, os.Truncate(moved, int64(h.L1TableOffset)+4))
+	f, err := os.Open(moved)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = readQCOW2Layout(context.Background(), f, h, int64(h.L1TableOffset)+4)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
+}

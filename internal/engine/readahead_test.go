@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countingAt counts the reads that reach the object, and can fail them.
+type countingAt struct {
+	r     *bytes.Reader
+	reads atomic.Int64
+	fail  atomic.Bool
+}
+
+var errBroken = errors.New("connection broke")
+
+func (c *countingAt) ReadAt(p []byte, off int64) (int, error) {
+	c.reads.Add(1)
+	if c.fail.Load() {
+		return 0, errBroken
+	}
+	return c.r.ReadAt(p, off)
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// Small reads in file order, many at once and out of order within a few
+// windows (qemu-img's coroutines), give the object's bytes and reach the
+// object in far fewer requests than reads.
+func TestReadAheadConcurrentRuns(t *testing.T) {
+	size := 5*raWindowSize + 12345 // a short last window
+	data := randomBytes(size, 1)
+	src := &countingAt{r: bytes.NewReader(data)}
+	ra := newReadAhead(src, int64(size))
+	const piece = 20000 // odd, so pieces cross window boundaries
+	offs := make(chan int)
+	var wg sync.WaitGroup
+	var reads, bad atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for off := range offs {
+				p := make([]byte, min(piece, size-off))
+				n, err := ra.ReadAt(p, int64(off))
+				reads.Add(1)
+				if n != len(p) || (err != nil && err != io.EOF) || !bytes.Equal(p, data[off:off+n]) {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	for off := 0; off < size; off += piece {
+		offs <- off
+	}
+	close(offs)
+	wg.Wait()
+	assert.Zero(t, bad.Load(), "reads with wrong bytes or errors")
+	assert.Less(t, src.reads.Load(), reads.Load()/10, "read-ahead did not merge the reads")
+
+	// Past the end: EOF with what there is.
+	p := make([]byte, 100)
+	n, err := ra.ReadAt(p, int64(size-40))
+	assert.Equal(t, 40, n)
+	assert.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, data[size-40:], p[:40])
+}
+
+// A lone small read far from the last one, and a big read, go straight to
+// the object: a window would fetch megabytes for them.
+func TestReadAheadLeavesRandomAndBigReads(t *testing.T) {
+	size := 64 << 20
+	data := randomBytes(size, 2)
+	src := &countingAt{r: bytes.NewReader(data)}
+	ra := newReadAhead(src, int64(size))
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		off := rng.IntN(size - 65536)
+		p := make([]byte, 65536)
+		n, err := ra.ReadAt(p, int64(off))
+		require.NoError(t, err)
+		require.Equal(t, data[off:off+n], p)
+		// Far from the previous: every read is its own request.
+		ra.mu.Lock()
+		ra.lastEnd = -1
+		ra.mu.Unlock()
+	}
+	assert.EqualValues(t, 20, src.reads.Load())
+	p := make([]byte, 2<<20)
+	_, err := ra.ReadAt(p, 1000)
+	require.NoError(t, err)
+	assert.Equal(t, data[1000:1000+len(p)], p)
+	assert.EqualValues(t, 21, src.reads.Load())
+}
+
+// A failed window fails the reads waiting for it with the object's error,
+// and is fetched again by the next read.
+func TestReadAheadErrorIsNotCached(t *testing.T) {
+	size := 3 * raWindowSize
+	data := randomBytes(size, 5)
+	src := &countingAt{r: bytes.NewReader(data)}
+	ra := newReadAhead(src, int64(size))
+	p := make([]byte, 4096)
+	_, err := ra.ReadAt(p, 0) // starts the run
+	require.NoError(t, err)
+	src.fail.Store(true)
+	_, err = ra.ReadAt(p, 4096)
+	require.ErrorIs(t, err, errBroken)
+	src.fail.Store(false)
+	n, err := ra.ReadAt(p, 8192)
+	require.NoError(t, err)
+	assert.Equal(t, data[8192:8192+n], p)
+}
