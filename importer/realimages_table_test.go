@@ -46,11 +46,12 @@ func (r realImage) heavyImage() realImage { r.heavy = true; return r }
 func (r realImage) streamOpt() realImage  { r.streamOptimized = true; return r }
 
 // decoded: a stream of the image is decoded straight onto the target
-// (the stream-decode route), no scratch and no qemu-img. Every qcow2 and
-// streamOptimized vmdk of the corpus is (none has internal snapshots or a
-// layout the decoder falls back on).
+// (the stream-decode route), no scratch and no qemu-img. Every qcow2,
+// streamOptimized vmdk, dynamic vhd and vdi of the corpus is (none has
+// internal snapshots or a layout the decoder falls back on); a fixed vhd
+// is a raw copy, not convertible.
 func (r realImage) decoded() bool {
-	return r.convertible() && (r.format == "qcow2" || r.streamOptimized)
+	return r.convertible() && (r.format == "qcow2" || r.format == "vhd" || r.format == "vdi" || r.streamOptimized)
 }
 func (r realImage) fixedVHD() realImage { r.rawCopy = true; return r }
 func (r realImage) convertible() bool {
