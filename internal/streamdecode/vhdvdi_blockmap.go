@@ -191,10 +191,22 @@ func (d *blockMapDecoder) feed(p []byte, c *chunk) error {
 		t := d.m.tables[d.cur]
 		var n uint64
 		if d.pos < t.off {
-			// Ahead of a table: a block may lie here.
+			// Ahead of a table: a block may lie here, unless it is a
+			// reserved structure, where none may.
 			n = min(uint64(len(p)), t.off-d.pos)
-			if err := d.kept.add(d.pos, p[:n], d.zeros); err != nil {
-				return fmt.Errorf("%s: %w", d.m.name, err)
+			skip := false
+			for _, r := range d.m.reserved {
+				switch {
+				case r.off <= d.pos && d.pos < r.end:
+					n, skip = min(n, r.end-d.pos), true
+				case d.pos < r.off:
+					n = min(n, r.off-d.pos)
+				}
+			}
+			if !skip {
+				if err := d.kept.add(d.pos, p[:n], d.zeros); err != nil {
+					return fmt.Errorf("%s: %w", d.m.name, err)
+				}
 			}
 		} else {
 			n = min(uint64(len(p)), t.end-d.pos)
