@@ -13,6 +13,7 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // sourceReader remembers the first error of the compressed input that is
@@ -112,14 +113,17 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 	d := &decoder{codec: c, ctx: ctx, src: src}
 	switch c {
 	case Gzip:
+		ra := readAhead(src)
 		// klauspost's gzip reads concatenated members (multistream) by
 		// default; it measured fastest here (858 MB/s vs pgzip 808).
 		zr, err := gzip.NewReader(src)
 		if err != nil {
+			ra.Close()
 			return nil, d.mapErr(err)
 		}
-		d.r, d.close = zr, zr.Close
+		d.r, d.close = zr, func() error { ra.Close(); return zr.Close() }
 	case Zstd:
+		ra := readAhead(src)
 		// Concurrency 1 measured faster on two cores; the window cap bounds
 		// memory. MaxMemory is raised because, for streams, it would also
 		// refuse frames whose declared content size exceeds it (64 GiB by
@@ -130,9 +134,10 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 			zstd.WithDecoderMaxMemory(1<<63),
 			zstd.WithDecoderLowmem(false))
 		if err != nil {
+			ra.Close()
 			return nil, d.mapErr(err)
 		}
-		d.r, d.close = zr, func() error { zr.Close(); return nil }
+		d.r, d.close = zr, func() error { zr.Close(); return ra.Close() }
 	case XZ:
 		if err := checkXZDict(head, o.MaxXZDictionary); err != nil {
 			return nil, err
@@ -157,6 +162,21 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 		return nil, fmt.Errorf("compression %q: %w", c, errdefs.ErrUnsupportedFormat)
 	}
 	return d, nil
+}
+
+// In-process decoders read their input through a read-ahead goroutine (see
+// iostage.ReadAhead): readAheadBuffers of readAheadSize bytes.
+const (
+	readAheadSize    = 256 << 10
+	readAheadBuffers = 4
+)
+
+// readAhead moves src's reading onto a goroutine of its own; src then
+// reads from it, still recording the input's first failure.
+func readAhead(src *sourceReader) *iostage.ReadAhead {
+	ra := iostage.NewReadAhead(src.r, readAheadSize, readAheadBuffers)
+	src.r = ra
+	return ra
 }
 
 // NewDecompressor returns the bytes of r with compression c removed, by the

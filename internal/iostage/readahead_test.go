@@ -1,0 +1,118 @@
+package iostage_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/iostage"
+)
+
+// pieces returns at most a random small number of bytes per Read, as a
+// socket does, then fails with err (io.EOF for a clean end).
+type pieces struct {
+	data []byte
+	rnd  *rand.Rand
+	err  error
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	if len(p.data) == 0 {
+		return 0, p.err
+	}
+	n := copy(b[:min(len(b), 1+p.rnd.IntN(70000))], p.data)
+	p.data = p.data[n:]
+	return n, nil
+}
+
+func randomBytes(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	for i := range b {
+		b[i] = byte(rnd.Uint32())
+	}
+	return b
+}
+
+func TestReadAheadContent(t *testing.T) {
+	want := randomBytes(5<<20+123, 1)
+	a := iostage.NewReadAhead(&pieces{data: want, rnd: rand.New(rand.NewPCG(2, 3)), err: io.EOF}, 256<<10, 4)
+	defer a.Close()
+	var got bytes.Buffer
+	rnd := rand.New(rand.NewPCG(4, 5))
+	for {
+		buf := make([]byte, 1+rnd.IntN(600<<10))
+		n, err := a.Read(buf)
+		got.Write(buf[:n])
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+	}
+	require.True(t, bytes.Equal(want, got.Bytes()), "content differs (%d of %d bytes)", got.Len(), len(want))
+	n, err := a.Read(make([]byte, 10))
+	assert.Zero(t, n)
+	assert.Equal(t, io.EOF, err, "EOF is sticky")
+}
+
+// TestReadAheadErrorAfterData: every byte the source gave before failing
+// comes out, then its very error (not wrapped, not turned into EOF).
+func TestReadAheadErrorAfterData(t *testing.T) {
+	boom := errors.New("connection reset")
+	want := randomBytes(1<<20+7, 6)
+	a := iostage.NewReadAhead(&pieces{data: want, rnd: rand.New(rand.NewPCG(7, 8)), err: boom}, 64<<10, 3)
+	defer a.Close()
+	got, err := io.ReadAll(a)
+	assert.Same(t, boom, err)
+	assert.True(t, bytes.Equal(want, got), "got %d of %d bytes", len(got), len(want))
+}
+
+// TestReadAheadSourceFreeAfterEOF: once the source's EOF came out, the
+// source may be read directly (the engine drains it after the decoder):
+// the race detector checks nothing else touches it then.
+func TestReadAheadSourceFreeAfterEOF(t *testing.T) {
+	src := &pieces{data: randomBytes(300<<10, 9), rnd: rand.New(rand.NewPCG(1, 1)), err: io.EOF}
+	a := iostage.NewReadAhead(src, 64<<10, 2)
+	_, err := io.Copy(io.Discard, a)
+	require.NoError(t, err)
+	n, err := src.Read(make([]byte, 10))
+	assert.Zero(t, n)
+	assert.Equal(t, io.EOF, err)
+	require.NoError(t, a.Close())
+}
+
+// blocking never returns until released.
+type blocking struct{ release chan struct{} }
+
+func (b *blocking) Read(p []byte) (int, error) {
+	<-b.release
+	return 0, io.EOF
+}
+
+// TestReadAheadCloseDoesNotWait: Close returns at once even while the
+// source's read hangs; the goroutine ends once that read returns.
+func TestReadAheadCloseDoesNotWait(t *testing.T) {
+	before := runtime.NumGoroutine()
+	src := &blocking{release: make(chan struct{})}
+	a := iostage.NewReadAhead(src, 4096, 2)
+	done := make(chan struct{})
+	go func() { a.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a hanging source")
+	}
+	close(src.release)
+	// A plain loop: require.Eventually would count its own goroutine.
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; {
+		require.True(t, time.Now().Before(deadline), "the reading goroutine did not end")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
