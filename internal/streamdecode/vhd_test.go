@@ -456,3 +456,31 @@ func TestBlockMapSinkFailureAndCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestVHDVirtualSizes: the disk is as long as qemu-img says, for sizes
+// qemu's CHS geometry rounds (creator "qemu") and for force_size ones
+// (creator "qem2", current_size), up to the format's 2040 GiB.
+func TestVHDVirtualSizes(t *testing.T) {
+	need(t, "qemu-img")
+	for _, size := range []string{"1M", "5000000", "1073741831", "40G", "127G", "2040G"} {
+		for _, opts := range []string{"force_size=off", "force_size=on"} {
+			t.Run(size+"/"+opts, func(t *testing.T) {
+				img := filepath.Join(t.TempDir(), "disk.vhd")
+				run(t, "qemu-img", "create", "-q", "-f", "vpc", "-o", opts, img, size)
+				want := qemuVirtualSize(t, img, "vpc")
+				f, err := os.Open(img)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				st, err := DecodeVHD(context.Background(), f, boundsSink{size: want}, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.VirtualSize != want {
+					t.Fatalf("virtual size %d, qemu-img's %d", st.VirtualSize, want)
+				}
+			})
+		}
+	}
+}
