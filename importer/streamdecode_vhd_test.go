@@ -61,9 +61,9 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 	images := map[string]string{ // name → qemu-img's raw of it
 		filepath.Base(testimg.Compress(t, vhd, "gz")):        qemuRaw(t, vhd, "vpc"),
 		filepath.Base(testimg.Compress(t, vhdForced, "zst")): qemuRaw(t, vhdForced, "vpc"),
-		filepath.Base(vhd):                                   qemuRaw(t, vhd, "vpc"),
-		filepath.Base(testimg.Compress(t, vdi, "zst")):       qemuRaw(t, vdi, "vdi"),
-		filepath.Base(testimg.Compress(t, static, "gz")):     qemuRaw(t, static, "vdi"),
+		filepath.Base(vhd): qemuRaw(t, vhd, "vpc"),
+		filepath.Base(testimg.Compress(t, vdi, "zst")):   qemuRaw(t, vdi, "vdi"),
+		filepath.Base(testimg.Compress(t, static, "gz")): qemuRaw(t, static, "vdi"),
 	}
 	var requests atomic.Int64
 	base := serveWhole(t, dir, &requests)
