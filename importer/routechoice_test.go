@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +38,10 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 	// then reads as the raw image followed by zeros.
 	moved := testimg.Convert(t, raw, filepath.Join(www, "moved.qcow2"), "qcow2")
 	testimg.Run(t, "qemu-img", "resize", "-q", "-f", "qcow2", moved, "1G")
+	// Every cluster compressed: text only.
+	text := filepath.Join(dir, "text.raw")
+	require.NoError(t, os.WriteFile(text, bytes.Repeat([]byte("all work and no play makes jack a dull boy.\n"), 8<<20/44+1)[:8<<20], 0o644))
+	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", text, filepath.Join(www, "text.qcow2"))
 	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
@@ -56,6 +61,7 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 		{"padded onto a file", "padded.qcow2", false, 0, true},
 		{"tables last, small buffer", "moved.qcow2", false, 1 << 20, true},
 		{"tables last, default buffer", "moved.qcow2", false, 0, false},
+		{"compressed onto a file", "text.qcow2", false, 0, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,11 +92,14 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 				assert.Contains(t, res.Phases, importer.PhaseTransferDataFile)
 				assert.Equal(t, int64(1), gets, "not one streaming GET")
 			}
-			if c.file == "moved.qcow2" {
+			switch c.file {
+			case "text.qcow2":
+				expectImage(t, text, target, c.block)
+			case "moved.qcow2":
 				// The raw image, then zeros to 1 GiB.
 				require.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, 24<<20))
 				testimg.AssertZeros(t, target, 24<<20, 1<<30-24<<20)
-			} else {
+			default:
 				expectImage(t, raw, target, c.block)
 			}
 			assertEmptyDir(t, o.ScratchDir)

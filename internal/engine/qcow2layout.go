@@ -28,9 +28,10 @@ type qcow2Layout struct {
 	// table that maps them: what a one-pass decoder must hold in memory
 	// until that table passes.
 	early int64
-	// compressed counts compressed clusters.
-	compressed int64
-	l2Tables   int
+	// clusters counts the data clusters in the file, compressed ones
+	// among them.
+	clusters, compressed int64
+	l2Tables             int
 }
 
 // Bounds on the probe: past them the layout is not read and the route is
@@ -141,6 +142,7 @@ func readQCOW2Layout(ctx context.Context, r io.ReaderAt, h format.Header, size i
 				return lay, fmt.Errorf("qcow2: data at %#x..%#x lies past the end of the %d-byte file: %w", host, host+n, size, errdefs.ErrInvalidImage)
 			}
 			lay.referenced += int64(n)
+			lay.clusters++
 			if host < mappedAt {
 				lay.early += int64(n)
 			}

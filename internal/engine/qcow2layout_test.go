@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -70,8 +71,14 @@ func TestRouteRuleOnQCOW2Layouts(t *testing.T) {
 	const maxHeld = 1 << 20
 
 	plain := testimg.Convert(t, raw, filepath.Join(dir, "plain.qcow2"), "qcow2")
+	// Compressed clusters: a third of them in this image (random data
+	// stays plain), all of them in a text-only one.
 	compressed := filepath.Join(dir, "c.qcow2")
 	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", raw, compressed)
+	text := filepath.Join(dir, "text.raw")
+	require.NoError(t, os.WriteFile(text, bytes.Repeat([]byte("all work and no play makes jack a dull boy\n"), 200000), 0o644))
+	allCompressed := filepath.Join(dir, "text.qcow2")
+	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", text, allCompressed)
 	// A file longer than what the image references: 4× its length.
 	padded := testimg.Convert(t, raw, filepath.Join(dir, "padded.qcow2"), "qcow2")
 	st, err := os.Stat(padded)
@@ -92,6 +99,7 @@ func TestRouteRuleOnQCOW2Layouts(t *testing.T) {
 	}{
 		{"plain", plain, false},
 		{"compressed", compressed, false},
+		{"all compressed", allCompressed, true},
 		{"padded", padded, true},
 		{"L1 at the end", moved, true},
 	} {
@@ -99,12 +107,16 @@ func TestRouteRuleOnQCOW2Layouts(t *testing.T) {
 			lay, size := layoutOf(t, c.path)
 			ranged, why := rangedBetter(lay, size, maxHeld)
 			assert.Equal(t, c.ranged, ranged, "layout %+v of a %d-byte file: %s", lay, size, why)
-			if c.name == "compressed" {
+			switch c.name {
+			case "compressed":
 				assert.Positive(t, lay.compressed)
-			} else {
+				assert.Less(t, 2*lay.compressed, lay.clusters)
+			case "all compressed":
+				assert.Equal(t, lay.clusters, lay.compressed)
+			default:
 				assert.Zero(t, lay.compressed)
 			}
-			if c.name != "padded" {
+			if c.name != "padded" && c.name != "all compressed" {
 				// Referenced is the file, give or take the refcount
 				// structures qemu-img wrote.
 				assert.InDelta(t, size, lay.referenced, float64(size)/10, "layout %+v", lay)
