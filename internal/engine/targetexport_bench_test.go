@@ -42,7 +42,7 @@ func BenchmarkConvertOntoDevice(b *testing.B) {
 			src := testimg.Convert(b, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 			dev := testimg.LoopDevice(b, dir, size)
 			runner := &qemu.Runner{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-			opts := qemu.ConvertOptions{SrcFormat: "qcow2", DstFormat: "raw", CacheMode: "none", TargetExists: true}
+			opts := qemu.ConvertOptions{SrcFormat: "qcow2", DstFormat: "raw", CacheMode: "none", TargetExists: true, Parallel: convertParallel}
 			ctx := context.Background()
 			b.SetBytes(size)
 			var direct, export []time.Duration
