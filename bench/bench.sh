@@ -21,7 +21,8 @@
 # vhd vdi vhd.gz vdi.gz registry-raw-gz registry-qcow2 registry-c-qcow2),
 # BENCH_GOXZ (1: also time the pure-Go xz decoder, in the first run only:
 # ~20 s at 2G), BENCH_GO (1: also run the go test -bench stage benchmarks),
-# BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh).
+# BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh),
+# BENCH_TIMEOUT (300: seconds before one measured command is killed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -37,6 +38,7 @@ cases=${BENCH_CASES:-$default_cases}
 [[ $cases == all ]] && cases=$all_cases
 cases=${cases//,/ }
 goxz=${BENCH_GOXZ:-1}
+tmo=${BENCH_TIMEOUT:-300}
 cache=$root/bench/cache
 img=$cache/img-$size
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -133,7 +135,9 @@ measure() {
 	tf=$log.time
 	t0=$(date +%s.%N)
 	rc=0
-	/usr/bin/time -v -o "$tf" bash -c "$cmd" >"$log.out" 2>"$log.err" || rc=$?
+	# A hung run (qemu-img's curl driver once waited 10 minutes on a busy
+	# machine) fails with rc 124 instead of stalling the whole bench.
+	/usr/bin/time -v -o "$tf" timeout -k 10 "$tmo" bash -c "$cmd" >"$log.out" 2>"$log.err" || rc=$?
 	t1=$(date +%s.%N)
 	local rss
 	rss=$(awk -F': ' '/Maximum resident set size/{print $2}' "$tf")
