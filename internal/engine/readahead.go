@@ -81,8 +81,13 @@ func (ra *readAhead) windowFor(at, off int64, n int) *raWindow {
 	start := at - at%ra.window
 	w := ra.find(start)
 	if w == nil {
-		// A new window only for a read continuing a run.
+		// A new window only for a read continuing a run: near the last
+		// small read, or next to a window (qemu-img's coroutines each
+		// follow a run of their own, a few windows apart).
 		near := ra.lastEnd >= 0 && off >= ra.lastEnd-ra.window && off <= ra.lastEnd+ra.window
+		for _, x := range ra.wins {
+			near = near || (start >= x.off-ra.window && start <= x.off+ra.window)
+		}
 		ra.lastEnd = off + int64(n)
 		if !near {
 			return nil
