@@ -1,7 +1,7 @@
 package importer_test
 
 // Issue 14's "no scratch for streamed images": every qcow2, streamOptimized
-// vmdk, dynamic vhd and vdi of the real-image corpus (and a set of
+// vmdk, dynamic vhd, vdi and vhdx of the real-image corpus (and a set of
 // generated layouts: compressed clusters, tables after their data,
 // internal snapshots) imported as a stream — over HTTP without byte
 // ranges and through a pipe as stdin or an upload would be — with a
@@ -25,7 +25,8 @@ import (
 )
 
 // noScratchCorpus is the rows of the real-image table that have, or will
-// have, a stream decoder: qcow2, streamOptimized vmdk, dynamic vhd, vdi.
+// have, a stream decoder: qcow2, streamOptimized vmdk, dynamic vhd, vdi,
+// vhdx.
 // Refused images are not in it.
 func noScratchCorpus() []realImage {
 	var rows []realImage
@@ -34,7 +35,7 @@ func noScratchCorpus() []realImage {
 			continue
 		}
 		switch {
-		case img.format == "qcow2", img.streamOptimized, img.format == "vhd", img.format == "vdi":
+		case img.format == "qcow2", img.streamOptimized, img.format == "vhd", img.format == "vdi", img.format == "vhdx":
 			rows = append(rows, img)
 		}
 	}
@@ -59,7 +60,7 @@ func TestNoScratchForStreamedImages(t *testing.T) {
 			t.Run(img.name(), func(t *testing.T) {
 				t.Parallel()
 				local := lib.local(t, img.stored)
-				skipWithoutDecoder(t, local)
+				requireDecoder(t, local)
 				ref := lib.reference(t, img.stored, img.qemu)
 				t.Run("http-stream", func(t *testing.T) {
 					importNoScratch(t, importer.Options{Source: streamURL + "/" + servedName(img.stored)}, ref)
@@ -79,7 +80,7 @@ func TestNoScratchForStreamedImages(t *testing.T) {
 		streamURL := serve(t, streamOnlyHandler(www))
 		for _, g := range generatedStreamImages(t, dir, www) {
 			t.Run(g.name, func(t *testing.T) {
-				skipWithoutDecoder(t, filepath.Join(www, g.name))
+				requireDecoder(t, filepath.Join(www, g.name))
 				size, digest, err := contentDigest(g.want, -1)
 				require.NoError(t, err)
 				ref := reference{path: g.want, size: size, digest: digest}
@@ -94,9 +95,9 @@ func TestNoScratchForStreamedImages(t *testing.T) {
 	})
 }
 
-// skipWithoutDecoder skips an image streamdecode has no decoder for (yet):
-// the vhd and vdi decoders may land after this test.
-func skipWithoutDecoder(t *testing.T, path string) {
+// requireDecoder fails for an image streamdecode has no decoder for: each
+// row of this test is one the stream-decode route must take.
+func requireDecoder(t *testing.T, path string) {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
@@ -104,9 +105,7 @@ func skipWithoutDecoder(t *testing.T, path string) {
 	img, err := format.Open(context.Background(), f, format.Options{})
 	require.NoError(t, err)
 	defer img.Close()
-	if !streamdecode.Supports(img) {
-		t.Skipf("internal/streamdecode has no stream decoder for this %s image yet", img.Format)
-	}
+	require.True(t, streamdecode.Supports(img), "internal/streamdecode has no stream decoder for this %s image", img.Format)
 }
 
 // importNoScratch imports o onto a file with a scratch directory set and
@@ -184,5 +183,7 @@ func generatedStreamImages(t *testing.T, dir, www string) []generatedImage {
 	add(conv("dynamic.vhd", "vpc"), "vpc")
 	add(conv("dynamic.vdi", "vdi"), "vdi")
 	add(conv("static.vdi", "vdi", "-o", "static=on"), "vdi")
+	add(conv("dynamic.vhdx", "vhdx"), "vhdx")
+	add(conv("fixed.vhdx", "vhdx", "-o", "subformat=fixed"), "vhdx")
 	return out
 }

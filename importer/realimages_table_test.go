@@ -47,11 +47,11 @@ func (r realImage) streamOpt() realImage  { r.streamOptimized = true; return r }
 
 // decoded: a stream of the image is decoded straight onto the target
 // (the stream-decode route), no scratch and no qemu-img. Every qcow2,
-// streamOptimized vmdk, dynamic vhd and vdi of the corpus is (none has
+// streamOptimized vmdk, dynamic vhd, vdi and vhdx of the corpus is (none has
 // internal snapshots or a layout the decoder falls back on); a fixed vhd
 // is a raw copy, not convertible.
 func (r realImage) decoded() bool {
-	return r.convertible() && (r.format == "qcow2" || r.format == "vhd" || r.format == "vdi" || r.streamOptimized)
+	return r.convertible() && (r.format == "qcow2" || r.format == "vhd" || r.format == "vdi" || r.format == "vhdx" || r.streamOptimized)
 }
 func (r realImage) fixedVHD() realImage { r.rawCopy = true; return r }
 func (r realImage) convertible() bool {

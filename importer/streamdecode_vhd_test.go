@@ -47,7 +47,7 @@ func serveWhole(t *testing.T, dir string, requests *atomic.Int64) string {
 	return srv.URL + "/"
 }
 
-// TestStreamDecodeVHDAndVDI: a dynamic VHD and a VDI streamed over HTTP
+// TestStreamDecodeVHDAndVDI: a dynamic VHD, a VDI and a VHDX streamed over HTTP
 // without ranges are decoded straight onto a file or a device: no
 // scratch, the stream-decode phases, qemu-img's bytes.
 func TestStreamDecodeVHDAndVDI(t *testing.T) {
@@ -58,12 +58,14 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 	vhdForced := testimg.Convert(t, raw, filepath.Join(dir, "forced.vhd"), "vpc", "force_size=on")
 	vdi := testimg.Convert(t, raw, filepath.Join(dir, "disk.vdi"), "vdi")
 	static := testimg.Convert(t, raw, filepath.Join(dir, "static.vdi"), "vdi", "static=on")
+	vhdx := testimg.Convert(t, raw, filepath.Join(dir, "disk.vhdx"), "vhdx")
 	images := map[string]string{ // name → qemu-img's raw of it
 		filepath.Base(testimg.Compress(t, vhd, "gz")):        qemuRaw(t, vhd, "vpc"),
 		filepath.Base(testimg.Compress(t, vhdForced, "zst")): qemuRaw(t, vhdForced, "vpc"),
 		filepath.Base(vhd): qemuRaw(t, vhd, "vpc"),
 		filepath.Base(testimg.Compress(t, vdi, "zst")):   qemuRaw(t, vdi, "vdi"),
 		filepath.Base(testimg.Compress(t, static, "gz")): qemuRaw(t, static, "vdi"),
+		filepath.Base(testimg.Compress(t, vhdx, "gz")):   qemuRaw(t, vhdx, "vhdx"),
 	}
 	var requests atomic.Int64
 	base := serveWhole(t, dir, &requests)
@@ -106,5 +108,43 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStreamDecodeVHDXTooBig: a VHDX's virtual size is only in its
+// metadata region, past Info's header checks; the decoder learns it before
+// any block reaches the target and refuses a disk larger than the target,
+// with nothing written.
+func TestStreamDecodeVHDXTooBig(t *testing.T) {
+	testimg.Need(t, "qemu-img", "gzip")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 16<<20, 52)
+	vhdx := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "big.vhdx"), "vhdx"), "gz")
+	var requests atomic.Int64
+	base := serveWhole(t, dir, &requests)
+	for _, tgtName := range []string{"file", "block"} {
+		t.Run(tgtName, func(t *testing.T) {
+			o := importer.Options{Source: base + filepath.Base(vhdx), ScratchDir: t.TempDir(),
+				Target: filepath.Join(t.TempDir(), "disk.img"), Size: 8 << 20}
+			if tgtName == "block" {
+				if os.Geteuid() != 0 {
+					t.Skip("loop devices need root")
+				}
+				o.Target, o.Size = testimg.LoopDevice(t, dir, 8<<20), 0
+				require.NoError(t, os.WriteFile(o.Target, bytes.Repeat([]byte{0xA5}, 8<<20), 0))
+			}
+			res, err := importer.Import(context.Background(), o)
+			require.ErrorIs(t, err, importer.ErrTargetTooSmall)
+			assert.Contains(t, err.Error(), "16.0 MiB")
+			assert.False(t, res.Complete)
+			assertEmptyDir(t, o.ScratchDir)
+			if tgtName == "file" {
+				assertEmptyDir(t, filepath.Dir(o.Target))
+				return
+			}
+			got, err := os.ReadFile(o.Target)
+			require.NoError(t, err)
+			assert.Equal(t, bytes.Repeat([]byte{0xA5}, 8<<20), got, "the device keeps its old bytes")
+		})
 	}
 }

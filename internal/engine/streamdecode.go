@@ -96,7 +96,9 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	img := a.source.image
 	spill := a.spillDir()
-	st, err := streamdecode.Decode(ctx, img, img.Format, sink, streamdecode.Options{MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill})
+	st, err := streamdecode.Decode(ctx, img, img.Format, sink, streamdecode.Options{
+		MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill, TargetSize: a.target.Capacity(),
+	})
 	a.noteSpill(st)
 	if err != nil {
 		return a.decodeFailed(err, img.Format, spill)

@@ -32,7 +32,8 @@ func Decode(ctx context.Context, r io.Reader, f format.Format, sink Sink, o Opti
 // decoder: a qcow2, a streamOptimized vmdk (the other sparse vmdks have no
 // grain markers to follow), a dynamic VHD (a fixed one is raw data and a
 // footer, streamed as raw; a differencing one is refused by its header)
-// or a dynamic or static VDI. A decoder may still find mid-stream that the
+// a dynamic or static VDI, or a VHDX (its size checked against
+// Options.TargetSize once its metadata has passed). A decoder may still find mid-stream that the
 // layout needs more than one pass (errdefs.ErrNotStreamable).
 func Supports(img *format.Image) bool {
 	switch img.Format {
@@ -44,6 +45,8 @@ func Supports(img *format.Image) bool {
 		return img.Header.VHDDiskType == vhdDynamic
 	case format.VDI:
 		return img.Header.VDIImageType == 1 || img.Header.VDIImageType == 2
+	case format.VHDX:
+		return true
 	}
 	return false
 }

@@ -1,11 +1,11 @@
-// Package streamdecode turns a qcow2, streamOptimized vmdk, dynamic VHD or
-// VDI image arriving as a forward-only stream (the output of format.Open:
-// a registry layer, a .qcow2.gz or .vhd.xz over HTTP, an upload) into raw
-// guest writes, in one pass and without a scratch copy. Supports says
-// which images have a decoder the engine uses; DecodeVHDX also decodes a
-// VHDX, which the engine does not route here yet (its virtual size is
-// known only once the metadata region has passed, after Info's size
-// checks).
+// Package streamdecode turns a qcow2, streamOptimized vmdk, dynamic VHD,
+// VDI or VHDX image arriving as a forward-only stream (the output of
+// format.Open: a registry layer, a .qcow2.gz or .vhd.xz over HTTP, an
+// upload) into raw guest writes, in one pass and without a scratch copy.
+// Supports says which images have a decoder. A VHDX's virtual size is
+// known only once its metadata region has passed, after the engine's
+// header checks, so Options.TargetSize lets the decoder refuse a disk too
+// big for the target before it writes a byte.
 //
 // The output seam is a Sink (WriteAt at guest offsets). A converted qcow2
 // is mostly in guest order, but nothing in the format promises it (an
@@ -69,6 +69,11 @@ type Options struct {
 	Workers int
 	// MaxVirtualSize refuses larger disks (default: format's limit).
 	MaxVirtualSize int64
+	// TargetSize, when not 0, is the target's capacity: an image whose
+	// virtual size is learnt only inside the stream (a VHDX's metadata)
+	// and is larger fails with *errdefs.SizeError before anything is
+	// written. Sizes in a header are checked by the engine before decoding.
+	TargetSize int64
 }
 
 // DefaultMaxBuffered is Options.MaxBuffered's default.

@@ -116,7 +116,13 @@ func DecodeVHDX(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, 
 		if meta.off > bat.off {
 			mb, bb = bb, mb
 		}
-		return vhdxLayout(mb, bb, o.MaxVirtualSize)
+		l, err := vhdxLayout(mb, bb, o.MaxVirtualSize)
+		if err == nil && o.TargetSize > 0 && int64(l.vsize) > o.TargetSize {
+			// Blocks that came before the tables are only held, so
+			// nothing has reached the sink yet.
+			return blockLayout{}, &errdefs.SizeError{ImageSize: int64(l.vsize), TargetSize: o.TargetSize}
+		}
+		return l, err
 	}
 	return decodeBlockMap(ctx, r, m, sink, o)
 }
