@@ -12,15 +12,16 @@ import (
 )
 
 // CDI's controller mounts no /scratch for an HTTP import. A compressed
-// VHDX needs it (a compressed qcow2, streamOptimized vmdk, dynamic VHD or
-// VDI is decoded straight onto the volume), so the first pod must write nothing to the
-// volume and exit 0 with scratchSpaceRequired; the controller then adds a
-// scratch volume and recreates the pod, which completes.
+// monolithicSparse vmdk needs it (it has no grain markers to stream by; a
+// compressed qcow2, streamOptimized vmdk, dynamic VHD, VDI or VHDX is
+// decoded straight onto the volume), so the first pod must write nothing
+// to the volume and exit 0 with scratchSpaceRequired; the controller then
+// adds a scratch volume and recreates the pod, which completes.
 func TestPodScratchSpaceHandshake(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 61)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.vhdx"), "vhdx")
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.vmdk"), "vmdk", "subformat=monolithicSparse")
 	xz := testimg.Compress(t, q, "xz")
 	base := testimg.Serve(t, dir)
 	data := t.TempDir()
