@@ -124,13 +124,18 @@ type pacedPipeReader struct {
 
 func newPacedPipeReader(f *os.File, size int) *pacedPipeReader {
 	r := &pacedPipeReader{f: f}
-	if size >= 4*pageSize {
+	if size >= minPacedPipe {
 		r.target = size / 2
 	}
 	return r
 }
 
 const pageSize = 4096
+
+// minPacedPipe is the smallest pipe worth pacing: a sleep lasts about a
+// millisecond, in which xz writes up to ~0.5 MB; a smaller pipe (the kernel
+// refused to grow it) would fill and stall xz, so it is used as it comes.
+const minPacedPipe = xzPipeSize
 
 func (r *pacedPipeReader) Read(p []byte) (int, error) {
 	if r.target > 0 {
@@ -164,7 +169,7 @@ type pacedPipeWriter struct {
 
 func newPacedPipeWriter(f *os.File, size int) *pacedPipeWriter {
 	w := &pacedPipeWriter{f: f, size: size}
-	if size >= 4*pageSize {
+	if size >= minPacedPipe {
 		w.half = size / 2
 	}
 	return w

@@ -102,9 +102,12 @@ func TestPacedPipeReaderEOF(t *testing.T) {
 // TestPacedPipeSmallPipeNotPaced: a pipe the kernel would not grow is read
 // and written as it comes (pacing a 64 KiB pipe would throttle xz).
 func TestPacedPipeSmallPipeNotPaced(t *testing.T) {
-	assert.Zero(t, newPacedPipeReader(nil, 8192).target)
-	assert.Zero(t, newPacedPipeWriter(nil, 8192).half)
+	for _, size := range []int{0, 64 << 10, 512 << 10} {
+		assert.Zero(t, newPacedPipeReader(nil, size).target, size)
+		assert.Zero(t, newPacedPipeWriter(nil, size).half, size)
+	}
 	assert.Positive(t, newPacedPipeReader(nil, 1<<20).target)
+	assert.Positive(t, newPacedPipeWriter(nil, 1<<20).half)
 }
 
 // BenchmarkXZStdout reads `xz -dc` of a multi-block file the way the engine
