@@ -121,7 +121,7 @@ func TestImportMatrix(t *testing.T) {
 					// which is decoded straight onto the target; stdin
 					// goes through scratch, but for the formats the
 					// stream decoder reads, which are decoded.
-					streamable := map[string]bool{"disk.qcow2": true, "stream.vmdk": true, "dynamic.vhd": true, "disk.vdi": true}
+					streamable := map[string]bool{"disk.qcow2": true, "stream.vmdk": true, "dynamic.vhd": true, "disk.vdi": true, "disk.vhdx": true}
 					decoded := srcName == "http" && c.name == "stream.vmdk" ||
 						srcName == "stdin" && streamable[c.name] ||
 						// A compact qcow2 over ranges onto a file is
