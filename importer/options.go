@@ -109,12 +109,15 @@ type Options struct {
 	// even when the server serves byte ranges and qemu-img could read it in
 	// place (through an NBD export of our own range reader).
 	NoRangedRead bool
-	// NoStreamDecode copies a streamed qcow2 or streamOptimized vmdk to
-	// scratch and converts it with qemu-img, instead of decoding it
-	// straight onto a raw target in one pass. Without it the decoder is
-	// used where the source can be read again (not stdin or an upload),
-	// and a layout it cannot stream starts the import over through
-	// scratch.
+	// NoStreamDecode copies a streamed qcow2, streamOptimized vmdk,
+	// dynamic VHD, VDI or VHDX to scratch and converts it with qemu-img,
+	// instead of decoding it straight onto a raw target in one pass.
+	// Without it the decoder is used for every source, stdin and uploads
+	// included: what arrives before the tables that map it is held in
+	// memory up to a bound and spilled to ScratchDir past it (ScratchUsed
+	// and ScratchBytes then say so). A layout the decoder cannot follow at
+	// all starts the import over through scratch when the source can be
+	// read again, and fails otherwise.
 	NoStreamDecode bool
 
 	// Progress, when set, is called about once a second from a goroutine of

@@ -116,7 +116,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
 	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
-	fl.BoolVar(&f.noStreamDecode, "no-stream-decode", false, "put a streamed qcow2, streamOptimized vmdk, dynamic vhd or vdi in scratch for qemu-img instead of decoding it straight onto DEST")
+	fl.BoolVar(&f.noStreamDecode, "no-stream-decode", false, "put a streamed qcow2, streamOptimized vmdk, dynamic vhd, vdi or vhdx in scratch for qemu-img instead of decoding it straight onto DEST")
 	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
 	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
