@@ -12,7 +12,8 @@
 #
 # Environment: BENCH_SIZE (2G), BENCH_RUNS (3), ROUTE_CASES (qcow2 c.qcow2
 # stream.vmdk), ROUTE_TARGETS (loop file), ROUTE_ROUTES (auto ranged decode
-# dl+qemu), IMPORTER (a binary to time instead of building one). Needs root
+# dl+qemu; base-ranged: ranged with $BASE_IMPORTER, an older build to
+# compare with), IMPORTER (a binary to time instead of building one). Needs root
 # and an image set already built by bench.sh (bench/images.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +62,7 @@ for run in $(seq "$runs"); do
 				[[ $t == file ]] && dst=$out
 				case $r in
 				auto) cmd="$imp -q $url/disk.$c $dst" ;;
+				base-ranged) cmd="$BASE_IMPORTER -q --no-stream-decode $url/disk.$c $dst" ;;
 				ranged) cmd="$imp -q --no-stream-decode $url/disk.$c $dst" ;;
 				decode) cmd="$imp -q --no-ranged-read $url/disk.$c $dst" ;;
 				dl+qemu)
