@@ -68,7 +68,8 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 		{"disk.qcow2 forced ranged", "disk.qcow2", "qcow2", "qcow2", nil, false, false, true},
 		{"disk.vmdk", "disk.vmdk", "vmdk", "vmdk", nil, false, false, false},
 		{"stream.vmdk", "stream.vmdk", "vmdk", "vmdk", []string{"subformat=streamOptimized"}, true, false, false},
-		{"disk.vhdx", "disk.vhdx", "vhdx", "vhdx", nil, false, false, false},
+		{"disk.vhdx", "disk.vhdx", "vhdx", "vhdx", nil, false, true, false},
+		{"disk.vhdx forced ranged", "disk.vhdx", "vhdx", "vhdx", nil, false, false, true},
 		{"dynamic.vhd", "dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}, false, false, false},
 		{"disk.vdi", "disk.vdi", "vdi", "vdi", nil, false, false, false},
 	}
@@ -95,8 +96,9 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 				assert.NotContains(t, res.Phases, importer.PhaseConvert)
 				assert.Equal(t, int64(0), rc.ranges.Load()-before, "range requests for an image read whole")
 			case c.decoded:
-				// The tables by ranges (the probe, the L1 and one L2
-				// table), then one GET for the stream: no qemu-img.
+				// The probe and, for a qcow2, its tables by ranges (the L1
+				// and one L2 table), then one GET for the stream: no
+				// qemu-img.
 				assert.False(t, res.ScratchUsed, "phases %v", res.Phases)
 				assert.NotContains(t, res.Phases, importer.PhaseConvert)
 				assert.Contains(t, res.Phases, importer.PhaseTransferDataFile)
