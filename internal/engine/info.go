@@ -71,8 +71,8 @@ func (a *attempt) decide(ctx context.Context, st *datasource.Transfer, img *form
 	case !img.Format.NeedsConversion() && out == "raw":
 		plan.Route = RouteStream
 	case a.useRanged(ctx, st, img): // ranged.go
-		// Both routes read no scratch; the faster one is chosen by the
-		// image's tables (routechoice.go).
+		// Both routes need no scratch; the faster one is chosen by the
+		// format, the target and a qcow2's tables (routechoice.go).
 		if a.useStreamDecode(st, img, out) { // streamdecode.go
 			ranged, why := a.preferRanged(ctx, st, img)
 			if !ranged {
