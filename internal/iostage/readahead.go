@@ -1,8 +1,11 @@
 package iostage
 
 import (
+	"fmt"
 	"io"
 	"sync"
+
+	"github.com/diskimport/engine/errdefs"
 )
 
 // ReadAhead reads its source on a goroutine of its own into a few large
@@ -57,6 +60,11 @@ func NewReadAhead(r io.Reader, size, count int) *ReadAhead {
 func (a *ReadAhead) fill(r io.Reader) {
 	defer close(a.done)
 	for {
+		select {
+		case <-a.stop: // before a free buffer, which may be ready too
+			return
+		default:
+		}
 		var buf []byte
 		select {
 		case buf = <-a.free:
@@ -87,7 +95,18 @@ func (a *ReadAhead) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		f := <-a.full
+		var f filledBuf
+		select {
+		case f = <-a.full:
+		case <-a.done:
+			// The goroutine ended: after its last chunk, or closed.
+			select {
+			case f = <-a.full:
+			default:
+				a.err = fmt.Errorf("read-ahead: %w", errdefs.ErrClosed)
+				return 0, a.err
+			}
+		}
 		a.cur, a.curBuf, a.err = f.buf[:f.n], f.buf, f.err
 	}
 	n := copy(p, a.cur)
@@ -96,8 +115,9 @@ func (a *ReadAhead) Read(p []byte) (int, error) {
 }
 
 // Close stops the reading goroutine. It does not wait for a read of the
-// source in progress (a stalled upload would hold it): that read's result
-// is dropped, and the goroutine ends with it.
+// source in progress (a stalled upload would hold it): the goroutine ends
+// once that read returns, and a Read waiting for it then fails with
+// errdefs.ErrClosed, after the bytes already read ahead.
 func (a *ReadAhead) Close() error {
 	a.closeOnce.Do(func() { close(a.stop) })
 	return nil

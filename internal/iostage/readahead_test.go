@@ -6,12 +6,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
@@ -114,5 +116,45 @@ func TestReadAheadCloseDoesNotWait(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; {
 		require.True(t, time.Now().Before(deadline), "the reading goroutine did not end")
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// endless waits for release, then returns 'a's forever.
+type endless struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	e.once.Do(func() { close(e.entered) })
+	<-e.release
+	n := min(len(p), 1000)
+	copy(p, bytes.Repeat([]byte("a"), n))
+	return n, nil
+}
+
+// TestReadAheadCloseWakesReader: a Read waiting while Close is called gets
+// the chunk being read ahead, then errdefs.ErrClosed, instead of hanging
+// or reading the source on.
+func TestReadAheadCloseWakesReader(t *testing.T) {
+	src := &endless{entered: make(chan struct{}), release: make(chan struct{})}
+	a := iostage.NewReadAhead(src, 4096, 2)
+	got := make(chan []byte, 1)
+	errc := make(chan error, 1)
+	go func() {
+		b, err := io.ReadAll(a)
+		got <- b
+		errc <- err
+	}()
+	<-src.entered                     // the goroutine is reading the source
+	time.Sleep(20 * time.Millisecond) // and the consumer waits for its chunk
+	require.NoError(t, a.Close())
+	close(src.release)
+	select {
+	case err := <-errc:
+		assert.ErrorIs(t, err, errdefs.ErrClosed)
+		assert.Equal(t, bytes.Repeat([]byte("a"), 4096), <-got)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read hung after Close")
 	}
 }
