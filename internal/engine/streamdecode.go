@@ -68,6 +68,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	var (
 		sink   streamdecode.Sink
 		dev    *volume.DeviceWriter
+		stage  *deviceSink
 		file   *os.File
 		counts *countingSink
 	)
@@ -78,11 +79,17 @@ func (s *streamDecode) run(ctx context.Context) error {
 		}
 		dev = w
 		a.meter.deviceWriter.Store(w)
+		// Gathered into large writes, several in flight (devicesink.go);
+		// Close waits for them on every path, so nothing writes the
+		// device after the attempt returns.
 		if a.targetZeroed {
-			sink = plainDevice{w} // the device reads zeros already: holes are skipped
+			stage = newDeviceSink(ctx, w, false, false)
+			sink = plainDeviceSink{stage} // the device reads zeros already: holes are skipped
 		} else {
-			sink = zeroingDevice{w, !a.req.Preallocation}
+			stage = newDeviceSink(ctx, w, true, !a.req.Preallocation)
+			sink = zeroingDeviceSink{stage}
 		}
+		defer stage.Close()
 	} else {
 		f, err := os.OpenFile(a.target.WritePath(), os.O_RDWR, 0)
 		if err != nil {
@@ -102,6 +109,13 @@ func (s *streamDecode) run(ctx context.Context) error {
 	a.noteSpill(st)
 	if err != nil {
 		return a.decodeFailed(err, img.Format, spill)
+	}
+	if stage != nil {
+		// Every gathered write is on the device before the source is
+		// called complete and long before Finish writes the head.
+		if err := stage.Flush(); err != nil {
+			return fmt.Errorf("writing the decoded %s image onto %s: %w", img.Format, a.target.Path(), err)
+		}
 	}
 	// The rest of the image stream (padding, what follows the last
 	// cluster) is read through the decompressors, so their own integrity
@@ -230,20 +244,3 @@ func (c *countingSink) writeback() error {
 	}
 	return nil
 }
-
-// zeroingDevice is a device whose old content must be zeroed where the
-// image has none; mayDeallocate unless the target is preallocated.
-type zeroingDevice struct {
-	w             *volume.DeviceWriter
-	mayDeallocate bool
-}
-
-func (d zeroingDevice) WriteAt(p []byte, off int64) (int, error) { return d.w.WriteAt(p, off) }
-func (d zeroingDevice) ZeroAt(off, n int64) error {
-	return d.w.ZeroAt(off, n, d.mayDeallocate, false)
-}
-
-// plainDevice is a device that was zeroed whole by Info.
-type plainDevice struct{ w *volume.DeviceWriter }
-
-func (d plainDevice) WriteAt(p []byte, off int64) (int, error) { return d.w.WriteAt(p, off) }
