@@ -111,7 +111,7 @@ func playRequests(t *testing.T, s *deviceSink, img []byte, reqs []sinkReq) {
 // every few clusters, so extents are cut often and requests queue behind
 // each other.
 var sinkShapes = []struct {
-	name                    string
+	name                  string
 	buf, buffers, writers int
 }{
 	{"4MiBx6", deviceSinkBuffer, deviceSinkBuffers, deviceSinkWriters},
