@@ -124,10 +124,10 @@ func TestImportMatrix(t *testing.T) {
 					streamable := map[string]bool{"disk.qcow2": true, "stream.vmdk": true, "dynamic.vhd": true, "disk.vdi": true, "disk.vhdx": true}
 					decoded := srcName == "http" && c.name == "stream.vmdk" ||
 						srcName == "stdin" && streamable[c.name] ||
-						// A compact qcow2 over ranges onto a file, and a
-						// vhdx, are decoded as a stream
+						// A compact qcow2 over ranges, onto a file or a
+						// device, and a vhdx, are decoded as a stream
 						// (internal/engine/routechoice.go).
-						srcName == "http" && (c.name == "disk.qcow2" && tgtName == "file" || c.name == "disk.vhdx")
+						srcName == "http" && (c.name == "disk.qcow2" || c.name == "disk.vhdx")
 					assert.Equal(t, c.convert && !decoded, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
 					wantScratch := c.convert && srcName == "stdin" && !decoded
 					assert.Equal(t, wantScratch, res.ScratchUsed, "phases %v", res.Phases)

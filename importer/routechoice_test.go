@@ -19,9 +19,10 @@ import (
 // An HTTP qcow2 on a server that serves ranges takes the route the engine
 // chose from its tables (internal/engine/routechoice.go), and the target
 // holds the image's bytes either way: the stream decoder for a compact
-// image onto a file; qemu-img over ranges onto a block device, for a file
-// mostly of bytes no table references, and for one whose clusters come
-// before their tables beyond what the decoder may hold.
+// image onto a file or a block device; qemu-img over ranges for a file
+// mostly of bytes no table references, for one mostly of compressed
+// clusters, and for one whose clusters come before their tables beyond
+// what the decoder may hold.
 func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
@@ -57,7 +58,8 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 		ranged     bool
 	}{
 		{"compact onto a file", "disk.qcow2", false, 0, false},
-		{"compact onto a device", "disk.qcow2", true, 0, true},
+		{"compact onto a device", "disk.qcow2", true, 0, false},
+		{"compressed onto a device", "text.qcow2", true, 0, true},
 		{"padded onto a file", "padded.qcow2", false, 0, true},
 		{"tables last, small buffer", "moved.qcow2", false, 1 << 20, true},
 		{"tables last, default buffer", "moved.qcow2", false, 0, false},
