@@ -28,7 +28,7 @@ type sinkReq struct {
 // sinkDevice attaches a loop device of size bytes (filled with 0xA5, so
 // a range that should have been zeroed shows) and opens a device writer on
 // it.
-func sinkDevice(t *testing.T, ctx context.Context, size int64) (string, *volume.DeviceWriter) {
+func sinkDevice(t testing.TB, ctx context.Context, size int64) (string, *volume.DeviceWriter) {
 	t.Helper()
 	dev := testimg.LoopDevice(t, t.TempDir(), size)
 	tgt, err := volume.Open(context.Background(), volume.Options{Path: dev})
@@ -41,7 +41,7 @@ func sinkDevice(t *testing.T, ctx context.Context, size int64) (string, *volume.
 
 // readDevice reads the whole device with O_DIRECT: no page cached before
 // the writes can stand in for what they wrote.
-func readDevice(t *testing.T, dev string, size int64) []byte {
+func readDevice(t testing.TB, dev string, size int64) []byte {
 	t.Helper()
 	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_DIRECT, 0)
 	require.NoError(t, err)
