@@ -117,7 +117,7 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			assert.True(t, m.ScratchSpaceRequired)
 			assert.Equal(t, cdi.ExitOK, cdi.ExitCode(err))
 			if srcName == "http" {
-				assert.Contains(t, logs.String(), "starting the import over through a scratch copy")
+				assert.Contains(t, logs.String(), "cannot be decoded in one pass; starting the import over")
 				assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
 			} else {
 				assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, res.Phases)

@@ -21,7 +21,8 @@ const maxRestarts = 100
 // Open and nothing of the old bytes. An attempt on RouteStreamDecode whose
 // image the decoder cannot stream (notStreamableError) is started over the
 // same way, once, with Request.NoStreamDecode set: the request is all the
-// attempts share, and that flag sends the next one to RouteScratch. Only a
+// attempts share, and that flag sends the next one to RouteRanged (a
+// server that serves ranges) or RouteScratch. Only a
 // source that can be read again fails so (streamdecode.go): clusters ahead
 // of their tables spill to the scratch directory instead, so this is left
 // for layouts the decoder cannot follow at all, or an overflow with no
@@ -36,9 +37,9 @@ func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 		if err != nil && ctx.Err() == nil && !r.NoStreamDecode && errors.As(err, &ns) {
 			// The decoder met a layout it cannot stream (streamdecode.go):
 			// that attempt wrote no head and removed its file; the next
-			// one reads the source again and takes the scratch route.
+			// one reads the source again, over ranges or through scratch.
 			r.NoStreamDecode = true
-			logger(r).Warn("The image cannot be decoded in one pass; starting the import over through a scratch copy",
+			logger(r).Warn("The image cannot be decoded in one pass; starting the import over through qemu-img",
 				"source", r.Source.String(), "cause", ns.Error())
 			continue
 		}
