@@ -13,6 +13,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -102,8 +103,17 @@ func (s *streamDecode) run(ctx context.Context) error {
 		sink = counts
 	}
 	img := a.source.image
+	var in io.Reader = img
+	if len(img.Compressions) == 0 {
+		// An uncompressed stream is read on a goroutine of its own, as
+		// format.Open does under a decompressor: the receive syscalls run
+		// on the second core while the decoder maps and copies.
+		ra := iostage.NewReadAhead(img, streamReadAheadSize, streamReadAheadBuffers)
+		defer ra.Close()
+		in = ra
+	}
 	spill := a.spillDir()
-	st, err := streamdecode.Decode(ctx, img, img.Format, sink, streamdecode.Options{
+	st, err := streamdecode.Decode(ctx, in, img.Format, sink, streamdecode.Options{
 		MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill, TargetSize: a.target.Capacity(),
 	})
 	a.noteSpill(st)
@@ -121,7 +131,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	// cluster) is read through the decompressors, so their own integrity
 	// checks run, and then the source is drained and its checksums
 	// verified: all before the head of a device is written.
-	if _, err := io.Copy(io.Discard, img); err != nil {
+	if _, err := io.Copy(io.Discard, in); err != nil {
 		return fmt.Errorf("reading the end of %s: %w", a.req.Source, err)
 	}
 	if err := a.source.drain(a); err != nil {
@@ -179,6 +189,13 @@ func (a *attempt) decodeFailed(err error, f format.Format, spill string) error {
 	return fmt.Errorf("the %s image from %s has a layout the stream decoder cannot follow, and the source cannot be read a second time for the scratch route: %w",
 		f, a.req.Source, err)
 }
+
+// The read-ahead of an uncompressed image stream: a few buffers as large
+// as the decoder's own reads.
+const (
+	streamReadAheadSize    = 1 << 20
+	streamReadAheadBuffers = 4
+)
 
 // notStreamableError fails an attempt on RouteStreamDecode whose image has
 // a layout the decoder cannot follow in one pass: the restart loop starts
