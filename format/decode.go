@@ -113,6 +113,16 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 	d := &decoder{codec: c, ctx: ctx, src: src}
 	switch c {
 	case Gzip:
+		if bin := o.gzipBinary(); bin != "" {
+			o.Logger.Debug("decoding gzip with an external process", "igzip", bin)
+			p, err := startIgzip(ctx, bin, src, o)
+			if err != nil {
+				return nil, err
+			}
+			d.r, d.close = p, p.Close
+			return d, nil
+		}
+		o.Logger.Debug("decoding gzip in Go (klauspost/compress/gzip)")
 		ra := readAhead(src)
 		// klauspost's gzip reads concatenated members (multistream) by
 		// default; it measured fastest here (858 MB/s vs pgzip 808).

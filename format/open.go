@@ -26,6 +26,9 @@ type Options struct {
 	// ExternalXZ is the xz binary used to decode xz: "" looks up "xz" on
 	// PATH, "-" never uses one (pure Go ulikunitz/xz).
 	ExternalXZ string
+	// ExternalGzip is the igzip (ISA-L) binary used to decode gzip: ""
+	// looks up "igzip" on PATH, "-" never uses one (klauspost's gzip).
+	ExternalGzip string
 	// MaxNesting is how many compression layers are peeled at most
 	// (default 3); more is refused as unsafe.
 	MaxNesting int

@@ -14,16 +14,23 @@ import (
 	"github.com/diskimport/engine/internal/iostage"
 )
 
-// xzProc decodes xz with the xz command-line tool: about 2.5x faster than
-// ulikunitz/xz on one core, and on multi-block files it uses every core.
-type xzProc struct {
+// childProc decodes a compressed stream with an external command-line tool
+// (xz -dc, igzip -dc): it feeds the compressed input to the child's stdin
+// and reads the decoded bytes from its stdout, through paced pipes (see
+// xzpipe.go). What differs between tools is only the command line and how
+// the child's failure message maps onto the engine's error kinds.
+type childProc struct {
 	ctx    context.Context
+	name   string // the codec, prefixed to errors
 	cmd    *exec.Cmd
 	stdout io.ReadCloser
 	stderr *boundedBuffer
 	src    *sourceReader
 	fed    chan struct{} // closed when the feeder goroutine has returned
 	eof    bool          // the child finished cleanly and all output was read
+	// failed maps a failed exit (not cancellation, not a source failure)
+	// to an error from the child's stderr message and its exit error.
+	failed func(msg string, err error) error
 
 	mu      sync.Mutex
 	waited  bool
@@ -38,7 +45,9 @@ func xzMemlimit(o Options) int64 {
 	return 2*o.MaxXZDictionary + 64<<20
 }
 
-func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xzProc, error) {
+// xz decodes about 2.5x faster than ulikunitz/xz on one core, and on
+// multi-block files it uses every core.
+func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error) {
 	// The multi-threaded limit is soft: xz starts as many of the threads as
 	// fit in it and decodes single-threaded when not even two do, so it
 	// follows the memory the pod has (see xzThreads).
@@ -47,9 +56,26 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xz
 		o.Logger.Debug("xz: memory limits unknown, using a small thread budget", "err", err)
 	}
 	o.Logger.Debug("xz threads", "threads", threads, "memlimit_mt", budget)
-	cmd := exec.CommandContext(ctx, bin, "-dc", fmt.Sprintf("-T%d", threads),
+	args := []string{"-dc", fmt.Sprintf("-T%d", threads),
 		fmt.Sprintf("--memlimit-decompress=%d", xzMemlimit(o)),
-		fmt.Sprintf("--memlimit-mt-decompress=%d", budget))
+		fmt.Sprintf("--memlimit-mt-decompress=%d", budget)}
+	return startChild(ctx, "xz", bin, args, src, o, xzFailed)
+}
+
+// xzFailed maps xz's failure messages.
+func xzFailed(msg string, err error) error {
+	switch {
+	case strings.Contains(msg, "Memory usage limit"):
+		return fmt.Errorf("xz: %s: %w", msg, errdefs.ErrUnsafeImage)
+	case strings.Contains(msg, "Unexpected end of input"):
+		return fmt.Errorf("xz: unexpected end of stream (truncated?): %s: %w", msg, errdefs.ErrInvalidImage)
+	}
+	return fmt.Errorf("xz: %v: %s: %w", err, msg, errdefs.ErrInvalidImage)
+}
+
+// startChild runs bin with args as the decoder of src.
+func startChild(ctx context.Context, name, bin string, args []string, src *sourceReader, o Options, failed func(string, error) error) (*childProc, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
 	// Keep the child's environment from changing its behaviour (XZ_OPT,
 	// XZ_DEFAULTS could, for example, lift the memory limit).
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
@@ -57,19 +83,20 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xz
 	// the poller and paced (see xzpipe.go).
 	inR, inW, err := blockingPipe()
 	if err != nil {
-		return nil, fmt.Errorf("xz: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	outR, outW, err := blockingPipe()
 	if err != nil {
 		inR.Close()
 		inW.Close()
-		return nil, fmt.Errorf("xz: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	inSize, outSize := growPipe(inW, xzPipeSize), growPipe(outR, xzPipeSize)
-	o.Logger.Debug("xz pipes", "stdin_bytes", inSize, "stdout_bytes", outSize)
+	o.Logger.Debug(name+" pipes", "stdin_bytes", inSize, "stdout_bytes", outSize)
 	cmd.Stdin, cmd.Stdout = inR, outW
 	stdin, stdout := newPacedPipeWriter(inW, inSize), newPacedPipeReader(outR, outSize)
-	p := &xzProc{ctx: ctx, cmd: cmd, stdout: stdout, stderr: &boundedBuffer{max: 4096}, src: src, fed: make(chan struct{})}
+	p := &childProc{ctx: ctx, name: name, cmd: cmd, stdout: stdout, stderr: &boundedBuffer{max: 4096},
+		src: src, fed: make(chan struct{}), failed: failed}
 	cmd.Stderr = p.stderr
 	err = cmd.Start()
 	// The child has its own copies of its ends now (or never will).
@@ -78,7 +105,7 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xz
 	if err != nil {
 		stdin.Close()
 		stdout.Close()
-		return nil, fmt.Errorf("xz: starting %s: %w: %w", bin, errdefs.ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%s: starting %s: %w: %w", name, bin, errdefs.ErrInvalidOptions, err)
 	}
 	go p.feed(stdin)
 	return p, nil
@@ -86,7 +113,7 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*xz
 
 // feed copies the compressed input into the child. It returns when the
 // input ends or fails, or when the child goes away (the write then fails).
-func (p *xzProc) feed(stdin io.WriteCloser) {
+func (p *childProc) feed(stdin io.WriteCloser) {
 	defer close(p.fed)
 	defer stdin.Close()
 	// Whole buffers, so the pipe sees few large writes whatever sizes the
@@ -105,7 +132,7 @@ func (p *xzProc) feed(stdin io.WriteCloser) {
 	}
 }
 
-func (p *xzProc) Read(b []byte) (int, error) {
+func (p *childProc) Read(b []byte) (int, error) {
 	if p.eof {
 		return 0, io.EOF
 	}
@@ -122,12 +149,12 @@ func (p *xzProc) Read(b []byte) (int, error) {
 		p.eof = true
 		return n, io.EOF
 	}
-	return n, fmt.Errorf("xz: reading output: %v: %w", err, errdefs.ErrInvalidImage)
+	return n, fmt.Errorf("%s: reading output: %v: %w", p.name, err, errdefs.ErrInvalidImage)
 }
 
 // wait reaps the child once and turns a failure into an error naming the
-// cause: cancellation, a failing source, or xz's own message.
-func (p *xzProc) wait() error {
+// cause: cancellation, a failing source, or the child's own message.
+func (p *childProc) wait() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waited {
@@ -137,8 +164,8 @@ func (p *xzProc) wait() error {
 	err := p.cmd.Wait()
 	p.stdout.Close() // the child is gone: nothing more can come
 	if err == nil {
-		// xz read its input to the end, so the feeder is done; a source
-		// that failed exactly between two xz streams still counts.
+		// The child read its input to the end, so the feeder is done; a
+		// source that failed exactly between two streams still counts.
 		<-p.fed
 		p.waitErr = p.src.failure()
 		return p.waitErr
@@ -146,15 +173,11 @@ func (p *xzProc) wait() error {
 	msg := strings.TrimSpace(p.stderr.String())
 	switch {
 	case p.ctx.Err() != nil:
-		p.waitErr = fmt.Errorf("xz: %w: %w", errdefs.ErrCancelled, p.ctx.Err())
+		p.waitErr = fmt.Errorf("%s: %w: %w", p.name, errdefs.ErrCancelled, p.ctx.Err())
 	case p.src.failure() != nil:
 		p.waitErr = p.src.failure()
-	case strings.Contains(msg, "Memory usage limit"):
-		p.waitErr = fmt.Errorf("xz: %s: %w", msg, errdefs.ErrUnsafeImage)
-	case strings.Contains(msg, "Unexpected end of input"):
-		p.waitErr = fmt.Errorf("xz: unexpected end of stream (truncated?): %s: %w", msg, errdefs.ErrInvalidImage)
 	default:
-		p.waitErr = fmt.Errorf("xz: %v: %s: %w", err, msg, errdefs.ErrInvalidImage)
+		p.waitErr = p.failed(msg, err)
 	}
 	return p.waitErr
 }
@@ -162,7 +185,7 @@ func (p *xzProc) wait() error {
 // Close stops the child if it still runs and reaps it. Stopping it early is
 // the caller's choice, so that is not reported as an error. The feeder
 // goroutine ends as soon as its pending read of the source returns.
-func (p *xzProc) Close() error {
+func (p *childProc) Close() error {
 	p.mu.Lock()
 	waited := p.waited
 	p.mu.Unlock()
@@ -170,7 +193,7 @@ func (p *xzProc) Close() error {
 		return nil
 	}
 	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("xz: stopping child: %w", err)
+		return fmt.Errorf("%s: stopping child: %w", p.name, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -178,12 +201,12 @@ func (p *xzProc) Close() error {
 		p.waited = true
 		_ = p.cmd.Wait()
 		p.stdout.Close()
-		p.waitErr = errors.New("xz: decoder closed")
+		p.waitErr = errors.New(p.name + ": decoder closed")
 	}
 	return nil
 }
 
-// boundedBuffer keeps the first max bytes written to it (xz's stderr).
+// boundedBuffer keeps the first max bytes written to it (the child's stderr).
 type boundedBuffer struct {
 	mu  sync.Mutex
 	max int

@@ -6,6 +6,7 @@ command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v zstd >/dev/null || need+=(zstd)
 command -v gzip >/dev/null || need+=(gzip)
+command -v igzip >/dev/null || need+=(isal)
 command -v losetup >/dev/null || need+=(util-linux)
 command -v losetup >/dev/null || need+=(mount)
 if [ ${#need[@]} -gt 0 ]; then
