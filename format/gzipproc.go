@@ -32,7 +32,7 @@ func (o Options) gzipBinary() string {
 // start another one.
 func startIgzip(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error) {
 	// -q: no warnings on stderr that could be taken for the failure cause.
-	return startChild(ctx, "gzip", bin, []string{"-dcq"}, src, o, igzipFailed)
+	return startChild(ctx, childSpec{name: "gzip", bin: bin, args: []string{"-dcq"}, failed: igzipFailed}, src, o)
 }
 
 // igzipFailed maps igzip's failure messages. igzip names no finer cause

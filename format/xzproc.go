@@ -59,7 +59,7 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*ch
 	args := []string{"-dc", fmt.Sprintf("-T%d", threads),
 		fmt.Sprintf("--memlimit-decompress=%d", xzMemlimit(o)),
 		fmt.Sprintf("--memlimit-mt-decompress=%d", budget)}
-	return startChild(ctx, "xz", bin, args, src, o, xzFailed)
+	return startChild(ctx, childSpec{name: "xz", bin: bin, args: args, failed: xzFailed, pacedOutput: true}, src, o)
 }
 
 // xzFailed maps xz's failure messages.
@@ -73,9 +73,26 @@ func xzFailed(msg string, err error) error {
 	return fmt.Errorf("xz: %v: %s: %w", err, msg, errdefs.ErrInvalidImage)
 }
 
-// startChild runs bin with args as the decoder of src.
-func startChild(ctx context.Context, name, bin string, args []string, src *sourceReader, o Options, failed func(string, error) error) (*childProc, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
+// childSpec is what differs between decoding tools.
+type childSpec struct {
+	name string // the codec, prefixed to errors and log messages
+	bin  string
+	args []string
+	// failed maps a failed exit (not cancellation, not a source failure)
+	// to an error from the child's stderr message and its exit error.
+	failed func(msg string, err error) error
+	// pacedOutput reads the child's stdout only once the pipe is half
+	// full. That suits xz, which writes 8 KiB at a time at a few hundred
+	// MB/s; igzip writes much faster (runs of zeros at GB/s), fills the
+	// pipe within one minimum sleep and stalls on it, so its output is
+	// read as it comes (2 GiB raw.gz: 1.6 s instead of 2.5 s).
+	pacedOutput bool
+}
+
+// startChild runs the tool sp describes as the decoder of src.
+func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options) (*childProc, error) {
+	name, bin := sp.name, sp.bin
+	cmd := exec.CommandContext(ctx, bin, sp.args...)
 	// Keep the child's environment from changing its behaviour (XZ_OPT,
 	// XZ_DEFAULTS could, for example, lift the memory limit).
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}
@@ -95,8 +112,11 @@ func startChild(ctx context.Context, name, bin string, args []string, src *sourc
 	o.Logger.Debug(name+" pipes", "stdin_bytes", inSize, "stdout_bytes", outSize)
 	cmd.Stdin, cmd.Stdout = inR, outW
 	stdin, stdout := newPacedPipeWriter(inW, inSize), newPacedPipeReader(outR, outSize)
+	if !sp.pacedOutput {
+		stdout.target = 0
+	}
 	p := &childProc{ctx: ctx, name: name, cmd: cmd, stdout: stdout, stderr: &boundedBuffer{max: 4096},
-		src: src, fed: make(chan struct{}), failed: failed}
+		src: src, fed: make(chan struct{}), failed: sp.failed}
 	cmd.Stderr = p.stderr
 	err = cmd.Start()
 	// The child has its own copies of its ends now (or never will).
