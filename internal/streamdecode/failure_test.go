@@ -33,7 +33,7 @@ func (s *failingSink) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // TestSinkFailureAndCancel: a failing target or a cancelled context stops
-// the pipeline (reader, workers, output) with that cause, without hanging.
+// every decoder (reader, workers, output) with that cause, without hanging.
 func TestSinkFailureAndCancel(t *testing.T) {
 	need(t, "qemu-img")
 	dir := t.TempDir()
@@ -46,6 +46,9 @@ func TestSinkFailureAndCancel(t *testing.T) {
 		{"qcow2", DecodeQCOW2, []string{"-O", "qcow2"}},
 		{"qcow2-zlib", DecodeQCOW2, []string{"-O", "qcow2", "-c"}},
 		{"vmdk", DecodeVMDK, []string{"-O", "vmdk", "-o", "subformat=streamOptimized"}},
+		{"vhd", DecodeVHD, []string{"-O", "vpc", "-o", "force_size=on"}},
+		{"vdi", DecodeVDI, []string{"-O", "vdi"}},
+		{"vhdx", DecodeVHDX, []string{"-O", "vhdx", "-o", "block_size=1M"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "img")

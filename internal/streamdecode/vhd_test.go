@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
@@ -403,55 +402,6 @@ func TestVHDSmallBlocks(t *testing.T) {
 			st := checkBlockImage(t, DecodeVHD, img, "vpc")
 			if st.VirtualSize != int64(len(disk)) {
 				t.Fatalf("virtual size %d, want %d", st.VirtualSize, len(disk))
-			}
-		})
-	}
-}
-
-// TestBlockMapSinkFailureAndCancel: a failing target or a cancelled
-// context stops the VHD, VDI and VHDX decoders with that cause, without
-// hanging.
-func TestBlockMapSinkFailureAndCancel(t *testing.T) {
-	need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 32<<20, 50, 13)
-	for _, c := range []struct {
-		name string
-		dec  decodeFunc
-		args []string
-	}{
-		{"vhd", DecodeVHD, []string{"-O", "vpc", "-o", "force_size=on"}},
-		{"vdi", DecodeVDI, []string{"-O", "vdi"}},
-		{"vhdx", DecodeVHDX, []string{"-O", "vhdx", "-o", "block_size=1M"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			img := filepath.Join(t.TempDir(), "img")
-			run(t, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw"}, c.args...), raw, img)...)
-			decode := func(ctx context.Context, sink Sink) error {
-				f, err := os.Open(img)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				done := make(chan error, 1)
-				go func() { _, err := c.dec(ctx, f, sink, Options{}); done <- err }()
-				select {
-				case err := <-done:
-					return err
-				case <-time.After(20 * time.Second):
-					t.Fatal("decode hangs")
-				}
-				return nil
-			}
-			s := &failingSink{}
-			s.n.Store(3)
-			if err := decode(context.Background(), s); !errors.Is(err, errSinkBroke) {
-				t.Errorf("failing sink: %v, want its error", err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if err := decode(ctx, &failingSink{cancel: cancel}); !errors.Is(err, errdefs.ErrCancelled) {
-				t.Errorf("cancelled: %v, want ErrCancelled", err)
 			}
 		})
 	}
