@@ -51,11 +51,13 @@ func (s *slowExport) Sync() error {
 	return s.memExport.Sync()
 }
 
-// serveWritable serves exp on a unix socket until the test ends.
-func serveWritable(t *testing.T, exp WritableExport, size int64) (string, *Server) {
+// serveWritable serves exp on a unix socket until the test ends,
+// advertising minBlock (0: the server's default).
+func serveWritable(t *testing.T, exp WritableExport, size int64, minBlock uint32) (string, *Server) {
 	t.Helper()
 	s, err := NewWritable(exp, size, nil)
 	require.NoError(t, err)
+	s.MinBlock = minBlock
 	sock := filepath.Join(t.TempDir(), "nbd.sock")
 	ln, err := net.Listen("unix", sock)
 	require.NoError(t, err)
@@ -157,7 +159,7 @@ func TestWritableExportConcurrentWritesAndFlush(t *testing.T) {
 	const block, blocks = 64 << 10, 128
 	exp := &slowExport{memExport: memExport{data: make([]byte, block*blocks)}, done: map[int64]bool{}}
 	want := testData(block * blocks)
-	sock, s := serveWritable(t, exp, int64(len(exp.data)))
+	sock, s := serveWritable(t, exp, int64(len(exp.data)), 0)
 
 	cl := dialClient(t, sock)
 	// First half: all sent before any reply is awaited.

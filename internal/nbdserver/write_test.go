@@ -2,7 +2,6 @@ package nbdserver
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,28 +68,10 @@ func (m *memExport) Sync() error {
 	return nil
 }
 
-// startWritable serves exp on a unix socket until the test ends.
+// startWritable serves exp with 512-byte blocks until the test ends.
 func startWritable(t *testing.T, exp *memExport) (string, *Server) {
 	t.Helper()
-	s, err := NewWritable(exp, int64(len(exp.data)), nil)
-	require.NoError(t, err)
-	s.MinBlock = 512
-	sock := filepath.Join(t.TempDir(), "nbd.sock")
-	ln, err := net.Listen("unix", sock)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Error("Serve did not return after cancel")
-		}
-	})
-	return sock, s
+	return serveWritable(t, exp, int64(len(exp.data)), 512)
 }
 
 func rawSpec(sock string) string {
