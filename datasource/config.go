@@ -41,6 +41,11 @@ type Config struct {
 	// arrive as stored. Container-image sources do not use it, since
 	// containers/image builds its own.
 	Transport http.RoundTripper
+	// Egress, when not nil, is the policy every connection of a network
+	// source is checked against: the transports NewTransport builds dial
+	// through it. A caller's Transport must apply it itself (dial with
+	// Egress.DialContext). Nil: no policy.
+	Egress *EgressPolicy
 	// StallTimeout fails a transfer when no byte arrives for this long
 	// while the engine waits for one; <= 0 means 5 minutes.
 	StallTimeout time.Duration

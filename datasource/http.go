@@ -2,7 +2,6 @@ package datasource
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -110,27 +109,12 @@ func NewHTTP(rawURL string, o Config) (Source, error) {
 	return s, nil
 }
 
-// transport builds the source's own transport from the TLS and proxy
-// settings of o.
+// transport builds the source's own transport from o.
 func (s *httpSource) transport(o Config) (*http.Transport, error) {
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.InsecureTLS} //nolint:gosec // only when the caller asks
-	if o.CertDir != "" {
-		pool, err := certPool(o.CertDir, s.log)
-		if err != nil {
-			return nil, err
-		}
-		tlsConf.RootCAs = pool
+	tr, err := NewTransport(o)
+	if err != nil {
+		return nil, err
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = o.Proxy
-	if tr.Proxy == nil {
-		tr.Proxy = http.ProxyFromEnvironment
-	}
-	tr.TLSClientConfig = tlsConf
-	tr.ProxyConnectHeader = http.Header{"User-Agent": {s.ua}}
-	// The bytes must arrive as stored (checksums cover them, and the
-	// engine peels compression itself), so never ask for gzip transfer.
-	tr.DisableCompression = true
 	// One GET per import: no idle connection (and its goroutines) should
 	// outlive the stream that used it.
 	tr.DisableKeepAlives = true
