@@ -118,7 +118,7 @@ func newGCS(endpoint string, c Config, getenv func(string) string) (Source, erro
 	obj.RawQuery = "alt=media"
 	hc := c
 	hc.Username, hc.Password = "", ""
-	hc.Transport = &gcsTransport{base: base, tokens: tokens, object: name}
+	hc.Transport = &gcsTransport{base: base, tokens: tokens, object: name, scope: newCredentialScope(obj, "the access token", c.logger())}
 	h, err := NewHTTP(obj.String(), hc)
 	if err != nil {
 		return nil, err
@@ -129,11 +129,13 @@ func newGCS(endpoint string, c Config, getenv func(string) string) (Source, erro
 	return &gcsSource{Source: h, name: name}, nil
 }
 
-// gcsTransport authorizes requests and pins the object's generation.
+// gcsTransport authorizes the requests to its endpoint's origin (scope) and
+// pins the object's generation.
 type gcsTransport struct {
 	base   http.RoundTripper
 	tokens *gcsTokens // nil: anonymous
-	object string     // gs://bucket/object, for messages
+	scope  *credentialScope
+	object string // gs://bucket/object, for messages
 
 	mu         sync.Mutex
 	generation string // of the first response
@@ -142,7 +144,7 @@ type gcsTransport struct {
 
 func (t *gcsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := req.Clone(req.Context())
-	if t.tokens != nil {
+	if t.tokens != nil && t.scope.allows(r.URL) {
 		tok, err := t.tokens.token(r.Context())
 		if err != nil {
 			return nil, err

@@ -169,6 +169,9 @@ func (s *httpSource) checkRedirect(req *http.Request, via []*http.Request) error
 	if len(via) >= maxRedirects {
 		return fmt.Errorf("stopped after %d redirects: %w", maxRedirects, errdefs.ErrSourceRefused)
 	}
+	// Go's client sets Referer to the previous URL, query included: the
+	// signature of a pre-signed URL would reach the redirect's host.
+	req.Header.Del("Referer")
 	same := origin(req.URL) == s.origin
 	if !same && (s.hasAuth || len(s.headers) > 0) {
 		s.log.Info("redirected to another origin, not sending credentials or extra headers",

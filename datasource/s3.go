@@ -171,7 +171,8 @@ func newS3(endpoint string, c Config, getenv func(string) string) (Source, error
 	if err != nil {
 		return nil, err
 	}
-	hc.Transport = &s3Transport{base: base, creds: creds, region: region, object: "s3://" + bucket + "/" + key}
+	hc.Transport = &s3Transport{base: base, creds: creds, region: region, object: "s3://" + bucket + "/" + key,
+		scope: newCredentialScope(obj, "a signature", c.logger())}
 	h, err := NewHTTP(obj.String(), hc)
 	if err != nil {
 		return nil, err
@@ -305,11 +306,13 @@ func iniSection(file, section string) (map[string]string, error) {
 	return out, nil
 }
 
-// s3Transport signs requests and reads S3's error documents.
+// s3Transport signs the requests to its endpoint's origin (scope) and reads
+// S3's error documents.
 type s3Transport struct {
 	base   http.RoundTripper
 	creds  awsCreds
 	region string
+	scope  *credentialScope
 	object string // s3://bucket/key, for messages
 }
 
@@ -322,7 +325,7 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Header.Set("If-Match", ir)
 	}
 	r.URL.RawPath = s3Escape(r.URL.Path)
-	if t.creds.id != "" {
+	if t.creds.id != "" && t.scope.allows(r.URL) {
 		r = signV4(r, t.creds, t.region)
 	}
 	resp, err := t.base.RoundTrip(r)

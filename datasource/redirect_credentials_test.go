@@ -1,0 +1,209 @@
+package datasource_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/datasource"
+)
+
+// serveOn starts h on host (an address of the loopback network, such as
+// 127.0.0.2: another host than 127.0.0.1 to an HTTP client) at a free port.
+func serveOn(t *testing.T, host string, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// received is what a server was sent: the query and headers of every
+// request.
+type received struct {
+	mu   sync.Mutex
+	reqs []receivedRequest
+}
+
+type receivedRequest struct {
+	query  string
+	header http.Header
+}
+
+func (rc *received) add(r *http.Request) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.reqs = append(rc.reqs, receivedRequest{query: r.URL.RawQuery, header: r.Header.Clone()})
+}
+
+func (rc *received) all() []receivedRequest {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return append([]receivedRequest(nil), rc.reqs...)
+}
+
+// recordAndServe serves data, recording each request in rc.
+func recordAndServe(rc *received, data []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rc.add(r)
+		serveBytes(data)(w, r)
+	}
+}
+
+// otherOrigins are where a redirect leads in the tests below: another host
+// (what Go's client strips Authorization for), and another port of the same
+// host (another origin, which credentials are scoped to as well).
+var otherOrigins = []struct{ name, host string }{
+	{"another host", "127.0.0.2"},
+	{"another port", "127.0.0.1"},
+}
+
+// streamAndRange reads src's stream and one range of it, checking both
+// against data: a redirected object is read at random at the redirected URL.
+func streamAndRange(t *testing.T, src datasource.Source, data []byte) {
+	t.Helper()
+	st, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sum(data), sum(got))
+	require.NotNil(t, datasource.Ranges(st))
+	rr, err := datasource.Ranges(st).Open(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { rr.Close() })
+	buf := make([]byte, 32<<10)
+	_, err = rr.ReadAt(buf, 8192)
+	require.NoError(t, err)
+	assert.Equal(t, data[8192:8192+len(buf)], buf)
+}
+
+func TestHTTPRedirectSendsNoReferer(t *testing.T) {
+	data := testImage(t, 128<<10)
+	var hop, blob received
+	other := serveOn(t, "127.0.0.2", recordAndServe(&blob, data))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/img", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/hop", http.StatusFound)
+	})
+	mux.HandleFunc("/hop", func(w http.ResponseWriter, r *http.Request) {
+		hop.add(r)
+		http.Redirect(w, r, other.URL+"/blob", http.StatusFound)
+	})
+	front := serveOn(t, "127.0.0.1", mux)
+	// A pre-signed URL: its query is the credential.
+	src, err := datasource.NewHTTP(front.URL+"/img?X-Amz-Signature=5ec7e7516&token=t0ken5ecre7", datasource.Config{})
+	require.NoError(t, err)
+	streamAndRange(t, src, data)
+
+	got := append(hop.all(), blob.all()...)
+	require.GreaterOrEqual(t, len(got), 3, "the same-origin hop, the redirected stream and a range read")
+	for i, r := range got {
+		assert.Empty(t, r.header.Values("Referer"), "request %d", i)
+	}
+}
+
+func TestGCSTokenStaysWithItsOrigin(t *testing.T) {
+	const token = "ya29.access-t0ken-5ecre7"
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	tokenSrv := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"access_token":"`+token+`","expires_in":3600,"token_type":"Bearer"}`)
+	}))
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
+	t.Setenv("STORAGE_EMULATOR_HOST", "")
+	data := testImage(t, 128<<10)
+	for _, o := range otherOrigins {
+		t.Run(o.name, func(t *testing.T) {
+			var front, blob received
+			other := serveOn(t, o.host, recordAndServe(&blob, data))
+			entry := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				front.add(r)
+				if r.Header.Get("Authorization") != "Bearer "+token {
+					http.Error(w, "token required", http.StatusUnauthorized)
+					return
+				}
+				http.Redirect(w, r, other.URL+"/blob?alt=media", http.StatusTemporaryRedirect)
+			}))
+			src, err := datasource.New("gs+"+entry.URL+"/images/disk.img", gcsConfig)
+			require.NoError(t, err)
+			streamAndRange(t, src, data)
+
+			require.NotEmpty(t, front.all())
+			got := blob.all()
+			require.GreaterOrEqual(t, len(got), 2, "the redirected stream and a range read")
+			for i, r := range got {
+				assert.Empty(t, r.header.Values("Authorization"), "request %d to %s", i, other.URL)
+				assertNoSecret(t, r, token)
+			}
+		})
+	}
+}
+
+func TestS3RedirectToAnotherOriginIsUnsigned(t *testing.T) {
+	const id, secret, session = "AKIDSECRETKEYID0001", "s3cretAccessKey0001", "5ess10nT0ken0001"
+	t.Setenv("AWS_ACCESS_KEY_ID", id)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret)
+	t.Setenv("AWS_SESSION_TOKEN", session)
+	t.Setenv("AWS_ENDPOINT_URL_S3", "")
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	data := testImage(t, 128<<10)
+	for _, o := range otherOrigins {
+		t.Run(o.name, func(t *testing.T) {
+			var front, blob received
+			other := serveOn(t, o.host, recordAndServe(&blob, data))
+			entry := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				front.add(r)
+				if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential="+id+"/") {
+					http.Error(w, "signature required", http.StatusForbidden)
+					return
+				}
+				http.Redirect(w, r, other.URL+"/blob?part=1", http.StatusTemporaryRedirect)
+			}))
+			src, err := datasource.New("s3+"+entry.URL+"/images/disk.img", datasource.Config{})
+			require.NoError(t, err)
+			streamAndRange(t, src, data)
+
+			// The endpoint's own host got the signed request.
+			first := front.all()
+			require.NotEmpty(t, first)
+			assert.Equal(t, session, first[0].header.Get("X-Amz-Security-Token"))
+			assert.Empty(t, first[0].query)
+
+			got := blob.all()
+			require.GreaterOrEqual(t, len(got), 2, "the redirected stream and a range read")
+			for i, r := range got {
+				assert.Empty(t, r.header.Values("Authorization"), "request %d to %s", i, other.URL)
+				for k := range r.header {
+					assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-amz-"), "request %d carries %s", i, k)
+				}
+				assert.Equal(t, "part=1", r.query, "only the redirect's own query")
+				assertNoSecret(t, r, id, secret, session, "Signature=")
+			}
+		})
+	}
+}
+
+// assertNoSecret checks that no header value or query of r holds any of
+// secrets.
+func assertNoSecret(t *testing.T, r receivedRequest, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		assert.NotContains(t, r.query, s)
+		for k, vs := range r.header {
+			for _, v := range vs {
+				assert.NotContains(t, v, s, "header %s", k)
+			}
+		}
+	}
+}
