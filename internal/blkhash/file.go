@@ -1,0 +1,89 @@
+//go:build linux
+
+package blkhash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/errdefs"
+)
+
+// readSize is one read of SumFile: large enough that a read and the
+// hashing of the previous one each keep a core busy.
+const readSize = 8 << 20
+
+// SumFile digests the first size bytes of f (a raw file or a block
+// device). The holes of a file (SEEK_DATA/SEEK_HOLE) are taken as zeros
+// without reading them; the data is read while the previous read is
+// hashed on workers goroutines.
+func SumFile(ctx context.Context, f *os.File, size int64, workers int) (Digest, error) {
+	h := New(workers)
+	bufs := [2][]byte{make([]byte, readSize), make([]byte, readSize)}
+	cur := 0
+	wait := func() {}
+	defer func() { wait() }()
+	seekable := true
+	for off := int64(0); off < size; {
+		if err := ctx.Err(); err != nil {
+			return Digest{}, fmt.Errorf("digest of %s: %w: %w", f.Name(), errdefs.ErrCancelled, err)
+		}
+		end := size
+		if seekable {
+			data, hole, err := nextData(f, off, size)
+			if err != nil {
+				seekable = false // a device, or a file system without it: read it all
+			} else {
+				if data > off {
+					wait()
+					wait = func() {}
+					h.Zero(data - off)
+					off = data
+					continue
+				}
+				end = hole
+			}
+		}
+		n := int(min(int64(readSize), end-off))
+		buf := bufs[cur][:n]
+		if _, err := f.ReadAt(buf, off); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w: %w", io.ErrUnexpectedEOF, errdefs.ErrInvalidImage)
+			}
+			return Digest{}, fmt.Errorf("digest of %s: read %d bytes at %d: %w", f.Name(), n, off, err)
+		}
+		wait()
+		wait = h.Start(buf)
+		cur ^= 1
+		off += int64(n)
+	}
+	wait()
+	wait = func() {}
+	return h.Sum(), nil
+}
+
+// nextData returns the data range at or after off: [data, hole), data =
+// size when only a hole is left.
+func nextData(f *os.File, off, size int64) (data, hole int64, err error) {
+	fd := int(f.Fd())
+	data, err = unix.Seek(fd, off, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) {
+		return size, size, nil // a hole up to the end of the file
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if data >= size {
+		return size, size, nil
+	}
+	hole, err = unix.Seek(fd, data, unix.SEEK_HOLE)
+	if err != nil {
+		return 0, 0, err
+	}
+	return data, min(hole, size), nil
+}

@@ -1,0 +1,147 @@
+package blkhash
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"runtime"
+	"sync"
+)
+
+// Hash takes a disk's bytes in order. Its methods are for one goroutine;
+// the blocks of each call are hashed on Workers goroutines.
+type Hash struct {
+	workers int
+	outer   hash.Hash
+	length  uint64
+	pending []byte // a block begun by an earlier call
+	n       int    // bytes in pending
+	sums    [][Size]byte
+	done    bool
+}
+
+// New returns a Hash that hashes on workers goroutines (0: GOMAXPROCS).
+func New(workers int) *Hash {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	return &Hash{workers: workers, outer: sha256.New(), pending: make([]byte, BlockSize)}
+}
+
+// Length is the number of bytes taken so far.
+func (h *Hash) Length() int64 { return int64(h.length) }
+
+// Write hashes p; it never fails.
+func (h *Hash) Write(p []byte) (int, error) {
+	h.Start(p)()
+	return len(p), nil
+}
+
+// Start hashes p on the workers and returns at once, so the caller can
+// write p out meanwhile. p must not change until wait has returned, and
+// wait must be called before any other method of h.
+func (h *Hash) Start(p []byte) (wait func()) {
+	h.length += uint64(len(p))
+	if h.n > 0 {
+		c := copy(h.pending[h.n:], p)
+		h.n += c
+		p = p[c:]
+		if h.n == BlockSize {
+			h.fold(blockSum(h.pending))
+			h.n = 0
+		}
+	}
+	full := len(p) / BlockSize
+	if tail := p[full*BlockSize:]; len(tail) > 0 {
+		h.n = copy(h.pending, tail) // pending is empty: p outlasted it
+	}
+	if full == 0 {
+		return func() {}
+	}
+	if cap(h.sums) < full {
+		h.sums = make([][Size]byte, full)
+	}
+	sums := h.sums[:full]
+	wg := sumBlocks(p[:full*BlockSize], sums, h.workers)
+	return func() {
+		wg.Wait()
+		for i := range sums {
+			h.fold(sums[i])
+		}
+	}
+}
+
+// sumBlocks hashes the whole blocks of p into sums on up to workers
+// goroutines, each taking a contiguous share.
+func sumBlocks(p []byte, sums [][Size]byte, workers int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	n := len(sums)
+	w := min(workers, n)
+	for i := range w {
+		lo, hi := i*n/w, (i+1)*n/w
+		wg.Go(func() {
+			for b := lo; b < hi; b++ {
+				sums[b] = blockSum(p[b*BlockSize : (b+1)*BlockSize])
+			}
+		})
+	}
+	return &wg
+}
+
+// Zero hashes n zero bytes without reading or hashing any: whole blocks
+// cost one update of the outer hash each.
+func (h *Hash) Zero(n int64) {
+	h.length += uint64(n)
+	if h.n > 0 {
+		c := int(min(n, int64(BlockSize-h.n)))
+		clear(h.pending[h.n : h.n+c])
+		h.n += c
+		n -= int64(c)
+		if h.n == BlockSize {
+			h.fold(blockSum(h.pending))
+			h.n = 0
+		}
+	}
+	foldZeroBlocks(h.outer, n/BlockSize)
+	if rest := int(n % BlockSize); rest > 0 {
+		clear(h.pending[:rest])
+		h.n = rest
+	}
+}
+
+// zeroSums is zeroBlockSum repeated, to fold many zero blocks per update.
+var zeroSums = func() []byte {
+	b := make([]byte, 0, 256*Size)
+	for range 256 {
+		b = append(b, zeroBlockSum[:]...)
+	}
+	return b
+}()
+
+// foldZeroBlocks adds the hashes of k zero blocks to outer: 256 per write,
+// so a 1 TiB hole is 512 MiB of SHA-256 input in 64 Ki writes.
+func foldZeroBlocks(outer hash.Hash, k int64) {
+	for k > 0 {
+		c := min(k, int64(len(zeroSums)/Size))
+		outer.Write(zeroSums[:c*Size])
+		k -= c
+	}
+}
+
+func (h *Hash) fold(sum [Size]byte) { h.outer.Write(sum[:]) }
+
+// Sum finishes the hash: the pending short block, then the length. Call
+// it once; h takes nothing after it.
+func (h *Hash) Sum() Digest {
+	if !h.done {
+		h.done = true
+		if h.n > 0 {
+			h.fold(blockSum(h.pending[:h.n]))
+			h.n = 0
+		}
+		h.outer.Write(binary.LittleEndian.AppendUint64(nil, h.length))
+	}
+	var d Digest
+	h.outer.Sum(d[:0])
+	return d
+}
