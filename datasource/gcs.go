@@ -50,7 +50,7 @@ func GCSURL(endpoint, base string) (string, error) {
 	}
 	b, err := url.Parse(base)
 	if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || b.User != nil {
-		return "", fmt.Errorf("GCS endpoint %q is not an http(s)://host[:port] URL: %w", base, errdefs.ErrInvalidOptions)
+		return "", fmt.Errorf("GCS endpoint %q is not an http(s)://host[:port] URL: %w", RedactURL(base), errdefs.ErrInvalidOptions)
 	}
 	return (&url.URL{Scheme: "gs+" + b.Scheme, Host: b.Host, Path: strings.TrimSuffix(b.Path, "/") + "/" + u.Host + u.Path}).String(), nil
 }

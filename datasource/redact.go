@@ -5,31 +5,64 @@ import (
 	"strings"
 )
 
-// sensitiveQueryWords mark query parameters that carry secrets, such as the
-// signature of a pre-signed S3 or GCS URL.
-var sensitiveQueryWords = []string{"sig", "token", "key", "pass", "secret", "auth", "credential", "session"}
+// redacted replaces what a rendered URL must not show.
+const redacted = "REDACTED"
 
-// redactURL renders u for logs and error messages: the user info is
-// dropped and secret-looking query values are masked.
+// RedactURL renders an endpoint or URL for a log line, an error or a
+// result: the user info is replaced and every query value too (the names
+// stay), and a fragment is dropped. Every value goes, not only the
+// secret-looking ones: a pre-signed URL's credentials are query values under
+// names that vary by service (X-Amz-Signature and X-Amz-Credential,
+// X-Goog-Signature, Azure's sig, CloudFront's Signature and Key-Pair-Id, a
+// plain token or hmac). Text that does not parse as a URL is cut the same
+// way by position. It is the one rendering of a URL every source and the
+// CDI contract use.
+func RedactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.Opaque == "" {
+		return redactURL(u)
+	}
+	s := raw
+	if i := strings.IndexAny(s, "?#"); i >= 0 {
+		s = s[:i] + "?" + redacted
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		// scheme:opaque (or no scheme at all): nothing after the first
+		// colon is shown, it may be user:password@host.
+		if i := strings.IndexByte(s, ':'); i >= 0 {
+			return s[:i+1] + redacted
+		}
+		return s
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		authority = redacted + "@" + authority[at+1:]
+	}
+	if hasPath {
+		return scheme + "://" + authority + "/" + path
+	}
+	return scheme + "://" + authority
+}
+
+// redactURL is RedactURL of a parsed URL.
 func redactURL(u *url.URL) string {
 	c := *u
-	c.User = nil
+	if c.User != nil {
+		c.User = url.User(redacted)
+	}
+	c.Fragment, c.RawFragment = "", ""
+	c.ForceQuery = false
 	if c.RawQuery != "" {
-		q := c.Query()
-		changed := false
-		for k := range q {
-			lk := strings.ToLower(k)
-			for _, w := range sensitiveQueryWords {
-				if strings.Contains(lk, w) {
-					q[k] = []string{"REDACTED"}
-					changed = true
-					break
-				}
+		parts := strings.Split(c.RawQuery, "&")
+		for i, p := range parts {
+			// A part without '=' may be a bare token: it goes too.
+			if k, v, ok := strings.Cut(p, "="); !ok {
+				parts[i] = redacted
+			} else if v != "" {
+				parts[i] = k + "=" + redacted
 			}
 		}
-		if changed {
-			c.RawQuery = q.Encode()
-		}
+		c.RawQuery = strings.Join(parts, "&")
 	}
 	return c.String()
 }

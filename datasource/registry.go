@@ -98,7 +98,7 @@ func (r *Registry) opener(endpoint string) (Opener, error) {
 	}
 	o, ok := r.openers[key]
 	if !ok {
-		return nil, fmt.Errorf("source %q: no opener registered for it: %w", endpoint, errdefs.ErrInvalidOptions)
+		return nil, fmt.Errorf("source %q: no opener registered for it: %w", RedactURL(endpoint), errdefs.ErrInvalidOptions)
 	}
 	return o, nil
 }
@@ -114,7 +114,7 @@ func openPath(path string, _ Config) (Source, error) { return NewFile(path), nil
 func openFileURL(endpoint string, _ Config) (Source, error) {
 	p := endpoint[len("file://"):]
 	if !strings.HasPrefix(p, "/") {
-		return nil, fmt.Errorf("file URL %q must hold an absolute path (file:///path): %w", endpoint, errdefs.ErrInvalidOptions)
+		return nil, fmt.Errorf("file URL %q must hold an absolute path (file:///path): %w", RedactURL(endpoint), errdefs.ErrInvalidOptions)
 	}
 	return NewFile(p), nil
 }

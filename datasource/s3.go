@@ -63,7 +63,7 @@ func S3URL(endpoint, base, region string) (string, error) {
 	if base != "" && strings.EqualFold(u.Scheme, "s3") {
 		b, err := url.Parse(base)
 		if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" || b.User != nil {
-			return "", fmt.Errorf("S3 endpoint %q is not an http(s)://host[:port] URL: %w", base, errdefs.ErrInvalidOptions)
+			return "", fmt.Errorf("S3 endpoint %q is not an http(s)://host[:port] URL: %w", RedactURL(base), errdefs.ErrInvalidOptions)
 		}
 		// s3://bucket/key: the host is the bucket; path style at base.
 		u = &url.URL{Scheme: "s3+" + b.Scheme, Host: b.Host, Path: strings.TrimSuffix(b.Path, "/") + "/" + u.Host + u.Path, RawQuery: u.RawQuery}
@@ -120,7 +120,7 @@ func newS3(endpoint string, c Config, getenv func(string) string) (Source, error
 		if base != "" {
 			b, err := url.Parse(base)
 			if err != nil || (b.Scheme != "http" && b.Scheme != "https") || b.Host == "" {
-				return nil, fmt.Errorf("AWS endpoint %q is not an http(s)://host[:port] URL: %w", base, errdefs.ErrInvalidOptions)
+				return nil, fmt.Errorf("AWS endpoint %q is not an http(s)://host[:port] URL: %w", RedactURL(base), errdefs.ErrInvalidOptions)
 			}
 			obj = &url.URL{Scheme: b.Scheme, Host: b.Host, Path: strings.TrimSuffix(b.Path, "/") + "/" + bucket + "/" + key}
 		} else {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 )
 
@@ -32,17 +33,5 @@ func objectStoreEndpoint(source, endpoint string) (string, error) {
 	if source == "gcs" {
 		want = "gs://bucket/object or https://storage.googleapis.com/bucket/object"
 	}
-	return "", fmt.Errorf("IMPORTER_ENDPOINT %q of an %s source is not %s: %w", redactEndpoint(endpoint), source, want, errdefs.ErrInvalidOptions)
-}
-
-// redactEndpoint drops user info from an endpoint for a message.
-func redactEndpoint(e string) string {
-	scheme, rest, ok := strings.Cut(e, "://")
-	if !ok {
-		return e
-	}
-	if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
-		return scheme + "://REDACTED@" + rest[at+1:]
-	}
-	return e
+	return "", fmt.Errorf("IMPORTER_ENDPOINT %q of an %s source is not %s: %w", datasource.RedactURL(endpoint), source, want, errdefs.ErrInvalidOptions)
 }
