@@ -89,14 +89,20 @@ func (c *rawClone) write(p []byte) error {
 }
 
 // zero accepts n zero bytes without anything crossing the wire (nor
-// being hashed: the digest knows a zero block's hash).
-func (c *rawClone) zero(n int64) error {
-	c.sum.Zeros(n)
+// being hashed: the digest knows a zero block's hash). A run is taken a
+// block at a time, digest and target together, and ends when ctx does:
+// the caller has checked n against the size, but a run as long as a
+// large volume still takes a while.
+func (c *rawClone) zero(ctx context.Context, n int64) error {
 	for n > 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
+		}
 		k := min(n, int64(len(zeroBlock)))
 		if _, err := c.w.Write(zeroBlock[:k]); err != nil {
 			return err
 		}
+		c.sum.Zeros(k)
 		_, _ = c.check.Write(zeroBlock[:k]) // hashing zeros only when a checksum was asked for
 		c.offset += k
 		n -= k

@@ -157,14 +157,20 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			return res, nil
 		case rec.Offset != raw.offset:
 			return nil, fmt.Errorf("clone record at %d, expected %d: %w", rec.Offset, raw.offset, errdefs.ErrInvalidImage)
-		case rec.Offset+rec.Length > raw.size:
-			return nil, fmt.Errorf("clone record beyond the source's %d bytes: %w", raw.size, errdefs.ErrInvalidImage)
+		case rec.Length > raw.size-raw.offset:
+			// raw.offset never passes raw.size, so the subtraction cannot
+			// wrap, where Offset+Length of a hostile record can (a zero run
+			// of 2^63-1 bytes at 64 KiB would have been taken as in bounds).
+			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, raw.size, errdefs.ErrInvalidImage)
 		case rec.IsData():
 			if err := raw.write(rec.Data); err != nil {
 				return nil, &targetError{err}
 			}
 		case rec.IsZero():
-			if err := raw.zero(rec.Length); err != nil {
+			if err := raw.zero(ctx, rec.Length); err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("receiving the clone: %w", err)
+				}
 				return nil, &targetError{err}
 			}
 		default:

@@ -1,0 +1,175 @@
+package cloner_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/uploadserver"
+)
+
+// record is one sparse-v1 record head as the wire has it: a kind byte and
+// two big-endian 64-bit fields, any value (the Encoder only writes sane ones).
+func record(kind byte, a, b uint64) []byte {
+	r := make([]byte, 17)
+	r[0] = kind
+	binary.BigEndian.PutUint64(r[1:], a)
+	binary.BigEndian.PutUint64(r[9:], b)
+	return r
+}
+
+// sparseBody is an s2 stream of the given raw record bytes.
+func sparseBody(t *testing.T, parts ...[]byte) []byte {
+	var buf bytes.Buffer
+	sw := s2.NewWriter(&buf)
+	for _, p := range parts {
+		_, err := sw.Write(p)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sw.Close())
+	return buf.Bytes()
+}
+
+// postSparse sends body as one sparse-v1 request of session and returns the
+// answer's status and text.
+func postSparse(ctx context.Context, t *testing.T, p *pki, url, session string, body io.Reader) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
+	require.NoError(t, err)
+	req.Header.Set(uploadserver.HeaderContentType, cloner.ContentTypeBlock)
+	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+	req.Header.Set(cloner.SessionHeader, session)
+	resp, err := p.clientFor(t, &p.client).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(text), nil
+}
+
+// serverStatus is the upload server's GET status.
+func serverStatus(t *testing.T, p *pki, s *served) uploadserver.Status {
+	resp, err := p.clientFor(t, &p.client).Get("https://" + s.addr + uploadserver.PathStatus)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var st uploadserver.Status
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	return st
+}
+
+// TestHostileSparseRecordsAreRefusedQuickly sends records whose lengths and
+// offsets do not fit the announced size (one wrapping past 2^63): each is
+// answered 400 within seconds, and the server then takes a good clone.
+// Without overflow-safe bounds the wrapping zero run made the receiver hash
+// zeros for ever and answer every later upload 409.
+func TestHostileSparseRecordsAreRefusedQuickly(t *testing.T) {
+	const size = 8 * mib
+	data := bytes.Repeat([]byte{0xab}, 64<<10)
+	dataRecord := append(record('D', 0, uint64(len(data))), data...)
+	start := record('S', size, 0)
+	cases := []struct {
+		name  string
+		parts [][]byte
+		says  string
+	}{
+		{"zero run whose end wraps past 2^63", [][]byte{start, dataRecord, record('Z', uint64(len(data)), math.MaxInt64-1000)}, "passes the source's"},
+		{"data run whose end wraps past 2^63", [][]byte{start, dataRecord, record('D', uint64(len(data)), math.MaxUint64-10)}, "negative field"},
+		{"zero run beyond the size", [][]byte{start, record('Z', 0, size+1)}, "passes the source's"},
+		{"data run beyond the size", [][]byte{record('S', 1000, 0), dataRecord}, "passes the source's"},
+		{"negative length", [][]byte{start, record('Z', 0, math.MaxUint64)}, "negative field"},
+		{"negative offset", [][]byte{start, record('Z', 1<<63, 10)}, "negative field"},
+		{"negative size", [][]byte{record('S', 1<<63, 0)}, "negative field"},
+		{"huge data length", [][]byte{start, record('D', 0, 1<<40)}, "data record of"},
+		{"new session starting beyond the size", [][]byte{record('S', size, size+1)}, "cannot resume"},
+		{"record out of order", [][]byte{start, dataRecord, record('Z', 0, 10)}, "expected"},
+	}
+	p := newPKI(t)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	s := startServer(t, p, importer.Options{Target: dst})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			began := time.Now()
+			code, text, err := postSparse(ctx, t, p, s.url(""), "hostile", bytes.NewReader(sparseBody(t, tc.parts...)))
+			require.NoError(t, err, "no answer within 10 s")
+			assert.Equal(t, http.StatusBadRequest, code, text)
+			assert.Contains(t, text, tc.says)
+			assert.Less(t, time.Since(began), 5*time.Second)
+			assert.False(t, serverStatus(t, p, s).Busy, "the server is still busy with the refused clone")
+		})
+	}
+	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 23)
+	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
+	require.NoError(t, err, "a good clone after the hostile ones")
+	_, serr := s.wait(t)
+	require.NoError(t, serr)
+	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+}
+
+// TestSparseClientThatLeavesFreesTheServer: a client that sends a wrapping
+// zero run and hangs up without reading the answer leaves the server free
+// for the next clone.
+func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
+	p := newPKI(t)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	s := startServer(t, p, importer.Options{Target: dst})
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		_, _, _ = postSparse(ctx, t, p, s.url(""), "leaves", pr)
+	}()
+	sent := &countingWriter{w: pw}
+	sw := s2.NewWriter(sent)
+	data := bytes.Repeat([]byte{0x5a}, 64<<10)
+	for _, part := range [][]byte{record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data, record('Z', uint64(len(data)), math.MaxInt64-7)} {
+		_, err := sw.Write(part)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sw.Flush())
+	for serverStatus(t, p, s).Bytes < sent.n && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond) // until the server holds every record sent
+	}
+	cancel() // the client goes away, the body never ends
+	pw.CloseWithError(context.Canceled)
+	<-answered
+
+	deadline := time.Now().Add(10 * time.Second)
+	for serverStatus(t, p, s).Busy && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.False(t, serverStatus(t, p, s).Busy, "busy 10 s after the client left")
+	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 29)
+	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
+	require.NoError(t, err, "the next clone is refused")
+	_, serr := s.wait(t)
+	require.NoError(t, serr)
+	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
