@@ -170,3 +170,34 @@ func TestCLIArchiveContentType(t *testing.T) {
 	assert.Equal(t, cdi.ExitUsage, code)
 	assert.Contains(t, stderr, "not a directory")
 }
+
+// TestEnvUploadServerWithoutClientCARefusesUploads: CDI's upload-server
+// environment with a server certificate but no CLIENT_CERT_FILE answers
+// every upload 401 before reading it (CDI's server does: no client CA, no
+// client name to match), while /healthz still answers the kubelet.
+func TestEnvUploadServerWithoutClientCARefusesUploads(t *testing.T) {
+	root := cdiRoot(t)
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 9)
+	certFile, keyFile, pool := selfSigned(t, dir)
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	addr := freeAddr(t)
+	host, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	done := runAsync(t, env(map[string]string{
+		"IMPORTER_PATH_PREFIX": root, "LISTEN_ADDRESS": host, "LISTEN_PORT": port, "DESTINATION": dest,
+		"TLS_CERT_FILE": certFile, "TLS_KEY_FILE": keyFile,
+	}), "upload-server")
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	base := "https://" + addr
+	waitHealthy(t, client, base)
+	for _, path := range []string{uploadserver.PathUpload, uploadserver.PathUploadAsync, uploadserver.PathUploadArchive} {
+		assert.Equal(t, http.StatusUnauthorized, uploadFile(t, client, base+path, raw, ""), path)
+	}
+	assert.NoFileExists(t, dest)
+	select {
+	case code := <-done:
+		t.Fatalf("the server exited (%d) instead of refusing", code)
+	default:
+	}
+}
