@@ -7,7 +7,8 @@
 //	/shared/server -p 8100 -image-dir /disk -ready-file /shared/ready -done-file /shared/done
 //
 // It serves the one disk file of -image-dir over HTTP on localhost (with
-// byte ranges, so the importer reads it in place), and GET /info with its
+// byte ranges, so the importer reads it in place; every name is resolved
+// inside -image-dir, so a symlink out of it is refused), and GET /info with its
 // environment, the containerdisk's, whose KUBEVIRT_IO_ variables become
 // the volume's labels. It writes the disk file's name to -ready-file once
 // it listens, and exits when -done-file appears (the importer creates it

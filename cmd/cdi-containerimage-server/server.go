@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"net"
 	"net/http"
@@ -38,7 +39,15 @@ func serve(ctx context.Context, c config) error {
 	if err := refuseBootableOS(c.root); err != nil {
 		return err
 	}
-	name, err := diskFileName(c.imageDir)
+	// Every name is resolved inside the image directory: its entry may be
+	// a symlink, and one leading out of it (to the node's or the
+	// container's files) is refused, at start and on every request.
+	root, err := os.OpenRoot(c.imageDir)
+	if err != nil {
+		return fmt.Errorf("opening the image directory: %w", err)
+	}
+	defer root.Close()
+	name, err := diskFileName(root)
 	if err != nil {
 		return err
 	}
@@ -48,7 +57,7 @@ func serve(ctx context.Context, c config) error {
 		_ = json.NewEncoder(w).Encode(serverInfo{Env: c.env})
 	})
 	// http.FileServer answers HEAD and Range requests.
-	mux.Handle("/", http.FileServer(http.Dir(c.imageDir)))
+	mux.Handle("/", http.FileServerFS(root.FS()))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.host, strconv.Itoa(c.port)))
 	if err != nil {
@@ -101,23 +110,26 @@ func waitForFile(ctx context.Context, path string, poll time.Duration, served <-
 }
 
 // diskFileName returns the name of the image directory's one entry, which
-// must be a file (the containerdisk layout: /disk/<image>).
-func diskFileName(dir string) (string, error) {
-	entries, err := os.ReadDir(dir)
+// must be a file (the containerdisk layout: /disk/<image>) or a symlink
+// that resolves to one inside the directory.
+func diskFileName(root *os.Root) (string, error) {
+	dir := root.Name()
+	entries, err := fs.ReadDir(root.FS(), ".")
 	if err != nil {
 		return "", fmt.Errorf("reading the image directory: %w", err)
 	}
 	if len(entries) != 1 {
 		return "", fmt.Errorf("image directory %s holds %d entries, want exactly one disk image file", dir, len(entries))
 	}
-	fi, err := os.Stat(filepath.Join(dir, entries[0].Name()))
+	name := entries[0].Name()
+	fi, err := root.Stat(name)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("image directory %s: %s does not resolve to a file inside it: %w", dir, name, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("image directory %s holds %s, which is not a file", dir, entries[0].Name())
+		return "", fmt.Errorf("image directory %s holds %s, which is not a file", dir, name)
 	}
-	return entries[0].Name(), nil
+	return name, nil
 }
 
 // refuseBootableOS fails for a bootc/ostree image (a bootable OS tree, not

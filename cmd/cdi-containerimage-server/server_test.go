@@ -129,3 +129,43 @@ func TestRefusesWhatIsNotAContainerdisk(t *testing.T) {
 	_, err = os.Stat(c.readyFile)
 	assert.True(t, os.IsNotExist(err), "never ready")
 }
+
+// TestRefusesAnEntryThatLeadsOutOfTheImageDirectory: the one entry may be
+// a symlink, but one resolving outside the image directory (absolute or
+// through ..) is refused at start, and a name swapped for such a symlink
+// while serving is not followed.
+func TestRefusesAnEntryThatLeadsOutOfTheImageDirectory(t *testing.T) {
+	parent := t.TempDir()
+	secret := filepath.Join(parent, "outside", "secret")
+	require.NoError(t, os.Mkdir(filepath.Dir(secret), 0o755))
+	require.NoError(t, os.WriteFile(secret, []byte("the node's secret\n"), 0o600))
+	for _, tc := range []struct{ name, target string }{{"absolute", secret}, {"relative", "../outside/secret"}} {
+		img := filepath.Join(parent, "img-"+tc.name)
+		require.NoError(t, os.Mkdir(img, 0o755))
+		require.NoError(t, os.Symlink(tc.target, filepath.Join(img, "disk.img")))
+		_, err := os.Stat(filepath.Join(img, "disk.img"))
+		require.NoError(t, err, "%s: the symlink resolves (outside)", tc.name)
+		c := testConfig(t, img)
+		// A server that accepted the entry would serve until ctx ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = serve(ctx, c)
+		cancel()
+		assert.ErrorContains(t, err, "does not resolve to a file inside it", tc.name)
+	}
+
+	img := filepath.Join(parent, "img")
+	require.NoError(t, os.Mkdir(img, 0o755))
+	disk := filepath.Join(img, "disk.img")
+	require.NoError(t, os.WriteFile(disk, []byte("disk"), 0o644))
+	c := testConfig(t, img)
+	start(t, c)
+	waitReady(t, c)
+	require.NoError(t, os.Remove(disk))
+	require.NoError(t, os.Symlink(secret, disk))
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(c.port) + "/disk.img")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.NotEqual(t, http.StatusOK, resp.StatusCode)
+	assert.NotContains(t, string(body), "secret")
+}
