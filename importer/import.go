@@ -6,6 +6,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/internal/iostage"
 )
@@ -58,6 +59,17 @@ func request(o Options) (engine.Request, error) {
 		}
 		sums = append(sums, c)
 	}
+	var expect string
+	if o.ExpectContentDigest != "" {
+		if o.ContentType == engine.ContentTypeArchive || o.Format == "qcow2" {
+			return engine.Request{}, fmt.Errorf("an expected content digest is for disk images written raw, not archives or qcow2 files: %w", errdefs.ErrInvalidOptions)
+		}
+		d, err := blkhash.ParseDigest(o.ExpectContentDigest)
+		if err != nil {
+			return engine.Request{}, err
+		}
+		expect = d.String()
+	}
 	src, err := newSource(o)
 	if err != nil {
 		return engine.Request{}, err
@@ -79,6 +91,7 @@ func request(o Options) (engine.Request, error) {
 		Format:                  o.Format,
 		ScratchDir:              o.ScratchDir,
 		Checksums:               sums,
+		ExpectContentDigest:     expect,
 		Preallocation:           o.Preallocation,
 		CacheMode:               o.CacheMode,
 		ExactSize:               o.ExactSize,

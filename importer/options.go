@@ -63,6 +63,11 @@ type Options struct {
 	// (sha256 digests for raw copies, qemu-img compare for converted
 	// images); a difference fails the import with ErrVerifyMismatch.
 	Verify bool
+	// ExpectContentDigest fails the import with ErrChecksumMismatch,
+	// before it completes and with the target removed, when the content
+	// digest of the disk written (Result.ContentDigest) is another one:
+	// "blk-sha256:HEX" or the HEX blksum prints.
+	ExpectContentDigest string
 	// ZeroTarget zeroes a whole block target first (BLKZEROOUT) so zero
 	// blocks of the source can be skipped; where the device cannot, zero
 	// blocks are written as without it.

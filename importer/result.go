@@ -48,4 +48,12 @@ type Result struct {
 	VerifyMethod string
 	SourceDigest string
 	TargetDigest string
+
+	// ContentDigest is the digest of the guest-visible disk written (its
+	// VirtualSize bytes, before any resize): "blk-sha256:" and the hex
+	// digest blksum 0.10.1 prints for the same disk, the same for one
+	// disk as raw, qcow2.xz or on a device. `importer digest --content`
+	// prints it for any source, and Options.ExpectContentDigest checks it.
+	// Empty for archives.
+	ContentDigest string
 }

@@ -39,6 +39,7 @@ type cliFlags struct {
 	contentType        string
 	exactSize          bool
 	verify             bool
+	expectContent      string
 	zeroTarget         bool
 	arch               string
 	authFile           string
@@ -126,6 +127,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	fl.StringVar(&f.logFormat, "log-format", logFormatText, "log lines as text or json (slog's handlers); env mode reads IMPORTER_LOG_FORMAT")
 	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream, optionally compressed, extracted into the DEST directory)")
 	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the size of SOURCE (a device of that size, or a file that ends up that size)")
+	fl.StringVar(&f.expectContent, "expect-content-digest", "", "fail unless the disk written has this content digest (blk-sha256:HEX, or the HEX blksum prints; see importer digest --content)")
 	fl.BoolVar(&f.verify, "verify", false, "re-read SOURCE (a local file or device) and DEST after the copy and compare them; the digests go in the result")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve progress metrics over HTTPS (self-signed) at ADDR, e.g. :8443: CDI's "+cdi.ProgressMetricName+" and diskimport_*")
 	fl.StringVar(&f.ownerUID, "owner-uid", "", "the ownerUID label of "+cdi.ProgressMetricName+" (CDI: the DataVolume's UID)")
@@ -157,31 +159,32 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		return importer.Options{}, err
 	}
 	o := importer.Options{
-		Source:             source,
-		Target:             dest,
-		Size:               size,
-		Format:             f.format,
-		ScratchDir:         f.scratch,
-		Checksums:          f.checksums,
-		CertDir:            f.certDir,
-		InsecureTLS:        f.insecureTLS,
-		Headers:            f.headers,
-		Preallocation:      f.preallocation,
-		FilesystemOverhead: f.filesystemOverhead,
-		CacheMode:          f.cacheMode,
-		StallTimeout:       f.stallTimeout,
-		NoRangedRead:       f.noRangedRead,
-		NoStreamDecode:     f.noStreamDecode,
-		Retries:            &f.retries,
-		NoConnectRetry:     true,
-		RetryMaxElapsed:    f.retryMaxElapsed,
-		ContentType:        f.contentType,
-		ExactSize:          f.exactSize,
-		Verify:             f.verify,
-		ZeroTarget:         f.zeroTarget,
-		Arch:               f.arch,
-		AuthFile:           f.authFile,
-		RegistriesConf:     f.registriesConf,
+		Source:              source,
+		Target:              dest,
+		Size:                size,
+		Format:              f.format,
+		ScratchDir:          f.scratch,
+		Checksums:           f.checksums,
+		CertDir:             f.certDir,
+		InsecureTLS:         f.insecureTLS,
+		Headers:             f.headers,
+		Preallocation:       f.preallocation,
+		FilesystemOverhead:  f.filesystemOverhead,
+		CacheMode:           f.cacheMode,
+		StallTimeout:        f.stallTimeout,
+		NoRangedRead:        f.noRangedRead,
+		NoStreamDecode:      f.noStreamDecode,
+		Retries:             &f.retries,
+		NoConnectRetry:      true,
+		RetryMaxElapsed:     f.retryMaxElapsed,
+		ContentType:         f.contentType,
+		ExactSize:           f.exactSize,
+		Verify:              f.verify,
+		ExpectContentDigest: f.expectContent,
+		ZeroTarget:          f.zeroTarget,
+		Arch:                f.arch,
+		AuthFile:            f.authFile,
+		RegistriesConf:      f.registriesConf,
 	}
 	if source == "-" {
 		o.SourceReader = stdin

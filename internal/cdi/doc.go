@@ -33,6 +33,8 @@
 //	                         /proxycerts/), pooled with IMPORTER_CERT_DIR
 //	INSECURE_TLS             true: do not verify the server's certificate
 //	IMPORTER_CHECKSUM        algo:hex digest expected of the bytes received
+//	IMPORTER_CONTENT_DIGEST  blk-sha256:hex content digest expected of the
+//	                         disk written (importer digest --content)
 //	IMPORTER_EXTRA_HEADER_n  extra request header lines, n from 0 to 99
 //	FILESYSTEM_OVERHEAD      fraction of a filesystem volume kept free
 //	PREALLOCATION            true: allocate the whole target

@@ -162,6 +162,7 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 	if c := getenv("IMPORTER_CHECKSUM"); c != "" {
 		o.Checksums = []string{c}
 	}
+	o.ExpectContentDigest = getenv("IMPORTER_CONTENT_DIGEST")
 	if o.FilesystemOverhead, err = envFloat(getenv, "FILESYSTEM_OVERHEAD"); err != nil {
 		return o, err
 	}

@@ -50,6 +50,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		"INSECURE_TLS":            "true",
 		"PREALLOCATION":           "true",
 		"IMPORTER_CHECKSUM":       "sha256:00",
+		"IMPORTER_CONTENT_DIGEST": "blk-sha256:11",
 		"FILESYSTEM_OVERHEAD":     "0.055",
 		"CACHE_MODE":              "TryNone",
 		"IMPORTER_EXTRA_HEADER_0": "A: 1",
@@ -61,7 +62,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		Source: "https://example.org/disk.qcow2", Target: p.DataFile, ScratchDir: p.Scratch,
 		Size: 1 << 30, Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
 		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
-		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"},
+		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"}, ExpectContentDigest: "blk-sha256:11",
 	}, req.Import)
 }
 

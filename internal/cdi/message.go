@@ -45,6 +45,7 @@ type TerminationMessage struct {
 	Verified        bool    `json:"verified,omitempty"`
 	SourceDigest    string  `json:"sourceDigest,omitempty"`
 	TargetDigest    string  `json:"targetDigest,omitempty"`
+	ContentDigest   string  `json:"contentDigest,omitempty"`
 }
 
 // NewTerminationMessage builds the result message for r and the import's
@@ -73,6 +74,7 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 		Verified:             r.Verified,
 		SourceDigest:         r.SourceDigest,
 		TargetDigest:         r.TargetDigest,
+		ContentDigest:        r.ContentDigest,
 		Reason:               Reason(err),
 		HTTPStatus:           HTTPStatus(err),
 	}

@@ -110,3 +110,14 @@ func TestTerminationMessageSmallIsUntouched(t *testing.T) {
 	assert.Equal(t, map[string]any{"a": "b"}, got["labels"])
 	assert.NotContains(t, got, "labelsOmitted")
 }
+
+func TestTerminationMessageCarriesTheContentDigestBesideThousandLabels(t *testing.T) {
+	d := "blk-sha256:" + strings.Repeat("ab", 32)
+	labels := map[string]string{}
+	for i := range 1000 {
+		labels[fmt.Sprintf("label-%04d", i)] = strings.Repeat("v", 40)
+	}
+	b := cdi.NewTerminationMessage(&importer.Result{ContentDigest: d, Labels: labels}, nil).JSON()
+	assert.LessOrEqual(t, len(b), 4096)
+	assert.Equal(t, d, decodeMessage(t, b)["contentDigest"], "the digest is kept, labels give way")
+}

@@ -57,6 +57,9 @@ func (c *conversion) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("converting %s image to %s: %w", in.format, a.plan.OutputFormat, err)
 	}
+	if err := a.convertedContentDigest(ctx, dev); err != nil {
+		return err
+	}
 	a.result.PreallocationApplied = applied
 	a.result.BytesWritten = a.result.VirtualSize
 	if !verifyReadsInput { // else Verify compares the target with the scratch copy

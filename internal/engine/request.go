@@ -28,12 +28,15 @@ type Request struct {
 	Format             string
 	ScratchDir         string // "" = os.TempDir()
 	Checksums          []iostage.Checksum
-	Preallocation      bool
-	CacheMode          string
-	ExactSize          bool
-	Verify             bool
-	ZeroTarget         bool
-	NoRangedRead       bool
+	// ExpectContentDigest is the content digest the image must have
+	// ("blk-sha256:hex", checked by the facade); "" checks nothing.
+	ExpectContentDigest string
+	Preallocation       bool
+	CacheMode           string
+	ExactSize           bool
+	Verify              bool
+	ZeroTarget          bool
+	NoRangedRead        bool
 	// NoStreamDecode keeps a streamed qcow2 or streamOptimized vmdk on the
 	// scratch route instead of decoding it straight onto the target. The
 	// restart loop sets it when the decoder found a layout it cannot stream.
@@ -88,6 +91,7 @@ type Result struct {
 	VerifyMethod         string
 	SourceDigest         string
 	TargetDigest         string
+	ContentDigest        string
 }
 
 // Progress is importer.Progress, field for field.

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -34,7 +35,13 @@ func (s *streamTransfer) run(ctx context.Context) error {
 // drains and verifies the source, and only then lets the writer put down
 // the held-back head of the image.
 func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) {
-	w, err := t.NewWriter(volume.WithContext(ctx), volume.WithTargetIsZero(a.targetZeroed && t == a.target))
+	opts := []volume.WriterOption{volume.WithContext(ctx), volume.WithTargetIsZero(a.targetZeroed && t == a.target)}
+	var content *blkhash.Hash
+	if t == a.target {
+		content = blkhash.New(0)
+		opts = append(opts, volume.WithContentHash(content))
+	}
+	w, err := t.NewWriter(opts...)
 	if err != nil {
 		return 0, fmt.Errorf("opening %s for writing: %w", t.Path(), err)
 	}
@@ -67,6 +74,12 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 	n, err := w.Finish()
 	if err != nil {
 		return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
+	}
+	if content != nil {
+		a.headWritten = t.Kind() == volume.Block // a mismatch below must wipe it
+		if err := a.recordContentDigest(content.Sum()); err != nil {
+			return 0, err
+		}
 	}
 	return n, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 	"github.com/diskimport/engine/internal/volume"
@@ -102,6 +103,8 @@ func (s *streamDecode) run(ctx context.Context) error {
 		a.meter.decodedFile.Store(counts)
 		sink = counts
 	}
+	content := blkhash.NewAssembler(0)
+	sink = withContentHash(sink, content)
 	img := a.source.image
 	var in io.Reader = img
 	if len(img.Compressions) == 0 {
@@ -139,6 +142,13 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	a.result.VirtualSize = st.VirtualSize
 	a.result.BytesWritten = st.VirtualSize
+	digest, err := content.Sum(st.VirtualSize)
+	if err != nil {
+		return fmt.Errorf("content digest of the decoded %s image: %w", img.Format, err)
+	}
+	if err := a.recordContentDigest(digest); err != nil {
+		return err
+	}
 	if dev != nil {
 		if err := dev.Finish(ctx); err != nil {
 			return err

@@ -18,6 +18,7 @@ import (
 type targetExport struct {
 	*unixExport
 	writer *volume.DeviceWriter
+	hash   *hashingExport // the content digest of what qemu-img writes
 }
 
 // exportMaxRequest bounds one request: qemu-img convert writes 2 MiB at a
@@ -34,7 +35,8 @@ func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool
 	if err != nil {
 		return nil, err
 	}
-	srv, err := nbdserver.NewWritable(w, w.Size(), log)
+	hashed := newHashingExport(w)
+	srv, err := nbdserver.NewWritable(hashed, w.Size(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +50,7 @@ func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool
 	if err != nil {
 		return nil, err
 	}
-	return &targetExport{unixExport: u, writer: w}, nil
+	return &targetExport{unixExport: u, writer: w, hash: hashed}, nil
 }
 
 // spec is the qemu-img destination: raw data on the NBD export.

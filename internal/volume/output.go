@@ -28,7 +28,13 @@ const (
 
 // processChunk handles one chunk at image offset off: the part inside the
 // first MiB is only copied to the held-back head, the rest is emitted.
+// Chunks arrive in order, each starting where the last ended.
 func (w *Writer) processChunk(off int64, buf []byte) error {
+	if w.hash != nil {
+		// Chunks come in image order; the hash reads buf on other cores
+		// while it is written, and is done with it before buf is reused.
+		defer w.hash.Start(buf)()
+	}
 	if off < headSize {
 		h := min(int64(len(buf)), headSize-off)
 		copy(w.head[off:], buf[:h])

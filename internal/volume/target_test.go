@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -109,14 +110,16 @@ func TestFileTargetDirectoryMostlyZeroSparse(t *testing.T) {
 
 func TestFileTargetWritePathsAgree(t *testing.T) {
 	// The io.Writer path with odd write sizes, mixed with ReadFrom, must give
-	// the same bytes as a single ReadFrom.
+	// the same bytes as a single ReadFrom, and the content hash fed beside
+	// the writes the digest of those bytes.
 	img := makeImage(3, 13*mib+4097, 0.3)
 	dir := t.TempDir()
 	ctx := context.Background()
 	tg, err := volume.Open(ctx, volume.Options{Path: filepath.Join(dir, "x.raw")})
 	require.NoError(t, err)
 	defer tg.Close()
-	w, err := tg.NewWriter(volume.WithContext(ctx))
+	content := blkhash.New(2)
+	w, err := tg.NewWriter(volume.WithContext(ctx), volume.WithContentHash(content))
 	require.NoError(t, err)
 	// Progress is readable from another goroutine while writing (-race).
 	stopPoll := make(chan struct{})
@@ -161,6 +164,9 @@ func TestFileTargetWritePathsAgree(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(dir, "x.raw"))
 	require.NoError(t, err)
 	requireSameBytes(t, img, got)
+	want := blkhash.New(1)
+	_, _ = want.Write(img)
+	require.Equal(t, want.Sum(), content.Sum())
 }
 
 func TestFileTargetReplacesExisting(t *testing.T) {

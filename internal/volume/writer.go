@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
@@ -23,6 +24,7 @@ type WriterOption func(*writerConfig)
 type writerConfig struct {
 	ctx          context.Context
 	targetIsZero bool
+	hash         *blkhash.Hash
 }
 
 // WithContext makes the Writer stop with errdefs.ErrCancelled when ctx ends.
@@ -36,6 +38,12 @@ func WithContext(ctx context.Context) WriterOption {
 // zeroed. Files are always new and sparse, so it changes nothing for them.
 func WithTargetIsZero(v bool) WriterOption {
 	return func(c *writerConfig) { c.targetIsZero = v }
+}
+
+// WithContentHash makes the Writer feed every byte it accepts, in order,
+// to h, each chunk hashed on h's workers while it is being written.
+func WithContentHash(h *blkhash.Hash) WriterOption {
+	return func(c *writerConfig) { c.hash = h }
 }
 
 // Writer writes a raw image sequentially from offset 0. It implements
@@ -56,6 +64,7 @@ type Writer struct {
 	ctx          context.Context
 	log          *slog.Logger
 	targetIsZero bool
+	hash         *blkhash.Hash // nil: no content digest
 	capacity     int64
 	lbs          int64
 
@@ -105,6 +114,7 @@ func (t *Target) NewWriter(opts ...WriterOption) (*Writer, error) {
 		ctx:          cfg.ctx,
 		log:          t.log,
 		targetIsZero: cfg.targetIsZero,
+		hash:         cfg.hash,
 		capacity:     t.capacity,
 		lbs:          int64(t.lbs),
 		out:          t.f,

@@ -1,0 +1,145 @@
+package importer_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// rawContentDigest is the content digest of a raw file, by our SumFile and,
+// when blksum (0.10.1, built from nirs/blkhash) is on PATH, checked
+// against it.
+func rawContentDigest(t *testing.T, raw string) string {
+	t.Helper()
+	f, err := os.Open(raw)
+	require.NoError(t, err)
+	defer f.Close()
+	st, err := f.Stat()
+	require.NoError(t, err)
+	d, err := blkhash.SumFile(context.Background(), f, st.Size(), 0)
+	require.NoError(t, err)
+	if blksum, err := exec.LookPath("blksum"); err == nil {
+		out, err := exec.Command(blksum, raw).Output()
+		require.NoError(t, err)
+		require.Equal(t, strings.Fields(string(out))[0], d.Hex(), "blksum %s", raw)
+	}
+	return d.String()
+}
+
+// containers makes one disk in every container the engine reads, each
+// with qemu-img, and returns name → path.
+func containers(t *testing.T, dir, raw string) map[string]string {
+	t.Helper()
+	testimg.Need(t, "qemu-img", "xz", "gzip")
+	c := map[string]string{"raw": raw}
+	conv := func(name, f string, opts ...string) string {
+		return testimg.Convert(t, raw, filepath.Join(dir, name), f, opts...)
+	}
+	c["qcow2"] = conv("disk.qcow2", "qcow2")
+	c["qcow2.xz"] = testimg.Compress(t, c["qcow2"], "xz")
+	c["raw.gz"] = testimg.Compress(t, raw, "gz")
+	c["vmdk-stream.gz"] = testimg.Compress(t, conv("stream.vmdk", "vmdk", "subformat=streamOptimized"), "gz")
+	c["vmdk"] = conv("disk.vmdk", "vmdk")
+	c["vhd"] = conv("disk.vhd", "vpc", "subformat=dynamic", "force_size=on")
+	c["vhd.gz"] = testimg.Compress(t, c["vhd"], "gz")
+	c["vdi"] = conv("disk.vdi", "vdi")
+	c["vdi.gz"] = testimg.Compress(t, c["vdi"], "gz")
+	c["vhdx"] = conv("disk.vhdx", "vhdx")
+	c["vhdx.gz"] = testimg.Compress(t, c["vhdx"], "gz")
+	return c
+}
+
+func TestContentDigestIsTheSameForOneDiskInEveryContainerAndRoute(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 77)
+	want := rawContentDigest(t, raw)
+	base := testimg.Serve(t, dir)
+	for name, path := range containers(t, dir, raw) {
+		for _, via := range []string{"file", "http"} {
+			t.Run(name+"/"+via, func(t *testing.T) {
+				src := path
+				if via == "http" {
+					src = base + filepath.Base(path)
+				}
+				res, err := importer.Import(context.Background(), importer.Options{Source: src,
+					Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: t.TempDir(), Logger: testLogger(t)})
+				require.NoError(t, err)
+				assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
+				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, imageSize), "the bytes written")
+			})
+		}
+	}
+}
+
+func TestContentDigestOfAnImportOntoALoopDevice(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 78)
+	want := rawContentDigest(t, raw)
+	dev := testimg.LoopDevice(t, dir, imageSize)
+	c := containers(t, dir, raw)
+	for _, name := range []string{"raw", "qcow2", "qcow2.xz", "vhdx.gz"} {
+		t.Run(name, func(t *testing.T) {
+			res, err := importer.Import(context.Background(), importer.Options{Source: c[name], Target: dev,
+				ScratchDir: t.TempDir(), Logger: testLogger(t), ExpectContentDigest: want})
+			require.NoError(t, err)
+			assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
+			assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dev, imageSize))
+		})
+	}
+}
+
+func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 79)
+	c := containers(t, dir, raw)
+	wrong := strings.Repeat("ab", blkhash.Size) // blksum's spelling: hex alone
+	var dev string
+	if os.Geteuid() == 0 {
+		dev = testimg.LoopDevice(t, dir, imageSize)
+	}
+	for _, name := range []string{"raw", "qcow2", "qcow2.xz"} {
+		for _, tgt := range []string{"file", "block"} {
+			t.Run(name+"/"+tgt, func(t *testing.T) {
+				target := filepath.Join(t.TempDir(), "disk.img")
+				if tgt == "block" {
+					if dev == "" {
+						t.Skip("loop devices need root")
+					}
+					target = dev
+				}
+				res, err := importer.Import(context.Background(), importer.Options{Source: c[name], Target: target,
+					ScratchDir: t.TempDir(), Logger: testLogger(t), ExpectContentDigest: wrong})
+				require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
+				assert.False(t, res.Complete)
+				assert.Equal(t, rawContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
+				if tgt == "file" {
+					_, statErr := os.Stat(target)
+					assert.ErrorIs(t, statErr, os.ErrNotExist, "no target file is left")
+					entries, _ := os.ReadDir(filepath.Dir(target))
+					assert.Empty(t, entries, "no temporary file is left")
+					return
+				}
+				// Whatever the route, the image's first MiB is not on the
+				// device: never written (streamed) or wiped (converted).
+				assert.NotEqual(t, testimg.Digest(t, raw, 1<<20), testimg.Digest(t, dev, 1<<20), "the device does not hold the image's head")
+			})
+		}
+	}
+}
+
+func TestExpectContentDigestIsCheckedBeforeAnything(t *testing.T) {
+	_, err := importer.Import(context.Background(), importer.Options{Source: "x.raw", Target: filepath.Join(t.TempDir(), "d"),
+		ExpectContentDigest: "sha256:00"})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+}
