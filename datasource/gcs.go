@@ -1,7 +1,10 @@
 package datasource
 
 import (
+	"encoding/json"
+	"encoding/xml"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -107,8 +110,7 @@ func newGCS(endpoint string, c Config, getenv func(string) string) (Source, erro
 		return nil, err
 	}
 	if tokens != nil {
-		tokens.client = &http.Client{Transport: base}
-		tokens.ua = c.UserAgent
+		tokens.base, tokens.ua = base, c.UserAgent
 	}
 	// The JSON API's media download: the same object and headers as the
 	// XML API's https://host/bucket/object, and served by emulators whatever
@@ -191,4 +193,51 @@ func (t *gcsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, gcsError(resp, t.object)
 	}
 	return resp, nil
+}
+
+// gcsError turns a 4xx answer into a refusal naming the case, with the
+// server's code and message (XML API documents, or JSON API errors).
+func gcsError(resp *http.Response, object string) error {
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
+	var doc s3ErrorDoc // the XML API's <Error><Code/><Message/></Error>
+	var js struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	code, msg := "", ""
+	if xml.Unmarshal(body, &doc) == nil && doc.Code != "" {
+		code, msg = doc.Code, doc.Message
+	} else if json.Unmarshal(body, &js) == nil && js.Error.Message != "" {
+		msg = js.Error.Message
+	} else {
+		msg = strings.TrimSpace(string(body))
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+	}
+	serr := &errdefs.HTTPStatusError{URL: object, StatusCode: resp.StatusCode, Status: resp.Status}
+	lower := strings.ToLower(code + " " + msg)
+	var what string
+	switch {
+	case code == "NoSuchBucket" || strings.Contains(lower, "bucket does not exist") || strings.Contains(lower, "no such bucket"):
+		what = "the bucket does not exist"
+	case resp.StatusCode == http.StatusNotFound:
+		what = "no such object"
+	case resp.StatusCode == http.StatusUnauthorized:
+		what = "wrong credentials"
+	case resp.StatusCode == http.StatusForbidden:
+		what = "access denied"
+	default:
+		what = "refused"
+	}
+	detail := msg
+	if code != "" {
+		detail = code + ": " + msg
+	}
+	if detail != "" {
+		return fmt.Errorf("GCS %s: %s (%s): %w", object, what, detail, serr)
+	}
+	return fmt.Errorf("GCS %s: %s: %w", object, what, serr)
 }

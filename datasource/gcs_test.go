@@ -146,27 +146,8 @@ func TestGCSServiceAccount(t *testing.T) {
 	}))
 	t.Cleanup(tokenSrv.Close)
 	tokenURL = tokenSrv.URL
-	// The token reaches the storage server: seen through a proxy hop.
 	var sawToken atomic.Bool
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") == "Bearer tok-123" {
-			sawToken.Store(true)
-		}
-		req, _ := http.NewRequestWithContext(r.Context(), r.Method, g.URL+r.URL.RequestURI(), nil)
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultTransport.RoundTrip(req)
-		if err != nil {
-			w.WriteHeader(http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
-	}))
-	t.Cleanup(front.Close)
+	front := tokenCheckingFront(t, g, "tok-123", &sawToken)
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
 
 	src, err := datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{RetryBackoff: time.Second})
@@ -188,6 +169,133 @@ func TestGCSServiceAccount(t *testing.T) {
 	_, _, err = readAll(t, src)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), exchanges.Load(), "the token is cached until it expires")
+}
+
+// tokenCheckingFront is a proxy hop in front of fake-gcs-server (which
+// checks no tokens) that notes whether a request carried the access token.
+func tokenCheckingFront(t *testing.T, g *objtest.GCS, token string, saw *atomic.Bool) *httptest.Server {
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+token {
+			saw.Store(true)
+		}
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, g.URL+r.URL.RequestURI(), nil)
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(front.Close)
+	return front
+}
+
+// TestGCSAuthorizedUser: an authorized user's refresh token is exchanged at
+// its token_uri for the access token that reaches the storage server; a
+// revoked one is a clear, unretried refusal.
+func TestGCSAuthorizedUser(t *testing.T) {
+	data := testImage(t, 256<<10)
+	g, _ := gcsFixture(t, data)
+	var exchanges atomic.Int64
+	revoked := atomic.Bool{}
+	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exchanges.Add(1)
+		_ = r.ParseForm()
+		f := r.PostForm
+		if revoked.Load() || f.Get("grant_type") != "refresh_token" || f.Get("client_id") != "cid" ||
+			f.Get("client_secret") != "csecret" || f.Get("refresh_token") != "rtoken" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":"invalid_grant","error_description":"Token has been expired or revoked."}`)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"access_token":"user-tok","expires_in":3600,"token_type":"Bearer"}`)
+	}))
+	t.Cleanup(tokenSrv.Close)
+	var sawToken atomic.Bool
+	front := tokenCheckingFront(t, g, "user-tok", &sawToken)
+	b, err := json.Marshal(map[string]string{"type": "authorized_user", "client_id": "cid", "client_secret": "csecret",
+		"refresh_token": "rtoken", "token_uri": tokenSrv.URL})
+	require.NoError(t, err)
+	p := filepath.Join(t.TempDir(), "adc.json")
+	require.NoError(t, os.WriteFile(p, b, 0o600))
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", p)
+
+	src, err := datasource.New("gs+"+front.URL+"/images/dir/disk.img", gcsConfig)
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sum(data), sum(got))
+	assert.True(t, sawToken.Load(), "the access token was sent")
+	assert.Equal(t, int64(1), exchanges.Load())
+
+	revoked.Store(true)
+	src, err = datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{RetryBackoff: time.Second})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = src.Open(context.Background())
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+	assert.Contains(t, err.Error(), "wrong credentials (invalid_grant: Token has been expired or revoked.)")
+	assert.NotContains(t, err.Error(), "csecret")
+	assert.NotContains(t, err.Error(), "rtoken")
+	assert.Less(t, time.Since(start), time.Second, "not retried")
+}
+
+// TestGCSTokenRequestNotRedirected: the token request carries the key's
+// signed assertion; a token endpoint that redirects is refused, and the
+// redirect's target receives nothing.
+func TestGCSTokenRequestNotRedirected(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := serveOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		_, _ = io.WriteString(w, `{"access_token":"stolen","expires_in":3600}`)
+	}))
+	tokenSrv := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/token", http.StatusTemporaryRedirect)
+	}))
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
+	src, err := datasource.New("gs+http://127.0.0.1:1/images/disk.img", gcsConfig)
+	require.NoError(t, err)
+	_, err = src.Open(context.Background())
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+	assert.Contains(t, err.Error(), "redirected")
+	assert.Zero(t, elsewhere.Load(), "the redirect's target got the token request")
+}
+
+// TestGCSTokenRequestStopsWithTheImport: a token endpoint that never
+// answers does not outlast the import's context.
+func TestGCSTokenRequestStopsWithTheImport(t *testing.T) {
+	release := make(chan struct{})
+	tokenSrv := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+	}))
+	t.Cleanup(func() { close(release) })
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
+	src, err := datasource.New("gs+http://127.0.0.1:1/images/disk.img", gcsConfig)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = src.Open(ctx)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
 // validAssertion checks a JWT-bearer token request: the grant type, and an

@@ -2,38 +2,37 @@ package datasource
 
 import (
 	"context"
-	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"encoding/xml"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/google"
 
 	"github.com/diskimport/engine/errdefs"
 )
 
-const (
-	gcsReadScope    = "https://www.googleapis.com/auth/devstorage.read_only"
-	gcsDefaultToken = "https://oauth2.googleapis.com/token"
-)
+// gcsReadScope is the scope of the access tokens: reading objects.
+const gcsReadScope = "https://www.googleapis.com/auth/devstorage.read_only"
 
-// gcsKeyFile is the part of a Google credentials file we read: a service
-// account key, or an authorized user (gcloud auth application-default).
+// gcsTokenMargin: a cached token is renewed when it expires within this
+// margin, so that no request (or its retries) leaves with a token about to
+// lapse.
+const gcsTokenMargin = time.Minute
+
+// gcsKeyFile is what loadGCSCredentials checks of a Google credentials file
+// before golang.org/x/oauth2/google reads it: a service-account key, or an
+// authorized user (gcloud auth application-default login).
 type gcsKeyFile struct {
 	Type         string `json:"type"`
 	ClientEmail  string `json:"client_email"`
-	PrivateKeyID string `json:"private_key_id"`
 	PrivateKey   string `json:"private_key"`
 	TokenURI     string `json:"token_uri"`
 	ClientID     string `json:"client_id"`
@@ -41,17 +40,21 @@ type gcsKeyFile struct {
 	RefreshToken string `json:"refresh_token"`
 }
 
-// gcsTokens gets and caches OAuth2 access tokens for a credentials file.
+// gcsTokens gets and caches the access tokens of a credentials file with
+// golang.org/x/oauth2/google: the JWT-bearer exchange of a service-account
+// key (RFC 7523) or the refresh-token grant of an authorized user, at the
+// file's token_uri (Google's by default; tests and private endpoints name
+// their own), through the source's transport (CA, proxy, egress policy).
 type gcsTokens struct {
-	file   string
-	key    gcsKeyFile
-	rsa    *rsa.PrivateKey
-	client *http.Client
-	ua     string
+	file     string
+	data     []byte
+	kind     google.CredentialsType
+	tokenURL string
+	base     http.RoundTripper
+	ua       string
 
-	mu      sync.Mutex
-	tok     string
-	expires time.Time
+	mu  sync.Mutex
+	tok *oauth2.Token
 }
 
 func loadGCSCredentials(file string) (*gcsTokens, error) {
@@ -59,154 +62,119 @@ func loadGCSCredentials(file string) (*gcsTokens, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading GCS credentials (GOOGLE_APPLICATION_CREDENTIALS): %w: %w", errdefs.ErrInvalidOptions, err)
 	}
-	t := &gcsTokens{file: file}
-	if err := json.Unmarshal(data, &t.key); err != nil {
+	var k gcsKeyFile
+	if err := json.Unmarshal(data, &k); err != nil {
 		return nil, fmt.Errorf("GCS credentials %s are not JSON: %w: %w", file, errdefs.ErrInvalidOptions, err)
 	}
-	if t.key.TokenURI == "" {
-		t.key.TokenURI = gcsDefaultToken
+	t := &gcsTokens{file: file, data: data, tokenURL: k.TokenURI}
+	if t.tokenURL == "" {
+		t.tokenURL = google.Endpoint.TokenURL
 	}
-	switch t.key.Type {
+	switch k.Type {
 	case "service_account":
-		block, _ := pem.Decode([]byte(t.key.PrivateKey))
-		if block == nil || t.key.ClientEmail == "" {
+		// Checked now, so that a broken key fails as an option and not as
+		// a token request at the first read.
+		block, _ := pem.Decode([]byte(k.PrivateKey))
+		if block == nil || k.ClientEmail == "" {
 			return nil, fmt.Errorf("GCS credentials %s: a service-account key needs client_email and a PEM private_key: %w", file, errdefs.ErrInvalidOptions)
 		}
-		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+		key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 		if err != nil {
-			k, err = x509.ParsePKCS1PrivateKey(block.Bytes)
+			key, err = x509.ParsePKCS1PrivateKey(block.Bytes)
 		}
-		rk, ok := k.(*rsa.PrivateKey)
-		if err != nil || !ok {
+		if _, ok := key.(*rsa.PrivateKey); err != nil || !ok {
 			return nil, fmt.Errorf("GCS credentials %s: private_key is not an RSA key: %w", file, errdefs.ErrInvalidOptions)
 		}
-		t.rsa = rk
+		t.kind = google.ServiceAccount
 	case "authorized_user":
-		if t.key.ClientID == "" || t.key.ClientSecret == "" || t.key.RefreshToken == "" {
+		if k.ClientID == "" || k.ClientSecret == "" || k.RefreshToken == "" {
 			return nil, fmt.Errorf("GCS credentials %s: an authorized user needs client_id, client_secret and refresh_token: %w", file, errdefs.ErrInvalidOptions)
 		}
+		t.kind = google.AuthorizedUser
 	default:
-		return nil, fmt.Errorf("GCS credentials %s: type %q is not service_account or authorized_user: %w", file, t.key.Type, errdefs.ErrInvalidOptions)
+		// The other kinds (external_account…) fetch their credentials from
+		// URLs or programs the file names: not for a file handed to an
+		// importer.
+		return nil, fmt.Errorf("GCS credentials %s: type %q is not service_account or authorized_user: %w", file, k.Type, errdefs.ErrInvalidOptions)
 	}
 	return t, nil
 }
 
-// token returns a valid access token, fetching one when the cached token
-// is missing or expires within a minute.
+// token returns a valid access token, fetching one when none is cached or
+// the cached one expires within gcsTokenMargin (a token without an expiry
+// is kept).
 func (t *gcsTokens) token(ctx context.Context) (string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.tok != "" && time.Until(t.expires) > time.Minute {
-		return t.tok, nil
+	if t.tok != nil && (t.tok.Expiry.IsZero() || time.Until(t.tok.Expiry) > gcsTokenMargin) {
+		return t.tok.AccessToken, nil
 	}
-	form := url.Values{}
-	if t.rsa != nil {
-		assertion, err := t.jwt(time.Now())
-		if err != nil {
-			return "", err
-		}
-		form.Set("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer")
-		form.Set("assertion", assertion)
-	} else {
-		form.Set("grant_type", "refresh_token")
-		form.Set("client_id", t.key.ClientID)
-		form.Set("client_secret", t.key.ClientSecret)
-		form.Set("refresh_token", t.key.RefreshToken)
+	client := &http.Client{
+		Transport: &contextTransport{base: t.base, ctx: ctx, ua: t.ua},
+		// The request's body is the signed assertion or the refresh token:
+		// a redirect is taken as the answer (a refusal), never followed
+		// with that body to wherever it points.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.key.TokenURI, strings.NewReader(form.Encode()))
+	// Built for each fetch: the library keeps the context it is given for
+	// its requests, and this one is the current request's.
+	creds, err := google.CredentialsFromJSONWithTypeAndParams(context.WithValue(ctx, oauth2.HTTPClient, client),
+		t.data, t.kind, google.CredentialsParams{Scopes: []string{gcsReadScope}})
 	if err != nil {
-		return "", fmt.Errorf("GCS token endpoint %q: %w: %w", t.key.TokenURI, errdefs.ErrInvalidOptions, err)
+		return "", fmt.Errorf("GCS credentials %s: %w: %w", t.file, errdefs.ErrInvalidOptions, err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if t.ua != "" {
-		req.Header.Set("User-Agent", t.ua)
-	}
-	resp, err := t.client.Do(req)
+	tok, err := creds.TokenSource.Token()
 	if err != nil {
-		return "", fmt.Errorf("getting a GCS access token from %s: %w: %w", t.key.TokenURI, errdefs.ErrSourceUnreachable, err)
+		return "", t.tokenError(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var out struct {
-		AccessToken string `json:"access_token"`
-		ExpiresIn   int64  `json:"expires_in"`
-		Error       string `json:"error"`
-		Description string `json:"error_description"`
+	if tok.AccessToken == "" {
+		return "", fmt.Errorf("GCS credentials %s: %s answered without an access token: %w", t.file, t.tokenURL, errdefs.ErrSourceRefused)
 	}
-	_ = json.Unmarshal(body, &out)
-	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {
-		serr := &errdefs.HTTPStatusError{URL: t.key.TokenURI, StatusCode: resp.StatusCode, Status: resp.Status}
-		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			// Not a refusal: may pass (the source retries it).
-			return "", fmt.Errorf("getting a GCS access token from %s: %s: %w", t.key.TokenURI, resp.Status, errdefs.ErrSourceUnreachable)
-		}
-		return "", fmt.Errorf("GCS credentials %s refused by %s: wrong credentials (%s: %s): %w", t.file, t.key.TokenURI, out.Error, out.Description, serr)
-	}
-	t.tok = out.AccessToken
-	t.expires = time.Now().Add(time.Duration(out.ExpiresIn) * time.Second)
-	return t.tok, nil
+	t.tok = tok
+	return tok.AccessToken, nil
 }
 
-// jwt is the signed assertion of a service account (RFC 7523).
-func (t *gcsTokens) jwt(now time.Time) (string, error) {
-	enc := base64.RawURLEncoding
-	hdr, _ := json.Marshal(map[string]string{"alg": "RS256", "typ": "JWT", "kid": t.key.PrivateKeyID})
-	claims, _ := json.Marshal(map[string]any{
-		"iss": t.key.ClientEmail, "scope": gcsReadScope, "aud": t.key.TokenURI,
-		"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
-	})
-	signing := enc.EncodeToString(hdr) + "." + enc.EncodeToString(claims)
-	sum := sha256.Sum256([]byte(signing))
-	sig, err := rsa.SignPKCS1v15(rand.Reader, t.rsa, crypto.SHA256, sum[:])
-	if err != nil {
-		return "", fmt.Errorf("signing the GCS token request: %w: %w", errdefs.ErrInvalidOptions, err)
+// tokenError classifies a failed token request: the endpoint's refusal
+// (4xx, or a redirect) with its OAuth2 error code and description, a
+// failure that may pass (5xx, 429: the source retries it), or no answer.
+func (t *gcsTokens) tokenError(err error) error {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) || re.Response == nil {
+		return fmt.Errorf("getting a GCS access token from %s: %w: %w", t.tokenURL, errdefs.ErrSourceUnreachable, err)
 	}
-	return signing + "." + enc.EncodeToString(sig), nil
+	status := re.Response.StatusCode
+	if status >= 500 || status == http.StatusTooManyRequests {
+		return fmt.Errorf("getting a GCS access token from %s: %s: %w", t.tokenURL, re.Response.Status, errdefs.ErrSourceUnreachable)
+	}
+	serr := &errdefs.HTTPStatusError{URL: t.tokenURL, StatusCode: status, Status: re.Response.Status}
+	if status >= 300 && status < 400 {
+		return fmt.Errorf("GCS credentials %s: the token endpoint %s redirected, and the key's request is not sent elsewhere: %w", t.file, t.tokenURL, serr)
+	}
+	code, desc := re.ErrorCode, re.ErrorDescription
+	if code == "" { // the JWT exchange leaves the body unparsed
+		var body struct {
+			Error       string `json:"error"`
+			Description string `json:"error_description"`
+		}
+		_ = json.Unmarshal(re.Body, &body)
+		code, desc = body.Error, body.Description
+	}
+	return fmt.Errorf("GCS credentials %s refused by %s: wrong credentials (%s: %s): %w", t.file, t.tokenURL, code, desc, serr)
 }
 
-// gcsError turns a 4xx answer into a refusal naming the case, with the
-// server's code and message (XML API documents, or JSON API errors).
-func gcsError(resp *http.Response, object string) error {
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
-	var doc s3ErrorDoc // the XML API's <Error><Code/><Message/></Error>
-	var js struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
+// contextTransport sends each request under ctx, with the user agent: the
+// library's JWT exchange builds its request without a context, and a
+// cancelled import must still stop it.
+type contextTransport struct {
+	base http.RoundTripper
+	ctx  context.Context
+	ua   string
+}
+
+func (c *contextTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(c.ctx)
+	if c.ua != "" {
+		r.Header.Set("User-Agent", c.ua)
 	}
-	code, msg := "", ""
-	if xml.Unmarshal(body, &doc) == nil && doc.Code != "" {
-		code, msg = doc.Code, doc.Message
-	} else if json.Unmarshal(body, &js) == nil && js.Error.Message != "" {
-		msg = js.Error.Message
-	} else {
-		msg = strings.TrimSpace(string(body))
-		if len(msg) > 200 {
-			msg = msg[:200]
-		}
-	}
-	serr := &errdefs.HTTPStatusError{URL: object, StatusCode: resp.StatusCode, Status: resp.Status}
-	lower := strings.ToLower(code + " " + msg)
-	var what string
-	switch {
-	case code == "NoSuchBucket" || strings.Contains(lower, "bucket does not exist") || strings.Contains(lower, "no such bucket"):
-		what = "the bucket does not exist"
-	case resp.StatusCode == http.StatusNotFound:
-		what = "no such object"
-	case resp.StatusCode == http.StatusUnauthorized:
-		what = "wrong credentials"
-	case resp.StatusCode == http.StatusForbidden:
-		what = "access denied"
-	default:
-		what = "refused"
-	}
-	detail := msg
-	if code != "" {
-		detail = code + ": " + msg
-	}
-	if detail != "" {
-		return fmt.Errorf("GCS %s: %s (%s): %w", object, what, detail, serr)
-	}
-	return fmt.Errorf("GCS %s: %s: %w", object, what, serr)
+	return c.base.RoundTrip(r)
 }
