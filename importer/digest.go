@@ -18,5 +18,9 @@ func ResolveDigest(ctx context.Context, source string, o Options) (string, error
 	if !datasource.IsContainerImageRef(source) {
 		return "", fmt.Errorf("%q is not a container image reference (docker://, oci-archive:, oci:): %w", source, errdefs.ErrInvalidOptions)
 	}
-	return datasource.ResolveDigest(ctx, source, sourceConfig(o))
+	c, err := sourceConfig(o)
+	if err != nil {
+		return "", err
+	}
+	return datasource.ResolveDigest(ctx, source, c)
 }

@@ -19,6 +19,9 @@ var (
 	// ErrVerifyMismatch: with Options.Verify, the target read back differs
 	// from the source (a *VerifyError says what was compared).
 	ErrVerifyMismatch = errdefs.ErrVerifyMismatch
+	// ErrEgressDenied: the egress policy (Options.Egress) refused the
+	// address a source would connect to (an *EgressError names it).
+	ErrEgressDenied = errdefs.ErrEgressDenied
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx
@@ -31,3 +34,7 @@ type SizeError = errdefs.SizeError
 // VerifyError states what was compared when verification failed; it
 // matches ErrVerifyMismatch.
 type VerifyError = errdefs.VerifyError
+
+// EgressError names the address the egress policy refused and the rule;
+// it matches ErrEgressDenied and ErrSourceRefused.
+type EgressError = errdefs.EgressError

@@ -116,12 +116,16 @@ func newSource(o Options) (datasource.Source, error) {
 	if o.Source == "-" && o.SourceReader != nil {
 		return datasource.NewReader("upload", o.SourceReader), nil
 	}
-	return datasource.New(o.Source, sourceConfig(o))
+	c, err := sourceConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	return datasource.New(o.Source, c)
 }
 
 // sourceConfig is the part of the options that configures a source.
-func sourceConfig(o Options) datasource.Config {
-	return datasource.Config{
+func sourceConfig(o Options) (datasource.Config, error) {
+	c := datasource.Config{
 		Username:        o.Username,
 		Password:        o.Password,
 		Headers:         o.Headers,
@@ -130,7 +134,7 @@ func sourceConfig(o Options) datasource.Config {
 		StallTimeout:    o.StallTimeout,
 		Retries:         retryLimit(o.Retries),
 		NoConnectRetry:  o.NoConnectRetry,
-		Transport:       transport(o),
+		Egress:          o.Egress,
 		RetryBackoff:    o.RetryBackoff,
 		RetryMaxElapsed: o.RetryMaxElapsed,
 		Logger:          o.Logger,
@@ -139,4 +143,10 @@ func sourceConfig(o Options) datasource.Config {
 		RegistriesConf:  o.RegistriesConf,
 		TempDir:         o.ScratchDir,
 	}
+	if o.Egress != nil && o.Transport != nil {
+		return c, fmt.Errorf("an egress policy cannot be applied to a caller's Transport (dial with Egress.DialContext in it instead): %w", errdefs.ErrInvalidOptions)
+	}
+	var err error
+	c.Transport, err = transport(o, c)
+	return c, err
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
 )
@@ -103,6 +104,15 @@ type Options struct {
 	// neither: containers/image builds its own client.
 	Transport http.RoundTripper
 	TLSConfig *tls.Config
+	// Egress, when set, is the policy of networks every connection of a
+	// network source (HTTP(S), S3, GCS, registries) is checked against, on
+	// the address actually connected to, for the first request and every
+	// redirect; a refusal fails the import with an *EgressError (matching
+	// ErrEgressDenied and ErrSourceRefused) and is not retried. Nil: no
+	// policy (the command line's default; CDI's env mode denies link-local
+	// networks and the metadata service). It cannot be combined with
+	// Transport, which would have to apply it itself.
+	Egress *EgressPolicy
 
 	// Registry options (docker://, oci-archive:, oci: sources); Username,
 	// Password, CertDir and InsecureTLS (which also allows plain http)
@@ -165,3 +175,7 @@ type Progress struct {
 	// Convert, else BytesRead/SourceSize when known, else -1.
 	PhasePercent float64
 }
+
+// EgressPolicy is the allow and deny lists of networks (Options.Egress);
+// datasource.DefaultEgressDeny and datasource.ParseEgressList build them.
+type EgressPolicy = datasource.EgressPolicy

@@ -2,6 +2,8 @@ package importer
 
 import (
 	"net/http"
+
+	"github.com/diskimport/engine/datasource"
 )
 
 // retryLimit maps Options.Retries to datasource.Config.Retries, where 0
@@ -16,20 +18,21 @@ func retryLimit(n *int) int {
 	return *n
 }
 
-// transport is the caller's Transport, or one built around the caller's
-// TLSConfig, or nil: the source then builds its own from CertDir,
-// InsecureTLS and the proxy environment.
-func transport(o Options) http.RoundTripper {
+// transport is the caller's Transport, or one datasource.NewTransport
+// builds around the caller's TLSConfig (proxy and egress policy of c
+// included), or nil: the source then builds its own from c.
+func transport(o Options, c datasource.Config) (http.RoundTripper, error) {
 	if o.Transport != nil {
-		return o.Transport
+		return o.Transport, nil
 	}
 	if o.TLSConfig == nil {
-		return nil
+		return nil, nil
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	c.CertDir = "" // TLSConfig's RootCAs replace it
+	tr, err := datasource.NewTransport(c)
+	if err != nil {
+		return nil, err
+	}
 	tr.TLSClientConfig = o.TLSConfig.Clone()
-	// The bytes must arrive as stored: a transparently gunzipped body
-	// would defeat checksums, ranges and format detection.
-	tr.DisableCompression = true
-	return tr
+	return tr, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -75,4 +76,29 @@ func TestRetriesZeroMeansNone(t *testing.T) {
 		require.ErrorIs(t, err, importer.ErrSourceRefused)
 		assert.Equal(t, c.want, hits.Load())
 	}
+}
+
+// Options.Egress applies to the transport built around a caller's
+// TLSConfig, and cannot be combined with a caller's Transport.
+func TestEgressWithCallerTLSConfigAndTransport(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	deny, err := datasource.ParseEgressList("127.0.0.0/8")
+	require.NoError(t, err)
+	policy := &importer.EgressPolicy{Deny: deny}
+	target := filepath.Join(t.TempDir(), "disk.img")
+
+	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testLogger(t),
+		TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, Egress: policy})
+	require.ErrorIs(t, err, importer.ErrEgressDenied)
+	var ee *importer.EgressError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, "127.0.0.1", ee.Addr)
+
+	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testLogger(t),
+		Transport: srv.Client().Transport, Egress: policy})
+	require.ErrorIs(t, err, importer.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), "egress policy cannot be applied to a caller's Transport")
 }

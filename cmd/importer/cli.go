@@ -51,6 +51,8 @@ type cliFlags struct {
 	s3Endpoint         string
 	s3Region           string
 	gcsEndpoint        string
+	egressAllow        []string
+	egressDeny         []string
 }
 
 // run is main without the process: it returns the exit code.
@@ -135,6 +137,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
 	addRegistryFlags(fl, &f)
+	addEgressFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdout, &code))
 	addVersion(ctx, cmd, stdout)
 	cmd.AddCommand(newInspectCommand(ctx, stdin, stdout, stderr, &code))
@@ -196,6 +199,9 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		return o, err
 	}
 	if o.Mode, err = fileMode(f.mode); err != nil {
+		return o, err
+	}
+	if o.Egress, err = f.egress(); err != nil {
 		return o, err
 	}
 	o.Username, o.Password, err = f.credentials()

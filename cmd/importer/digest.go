@@ -38,6 +38,10 @@ func newDigestCommand(ctx context.Context, stdout io.Writer, code *int) *cobra.C
 				*code = cdi.ExitUsage
 				return err
 			}
+			if o.Egress, err = f.egress(); err != nil {
+				*code = cdi.ExitUsage
+				return err
+			}
 			d, err := importer.ResolveDigest(ctx, args[0], o)
 			if err != nil {
 				*code = cdi.ExitFailed
@@ -49,6 +53,7 @@ func newDigestCommand(ctx context.Context, stdout io.Writer, code *int) *cobra.C
 	}
 	fl := cmd.Flags()
 	addRegistryFlags(fl, &f)
+	addEgressFlags(fl, &f)
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates (*.crt, *.pem) to trust")
 	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the registry's certificate; allow plain http")
 	fl.StringVar(&f.creds, "creds", "", "registry USER:PASSWORD")

@@ -65,6 +65,7 @@ cannot be read.`,
 	fl.IntVar(&f.retries, "retries", 10, "as for an import")
 	fl.CountVarP(&f.verbose, "verbose", "v", "log what the engine does")
 	addRegistryFlags(fl, &f)
+	addEgressFlags(fl, &f)
 	registerValueCompletions(cmd)
 	return cmd
 }

@@ -175,6 +175,9 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 		return o, err
 	}
 	o.Headers = append(o.Headers, secretHeaders...)
+	if o.Egress, err = egressPolicy(getenv); err != nil {
+		return o, err
+	}
 	if src == "clone" {
 		if err := cloneOptions(getenv, &o); err != nil {
 			return o, err

@@ -1,6 +1,7 @@
 package cdi
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 )
@@ -63,6 +65,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		Size: 1 << 30, Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
 		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
 		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"}, ExpectContentDigest: "blk-sha256:11",
+		Egress: &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()},
 	}, req.Import)
 }
 
@@ -146,4 +149,29 @@ func TestReadEnvRefuses(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+func TestReadEnvEgress(t *testing.T) {
+	p := podPaths(t, false)
+	read := func(extra map[string]string) (*importer.EgressPolicy, error) {
+		m := map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d"}
+		for k, v := range extra {
+			m[k] = v
+		}
+		req, err := ReadEnv(envOf(m), p)
+		return req.Import.Egress, err
+	}
+	got, err := read(nil)
+	require.NoError(t, err)
+	assert.Equal(t, &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()}, got, "env mode denies link-local and metadata by default")
+	got, err = read(map[string]string{"IMPORTER_EGRESS_DENY": "none", "IMPORTER_EGRESS_ALLOW": "10.0.0.0/8,192.168.0.1"})
+	require.NoError(t, err)
+	assert.Empty(t, got.Deny)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.1/32")}, got.Allow)
+	got, err = read(map[string]string{"IMPORTER_EGRESS_DENY": "default, 127.0.0.0/8"})
+	require.NoError(t, err)
+	assert.Equal(t, append(datasource.DefaultEgressDeny(), netip.MustParsePrefix("127.0.0.0/8")), got.Deny)
+	_, err = read(map[string]string{"IMPORTER_EGRESS_ALLOW": "metadata"})
+	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+	assert.Contains(t, err.Error(), `IMPORTER_EGRESS_ALLOW: egress network "metadata"`)
 }

@@ -22,6 +22,7 @@ var reasons = []struct {
 	{errdefs.ErrInvalidImage, "InvalidImage"},
 	{errdefs.ErrScratchSpaceRequired, "ScratchSpaceRequired"},
 	{errdefs.ErrTargetTooSmall, "TargetTooSmall"},
+	{errdefs.ErrEgressDenied, "EgressDenied"},
 	{errdefs.ErrSourceRefused, "SourceRefused"},
 	{errdefs.ErrSourceUnreachable, "SourceUnreachable"},
 	{errdefs.ErrTargetBusy, "TargetBusy"},
