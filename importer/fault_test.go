@@ -68,7 +68,7 @@ func importFailsWith(t *testing.T, o importer.Options) error {
 	if o.Target == "" {
 		o.Target = filepath.Join(t.TempDir(), "disk.img")
 	}
-	if o.ScratchDir == "" {
+	if o.ScratchDir == "" && !o.NoScratch {
 		o.ScratchDir = t.TempDir()
 	}
 	o.Logger = testLogger(t)
@@ -80,7 +80,9 @@ func importFailsWith(t *testing.T, o importer.Options) error {
 	if st, serr := os.Stat(o.Target); serr == nil && st.Mode().IsRegular() {
 		t.Errorf("target file %s exists after a failed import", o.Target)
 	}
-	assertEmptyDir(t, o.ScratchDir)
+	if o.ScratchDir != "" {
+		assertEmptyDir(t, o.ScratchDir)
+	}
 	return err
 }
 
@@ -101,6 +103,16 @@ func TestScratchMissingOrFull(t *testing.T) {
 		assert.False(t, res.Complete)
 		_, serr := os.Stat(o.Target)
 		assert.True(t, os.IsNotExist(serr))
+	})
+	t.Run("none given", func(t *testing.T) {
+		// NoScratch: not the temp dir either (the default it replaces).
+		tmp := t.TempDir()
+		t.Setenv("TMPDIR", tmp)
+		err := importFails(t, importer.Options{Source: gz, NoScratch: true, NoStreamDecode: true}, importer.ErrScratchSpaceRequired)
+		assert.Contains(t, err.Error(), "no scratch space")
+		assertEmptyDir(t, tmp)
+		_, err = importer.Import(context.Background(), importer.Options{Source: gz, Target: filepath.Join(tmp, "disk.img"), NoScratch: true, ScratchDir: tmp})
+		assert.ErrorIs(t, err, importer.ErrInvalidOptions, "NoScratch with a ScratchDir")
 	})
 	t.Run("full", func(t *testing.T) {
 		fs := testimg.Tmpfs(t, 2<<20)

@@ -48,6 +48,9 @@ func request(o Options) (engine.Request, error) {
 	default:
 		return engine.Request{}, fmt.Errorf("cache mode %q: want none, writeback or trynone: %w", o.CacheMode, errdefs.ErrInvalidOptions)
 	}
+	if o.NoScratch && o.ScratchDir != "" {
+		return engine.Request{}, fmt.Errorf("NoScratch with ScratchDir %q: one or the other: %w", o.ScratchDir, errdefs.ErrInvalidOptions)
+	}
 	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
 		return engine.Request{}, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
@@ -90,6 +93,7 @@ func request(o Options) (engine.Request, error) {
 		FilesystemOverhead:      o.FilesystemOverhead,
 		Format:                  o.Format,
 		ScratchDir:              o.ScratchDir,
+		NoScratch:               o.NoScratch,
 		Checksums:               sums,
 		ExpectContentDigest:     expect,
 		Preallocation:           o.Preallocation,

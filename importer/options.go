@@ -43,6 +43,11 @@ type Options struct {
 	// ScratchDir receives the decompressed image when a format needs random
 	// access and the source is a stream. Default: os.TempDir().
 	ScratchDir string
+	// NoScratch gives the import no scratch space at all (ScratchDir must
+	// be empty): an image that needs it fails with ErrScratchSpaceRequired
+	// before a byte reaches the target, and the stream decoder spills
+	// nothing. CDI's pods set it when no scratch volume is mounted.
+	NoScratch bool
 	// Checksums are expected digests ("sha256:hex", md5, sha1, sha512) of
 	// the bytes as received; all are verified before success is reported.
 	Checksums []string

@@ -20,6 +20,9 @@ func runEnv(ctx context.Context, getenv func(string) string, log *slog.Logger, s
 	for _, w := range req.Warnings {
 		log.Warn(w)
 	}
+	if err == nil && req.Kind != cdi.Blank {
+		log.Info(cdi.ScratchNote(req.Import, paths.Scratch))
+	}
 	var res *importer.Result
 	if err == nil {
 		progress := startEnvProgress(req.Metrics, log)

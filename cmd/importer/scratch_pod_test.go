@@ -16,7 +16,9 @@ import (
 // compressed qcow2, streamOptimized vmdk, dynamic VHD, VDI or VHDX is
 // decoded straight onto the volume), so the first pod must write nothing
 // to the volume and exit 0 with scratchSpaceRequired; the controller then
-// adds a scratch volume and recreates the pod, which completes.
+// adds a scratch volume and recreates the pod, which completes. A
+// /scratch that is a directory of the pod's own root file system, not a
+// mounted volume, counts as none.
 func TestPodScratchSpaceHandshake(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
@@ -34,6 +36,12 @@ func TestPodScratchSpaceHandshake(t *testing.T) {
 	assert.Contains(t, out, "Scratch space required")
 	assert.Contains(t, out, "xz-compressed", "the log says why scratch is needed")
 	assert.Empty(t, dirEntries(t, data), "nothing may reach the volume before scratch space is there")
+
+	code, log, out = runPod(t, pod{env: env, volumes: map[string]string{"/data": data}, dirs: []string{"/scratch"}})
+	require.Equal(t, cdi.ExitOK, code)
+	assert.True(t, decode(t, log).ScratchSpaceRequired, "a /scratch that is no mount point is the container's own layer: %s", log)
+	assert.Contains(t, out, "No scratch volume mounted at /scratch")
+	assert.Empty(t, dirEntries(t, data))
 
 	scratch := t.TempDir()
 	code, log, _ = runPod(t, pod{env: env, volumes: map[string]string{"/data": data, "/scratch": scratch}})

@@ -185,13 +185,16 @@ func runEnvUploadServer(ctx context.Context, getenv func(string) string, log *sl
 	if c.ClientCAFile == "" {
 		log.Warn("CLIENT_CERT_FILE is not set: no client can be authenticated, so every upload is refused with 401 (as CDI's upload server does)")
 	}
+	tmpl := importer.Options{Source: "-", Target: c.Destination, Size: c.ImageSize,
+		FilesystemOverhead: c.FilesystemOverhead, Preallocation: c.Preallocation,
+		ScratchDir: c.ScratchDir, NoScratch: c.NoScratch, Logger: log}
+	log.Info(cdi.ScratchNote(tmpl, cdi.PathsFromEnv(getenv).Scratch))
 	// As CDI's upload server: an upload needs a client certificate the
 	// client CA signed (and named CLIENT_NAME when set); without a client
 	// CA no certificate can be verified, so nothing is accepted.
 	srv := &uploadserver.Server{
 		Options: uploadserver.Options{
-			Import: importer.Options{Source: "-", Target: c.Destination, Size: c.ImageSize,
-				FilesystemOverhead: c.FilesystemOverhead, Preallocation: c.Preallocation, Logger: log},
+			Import:     tmpl,
 			ClientName: c.ClientName, RequireClientCert: true, Logger: log,
 		},
 		Addr: c.Listen, TLSCert: c.CertFile, TLSKey: c.KeyFile, ClientCAFile: c.ClientCAFile,

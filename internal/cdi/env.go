@@ -98,6 +98,9 @@ func readEnv(getenv func(string) string, paths Paths) (Request, error) {
 	if req.Import, err = importOptions(getenv, paths); err != nil {
 		return req, err
 	}
+	if w := useScratchVolume(&req.Import, paths); w != "" {
+		req.Warnings = append(req.Warnings, w)
+	}
 	if req.NodePull, err = nodePull(getenv); err != nil {
 		return req, err
 	}
@@ -186,7 +189,6 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 	if err := placeTarget(&o, paths); err != nil {
 		return o, err
 	}
-	o.ScratchDir = scratchDir(paths)
 	return o, nil
 }
 

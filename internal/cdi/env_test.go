@@ -61,7 +61,7 @@ func TestReadEnvHTTP(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Import, req.Kind)
 	assert.Equal(t, importer.Options{
-		Source: "https://example.org/disk.qcow2", Target: p.DataFile, ScratchDir: p.Scratch,
+		Source: "https://example.org/disk.qcow2", Target: p.DataFile, NoScratch: true, // no volume mounted at p.Scratch
 		Size: 1 << 30, Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
 		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
 		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"}, ExpectContentDigest: "blk-sha256:11",

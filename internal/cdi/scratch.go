@@ -1,20 +1,52 @@
 package cdi
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/diskimport/engine/importer"
 )
 
-// scratchDir is the scratch policy of a pod: scratch space is CDI's scratch
-// volume and nothing else. The engine's own fallback, the system temp dir,
-// would be the container's writable layer, small and shared with the
-// node's other pods, so it is never used here; an image that needs scratch
-// space when the controller mounted none fails with
-// errdefs.ErrScratchSpaceRequired (Classify: ScratchSpaceRequired).
-func scratchDir(paths Paths) string {
-	return paths.Scratch
+// useScratchVolume applies the scratch policy of a pod to o: scratch space
+// is the volume CDI's controller mounts at paths.Scratch and nothing else.
+// A directory there that is not a mount point (the image's own /scratch,
+// or one a pod spec made some other way) is the container's writable
+// layer, as the system temp dir would be: node storage shared with the
+// other pods, which evicts them when full. So without a mount the import
+// gets no scratch space at all (importer.Options.NoScratch), and an image
+// that needs it ends with errdefs.ErrScratchSpaceRequired (Classify:
+// ScratchSpaceRequired), the controller's cue to mount a scratch volume.
+// When the mount table cannot be read an existing directory is used, with
+// the warning returned: refusing it would have the controller add a
+// scratch volume that the next pod cannot see either, again and again.
+func useScratchVolume(o *importer.Options, paths Paths) (warning string) {
+	mounted, err := isMountPoint(paths.Scratch)
+	switch {
+	case err == nil && mounted:
+		o.ScratchDir = paths.Scratch
+		return ""
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		o.NoScratch = true
+		return ""
+	}
+	if st, serr := os.Stat(paths.Scratch); serr == nil && st.IsDir() {
+		o.ScratchDir = paths.Scratch
+		return fmt.Sprintf("cannot tell whether %s is a mounted scratch volume (%v); using it as scratch space", paths.Scratch, err)
+	}
+	o.NoScratch = true
+	return ""
+}
+
+// ScratchNote says, for the log, what scratch space an import of o has
+// (scratchPath: where the controller mounts a scratch volume).
+func ScratchNote(o importer.Options, scratchPath string) string {
+	if o.NoScratch {
+		return "No scratch volume mounted at " + scratchPath + ": an image that needs scratch space ends with scratchSpaceRequired"
+	}
+	return "Scratch space: the volume at " + o.ScratchDir
 }
 
 // ScratchReason says, for the log, why an import that ended with

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
 )
 
 // CDI's upload server pod: the controller starts the upload server image
@@ -51,6 +52,11 @@ type UploadServerConfig struct {
 	Warnings []string
 	// TerminationLog is where the termination message goes.
 	TerminationLog string
+	// ScratchDir and NoScratch are the scratch space of the uploaded
+	// imports: the volume mounted at /scratch, or none (as for the
+	// importer's pod, useScratchVolume).
+	ScratchDir string
+	NoScratch  bool
 }
 
 // UploadServerFromEnv reads CDI's upload-server environment. Values CDI
@@ -106,6 +112,11 @@ func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error)
 	if c.MinVersion, c.CipherSuites, c.Warnings, err = tlsPolicy(getenv); err != nil {
 		return c, err
 	}
+	var scratch importer.Options
+	if w := useScratchVolume(&scratch, paths); w != "" {
+		c.Warnings = append(c.Warnings, w)
+	}
+	c.ScratchDir, c.NoScratch = scratch.ScratchDir, scratch.NoScratch
 	return c, nil
 }
 

@@ -57,7 +57,7 @@ func newAttempt(r Request) *attempt {
 	}
 	confinement := runner.Sandbox()
 	log.Info("qemu-img sandbox", "sandbox", confinement)
-	if r.ScratchDir == "" {
+	if r.ScratchDir == "" && !r.NoScratch {
 		r.ScratchDir = os.TempDir()
 	}
 	a := &attempt{

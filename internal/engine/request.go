@@ -26,7 +26,8 @@ type Request struct {
 	Size               int64
 	FilesystemOverhead float64
 	Format             string
-	ScratchDir         string // "" = os.TempDir()
+	ScratchDir         string // "" = os.TempDir(), unless NoScratch
+	NoScratch          bool   // no scratch space at all (ScratchDir is empty)
 	Checksums          []iostage.Checksum
 	// ExpectContentDigest is the content digest the image must have
 	// ("blk-sha256:hex", checked by the facade); "" checks nothing.

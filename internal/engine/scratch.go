@@ -22,6 +22,9 @@ type scratchTransfer struct {
 func (s *scratchTransfer) run(ctx context.Context) (err error) {
 	a := s.a
 	dir := a.req.ScratchDir
+	if a.req.NoScratch {
+		return fmt.Errorf("%w: this import was given no scratch space", errdefs.ErrScratchSpaceRequired)
+	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, dir, err)
 	}

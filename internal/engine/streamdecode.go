@@ -47,6 +47,9 @@ func (a *attempt) useStreamDecode(st *datasource.Transfer, img *format.Image, ou
 // spillDir is where the decoder may spill what it holds past its memory
 // bound: the request's scratch directory when it is usable ("" when not).
 func (a *attempt) spillDir() string {
+	if a.req.NoScratch {
+		return ""
+	}
 	if st, err := os.Stat(a.req.ScratchDir); err == nil && st.IsDir() {
 		return a.req.ScratchDir
 	}
@@ -226,8 +229,12 @@ type overflowError struct {
 }
 
 func (e *overflowError) Error() string {
-	return fmt.Sprintf("%s: the %s image from %s stores clusters before the tables that map them; holding them needs at least %d bytes of scratch space (the decoder keeps %d in memory), and the scratch directory %q is not usable",
-		errdefs.ErrScratchSpaceRequired, e.format, e.source, e.need-e.max, e.max, e.dir)
+	where := fmt.Sprintf("the scratch directory %q is not usable", e.dir)
+	if e.dir == "" {
+		where = "this import was given no scratch space"
+	}
+	return fmt.Sprintf("%s: the %s image from %s stores clusters before the tables that map them; holding them needs at least %d bytes of scratch space (the decoder keeps %d in memory), and %s",
+		errdefs.ErrScratchSpaceRequired, e.format, e.source, e.need-e.max, e.max, where)
 }
 
 func (e *overflowError) Unwrap() error { return errdefs.ErrScratchSpaceRequired }
