@@ -88,7 +88,7 @@ func ResolveDigest(ctx context.Context, ref string, o Config) (string, error) {
 	o.Logger = o.logger()
 	p, err := openImage(ctx, ref, o)
 	if err != nil {
-		return "", err
+		return "", redactErrorURLs(err)
 	}
 	defer p.close()
 	return p.topDigest.String(), nil

@@ -221,13 +221,13 @@ func (b *registryBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		if ferr := b.layer.finish(); ferr != nil {
-			b.err = ferr
-			return n, ferr
+			b.err = redactErrorURLs(ferr)
+			return n, b.err
 		}
 		b.eof = true
 		return n, io.EOF
 	case err != nil:
-		b.err = b.layer.readError(err)
+		b.err = redactErrorURLs(b.layer.readError(err))
 		return n, b.err
 	}
 	return n, nil

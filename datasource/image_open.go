@@ -16,6 +16,11 @@ import (
 // which becomes the stream. Layers before it are read whole (never
 // written anywhere) and digest-checked.
 func (s *imageSource) Open(ctx context.Context) (*Transfer, error) {
+	t, err := s.open(ctx)
+	return t, redactErrorURLs(err)
+}
+
+func (s *imageSource) open(ctx context.Context) (*Transfer, error) {
 	p, err := openImage(ctx, s.ref, s.conf)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,8 @@
 package datasource
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"testing"
 
@@ -48,4 +50,13 @@ func TestRedactURLShowsNoUserInfoOrQueryValue(t *testing.T) {
 	u, err := url.Parse("https://u:p@h/x?sig=s1")
 	require.NoError(t, err)
 	assert.Equal(t, "https://REDACTED@h/x?sig=REDACTED", redactURL(u))
+}
+
+func TestRedactedErrorHidesURLsAndKeepsTheChain(t *testing.T) {
+	inner := &url.Error{Op: "Get", URL: "http://h:1/blob?X-Amz-Signature=s1&sig=s2", Err: errors.New("connection refused")}
+	err := redactErrorURLs(fmt.Errorf("failed to pull image docker://u:p@reg:5000/cd/disk:v1: %w", inner))
+	assert.Equal(t, `failed to pull image docker://REDACTED@reg:5000/cd/disk:v1: Get "http://h:1/blob?X-Amz-Signature=REDACTED&sig=REDACTED": connection refused`, err.Error())
+	var ue *url.Error
+	assert.True(t, errors.As(err, &ue))
+	assert.NoError(t, redactErrorURLs(nil))
 }

@@ -2,6 +2,7 @@ package datasource
 
 import (
 	"net/url"
+	"regexp"
 	"strings"
 )
 
@@ -65,4 +66,29 @@ func redactURL(u *url.URL) string {
 		c.RawQuery = strings.Join(parts, "&")
 	}
 	return c.String()
+}
+
+// urlInText finds the URLs in a message: a scheme, "://" and what follows
+// up to a space, a quote or an angle bracket (how Go and containers/image
+// quote them).
+var urlInText = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
+
+// redactedError is an error of a library with every URL in its message
+// rendered by RedactURL: net/http's url.Error, and containers/image's errors
+// with it, quote the URL requested, the pre-signed URL a registry redirected
+// a blob to included. errors.Is and errors.As still see the error.
+type redactedError struct{ err error }
+
+func (e *redactedError) Error() string {
+	return urlInText.ReplaceAllStringFunc(e.err.Error(), RedactURL)
+}
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactErrorURLs wraps err (nil stays nil) so its message shows no URL's
+// user info or query values.
+func redactErrorURLs(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &redactedError{err: err}
 }

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +132,17 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	img := regtest.Image(t, regtest.Config{}, regtest.Layer(t, regtest.Gzip, regtest.File{Name: "disk/disk.img", Path: raw}))
 	ref := "docker://" + reg.Push(t, "cd/disk:v1", img, nil)
 	regConf, regAuth := regtest.Hermetic(t)
+	// A registry whose blobs are redirected to a pre-signed URL on a host
+	// that does not answer.
+	regProxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host})
+	redirReg := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/") {
+			http.Redirect(w, r, "http://"+closedPort(t)+"/blob?sig="+redirectSig, http.StatusTemporaryRedirect)
+			return
+		}
+		regProxy.ServeHTTP(w, r)
+	}))
+	redirRef := "docker://" + strings.TrimPrefix(redirReg.URL, "http://") + "/cd/disk:v1"
 
 	secrets := []string{basicPass, urlPass, headerValue, amzSig, amzCred, amzToken, googSig, sasSig, queryToken, queryHMAC, redirectSig,
 		s3Secret, s3Session, s3Wrong, s3.Secret, gcsToken, gcsClient, gcsRefresh, pemBody, regPass, regWrong,
@@ -174,6 +187,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		{name: "cli gcs missing object", gcs: serviceKey, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/missing.img"}},
 		{name: "cli gcs authorized user refused", gcs: userKey, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/disk.img"}},
 		{name: "cli registry", ok: true, args: append(append(regFlags, "--creds", regUser+":"+regPass), ref)},
+		{name: "cli registry blob redirected to a dead host", args: append(append(regFlags, "--creds", regUser+":"+regPass), redirRef)},
 		{name: "cli registry wrong password", args: append(append(regFlags, "--creds", regUser+":"+regWrong), ref)},
 
 		{name: "env http", ok: true, env: map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": presigned("/ok.img"),
@@ -189,6 +203,9 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		{name: "env gcs", ok: true, gcs: serviceKey, env: map[string]string{"IMPORTER_SOURCE": "gcs", "IMPORTER_ENDPOINT": gcs.URL + "/bucket/disk.img"}},
 		{name: "env gcs refused", gcs: userKey, env: map[string]string{"IMPORTER_SOURCE": "gcs", "IMPORTER_ENDPOINT": gcs.URL + "/bucket/disk.img"}},
 		{name: "env registry", ok: true, env: map[string]string{"IMPORTER_SOURCE": "registry", "IMPORTER_ENDPOINT": ref,
+			"IMPORTER_ACCESS_KEY_ID": regUser, "IMPORTER_SECRET_KEY": regPass, "INSECURE_TLS": "true",
+			"IMPORTER_REGISTRY_IMAGE_ARCHITECTURE": "amd64", "REGISTRY_AUTH_FILE": regAuth, "CONTAINERS_REGISTRIES_CONF": regConf}},
+		{name: "env registry blob redirected to a dead host", env: map[string]string{"IMPORTER_SOURCE": "registry", "IMPORTER_ENDPOINT": redirRef,
 			"IMPORTER_ACCESS_KEY_ID": regUser, "IMPORTER_SECRET_KEY": regPass, "INSECURE_TLS": "true",
 			"IMPORTER_REGISTRY_IMAGE_ARCHITECTURE": "amd64", "REGISTRY_AUTH_FILE": regAuth, "CONTAINERS_REGISTRIES_CONF": regConf}},
 		{name: "env registry wrong password", env: map[string]string{"IMPORTER_SOURCE": "registry", "IMPORTER_ENDPOINT": ref,
