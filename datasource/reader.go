@@ -13,13 +13,20 @@ import (
 type readerSource struct {
 	name   string
 	r      io.Reader
+	size   int64 // -1: unknown
 	opened atomic.Bool
 }
 
 // NewReader wraps a one-shot stream such as standard input or an upload
 // body. It can be opened once; its size is unknown and it has no LocalPath.
 // Closing the Transfer body does not close r: whoever supplied r owns it.
-func NewReader(name string, r io.Reader) Source { return &readerSource{name: name, r: r} }
+func NewReader(name string, r io.Reader) Source { return &readerSource{name: name, r: r, size: -1} }
+
+// NewSizedReader is NewReader of a stream whose size its supplier knows
+// (and holds it to: the Transfer only reports it).
+func NewSizedReader(name string, r io.Reader, size int64) Source {
+	return &readerSource{name: name, r: r, size: size}
+}
 
 func (s *readerSource) String() string { return s.name }
 
@@ -32,6 +39,6 @@ func (s *readerSource) Open(ctx context.Context) (*Transfer, error) {
 	}
 	return &Transfer{
 		Body: ctxio.NewReader(ctx, "reading "+s.name, s.r),
-		Size: -1,
+		Size: s.size,
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 const (
 	ContentTypeKubevirt = engine.ContentTypeKubevirt
 	ContentTypeArchive  = engine.ContentTypeArchive
+	ContentTypeAsIs     = engine.ContentTypeAsIs
 )
 
 // Import copies the image named by o.Source onto o.Target, converting it to
@@ -118,6 +119,9 @@ func request(o Options) (engine.Request, error) {
 // through. An upload body handed in by the caller is a stream of its own.
 func newSource(o Options) (datasource.Source, error) {
 	if o.Source == "-" && o.SourceReader != nil {
+		if o.SourceReaderSize > 0 {
+			return datasource.NewSizedReader("upload", o.SourceReader, o.SourceReaderSize), nil
+		}
 		return datasource.NewReader("upload", o.SourceReader), nil
 	}
 	c, err := sourceConfig(o)

@@ -20,11 +20,18 @@ type Options struct {
 	Source string
 	// SourceReader supplies the image for Source "-" (an upload stream).
 	SourceReader io.Reader
+	// SourceReaderSize, when positive, is how many bytes SourceReader
+	// holds: a target too small for them is refused before a byte is
+	// written, and ExactSize can be checked up front. The reader must
+	// deliver exactly that many (the caller enforces it).
+	SourceReaderSize int64
 	// Target is a block device, a file, or an existing directory (the image
 	// then goes to DIR/disk.img).
 	Target string
-	// ContentType is "kubevirt" (default: a disk image) or "archive": a tar
-	// stream extracted into the Target directory.
+	// ContentType is "kubevirt" (default: a disk image), "archive": a tar
+	// stream extracted into the Target directory, or "as-is": the source's
+	// bytes copied onto the target unchanged, nothing sniffed or
+	// decompressed (a raw volume's clone).
 	ContentType string
 
 	// Size is the requested volume size in bytes (0: none). A file target is

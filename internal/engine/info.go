@@ -14,7 +14,13 @@ import (
 // compression, identifies the image, checks what its header tells before a
 // byte reaches the target, and decides the plan.
 func (a *attempt) info(ctx context.Context) (*Plan, error) {
-	if a.req.ContentType != "" && a.req.ContentType != ContentTypeKubevirt {
+	switch a.req.ContentType {
+	case "", ContentTypeKubevirt:
+	case ContentTypeAsIs:
+		if a.req.Format == "qcow2" {
+			return nil, fmt.Errorf("content type %s copies the bytes as they are; --format qcow2 does not apply: %w", ContentTypeAsIs, errdefs.ErrInvalidOptions)
+		}
+	default:
 		return a.archiveInfo(ctx) // archive.go
 	}
 	tgt, err := volume.Open(ctx, volume.Options{
@@ -118,6 +124,13 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		return nil
 	}
 	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 {
+		return nil
+	}
+	if a.req.ContentType == ContentTypeAsIs {
+		// Every byte goes to the target: no footer to leave out.
+		if st.Size > capacity {
+			return &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "source size"}
+		}
 		return nil
 	}
 	if a.localPath != "" {

@@ -14,6 +14,11 @@ import (
 const (
 	ContentTypeKubevirt = "kubevirt"
 	ContentTypeArchive  = "archive"
+	// ContentTypeAsIs copies the source's bytes onto the target as they
+	// are: no compression is peeled and no format is sniffed (a block
+	// volume's clone, whose first bytes may look like anything). The
+	// stream route's staging and Commit apply as to a raw image.
+	ContentTypeAsIs = "as-is"
 )
 
 // Request is one import as the facade (package importer) resolved it from

@@ -47,9 +47,11 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	if r.verifier != nil {
 		r.wire = io.TeeReader(counter, r.verifier)
 	}
-	img, err := format.Open(ctx, r.wire, format.Options{Logger: a.log})
-	if err != nil {
-		return nil, fmt.Errorf("reading the header of %s: %w", src, err)
+	img := &format.Image{Reader: r.wire, Format: format.Raw}
+	if a.req.ContentType != ContentTypeAsIs {
+		if img, err = format.Open(ctx, r.wire, format.Options{Logger: a.log}); err != nil {
+			return nil, fmt.Errorf("reading the header of %s: %w", src, err)
+		}
 	}
 	r.image = img
 	a.result.SourceFormat = string(img.Format)

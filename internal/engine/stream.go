@@ -49,7 +49,7 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 	img := a.source.image
 	var src io.Reader = img
 	var tail *iostage.TailHolder
-	if img.Format == format.Raw {
+	if img.Format == format.Raw && a.req.ContentType != ContentTypeAsIs {
 		tail = iostage.NewTailHolder(img, fixedVHDFooterSize)
 		src = tail
 	}
