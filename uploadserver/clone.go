@@ -2,7 +2,6 @@ package uploadserver
 
 import (
 	"archive/tar"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/klauspost/compress/s2"
 
-	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
@@ -55,65 +53,80 @@ func (h *Handler) serveClone(w http.ResponseWriter, r *http.Request, ct string) 
 	stall := newStallGuard(w, h.opts.Import.StallTimeout)
 	defer stall.disarm()
 	body := &gatedReader{r: r.Body, n: count, stall: stall}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(h.opts.BaseContext, cancel)
-	defer stop()
 	h.log.Info("Clone started", "contentType", ct, "remote", r.RemoteAddr, "protocol", "snappy")
-	h.setPhase(string(importer.PhaseTransferDataFile))
-	size := int64(-1)
-	if v := r.Header.Get(cloner.SizeHeader); v != "" && ct == ContentTypeBlockdeviceClone {
-		if size, err = strconv.ParseInt(v, 10, 64); err != nil || size < 0 {
-			body.close()
-			err = fmt.Errorf("%s %q: %w", cloner.SizeHeader, v, errdefs.ErrInvalidImage)
-			h.finishClone(nil, err)
-			h.respondClone(w, nil, err)
-			return
-		}
+	o, err := h.snappyCloneOptions(s2.NewReader(body), ct, r.Header.Get(cloner.SizeHeader))
+	if err != nil {
+		body.close()
+		h.finishClone(nil, err)
+		h.respondClone(w, nil, err)
+		return
 	}
-	res, err := h.cloneSnappy(ctx, s2.NewReader(body), ct, size)
-	body.close()
-	if serr := body.stalled(); err != nil && serr != nil {
-		err = serr
-	}
-	if res != nil {
-		res.BytesRead = count.Load()
-	}
-	h.finishClone(res, err)
-	h.respondClone(w, res, err)
+	h.runSync(w, r, body, o, true)
 }
 
-// cloneSnappy writes CDI's decoded clone stream: raw bytes of a block
-// device, or a tar of a filesystem volume, extracted into the target's
-// directory or, onto a block target, its disk.img alone.
-// size is the source's size when the client said (SizeHeader), else -1.
-func (h *Handler) cloneSnappy(ctx context.Context, src io.Reader, ct string, size int64) (*importer.Result, error) {
-	o := h.opts.Import
+// snappyCloneOptions makes CDI's decoded clone stream an import: the raw
+// bytes of a block device copied as they are; a tar of a filesystem
+// volume extracted into the target's directory by the archive route (into
+// a staging directory, committed only once complete) or, onto a block
+// target, its disk.img alone, as they are. size is SizeHeader's value ("":
+// the sender did not say).
+func (h *Handler) snappyCloneOptions(src io.Reader, ct, size string) (importer.Options, error) {
+	o := h.importOptions(src)
 	if ct == ContentTypeFilesystemClone && !isBlockDevice(o.Target) {
-		dir := archiveDir(o.Target)
-		st, err := archive.Extract(ctx, src, dir, archive.Options{Logger: h.log})
-		if err != nil {
-			return nil, fmt.Errorf("extracting the filesystem clone into %s: %w", dir, err)
-		}
-		return &importer.Result{Complete: true, Target: dir, SourceFormat: "tar", BytesWritten: st.Bytes}, nil
+		o.ContentType = importer.ContentTypeArchive
+		o.Target = archiveDir(o.Target)
+		return o, nil
 	}
+	o.ContentType = importer.ContentTypeAsIs
 	if ct == ContentTypeFilesystemClone {
 		tr := tar.NewReader(src)
 		n, err := seekDiskImage(tr)
 		if err != nil {
-			return nil, err
+			return o, err
 		}
-		src, size = io.LimitReader(tr, n), n
+		// The tar reader holds the entry to its size and fails a short one.
+		o.SourceReader, o.SourceReaderSize = io.LimitReader(tr, n), n
+		return o, nil
 	}
-	raw, err := openRawClone(ctx, o, size)
-	if err != nil {
-		return nil, err
+	if size != "" {
+		n, err := strconv.ParseInt(size, 10, 64)
+		if err != nil || n < 0 {
+			return o, fmt.Errorf("%s %q: %w", cloner.SizeHeader, size, errdefs.ErrInvalidImage)
+		}
+		o.SourceReader, o.SourceReaderSize = &announcedReader{r: src, left: n, size: n}, n
 	}
-	if err := raw.copyFrom(src); err != nil {
-		raw.abort()
-		return nil, fmt.Errorf("receiving the clone: %w", err)
+	return o, nil
+}
+
+// announcedReader holds a clone stream to the size its sender announced:
+// a byte past it, or an end before it, fails the read.
+type announcedReader struct {
+	r          io.Reader
+	left, size int64
+}
+
+func (a *announcedReader) Read(p []byte) (int, error) {
+	if a.left == 0 {
+		var one [1]byte
+		for {
+			n, err := a.r.Read(one[:])
+			if n > 0 {
+				return 0, fmt.Errorf("the clone stream passes its announced %d bytes: %w", a.size, errdefs.ErrInvalidImage)
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
 	}
-	return raw.commit(ctx)
+	if int64(len(p)) > a.left {
+		p = p[:a.left]
+	}
+	n, err := a.r.Read(p)
+	a.left -= int64(n)
+	if err == io.EOF && a.left > 0 {
+		return n, fmt.Errorf("the clone stream ends at %d of its announced %d bytes: %w", a.size-a.left, a.size, errdefs.ErrInvalidImage)
+	}
+	return n, err
 }
 
 // seekDiskImage moves tr to the disk image of a filesystem clone and

@@ -3,7 +3,6 @@ package uploadserver
 import (
 	"context"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
@@ -108,25 +107,6 @@ func (c *rawClone) zero(ctx context.Context, n int64) error {
 		n -= k
 	}
 	return nil
-}
-
-// copyFrom streams r (CDI's raw clone stream) into the target.
-func (c *rawClone) copyFrom(r io.Reader) error {
-	buf := make([]byte, 1<<20)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if werr := c.write(buf[:n]); werr != nil {
-				return werr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // digest is the whole-source digest of what was accepted (taken once:

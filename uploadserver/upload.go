@@ -66,7 +66,7 @@ func (h *Handler) uploadHandler(kind uploadKind) http.Handler {
 		if async {
 			h.runAsync(w, r, body, o)
 		} else {
-			h.runSync(w, r, body, o)
+			h.runSync(w, r, body, o, false)
 		}
 	})
 }
@@ -128,8 +128,10 @@ func (h *Handler) withEvents(o importer.Options, received func()) importer.Optio
 }
 
 // runSync imports while the client waits: 200 only once the import is
-// complete and synced. The client going away cancels the import.
-func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedReader, o importer.Options) {
+// complete and synced. The client going away cancels the import. A clone
+// is answered and recorded as one (Clone Complete), its BytesRead the
+// bytes received on the wire.
+func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedReader, o importer.Options, clone bool) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(h.opts.BaseContext, cancel)
@@ -142,6 +144,14 @@ func (h *Handler) runSync(w http.ResponseWriter, r *http.Request, body *gatedRea
 		err = serr
 	} else if err != nil && r.Context().Err() != nil && h.opts.BaseContext.Err() == nil {
 		err = errClientGone(err)
+	}
+	if clone {
+		if res != nil {
+			res.BytesRead = body.n.Load()
+		}
+		h.finishClone(res, err)
+		h.respondClone(w, res, err)
+		return
 	}
 	h.finish(res, err)
 	h.respond(w, res, err)

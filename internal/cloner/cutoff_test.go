@@ -1,0 +1,127 @@
+package cloner_test
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/uploadserver"
+)
+
+// waitFailed waits until the server has recorded a failed clone and is free.
+func waitFailed(t *testing.T, p *pki, s *served) uploadserver.Status {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := serverStatus(t, p, s); !st.Busy && st.Phase == "Error" {
+			return st
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the server did not record the failed clone")
+	return uploadserver.Status{}
+}
+
+// dirState is every entry under dir with its content's digest.
+func dirState(t *testing.T, dir string) map[string]string {
+	state := map[string]string{}
+	require.NoError(t, filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		state[rel] = fi.Mode().String()
+		if fi.Mode().IsRegular() {
+			state[rel] += " " + testimg.Digest(t, path, -1)
+		}
+		return nil
+	}))
+	return state
+}
+
+// TestFilesystemCloneCutOffLeavesTheTargetAsItWas: CDI's filesystem clone
+// (a tar in snappy framing) cut off halfway through its disk.img leaves the
+// target directory exactly as it was: the extraction was staged and never
+// committed, and the staging directory is gone.
+func TestFilesystemCloneCutOffLeavesTheTargetAsItWas(t *testing.T) {
+	src := t.TempDir()
+	testimg.Raw(t, src, "disk.img", 12*mib, 31)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "a-first.txt"), []byte("extracted before the disk\n"), 0o644))
+	dst := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dst, "kept.txt"), []byte("was here before the clone\n"), 0o600))
+	before := dirState(t, dst)
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")})
+	proxy := startCuttingProxy(t, s.addr, mib)
+	_, err := send(t, p, s.url(proxy.addr()), cloner.ContentTypeFilesystem, src, cloner.ProtocolSnappy)
+	require.Error(t, err)
+	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
+	waitFailed(t, p, s)
+	assert.Equal(t, before, dirState(t, dst), "the target directory changed")
+}
+
+// TestBlockCloneCutOffLeavesTheHeadUnwritten: CDI's block clone cut off
+// halfway leaves the device's first MiB as it was, as an import does, so
+// the half-written volume does not look like the source's disk.
+func TestBlockCloneCutOffLeavesTheHeadUnwritten(t *testing.T) {
+	dir := t.TempDir()
+	img := testimg.Raw(t, dir, "source.img", 12*mib, 37)
+	dst := testimg.LoopDevice(t, t.TempDir(), 12*mib)
+	head := testimg.Digest(t, dst, mib)
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst})
+	proxy := startCuttingProxy(t, s.addr, mib)
+	_, err := send(t, p, s.url(proxy.addr()), cloner.ContentTypeBlock, img, cloner.ProtocolSnappy)
+	require.Error(t, err)
+	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
+	waitFailed(t, p, s)
+	assert.Equal(t, head, testimg.Digest(t, dst, mib), "the first MiB of the device was written")
+}
+
+// TestSnappyCloneHeldToItsAnnouncedSize: CDI's block stream with our size
+// header is refused when it passes or falls short of that size, and
+// nothing is committed.
+func TestSnappyCloneHeldToItsAnnouncedSize(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	p := newPKI(t)
+	for _, tc := range []struct {
+		name      string
+		announced int
+		says      string
+	}{
+		{"longer than announced", len(data) - 1, "passes its announced"},
+		{"shorter than announced", len(data) + 1, "ends at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "disk.img")
+			s := startServer(t, p, importer.Options{Target: dst})
+			var body bytes.Buffer
+			sw := s2.NewWriter(&body, s2.WriterSnappyCompat())
+			_, err := sw.Write(data)
+			require.NoError(t, err)
+			require.NoError(t, sw.Close())
+			req, err := http.NewRequest(http.MethodPost, s.url(""), &body)
+			require.NoError(t, err)
+			req.Header.Set(uploadserver.HeaderContentType, cloner.ContentTypeBlock)
+			req.Header.Set(cloner.SizeHeader, strconv.Itoa(tc.announced))
+			resp, err := p.clientFor(t, &p.client).Do(req)
+			require.NoError(t, err)
+			text := new(bytes.Buffer)
+			_, _ = text.ReadFrom(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, text.String())
+			assert.Contains(t, text.String(), tc.says)
+			assert.NoFileExists(t, dst)
+		})
+	}
+}
