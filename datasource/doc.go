@@ -23,8 +23,9 @@
 //     backoff, credentials and extra headers kept to the URL's origin;
 //   - S3 objects, s3://, s3+http:// and s3+https:// ([NewS3]), and GCS
 //     objects, gs://, gs+http:// and gs+https:// ([NewGCS]): HTTP sources
-//     whose transport signs (SigV4) or authorizes (OAuth2) each request and
-//     pins resumed and ranged reads to the object first seen;
+//     whose transport signs (SigV4) or authorizes (OAuth2) each request to
+//     the endpoint's origin, and no other, and pins resumed and ranged reads
+//     to the object first seen;
 //   - container images, docker://, oci-archive: and oci: ([NewContainerImage]):
 //     the first file under disk/ in a containerdisk's layers, digest-checked;
 //   - local files and block devices, as a path or a file:/// URL ([NewFile]);
@@ -36,7 +37,8 @@
 // headers, proxy, an optional http.RoundTripper, the retry policy, the
 // stall timeout, the logger and the container-registry settings. A source
 // uses the fields that apply to it, so one Config describes an import
-// whatever its endpoint turns out to be.
+// whatever its endpoint turns out to be. No source shows a credential in
+// a log line or an error: URLs are rendered by [RedactURL].
 //
 // # The registry
 //

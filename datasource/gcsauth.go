@@ -140,7 +140,7 @@ func (t *gcsTokens) token(ctx context.Context) (string, error) {
 func (t *gcsTokens) tokenError(err error) error {
 	var re *oauth2.RetrieveError
 	if !errors.As(err, &re) || re.Response == nil {
-		return fmt.Errorf("getting a GCS access token from %s: %w: %w", t.tokenURL, errdefs.ErrSourceUnreachable, err)
+		return fmt.Errorf("getting a GCS access token from %s: %w: %w", RedactURL(t.tokenURL), errdefs.ErrSourceUnreachable, redactErrorURLs(err))
 	}
 	status := re.Response.StatusCode
 	if status >= 500 || status == http.StatusTooManyRequests {
