@@ -2,6 +2,7 @@ package importer_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/regtest"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -142,4 +144,65 @@ func TestExpectContentDigestIsCheckedBeforeAnything(t *testing.T) {
 	_, err := importer.Import(context.Background(), importer.Options{Source: "x.raw", Target: filepath.Join(t.TempDir(), "d"),
 		ExpectContentDigest: "sha256:00"})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+}
+
+func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 80)
+	want := rawContentDigest(t, raw)
+	c := containers(t, dir, raw)
+	base := testimg.Serve(t, dir)
+	for name, path := range c {
+		for _, via := range []string{"file", "http"} {
+			t.Run(name+"/"+via, func(t *testing.T) {
+				src := path
+				if via == "http" {
+					src = base + filepath.Base(path)
+				}
+				scratch := t.TempDir()
+				got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, ScratchDir: scratch, Logger: testLogger(t)})
+				require.NoError(t, err)
+				assert.Equal(t, want, got)
+				entries, _ := os.ReadDir(scratch)
+				assert.Empty(t, entries, "nothing is left in the scratch directory")
+			})
+		}
+	}
+	t.Run("stdin", func(t *testing.T) {
+		f, err := os.Open(c["qcow2.xz"])
+		require.NoError(t, err)
+		defer f.Close()
+		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: "-", SourceReader: f, Logger: testLogger(t)})
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	})
+	t.Run("loop device", func(t *testing.T) {
+		dev := testimg.LoopDevice(t, dir, imageSize)
+		testimg.WriteDevice(t, dev, raw)
+		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: dev, Logger: testLogger(t)})
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	})
+	t.Run("registry containerdisk", func(t *testing.T) {
+		reg := regtest.Start(t, regtest.Options{})
+		for i, name := range []string{"raw", "qcow2", "qcow2.xz"} {
+			ref := reg.Push(t, fmt.Sprintf("cd/digest%d:v1", i), regtest.Image(t, regtest.Config{}, diskLayer(t, regtest.Gzip, "disk."+name, c[name])), nil)
+			got, err := importer.ContentDigest(context.Background(), regOpts(t, "docker://"+ref, ""))
+			require.NoError(t, err, name)
+			assert.Equal(t, want, got, name)
+		}
+	})
+}
+
+func TestContentDigestOfADamagedImageFails(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 81)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	b, err := os.ReadFile(q)
+	require.NoError(t, err)
+	cut := filepath.Join(dir, "cut.qcow2.gz")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cut.qcow2"), b[:len(b)/2], 0o644))
+	testimg.Compress(t, filepath.Join(dir, "cut.qcow2"), "gz")
+	_, err = importer.ContentDigest(context.Background(), importer.Options{Source: cut, Logger: testLogger(t)})
+	assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
 }

@@ -138,7 +138,7 @@ to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
 	addRegistryFlags(fl, &f)
 	addEgressFlags(fl, &f)
-	cmd.AddCommand(newDigestCommand(ctx, stdout, &code))
+	cmd.AddCommand(newDigestCommand(ctx, stdin, stdout, &code))
 	addVersion(ctx, cmd, stdout)
 	cmd.AddCommand(newInspectCommand(ctx, stdin, stdout, stderr, &code))
 	cmd.AddCommand(newManCommand())

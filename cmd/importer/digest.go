@@ -22,17 +22,43 @@ func addRegistryFlags(fl *pflag.FlagSet, f *cliFlags) {
 
 // newDigestCommand is `importer digest SOURCE`: print the manifest digest
 // an image reference resolves to, so a poller can tell whether the image
-// changed since the last import.
-func newDigestCommand(ctx context.Context, stdout io.Writer, code *int) *cobra.Command {
+// changed since the last import; with --content, the content digest of
+// any source's disk (importer.ContentDigest), the one an import records.
+func newDigestCommand(ctx context.Context, stdin io.Reader, stdout io.Writer, code *int) *cobra.Command {
 	var f cliFlags
+	var content bool
 	cmd := &cobra.Command{
 		Use:   "digest [flags] SOURCE",
-		Short: "Print the manifest digest a docker://, oci-archive: or oci: image resolves to",
-		Args:  cobra.ExactArgs(1),
+		Short: "Print the manifest digest a docker://, oci-archive: or oci: image resolves to, or with --content the content digest of any source's disk",
+		Long: `Print the manifest digest a docker://, oci-archive: or oci: image resolves to.
+
+With --content, print the content digest of the disk SOURCE holds instead
+(blk-sha256:HEX, where HEX is what blksum 0.10.1 prints for the same disk):
+SOURCE is anything an import takes (a device, a raw, qcow2, vmdk, vhd, vdi or
+vhdx file, compressed or not, a URL, a registry containerdisk, - for standard
+input). The digest is of the guest-visible bytes, so one disk as raw,
+qcow2.xz or on a loop device gives one digest; an import records the same
+digest as contentDigest and checks it with --expect-content-digest.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			log := newLogger(cmd.ErrOrStderr(), f.verbose, f.quiet)
+			if content {
+				o, err := f.options(args[0], inspectTargetPlaceholder, stdin)
+				if err != nil {
+					*code = cdi.ExitUsage
+					return err
+				}
+				o.Logger = log
+				d, err := importer.ContentDigest(ctx, o)
+				if err != nil {
+					*code = cdi.CLIExitCode(err)
+					return err
+				}
+				fmt.Fprintln(stdout, d)
+				return nil
+			}
 			o := importer.Options{CertDir: f.certDir, InsecureTLS: f.insecureTLS, Arch: f.arch,
-				AuthFile: f.authFile, RegistriesConf: f.registriesConf,
-				Logger: newLogger(cmd.ErrOrStderr(), f.verbose, f.quiet)}
+				AuthFile: f.authFile, RegistriesConf: f.registriesConf, Logger: log}
 			var err error
 			if o.Username, o.Password, err = f.credentials(); err != nil {
 				*code = cdi.ExitUsage
@@ -52,11 +78,15 @@ func newDigestCommand(ctx context.Context, stdout io.Writer, code *int) *cobra.C
 		},
 	}
 	fl := cmd.Flags()
+	fl.BoolVar(&content, "content", false, "print the content digest of SOURCE's disk (any source), not a manifest digest")
 	addRegistryFlags(fl, &f)
 	addEgressFlags(fl, &f)
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates (*.crt, *.pem) to trust")
-	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the registry's certificate; allow plain http")
-	fl.StringVar(&f.creds, "creds", "", "registry USER:PASSWORD")
+	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the server's certificate; allow plain http to a registry")
+	fl.StringVar(&f.creds, "creds", "", "registry or HTTP USER:PASSWORD")
+	fl.StringArrayVar(&f.headers, "header", nil, "with --content: extra HTTP header 'Name: value'; repeatable")
+	fl.StringVar(&f.scratch, "scratch", "", "with --content: where the stream decoder spills, and where an image it cannot read in one pass is imported to be hashed (default: the system temp dir)")
+	fl.IntVar(&f.retries, "retries", 10, "with --content: as for an import")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", true, "only warnings and errors")
 	return cmd

@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/streamdecode"
+)
+
+// DigestRequest is one `importer digest --content`: the source built by
+// the facade, where the stream decoder may spill, and the log.
+type DigestRequest struct {
+	Source   datasource.Source
+	SpillDir string // "" = no spilling
+	Logger   *slog.Logger
+}
+
+// DigestResult is the content digest of a source's disk and what was found
+// on the way.
+type DigestResult struct {
+	Digest       blkhash.Digest
+	VirtualSize  int64
+	SourceFormat string
+	Compressions []string
+	// Method is how the bytes were had: "file" (a local raw file or
+	// device read in place, holes skipped), "stream" (a raw stream),
+	// "stream-decode" (the engine's decoder, its guest writes hashed).
+	Method string
+}
+
+// ContentDigest reads a source the way an import does (the same source,
+// decompressors and stream decoder) into a content hash instead of a
+// target: nothing is written. An image the decoder cannot follow in one
+// pass, or a format it does not decode, fails with
+// errdefs.ErrNotStreamable; the facade then imports it into a temporary
+// file and takes that import's digest.
+func ContentDigest(ctx context.Context, r DigestRequest) (DigestResult, error) {
+	log := r.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := r.Source.Open(ctx)
+	if err != nil {
+		return DigestResult{}, err
+	}
+	defer st.Body.Close()
+	img, err := format.Open(ctx, st.Body, format.Options{Logger: log})
+	if err != nil {
+		return DigestResult{}, fmt.Errorf("reading the header of %s: %w", r.Source, err)
+	}
+	defer img.Close()
+	res := DigestResult{SourceFormat: string(img.Format)}
+	for _, c := range img.Compressions {
+		res.Compressions = append(res.Compressions, string(c))
+	}
+	lf, local := st.Body.(datasource.LocalFile)
+	switch {
+	case img.Format == format.Raw && len(img.Compressions) == 0 && local:
+		res.Method = "file"
+		res.Digest, res.VirtualSize, err = digestLocalRaw(ctx, lf.LocalPath(), st.Size)
+	case img.Format == format.Raw || img.Format == format.ISO:
+		res.Method = "stream"
+		res.Digest, res.VirtualSize, err = digestRawStream(img)
+	case streamdecode.Supports(img):
+		res.Method = "stream-decode"
+		a := blkhash.NewAssembler(0)
+		var ds streamdecode.Stats
+		ds, err = streamdecode.Decode(ctx, img, img.Format, a, streamdecode.Options{SpillDir: r.SpillDir})
+		if err == nil {
+			res.VirtualSize = ds.VirtualSize
+			res.Digest, err = a.Sum(ds.VirtualSize)
+		}
+		if err == nil {
+			_, err = io.Copy(io.Discard, img) // the decompressors' own checks
+		}
+	default:
+		err = fmt.Errorf("the stream decoder does not read a %s %s: %w", img.Header.VMDKCreateType, img.Format, errdefs.ErrNotStreamable)
+	}
+	if err != nil {
+		return res, fmt.Errorf("content digest of %s: %w", r.Source, err)
+	}
+	log.Info("Content digest", "source", r.Source.String(), "contentDigest", res.Digest.String(), "method", res.Method,
+		"virtualSize", res.VirtualSize)
+	return res, nil
+}
+
+// digestLocalRaw hashes a raw file or device in place, less a fixed VHD's
+// footer (as the stream route leaves it out of the disk).
+func digestLocalRaw(ctx context.Context, path string, size int64) (blkhash.Digest, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return blkhash.Digest{}, 0, err
+	}
+	defer f.Close()
+	if size < 0 {
+		if size, err = f.Seek(0, io.SeekEnd); err != nil {
+			return blkhash.Digest{}, 0, err
+		}
+	}
+	if size >= fixedVHDFooterSize {
+		tail := make([]byte, fixedVHDFooterSize)
+		if _, err := f.ReadAt(tail, size-fixedVHDFooterSize); err != nil {
+			return blkhash.Digest{}, 0, err
+		}
+		if err := format.CheckTrailer(tail); err != nil {
+			return blkhash.Digest{}, 0, err
+		}
+		if format.IsFixedVHDFooter(tail, size-fixedVHDFooterSize) {
+			size -= fixedVHDFooterSize
+		}
+	}
+	d, err := blkhash.SumFile(ctx, f, size, 0)
+	return d, size, err
+}
+
+// digestRawStream hashes a raw stream in order, holding back its last 512
+// bytes to tell a fixed VHD's footer from data, as the stream route does.
+func digestRawStream(img io.Reader) (blkhash.Digest, int64, error) {
+	h := blkhash.New(0)
+	tail := iostage.NewTailHolder(img, fixedVHDFooterSize)
+	// One buffer is read while the other is hashed.
+	bufs := [2][]byte{make([]byte, 4<<20), make([]byte, 4<<20)}
+	wait := func() {}
+	for cur := 0; ; cur ^= 1 {
+		n, eof, err := iostage.ReadChunk(tail, bufs[cur])
+		wait()
+		if err != nil {
+			return blkhash.Digest{}, 0, err
+		}
+		wait = h.Start(bufs[cur][:n])
+		if eof {
+			break
+		}
+	}
+	wait()
+	if err := format.CheckTrailer(tail.Tail()); err != nil {
+		return blkhash.Digest{}, 0, err
+	}
+	if !format.IsFixedVHDFooter(tail.Tail(), h.Length()) {
+		_, _ = h.Write(tail.Tail())
+	}
+	return h.Sum(), h.Length(), nil
+}
+
+// IsNotStreamable says whether ContentDigest gave up for a layout or
+// format only an import through qemu-img reads.
+func IsNotStreamable(err error) bool { return errors.Is(err, errdefs.ErrNotStreamable) }
