@@ -69,21 +69,24 @@ DEST is a block device, a file, or an existing directory (DEST/disk.img).
 gz, xz and zstd are removed on the fly; raw and iso are streamed straight to
 DEST; qcow2, vmdk, vhd, vhdx and vdi are converted with qemu-img.
 
-With no arguments, importer follows CDI's importer contract: it reads
-IMPORTER_SOURCE, IMPORTER_ENDPOINT and the other IMPORTER_* variables, writes
-to /dev/cdi-block-volume or /data/disk.img and reports to /dev/termination-log.`,
+With no arguments (CDI's pods pass only -v=N), importer is the CDI pod its
+environment describes, and says so in its first log line: the importer with
+IMPORTER_SOURCE (reading IMPORTER_ENDPOINT and the other IMPORTER_* variables,
+writing to /dev/cdi-block-volume or /data/disk.img), the upload server with
+TLS_CERT_FILE, TLS_KEY_FILE, CLIENT_CERT_FILE, CLIENT_NAME or
+UPLOAD_IMAGE_SIZE (as upload-server without DEST), the clone source with
+UPLOAD_URL, VOLUME_MODE, MOUNT_POINT, CLIENT_CERT, CLIENT_KEY or
+SERVER_CA_CERT (as clone-source). Variables of two of them are refused. Each
+reports to /dev/termination-log.`,
 		Args:          cobra.MaximumNArgs(2),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch len(args) {
 			case 0:
-				if getenv("IMPORTER_SOURCE") == "" {
-					code = cdi.ExitUsage
-					return errors.New("SOURCE and DEST are required (or IMPORTER_SOURCE for the container contract)")
-				}
-				code = runEnv(ctx, getenv, envLogger(stderr, getenv, f.verbose, f.quiet), stderr)
-				return nil
+				var err error
+				code, err = runPodRole(ctx, getenv, f.verbose, f.quiet, stdout, stderr)
+				return err
 			case 1:
 				code = cdi.ExitUsage
 				return errors.New("DEST is required")

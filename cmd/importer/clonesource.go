@@ -65,24 +65,8 @@ Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
 		SilenceErrors:      true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var f cloneSourceFlags
-			fs := flag.NewFlagSet("clone-source", flag.ContinueOnError)
+			fs := cloneSourceFlagSet(&f)
 			fs.SetOutput(stderr)
-			fs.StringVar(&f.contentType, "content-type", "", "blockdevice-clone or filesystem-clone")
-			fs.StringVar(&f.mount, "mount", "", "the source: block device, or the mounted volume")
-			fs.Uint64Var(&f.uploadBytes, "upload-bytes", 0, "bytes expected, for progress (default: measured)")
-			fs.StringVar(&f.url, "url", "", "the upload server's upload URL")
-			fs.StringVar(&f.clientCert, "client-cert", "", "PEM client certificate file")
-			fs.StringVar(&f.clientKey, "client-key", "", "PEM client key file")
-			fs.StringVar(&f.serverCA, "server-ca", "", "PEM CA file of the server's certificate")
-			fs.StringVar(&f.protocol, "protocol", "auto", "auto, snappy (CDI's stream) or sparse-v1")
-			fs.IntVar(&f.retries, "retries", 10, "resumptions after a dropped connection (sparse-v1)")
-			fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve the progress metric over HTTPS here")
-			fs.StringVar(&f.ownerID, "owner-uid", "", "the ownerUID label of the progress metric")
-			fs.StringVar(&f.terminationLog, "termination-log", "", "write the termination message here")
-			fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
-			fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v is accepted)")
-			fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
-			fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
 			if err := fs.Parse(args); err != nil {
 				if errors.Is(err, flag.ErrHelp) {
 					fmt.Fprintln(stdout, cmd.Long)
@@ -96,6 +80,36 @@ Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
 			return nil
 		},
 	}
+}
+
+// cloneSourceFlagSet defines clone-source's flags on f, setting their
+// defaults.
+func cloneSourceFlagSet(f *cloneSourceFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("clone-source", flag.ContinueOnError)
+	fs.StringVar(&f.contentType, "content-type", "", "blockdevice-clone or filesystem-clone")
+	fs.StringVar(&f.mount, "mount", "", "the source: block device, or the mounted volume")
+	fs.Uint64Var(&f.uploadBytes, "upload-bytes", 0, "bytes expected, for progress (default: measured)")
+	fs.StringVar(&f.url, "url", "", "the upload server's upload URL")
+	fs.StringVar(&f.clientCert, "client-cert", "", "PEM client certificate file")
+	fs.StringVar(&f.clientKey, "client-key", "", "PEM client key file")
+	fs.StringVar(&f.serverCA, "server-ca", "", "PEM CA file of the server's certificate")
+	fs.StringVar(&f.protocol, "protocol", "auto", "auto, snappy (CDI's stream) or sparse-v1")
+	fs.IntVar(&f.retries, "retries", 10, "resumptions after a dropped connection (sparse-v1)")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve the progress metric over HTTPS here")
+	fs.StringVar(&f.ownerID, "owner-uid", "", "the ownerUID label of the progress metric")
+	fs.StringVar(&f.terminationLog, "termination-log", "", "write the termination message here")
+	fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
+	fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v is accepted)")
+	fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
+	fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
+	return fs
+}
+
+// cloneSourceDefaults are clone-source's flags as given none.
+func cloneSourceDefaults() cloneSourceFlags {
+	var f cloneSourceFlags
+	cloneSourceFlagSet(&f)
+	return f
 }
 
 // runCloneSource fills the flags from CDI's environment when it applies,

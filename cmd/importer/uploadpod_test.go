@@ -24,9 +24,9 @@ import (
 // proxyName is the CLIENT_NAME of these pods (CDI's upload proxy).
 const proxyName = "cdi-uploadproxy"
 
-// rolePod runs the binary as `importer ARGS…` in a pod: CDI starts the
-// upload server and cloner images with arguments of their own, so /importer
-// is a wrapper script that execs the real binary with them.
+// rolePod runs the binary as `importer ARGS…` in a pod: /importer is a
+// wrapper script that execs the real binary with them (CDI gives the
+// upload-server pod -v=N and the cloner pod nothing).
 func rolePod(t *testing.T, p pod, args string) pod {
 	bin := needPods(t)
 	script := filepath.Join(t.TempDir(), "entrypoint")
@@ -61,7 +61,7 @@ func uploadPod(t *testing.T, ca *testpki.CA, addr string, env map[string]string,
 	for k, v := range volumes {
 		vols[k] = v
 	}
-	return rolePod(t, pod{env: e, volumes: vols}, "upload-server -v=3")
+	return rolePod(t, pod{env: e, volumes: vols}, "-v=3")
 }
 
 func splitAddr(t *testing.T, addr string) (string, string) {
@@ -151,7 +151,10 @@ func TestUploadServerPodDeadline(t *testing.T) {
 }
 
 // TestClonePods: the cloner pod (CDI's env, a filesystem volume) streams
-// to the upload-server pod (CDI's env, mutual TLS); both say Clone Complete.
+// to the upload-server pod (CDI's env, mutual TLS); both are the binary
+// started as CDI starts them (no command; -v=3 for the upload server, no
+// argument for the cloner), say which role they took in their first log
+// line, and say Clone Complete.
 func TestClonePods(t *testing.T) {
 	ca := testpki.NewCA(t, t.TempDir(), "cdi")
 	source, target := t.TempDir(), t.TempDir()
@@ -169,9 +172,11 @@ func TestClonePods(t *testing.T) {
 			"PREALLOCATION": "false", "IMPORTER_METRICS_LISTEN": freeAddr(t),
 		},
 		volumes: map[string]string{"/var/run/cdi/clone/source": source},
-	}, "clone-source")
-	code, termLog, _ := runPod(t, clonerPod)
+	}, "")
+	code, termLog, out := runPod(t, clonerPod)
 	assert.Equal(t, 0, code)
+	assertFirstLine(t, out, `msg="Running as CDI's clone-source pod" role=clone-source chosenBy=UPLOAD_URL,VOLUME_MODE,MOUNT_POINT,CLIENT_CERT,CLIENT_KEY,SERVER_CA_CERT`)
+	assertFirstLine(t, server.stderr.String(), `msg="Running as CDI's upload-server pod" role=upload-server chosenBy=TLS_CERT_FILE,TLS_KEY_FILE,CLIENT_CERT_FILE,CLIENT_NAME`)
 	assert.Equal(t, cdi.MessageCloneComplete, string(termLog))
 	assert.Equal(t, 0, server.wait(t))
 	assert.Equal(t, cdi.MessageCloneComplete, decodeUploadPod(t, server.terminationLog(t)).Message)

@@ -171,7 +171,7 @@ func (r Recipe) ProjectTree() (*Tree, error) {
 // runs.
 func cdiLaunchers() []struct{ path, args, why string } {
 	return []struct{ path, args, why string }{
-		{"/usr/bin/cdi-importer", "", "CDI's importer: the environment contract, no arguments"},
+		{"/usr/bin/cdi-importer", "", "CDI's importer name for the entrypoint: the role from CDI's environment"},
 		{"/usr/bin/cdi-uploadserver", " upload-server", "CDI's upload server: its environment (DESTINATION, TLS_*, CLIENT_*, DEADLINE)"},
 		{"/usr/bin/cloner_startup.sh", " clone-source", "CDI's cloner entrypoint: its environment (VOLUME_MODE, MOUNT_POINT, UPLOAD_URL, CLIENT_*)"},
 		{"/usr/bin/cdi-cloner", " clone-source", "CDI's cloner binary: -content-type, -upload-bytes, -mount flags"},
