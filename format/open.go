@@ -38,6 +38,21 @@ type Options struct {
 	// MaxVirtualSize refuses images announcing a larger disk (default
 	// 64 TiB).
 	MaxVirtualSize int64
+	// ForceRaw takes the innermost stream, once the gzip, xz, zstd and lz4
+	// layers are removed, as a raw disk whatever its bytes look like: no
+	// image format is detected, and text, archives and other compressions
+	// are not refused (--format-in raw).
+	ForceRaw bool
+	// WholeTar keeps a tar as the content (the archive content type)
+	// instead of opening its one disk member.
+	WholeTar bool
+	// ContentType is the HTTP Content-Type of the source, if any: a text
+	// type refuses an uncompressed stream without image magic as a text
+	// page.
+	ContentType string
+	// FromServer words a text refusal as a page a server returned (HTTP,
+	// S3, GCS sources) rather than a text source.
+	FromServer bool
 	// Logger receives debug messages; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -91,8 +106,11 @@ func (o Options) xzBinary() string {
 type Image struct {
 	io.Reader
 	Format       Format
-	Compressions []Compression // outermost first
+	Compressions []Compression // outermost first (Tar for a tar's member)
 	Header       Header
+	// Member is the name of the tar member read as the image, when a
+	// Compressions layer is Tar.
+	Member string
 
 	decoders []*decoder // outermost first
 }
@@ -117,6 +135,9 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 			return nil, err
 		}
 		c, f, err := Detect(head)
+		if o.ForceRaw && c == None {
+			f, err = Raw, nil
+		}
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -127,6 +148,32 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 			// "complete" label.
 			s.Close()
 			return nil, errEmptySource(s.Compressions)
+		}
+		if c == None && f == Raw && !o.ForceRaw {
+			if err := checkNotImage(head); err != nil {
+				s.Close()
+				return nil, err
+			}
+			if IsTar(head) && !o.WholeTar && s.Member == "" {
+				if len(s.Compressions) >= o.MaxNesting {
+					s.Close()
+					return nil, fmt.Errorf("format: more than %d nested layers (%v, then tar): %w", o.MaxNesting, s.Compressions, errdefs.ErrUnsafeImage)
+				}
+				l, err := openTarMember(br, o.PeekSize)
+				if err != nil {
+					s.Close()
+					return nil, err
+				}
+				o.Logger.Debug("reading the disk image member of a tar", "member", l.name)
+				s.Compressions = append(s.Compressions, Tar)
+				s.Member = l.name
+				cur = l
+				continue
+			}
+			if err := checkText(head, s.Compressions, o); err != nil {
+				s.Close()
+				return nil, err
+			}
 		}
 		if c == None {
 			h, err := ParseHeaderMax(f, head, o.MaxVirtualSize)

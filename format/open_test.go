@@ -135,11 +135,12 @@ func TestOpenMultiStream(t *testing.T) {
 
 func TestOpenTinyStreams(t *testing.T) {
 	// Zero bytes are no disk at all (issue 9): refused, see
-	// TestEmptySourceRefused; one byte already is a raw stream.
+	// TestEmptySourceRefused; one byte of binary already is a raw stream
+	// (a text one is refused, see TestTextRefused).
 	_, emptyErr := Open(context.Background(), bytes.NewReader(nil), Options{})
 	require.ErrorIs(t, emptyErr, errdefs.ErrInvalidImage)
 	for _, n := range []int{1, 10, 300, 70000} {
-		data := bytes.Repeat([]byte{'a', 'b', 'c', 0}, n/4+1)[:n]
+		data := bytes.Repeat([]byte{0xab, 'b', 'c', 0}, n/4+1)[:n]
 		s, err := Open(context.Background(), bytes.NewReader(data), Options{})
 		require.NoError(t, err)
 		assert.Equal(t, Raw, s.Format)
@@ -152,13 +153,13 @@ func TestOpenTinyStreams(t *testing.T) {
 	// Tiny compressed streams too.
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tiny")
-	require.NoError(t, os.WriteFile(p, []byte("0123456789"), 0o644))
+	require.NoError(t, os.WriteFile(p, []byte("01234\x0056789"), 0o644))
 	for _, c := range []Compression{Gzip, XZ, Zstd} {
 		for mode, o := range xzModes(t) {
 			s, got, err := openAll(t, wrap(t, p, c), o)
 			require.NoError(t, err, "%s %s", c, mode)
 			assert.Equal(t, []Compression{c}, s.Compressions)
-			assert.Equal(t, "0123456789", string(got))
+			assert.Equal(t, "01234\x0056789", string(got))
 		}
 	}
 	// A tiny qcow2-looking stream is a truncated image, not raw.

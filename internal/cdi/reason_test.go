@@ -22,6 +22,11 @@ func TestReasonOneWordPerSentinel(t *testing.T) {
 	assert.Equal(t, "", Reason(nil))
 	assert.Equal(t, ReasonFailed, Reason(errors.New("other")))
 	assert.Equal(t, "TargetTooSmall", Reason(&errdefs.SizeError{ImageSize: 2, TargetSize: 1}))
+	// A source that is not a disk image is named by what it is, and is a
+	// bad image to Classify.
+	notImage := fmt.Errorf("reading the header of x: %w", &errdefs.NotImageError{Message: "a bzip2 file, not a disk image", Kind: errdefs.ErrCompressedFile})
+	assert.Equal(t, "UnsupportedCompression", Reason(notImage))
+	assert.Equal(t, BadImage, Classify(notImage))
 	// As Classify: a checksum mismatch stays one whatever wraps it.
 	assert.Equal(t, "ChecksumMismatch", Reason(fmt.Errorf("%w: %w", errdefs.ErrCancelled, errdefs.ErrChecksumMismatch)))
 }

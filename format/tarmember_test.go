@@ -1,0 +1,130 @@
+package format
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testtar"
+)
+
+func file(name string, body []byte) testtar.Member {
+	return testtar.Member{Name: name, Type: tar.TypeReg, Body: body}
+}
+
+const ovf = `<?xml version="1.0" encoding="UTF-8"?>
+<Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1"><References><File ovf:href="disk1.vmdk" ovf:id="file1"/></References></Envelope>
+`
+
+func TestTarOfOneDiskOpensTheDisk(t *testing.T) {
+	disk := variedContent(2<<20, 11)
+	rawPath := writeTemp(t, disk)
+	vmdk := readFile(t, convert(t, rawPath, t.TempDir(), "disk1.vmdk", "vmdk", "subformat=streamOptimized"))
+	qcow := readFile(t, convert(t, rawPath, t.TempDir(), "disk.qcow2", "qcow2"))
+
+	cases := []struct {
+		name    string
+		archive []byte
+		format  Format
+		layers  []Compression
+		member  string
+	}{
+		{"GCE disk.raw in a tar.gz", gzipBytes(t, testtar.Build(t, []testtar.Member{file("disk.raw", disk)})),
+			Raw, []Compression{Gzip, Tar}, "disk.raw"},
+		{"OVA with one vmdk", testtar.Build(t, []testtar.Member{
+			file("vm.ovf", []byte(ovf)), file("disk1.vmdk", vmdk), file("vm.mf", []byte("SHA256(disk1.vmdk)= 00\n")), file("vm.nvram", disk[:8192])}),
+			VMDK, []Compression{Tar}, "disk1.vmdk"},
+		{"a qcow2 among text files and directories", testtar.Build(t, []testtar.Member{
+			{Name: "images/", Type: tar.TypeDir}, file("README", []byte("the image\n")), file("images/fs.2wocq", qcow), file("images/empty", nil)}),
+			QCOW2, []Compression{Tar}, "images/fs.2wocq"},
+		{"a compressed disk in a tar", testtar.Build(t, []testtar.Member{file("disk.raw.gz", gzipBytes(t, disk))}),
+			Raw, []Compression{Tar, Gzip}, "disk.raw.gz"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, got, err := openBytes(t, c.archive)
+			require.NoError(t, err)
+			assert.Equal(t, c.format, s.Format)
+			assert.Equal(t, c.layers, s.Compressions)
+			assert.Equal(t, c.member, s.Member)
+			want := map[Format][]byte{Raw: disk, VMDK: vmdk, QCOW2: qcow}[c.format]
+			assert.Equal(t, sha(want), sha(got), "the member's bytes")
+		})
+	}
+}
+
+// GCE's own recipe makes the tar with GNU tar's old sparse format
+// (tar --format=oldgnu -Sczf): its holes read back as zeros.
+func TestGNUSparseTarMember(t *testing.T) {
+	needTool(t, "tar")
+	dir := t.TempDir()
+	disk := variedContent(4<<20, 12) // zero 64 KiB blocks among data
+	f, err := os.Create(filepath.Join(dir, "disk.raw"))
+	require.NoError(t, err)
+	for off := 0; off < len(disk); off += 64 << 10 {
+		blk := disk[off : off+64<<10]
+		if bytes.Count(blk, []byte{0}) != len(blk) {
+			_, err = f.WriteAt(blk, int64(off))
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, f.Truncate(int64(len(disk))))
+	require.NoError(t, f.Close())
+	run(t, "tar", "--format=oldgnu", "-S", "-czf", filepath.Join(dir, "image.tar.gz"), "-C", dir, "disk.raw")
+	s, got, err := openBytes(t, readFile(t, filepath.Join(dir, "image.tar.gz")))
+	require.NoError(t, err)
+	assert.Equal(t, []Compression{Gzip, Tar}, s.Compressions)
+	assert.Equal(t, sha(disk), sha(got))
+}
+
+func TestTarWithoutOneDiskRefused(t *testing.T) {
+	disk := variedContent(1<<20, 13)
+	other := variedContent(1<<20, 14)
+
+	// None: refused when opened, with the names found.
+	_, _, err := openBytes(t, testtar.Build(t, []testtar.Member{
+		file("notes.txt", []byte("hello\n")), {Name: "d/", Type: tar.TypeDir}, file("vm.ovf", []byte(ovf))}))
+	require.ErrorIs(t, err, errdefs.ErrNoDiskInArchive)
+	require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
+	assert.Contains(t, err.Error(), "a tar archive holding no disk image (it holds notes.txt, vm.ovf)")
+
+	// Several: the second is met after the first was read; the read fails
+	// instead of ending, naming both.
+	_, _, err = openBytes(t, testtar.Build(t, []testtar.Member{
+		file("vm.ovf", []byte(ovf)), file("disk1.vmdk", disk), file("disk2.vmdk", other)}))
+	require.ErrorIs(t, err, errdefs.ErrSeveralDisksInArchive)
+	assert.Contains(t, err.Error(), "more than one disk image (disk1.vmdk, disk2.vmdk)")
+
+	// A container image layout is not a tar of a disk.
+	_, _, err = openBytes(t, testtar.Build(t, []testtar.Member{
+		{Name: "blobs/", Type: tar.TypeDir}, file("blobs/sha256/"+sha(disk), disk), file("index.json", []byte("{}"))}))
+	require.ErrorIs(t, err, errdefs.ErrArchiveFile)
+	assert.Contains(t, err.Error(), "oci-archive:")
+
+	// A tar cut inside its member is truncated.
+	whole := testtar.Build(t, []testtar.Member{file("disk.raw", disk), file("disk2.raw", other)})
+	_, _, err = openBytes(t, whole[:len(disk)/2])
+	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
+}
+
+// The archive content type and a forced raw format keep the tar whole.
+func TestTarKeptWhole(t *testing.T) {
+	archive := testtar.Build(t, []testtar.Member{file("disk.raw", variedContent(1<<20, 15))})
+	for _, o := range []Options{{WholeTar: true}, {ForceRaw: true}} {
+		s, err := Open(context.Background(), bytes.NewReader(archive), o)
+		require.NoError(t, err)
+		got, err := io.ReadAll(s)
+		require.NoError(t, err)
+		assert.Empty(t, s.Compressions)
+		assert.Equal(t, sha(archive), sha(got))
+		s.Close()
+	}
+}
