@@ -193,16 +193,12 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 		return nil, err
 	}
 	resp := b.cur.resp
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(strings.ToLower(ct), "text/") {
-		s.log.Warn("HTTP source serves a text content type; it may be an error page rather than an image",
-			"url", s.redacted, "content_type", ct)
-	}
 	s.log.Debug("HTTP source answered", "url", s.redacted, "status", resp.Status, "content_length", resp.ContentLength,
 		"etag", resp.Header.Get("ETag"), "last_modified", resp.Header.Get("Last-Modified"), "accept_ranges", resp.Header.Get("Accept-Ranges"))
 	b.size = resp.ContentLength
 	b.etag = strongETag(resp.Header.Get("ETag"))
 	b.lastMod = resp.Header.Get("Last-Modified")
-	st := &Transfer{Body: b, Size: b.size}
+	st := &Transfer{Body: b, Size: b.size, ContentType: resp.Header.Get("Content-Type")}
 	// The object may be read in place when the server serves ranges of
 	// an object of known size.
 	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {

@@ -22,6 +22,9 @@ type Transfer struct {
 	// Size is the total number of bytes when known (Content-Length, file or
 	// block-device size), else -1.
 	Size int64
+	// ContentType is the HTTP Content-Type of the answer ("" for other
+	// sources or when the server sent none).
+	ContentType string
 }
 
 // LocalFile is implemented by a Transfer's Body when its bytes are a local

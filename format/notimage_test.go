@@ -53,7 +53,9 @@ func TestCompressionsAndArchivesRefusedByName(t *testing.T) {
 	}{
 		{"bzip2", func(t *testing.T) []byte { return toolOutput(t, disk, "disk.raw.bz2", "bzip2", "-k", "disk.raw") },
 			errdefs.ErrCompressedFile, "a bzip2 file, not a disk image (decompress it first)"},
-		{"lz4 legacy", func(t *testing.T) []byte { return toolOutput(t, disk, "disk.raw.lz4", "lz4", "-q", "-l", "disk.raw", "disk.raw.lz4") },
+		{"lz4 legacy", func(t *testing.T) []byte {
+			return toolOutput(t, disk, "disk.raw.lz4", "lz4", "-q", "-l", "disk.raw", "disk.raw.lz4")
+		},
 			errdefs.ErrCompressedFile, "an lz4 file (legacy format), not a disk image (decompress it first)"},
 		{"zip", func(t *testing.T) []byte { return zipOf(t, disk) },
 			errdefs.ErrArchiveFile, "a zip archive, not a disk image (extract the disk image from it first)"},
@@ -69,7 +71,9 @@ func TestCompressionsAndArchivesRefusedByName(t *testing.T) {
 			errdefs.ErrArchiveFile, "a rar archive"},
 		{"lzip", func(t *testing.T) []byte { return append([]byte("LZIP\x01\x0c"), disk...) },
 			errdefs.ErrCompressedFile, "an lzip file"},
-		{"lzma", func(t *testing.T) []byte { return toolOutput(t, disk, "disk.raw.lzma", "xz", "-k", "--format=lzma", "disk.raw") },
+		{"lzma", func(t *testing.T) []byte {
+			return toolOutput(t, disk, "disk.raw.lzma", "xz", "-k", "--format=lzma", "disk.raw")
+		},
 			errdefs.ErrCompressedFile, "an lzma file"},
 		{"cpio", func(t *testing.T) []byte { return append([]byte("0707010000000100"), disk...) },
 			errdefs.ErrArchiveFile, "a cpio archive"},
@@ -100,8 +104,8 @@ func TestCompressionsAndArchivesRefusedByName(t *testing.T) {
 func TestLookalikeHeadsStayRaw(t *testing.T) {
 	for _, head := range [][]byte{
 		[]byte("BZh9\x00\x00\x00\x00\x00\x00"), // no block magic after BZh9
-		{0x1f, 0x9d, 0x7f},                    // compress flags with reserved bits set
-		{0x5d, 0x00, 0x00, 0x01, 0x23},        // a dictionary size no lzma writer uses
+		{0x1f, 0x9d, 0x7f},                     // compress flags with reserved bits set
+		{0x5d, 0x00, 0x00, 0x01, 0x23},         // a dictionary size no lzma writer uses
 		[]byte("070708zzzzzz"),
 	} {
 		b := append(append([]byte(nil), head...), variedContent(64<<10, 5)...)

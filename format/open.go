@@ -46,9 +46,9 @@ type Options struct {
 	// WholeTar keeps a tar as the content (the archive content type)
 	// instead of opening its one disk member.
 	WholeTar bool
-	// ContentType is the HTTP Content-Type of the source, if any: a text
-	// type refuses an uncompressed stream without image magic as a text
-	// page.
+	// ContentType is the HTTP Content-Type of the source, if any: with a
+	// text type, an uncompressed stream without image magic and without a
+	// NUL byte in its first KiB is refused as a text page.
 	ContentType string
 	// FromServer words a text refusal as a page a server returned (HTTP,
 	// S3, GCS sources) rather than a text source.

@@ -16,10 +16,6 @@ import (
 	"github.com/diskimport/engine/internal/testtar"
 )
 
-func file(name string, body []byte) testtar.Member {
-	return testtar.Member{Name: name, Type: tar.TypeReg, Body: body}
-}
-
 const ovf = `<?xml version="1.0" encoding="UTF-8"?>
 <Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1"><References><File ovf:href="disk1.vmdk" ovf:id="file1"/></References></Envelope>
 `
@@ -37,15 +33,15 @@ func TestTarOfOneDiskOpensTheDisk(t *testing.T) {
 		layers  []Compression
 		member  string
 	}{
-		{"GCE disk.raw in a tar.gz", gzipBytes(t, testtar.Build(t, []testtar.Member{file("disk.raw", disk)})),
+		{"GCE disk.raw in a tar.gz", gzipBytes(t, testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)})),
 			Raw, []Compression{Gzip, Tar}, "disk.raw"},
 		{"OVA with one vmdk", testtar.Build(t, []testtar.Member{
-			file("vm.ovf", []byte(ovf)), file("disk1.vmdk", vmdk), file("vm.mf", []byte("SHA256(disk1.vmdk)= 00\n")), file("vm.nvram", disk[:8192])}),
+			testtar.File("vm.ovf", []byte(ovf)), testtar.File("disk1.vmdk", vmdk), testtar.File("vm.mf", []byte("SHA256(disk1.vmdk)= 00\n")), testtar.File("vm.nvram", disk[:8192])}),
 			VMDK, []Compression{Tar}, "disk1.vmdk"},
 		{"a qcow2 among text files and directories", testtar.Build(t, []testtar.Member{
-			{Name: "images/", Type: tar.TypeDir}, file("README", []byte("the image\n")), file("images/fs.2wocq", qcow), file("images/empty", nil)}),
+			{Name: "images/", Type: tar.TypeDir}, testtar.File("README", []byte("the image\n")), testtar.File("images/fs.2wocq", qcow), testtar.File("images/empty", nil)}),
 			QCOW2, []Compression{Tar}, "images/fs.2wocq"},
-		{"a compressed disk in a tar", testtar.Build(t, []testtar.Member{file("disk.raw.gz", gzipBytes(t, disk))}),
+		{"a compressed disk in a tar", testtar.Build(t, []testtar.Member{testtar.File("disk.raw.gz", gzipBytes(t, disk))}),
 			Raw, []Compression{Tar, Gzip}, "disk.raw.gz"},
 	}
 	for _, c := range cases {
@@ -91,7 +87,7 @@ func TestTarWithoutOneDiskRefused(t *testing.T) {
 
 	// None: refused when opened, with the names found.
 	_, _, err := openBytes(t, testtar.Build(t, []testtar.Member{
-		file("notes.txt", []byte("hello\n")), {Name: "d/", Type: tar.TypeDir}, file("vm.ovf", []byte(ovf))}))
+		testtar.File("notes.txt", []byte("hello\n")), {Name: "d/", Type: tar.TypeDir}, testtar.File("vm.ovf", []byte(ovf))}))
 	require.ErrorIs(t, err, errdefs.ErrNoDiskInArchive)
 	require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 	assert.Contains(t, err.Error(), "a tar archive holding no disk image (it holds notes.txt, vm.ovf)")
@@ -99,25 +95,25 @@ func TestTarWithoutOneDiskRefused(t *testing.T) {
 	// Several: the second is met after the first was read; the read fails
 	// instead of ending, naming both.
 	_, _, err = openBytes(t, testtar.Build(t, []testtar.Member{
-		file("vm.ovf", []byte(ovf)), file("disk1.vmdk", disk), file("disk2.vmdk", other)}))
+		testtar.File("vm.ovf", []byte(ovf)), testtar.File("disk1.vmdk", disk), testtar.File("disk2.vmdk", other)}))
 	require.ErrorIs(t, err, errdefs.ErrSeveralDisksInArchive)
 	assert.Contains(t, err.Error(), "more than one disk image (disk1.vmdk, disk2.vmdk)")
 
 	// A container image layout is not a tar of a disk.
 	_, _, err = openBytes(t, testtar.Build(t, []testtar.Member{
-		{Name: "blobs/", Type: tar.TypeDir}, file("blobs/sha256/"+sha(disk), disk), file("index.json", []byte("{}"))}))
+		{Name: "blobs/", Type: tar.TypeDir}, testtar.File("blobs/sha256/"+sha(disk), disk), testtar.File("index.json", []byte("{}"))}))
 	require.ErrorIs(t, err, errdefs.ErrArchiveFile)
 	assert.Contains(t, err.Error(), "oci-archive:")
 
 	// A tar cut inside its member is truncated.
-	whole := testtar.Build(t, []testtar.Member{file("disk.raw", disk), file("disk2.raw", other)})
+	whole := testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk), testtar.File("disk2.raw", other)})
 	_, _, err = openBytes(t, whole[:len(disk)/2])
 	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 }
 
 // The archive content type and a forced raw format keep the tar whole.
 func TestTarKeptWhole(t *testing.T) {
-	archive := testtar.Build(t, []testtar.Member{file("disk.raw", variedContent(1<<20, 15))})
+	archive := testtar.Build(t, []testtar.Member{testtar.File("disk.raw", variedContent(1<<20, 15))})
 	for _, o := range []Options{{WholeTar: true}, {ForceRaw: true}} {
 		s, err := Open(context.Background(), bytes.NewReader(archive), o)
 		require.NoError(t, err)

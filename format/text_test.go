@@ -56,13 +56,18 @@ func TestTextRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "(once gzip is removed)")
 }
 
-// The Content-Type alone refuses a body with no image or compression
-// magic; a real image or compression served as text/plain is still one.
+// A text Content-Type refuses a body without a NUL byte in its first KiB
+// (a Latin-1 page, a page with stray control characters); a disk served
+// as text (a .vhd as text/x-vhdl) or a compression served as text/plain
+// is still a disk.
 func TestTextContentType(t *testing.T) {
-	binary := variedContent(64<<10, 9)
-	_, err := Open(context.Background(), bytes.NewReader(binary), Options{FromServer: true, ContentType: "text/plain"})
+	latin1 := []byte("<html><body>Caf\xe9 ferm\xe9\x01 \x7f</body></html>")
+	require.False(t, looksLikeText(latin1))
+	_, err := Open(context.Background(), bytes.NewReader(latin1), Options{FromServer: true, ContentType: "text/html; charset=iso-8859-1"})
 	require.ErrorIs(t, err, errdefs.ErrTextNotImage)
-	s, err := Open(context.Background(), bytes.NewReader(binary), Options{FromServer: true, ContentType: "application/octet-stream"})
+	binary := variedContent(64<<10, 9)
+	binary[100] = 0
+	s, err := Open(context.Background(), bytes.NewReader(binary), Options{FromServer: true, ContentType: "text/x-vhdl"})
 	require.NoError(t, err)
 	s.Close()
 	s, err = Open(context.Background(), bytes.NewReader(gzipBytes(t, binary)), Options{FromServer: true, ContentType: "text/plain"})

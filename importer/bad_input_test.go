@@ -77,7 +77,7 @@ func TestTruncatedAndCorruptCompression(t *testing.T) {
 }
 
 func TestHTTPFailures(t *testing.T) {
-	data := bytes.Repeat([]byte("disk"), 64<<10)
+	data := bytes.Repeat([]byte("dsk\x00"), 64<<10) // binary: a text body is refused as not a disk
 	mux := http.NewServeMux()
 	mux.HandleFunc("/500", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) })
 	mux.HandleFunc("/short", func(w http.ResponseWriter, r *http.Request) {

@@ -22,7 +22,17 @@ var (
 	// ErrEgressDenied: the egress policy (Options.Egress) refused the
 	// address a source would connect to (an *EgressError names it).
 	ErrEgressDenied = errdefs.ErrEgressDenied
+	// What a refused source is instead of a disk image; each comes in a
+	// *NotImageError, which matches ErrUnsupportedFormat too.
+	ErrCompressedFile        = errdefs.ErrCompressedFile
+	ErrArchiveFile           = errdefs.ErrArchiveFile
+	ErrNoDiskInArchive       = errdefs.ErrNoDiskInArchive
+	ErrSeveralDisksInArchive = errdefs.ErrSeveralDisksInArchive
+	ErrTextNotImage          = errdefs.ErrTextNotImage
 )
+
+// NotImageError says what a source is instead of a disk image.
+type NotImageError = errdefs.NotImageError
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx
 // status; use errors.As to read the status code.

@@ -44,6 +44,11 @@ func request(o Options) (engine.Request, error) {
 	default:
 		return engine.Request{}, fmt.Errorf("target format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
 	}
+	switch o.FormatIn {
+	case "", engine.FormatInRaw:
+	default:
+		return engine.Request{}, fmt.Errorf("source format %q: only raw can be forced (the others are detected): %w", o.FormatIn, errdefs.ErrInvalidOptions)
+	}
 	switch o.CacheMode {
 	case "", "none", "writeback", "trynone":
 	default:
@@ -103,6 +108,7 @@ func request(o Options) (engine.Request, error) {
 		Verify:                  o.Verify,
 		ZeroTarget:              o.ZeroTarget,
 		NoRangedRead:            o.NoRangedRead,
+		FormatIn:                o.FormatIn,
 		NoStreamDecode:          o.NoStreamDecode,
 		StreamDecodeMaxBuffered: o.streamDecodeMaxBuffered,
 		Mode:                    o.Mode,

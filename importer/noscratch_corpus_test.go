@@ -61,7 +61,7 @@ func TestNoScratchForStreamedImages(t *testing.T) {
 				t.Parallel()
 				local := lib.local(t, img.stored)
 				requireDecoder(t, local)
-				ref := lib.reference(t, img.stored, img.qemu)
+				ref := lib.reference(t, img)
 				t.Run("http-stream", func(t *testing.T) {
 					importNoScratch(t, importer.Options{Source: streamURL + "/" + servedName(img.stored)}, ref)
 				})

@@ -47,6 +47,11 @@ type Options struct {
 	// Format of a file target: "raw" (default) or "qcow2". Block targets are
 	// always raw.
 	Format string
+	// FormatIn is the source's format: "" (default) detects it, and refuses
+	// what is not a disk image (a text page, an archive, a compression the
+	// engine does not remove); "raw" takes the bytes, once gzip, xz, zstd
+	// and lz4 are removed, as a raw disk whatever they look like.
+	FormatIn string
 	// ScratchDir receives the decompressed image when a format needs random
 	// access and the source is a stream. Default: os.TempDir().
 	ScratchDir string

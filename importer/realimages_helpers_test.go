@@ -125,8 +125,9 @@ func (l *imageLibrary) local(t *testing.T, stored string) string {
 // reference converts the decompressed image with the real qemu-img, the
 // format named explicitly (as the engine does: a probe could pick another),
 // and digests the result.
-func (l *imageLibrary) reference(t *testing.T, stored, qemuFormat string) reference {
+func (l *imageLibrary) reference(t *testing.T, img realImage) reference {
 	t.Helper()
+	stored, qemuFormat := img.stored, img.qemu
 	src := l.local(t, stored)
 	e := l.entry(stored)
 	e.reference.Do(func() {
@@ -134,6 +135,15 @@ func (l *imageLibrary) reference(t *testing.T, stored, qemuFormat string) refere
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			e.refErr = err
 			return
+		}
+		if img.member != "" {
+			// The disk in the tar, as tar -x gives it.
+			member := dst + ".member"
+			if out, err := exec.Command("sh", "-c", `tar -xOf "$1" "$2" > "$3"`, "sh", src, img.member, member).CombinedOutput(); err != nil {
+				e.refErr = fmt.Errorf("reference: tar -xOf %s %s: %v\n%s", stored, img.member, err, out)
+				return
+			}
+			src = member
 		}
 		out, err := exec.Command("qemu-img", "convert", "-q", "-f", qemuFormat, "-O", "raw", src, dst).CombinedOutput()
 		if err != nil {

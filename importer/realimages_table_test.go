@@ -27,6 +27,9 @@ type realImage struct {
 
 	// rawCopy: a fixed vhd, streamed as raw without its footer (no qemu-img).
 	rawCopy bool
+	// member: a tar of one disk image, this member, which is what is
+	// imported (its reference is made from the member).
+	member string
 
 	http            bool // in the HTTP sample (ranged and streamed)
 	heavy           bool // ~260 MiB of raw data: file and xz paths only
@@ -54,6 +57,10 @@ func (r realImage) decoded() bool {
 	return r.convertible() && (r.format == "qcow2" || r.format == "vhd" || r.format == "vdi" || r.format == "vhdx" || r.streamOptimized)
 }
 func (r realImage) fixedVHD() realImage { r.rawCopy = true; return r }
+func (r realImage) inTar(member string) realImage {
+	r.member = member
+	return r
+}
 func (r realImage) convertible() bool {
 	return r.refuse == nil && r.format != "raw" && r.format != "iso" && !r.rawCopy
 }
@@ -66,21 +73,23 @@ var (
 	errUnsafe      = importer.ErrUnsafeImage
 	errInvalid     = importer.ErrInvalidImage
 	errUnsupported = importer.ErrUnsupportedFormat
+	errArchive     = importer.ErrArchiveFile
+	errNoDisk      = importer.ErrNoDiskInArchive
 )
 
 // realImages is the table: one row per stored file, every file a row.
 var realImages = []realImage{
 	// cdi/: KubeVirt CDI's test images and ported expectations.
-	converts("cdi/bootc-registry-image.tar.xz", "raw", "raw",
-		"an OCI layout tar imported as a disk (content type kubevirt) is its own bytes, as CDI imports any tar (TinyCoreTarMD5 ≠ TinyCoreMD5); as oci-archive: see TestRealImages/registry"),
+	refused("cdi/bootc-registry-image.tar.xz", errArchive, `container image archive.*oci-archive:`,
+		"an OCI layout tar (index.json, blobs/sha256/…) is a container image, not a tar of a disk: refused, naming the oci-archive: source (CDI would copy the tar's bytes as the disk); as oci-archive: see TestRealImages/registry"),
 	refused("cdi/cirros-snapshot1.qcow2.xz", errUnsafe, `backing file`,
 		"qcow2 overlay: qemu-img info names backing file cirros.raw"),
 	refused("cdi/cirros-snapshot2.qcow2.xz", errUnsafe, `backing file`,
 		"qcow2 overlay: qemu-img info names backing file cirros-snapshot1.qcow2").overHTTP(),
-	converts("cdi/content.tar.xz", "raw", "raw",
-		"a tar imported as a disk is its own bytes (CDI); extracted as an archive in TestRealImages/archive"),
-	converts("cdi/fake.ova.xz", "raw", "raw",
-		"an OVA (tar of ovf, vmdk, mf) imported as a disk is its own bytes (CDI; tar streaming was never merged there); extracted in TestRealImages/archive"),
+	refused("cdi/content.tar.xz", errNoDisk, `no disk image \(it holds tar_content\.txt\)`,
+		"a tar of one text file holds no disk: refused with the name found (CDI would copy the tar's bytes); extracted as an archive in TestRealImages/archive"),
+	converts("cdi/fake.ova.xz", "vmdk", "vmdk",
+		"an OVA (tar of ovf, vmdk, mf): its one disk, disk1.vmdk (monolithicSparse, 10 KiB virtual, qemu-img check clean), is imported; extracted whole in TestRealImages/archive").inTar("disk1.vmdk"),
 	converts("cdi/fs-overhead.qcow2.xz", "qcow2", "qcow2",
 		"qcow2 v3, 819 MiB virtual, no backing; qemu-img check clean").overHTTP(),
 	refused("cdi/invalid-qcow-backing-file.img.xz", errInvalid, `L1|grain|capacity`,
@@ -91,10 +100,10 @@ var realImages = []realImage{
 		"a monolithicSparse vmdk: grain size 3456 sectors (not a power of two), capacity 0xffffffff0001 sectors; qemu-img refuses it (L1 size too big), as CDI (still at HEAD) expects"),
 	refused("cdi/invalid-qcow-large-size.img.xz", errUnsupported, `\bqcow\b`,
 		"qcow version 1 (qemu-img info: format qcow): CDI says \"Invalid format qcow for image\"").overHTTP(),
-	converts("cdi/kubevirt-vm-oci-image.tar.xz", "raw", "raw",
-		"an OCI layout tar imported as a disk is its own bytes (CDI); as oci-archive: see TestRealImages/registry"),
-	converts("cdi/qcow2-but-other-extension.tar.xz", "raw", "raw",
-		"a tar holding a qcow2 imported as a disk is the tar's bytes (CDI); extracted in TestRealImages/archive"),
+	refused("cdi/kubevirt-vm-oci-image.tar.xz", errArchive, `container image archive.*oci-archive:`,
+		"an OCI layout tar (oci-layout first): a container image, not a tar of a disk; as oci-archive: see TestRealImages/registry"),
+	converts("cdi/qcow2-but-other-extension.tar.xz", "qcow2", "qcow2",
+		"a tar of one member, fs-overhead.2wocq, a qcow2 whatever its name: imported as that qcow2; extracted whole in TestRealImages/archive").inTar("fs-overhead.2wocq"),
 
 	// cot/: Common OVF Tool inputs.
 	converts("cot/blank.vmdk.xz", "vmdk", "vmdk", "streamOptimized vmdk, 512 MiB virtual, all zero").streamOpt(),
@@ -188,8 +197,8 @@ var realImages = []realImage{
 	converts("slx/image_t5.vmdk.xz", "vmdk", "vmdk", "vmware-vdiskmanager -t 5: streamOptimized").streamOpt().overHTTP(),
 
 	// tsk/: The Sleuth Kit's one small disk in the formats it reads.
-	converts("tsk/image.E01.xz", "raw", "raw",
-		"EnCase EWF evidence file: not a VM disk format qemu-img knows (it probes raw), so as in CDI its bytes are the disk"),
+	refused("tsk/image.E01.xz", errArchive, `EnCase \(EWF\) evidence file, not a disk image`,
+		"EnCase EWF evidence file (EVF signature): compressed chunks of a disk, not the disk; qemu-img probes raw and CDI would copy its bytes, so it is refused by name"),
 	converts("tsk/image.dd.xz", "raw", "raw", "raw dd image").overHTTP(),
 	converts("tsk/image.iso.xz", "raw", "iso", "ISO 9660").overHTTP(),
 	refused("tsk/image.qcow.xz", errUnsupported, `\bqcow\b`, "qcow version 1 (qemu-img info: format qcow): refused by name").overHTTP(),

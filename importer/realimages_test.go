@@ -118,7 +118,7 @@ func importAndCheck(t *testing.T, lib *imageLibrary, img realImage, src string, 
 	var want reference
 	tooBig := false
 	if img.refuse == nil {
-		want = lib.reference(t, img.stored, img.qemu)
+		want = lib.reference(t, img)
 		// The engine refuses, before writing, a virtual size beyond the
 		// free space of a file target's filesystem (as CDI does); a
 		// 127 GiB image converts only where that much is free.
@@ -175,16 +175,24 @@ func assertPath(t *testing.T, img realImage, res *importer.Result, path importPa
 	// A stream of a qcow2 or streamOptimized vmdk is decoded onto the
 	// target: no scratch, no qemu-img.
 	decoded := path != pathFile && img.decoded() && (path != pathRanged || img.streamOptimized)
+	if img.member != "" {
+		// The member of a tar is a stream on every path.
+		decoded = img.decoded()
+		wantScratch = img.convertible()
+	}
 	if decoded {
 		wantScratch = false
 	}
 	assert.Equal(t, wantScratch, res.ScratchUsed, "scratch used; phases %v", res.Phases)
 	assert.Equal(t, img.convertible() && !decoded, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
+	var layers []string
 	if path == pathXZ {
-		assert.Equal(t, []string{"xz"}, res.Compressions)
-	} else {
-		assert.Empty(t, res.Compressions)
+		layers = append(layers, "xz")
 	}
+	if img.member != "" {
+		layers = append(layers, "tar")
+	}
+	assert.Equal(t, layers, res.Compressions)
 }
 
 // expectRefusal checks a refused import: the sentinel, a message naming
@@ -204,7 +212,7 @@ func expectRefusal(t *testing.T, img realImage, res *importer.Result, err error,
 // importToLoop imports an image onto a loop device and compares the
 // device's first virtual-size bytes with the reference.
 func importToLoop(t *testing.T, lib *imageLibrary, img realImage) {
-	want := lib.reference(t, img.stored, img.qemu)
+	want := lib.reference(t, img)
 	dev := testimg.LoopDevice(t, t.TempDir(), (want.size+(1<<20)-1)/(1<<20)*(1<<20)+(4<<20))
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: lib.local(t, img.stored), Target: dev, ScratchDir: t.TempDir(), Logger: testLogger(t),

@@ -30,6 +30,7 @@ type cliFlags struct {
 	stallTimeout       time.Duration
 	noRangedRead       bool
 	noStreamDecode     bool
+	formatIn           string
 	retries            int
 	retryMaxElapsed    time.Duration
 	terminationLog     string
@@ -107,6 +108,7 @@ reports to /dev/termination-log.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a Kubernetes quantity such as 10Gi; a file DEST is grown to it (less --filesystem-overhead)")
 	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2 (block devices are always raw)")
+	fl.StringVar(&f.formatIn, "format-in", "", "the source's format: detected by default (a text page, an archive or a compression not decompressed is refused); raw takes the bytes, once gz/xz/zst/lz4 are removed, as a raw disk whatever they look like")
 	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
 	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https: every PEM certificate in every non-hidden file")
@@ -180,6 +182,7 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		StallTimeout:        f.stallTimeout,
 		NoRangedRead:        f.noRangedRead,
 		NoStreamDecode:      f.noStreamDecode,
+		FormatIn:            f.formatIn,
 		Retries:             &f.retries,
 		NoConnectRetry:      true,
 		RetryMaxElapsed:     f.retryMaxElapsed,

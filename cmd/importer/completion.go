@@ -8,6 +8,7 @@ import (
 // shell completion offers them.
 var flagValues = map[string][]string{
 	"format":       {"raw", "qcow2"},
+	"format-in":    {"raw"},
 	"cache-mode":   {"none", "writeback", "trynone"},
 	"content-type": {"kubevirt", "archive"},
 	"log-format":   logFormats,

@@ -57,6 +57,7 @@ cannot be read.`,
 	fl := cmd.Flags()
 	fl.BoolVar(&asJSON, "json", false, "print the inspection as JSON")
 	fl.StringVar(&f.format, "format", "raw", "format a file DEST would get (raw or qcow2): qcow2 always converts")
+	fl.StringVar(&f.formatIn, "format-in", "", "as for an import: raw takes the source as a raw disk (nothing refused as not an image)")
 	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https")
 	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate")
 	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")

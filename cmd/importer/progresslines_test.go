@@ -22,7 +22,7 @@ func TestCLIProgressLinesOffTerminal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes 7 s")
 	}
-	data := bytes.Repeat([]byte("disk"), 7<<20/4) // 7 MiB at 1 MiB/s
+	data := bytes.Repeat([]byte("dsk\x00"), 7<<20/4) // 7 MiB at 1 MiB/s, binary (a text body is refused)
 	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
 	dest := filepath.Join(t.TempDir(), "disk.img")
 	code, _, stderr := runCLI(t, nil, env(nil), srv.URL+"/disk.img", dest)

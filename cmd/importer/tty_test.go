@@ -63,7 +63,7 @@ func TestTerminalProgressBar(t *testing.T) {
 	testimg.Need(t, "tmux")
 	dir := t.TempDir()
 	bin := buildImporter(t, dir)
-	data := bytes.Repeat([]byte("disk"), 6<<20/4) // 6 MiB at 1 MiB/s
+	data := bytes.Repeat([]byte("dsk\x00"), 6<<20/4) // 6 MiB at 1 MiB/s, binary (a text body is refused)
 	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
 	dest := filepath.Join(dir, "disk.img")
 	pane := startTmux(t, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))

@@ -121,6 +121,7 @@ CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
 	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream extracted into the DEST directory)")
 	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a quantity such as 10Gi")
 	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2")
+	fl.StringVar(&f.formatIn, "format-in", "", "raw: take the upload, once decompressed, as a raw disk (default: detected; what is not a disk image is refused)")
 	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access")
 	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the uploaded bytes; repeatable")
 	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")

@@ -21,6 +21,9 @@ const (
 	ContentTypeAsIs = "as-is"
 )
 
+// FormatInRaw is the one source format that can be forced (Request.FormatIn).
+const FormatInRaw = "raw"
+
 // Request is one import as the facade (package importer) resolved it from
 // its Options: the source built, the checksums parsed, the options checked.
 // The field meanings are importer.Options'.
@@ -43,6 +46,9 @@ type Request struct {
 	Verify              bool
 	ZeroTarget          bool
 	NoRangedRead        bool
+	// FormatIn "raw" takes the source, once decompressed, as a raw disk
+	// whatever its bytes look like; "" detects the format.
+	FormatIn string
 	// NoStreamDecode keeps a streamed qcow2 or streamOptimized vmdk on the
 	// scratch route instead of decoding it straight onto the target. The
 	// restart loop sets it when the decoder found a layout it cannot stream.

@@ -29,7 +29,7 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	src := a.req.Source
 	st, err := src.Open(ctx)
 	if err != nil {
-		if !strings.Contains(src.String(), "://") {
+		if !isURL(src.String()) {
 			// A local path: its error says what is wrong with it ("source
 			// file X does not exist"); there was nothing to connect to.
 			return nil, err
@@ -49,7 +49,14 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	}
 	img := &format.Image{Reader: r.wire, Format: format.Raw}
 	if a.req.ContentType != ContentTypeAsIs {
-		if img, err = format.Open(ctx, r.wire, format.Options{Logger: a.log}); err != nil {
+		img, err = format.Open(ctx, r.wire, format.Options{
+			Logger:      a.log,
+			ForceRaw:    a.req.FormatIn == FormatInRaw,
+			WholeTar:    a.req.ContentType == ContentTypeArchive,
+			ContentType: st.ContentType,
+			FromServer:  st.ContentType != "" || isURL(src.String()),
+		})
+		if err != nil {
 			return nil, fmt.Errorf("reading the header of %s: %w", src, err)
 		}
 	}
@@ -60,6 +67,10 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	}
 	return st, nil
 }
+
+// isURL reports whether a source is named by a URL (its bytes come from a
+// server) rather than a local path or standard input.
+func isURL(source string) bool { return strings.Contains(source, "://") }
 
 // drain stops the decoders, reads whatever the source still holds (so the
 // digest covers every byte received) and verifies the checksums, recording

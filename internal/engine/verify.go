@@ -91,7 +91,7 @@ func (v *verification) sourceDigest(ctx context.Context, n int64) (string, error
 		return "", err
 	}
 	defer st.Body.Close()
-	img, err := format.Open(ctx, st.Body, format.Options{Logger: v.a.log})
+	img, err := format.Open(ctx, st.Body, format.Options{Logger: v.a.log, ForceRaw: v.a.req.FormatIn == FormatInRaw})
 	if err != nil {
 		return "", err
 	}

@@ -23,6 +23,11 @@ type Member struct {
 	MTime time.Time
 }
 
+// File is a regular file member.
+func File(name string, body []byte) Member {
+	return Member{Name: name, Type: tar.TypeReg, Body: body}
+}
+
 // Sample is a tree with every supported member type.
 func Sample() []Member {
 	t0 := time.Date(2019, 6, 7, 8, 9, 10, 0, time.UTC)
