@@ -77,26 +77,41 @@ func (e *targetError) Error() string { return e.err.Error() }
 func (e *targetError) Unwrap() error { return e.err }
 
 // claimCloneSession takes the interrupted session named id, or claims the
-// server for a new one.
+// server for a new one. A new session ends an interrupted one: its client
+// went away, and the newcomer (a restarted cloner has a new session) sends
+// the whole source.
 func (h *Handler) claimCloneSession(id string) (*cloneSession, error) {
 	h.mu.Lock()
-	if s := h.clone; s != nil {
-		defer h.mu.Unlock()
-		if s.id != id {
-			return nil, errBusy
-		}
+	s := h.clone
+	h.mu.Unlock()
+	if s != nil {
 		if !s.expire.Stop() {
 			return nil, errResumeExpired // expiring right now
 		}
-		h.clone = nil
-		h.busy = true
-		return s, nil
+		if s.id != id {
+			h.log.Warn("A new clone session ends the interrupted one", "interrupted", s.id, "offset", s.raw.offset, "new", id)
+			h.dropClone(s, fmt.Errorf("clone session %s replaced the interrupted session %s: %w", id, s.id, errdefs.ErrCancelled))
+		} else if h.takeCloneSession(s) {
+			return s, nil
+		}
 	}
-	h.mu.Unlock()
 	if _, err := h.begin(); err != nil {
 		return nil, err
 	}
 	return &cloneSession{id: id}, nil
+}
+
+// takeCloneSession claims the server for the resumption of s, unless s
+// was dropped meanwhile.
+func (h *Handler) takeCloneSession(s *cloneSession) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.clone != s {
+		return false
+	}
+	h.clone = nil
+	h.busy = true
+	return true
 }
 
 // counter is the received-bytes counter of the current upload.

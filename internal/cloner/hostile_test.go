@@ -173,3 +173,46 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// TestNewSparseSessionEndsAnInterruptedOne: a client that leaves in the
+// middle of a good sparse-v1 clone does not hold the server for the
+// resume window against a new session (a restarted cloner has a new one):
+// the newcomer is taken at once and the interrupted session is dropped.
+func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {
+	p := newPKI(t)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	s := startServer(t, p, importer.Options{Target: dst})
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		_, _, _ = postSparse(ctx, t, p, s.url(""), "interrupted", pr)
+	}()
+	sent := &countingWriter{w: pw}
+	sw := s2.NewWriter(sent)
+	data := bytes.Repeat([]byte{0x3c}, 64<<10)
+	for _, part := range [][]byte{record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data} {
+		_, err := sw.Write(part)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sw.Flush())
+	for serverStatus(t, p, s).Bytes < sent.n {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	pw.CloseWithError(context.Canceled)
+	<-answered
+	for serverStatus(t, p, s).Phase != "Interrupted" {
+		time.Sleep(10 * time.Millisecond) // the server keeps the session for its resumption
+	}
+
+	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 43)
+	began := time.Now()
+	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
+	require.NoError(t, err, "the new session is refused while the interrupted one waits")
+	assert.Less(t, time.Since(began), 10*time.Second)
+	_, serr := s.wait(t)
+	require.NoError(t, serr)
+	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+}
