@@ -43,7 +43,8 @@ type Config struct {
 	Transport http.RoundTripper
 	// Egress, when not nil, is the policy every connection of a network
 	// source is checked against: the transports NewTransport builds dial
-	// through it. A caller's Transport must apply it itself (dial with
+	// through it, and a registry pull's requests go through a relay that
+	// does (containers/image takes no dialer). A caller's Transport must apply it itself (dial with
 	// Egress.DialContext). Nil: no policy.
 	Egress *EgressPolicy
 	// StallTimeout fails a transfer when no byte arrives for this long

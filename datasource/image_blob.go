@@ -33,6 +33,7 @@ type resumingBlob struct {
 	src    types.ImageSource
 	info   types.BlobInfo
 	cache  types.BlobInfoCache
+	relay  *egressRelay  // names a refused connection; nil without one
 	streak *retry.Streak // failures since bytes last flowed; the count is the source's
 
 	rc      io.ReadCloser // nil between a failure and the next reopen
@@ -43,9 +44,9 @@ type resumingBlob struct {
 // openBlob opens info's blob, retrying transient failures of the request
 // itself. Retries are counted in budget and logged to log.
 func openBlob(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache,
-	ref string, budget *retry.Budget, log *slog.Logger,
+	relay *egressRelay, ref string, budget *retry.Budget, log *slog.Logger,
 ) (*resumingBlob, error) {
-	b := &resumingBlob{ctx: ctx, src: src, info: info, cache: cache}
+	b := &resumingBlob{ctx: ctx, src: src, info: info, cache: cache, relay: relay}
 	b.streak = budget.Streak(func(a retry.Attempt) {
 		log.Warn("Layer blob transfer failed, retrying", "image", ref, "digest", info.Digest, "retry", a.N,
 			"maxRetries", a.Max, "delay", a.Delay.Round(time.Millisecond), "offset", b.off, "cause", a.Cause.Error())
@@ -66,7 +67,7 @@ func openBlob(ctx context.Context, src types.ImageSource, info types.BlobInfo, c
 func (b *resumingBlob) reopen() error {
 	rc, _, err := b.src.GetBlob(b.ctx, b.info, b.cache)
 	if err != nil {
-		return fmt.Errorf("fetching layer %s: %w", b.info.Digest, err)
+		return fmt.Errorf("fetching layer %s: %w", b.info.Digest, b.relay.explain(err))
 	}
 	if b.off > 0 {
 		if _, err := io.CopyN(io.Discard, rc, b.off); err != nil {

@@ -50,16 +50,16 @@ func (s *recordingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (s *imageSource) openLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo, cache types.BlobInfoCache) (*layerReader, error) {
+func (s *imageSource) openLayer(ctx context.Context, p *pulledImage, info types.BlobInfo, cache types.BlobInfoCache) (*layerReader, error) {
 	ref := s.ref
 	if err := info.Digest.Validate(); err != nil {
 		return nil, fmt.Errorf("image %s: layer digest %q: %w: %w", ref, info.Digest, errdefs.ErrInvalidImage, err)
 	}
 	// Broken transfers are resumed below the digest verifier, so the
 	// verifier sees each byte of the blob once.
-	blob, err := openBlob(ctx, src, info, cache, ref, s.budget, s.log)
+	blob, err := openBlob(ctx, p.src, info, cache, p.relay, ref, s.budget, s.log)
 	if err != nil {
-		return nil, pullError(ctx, ref, err)
+		return nil, p.pullError(ctx, ref, err)
 	}
 	l := &layerReader{info: info, ref: ref, blob: blob, verifier: info.Digest.Verifier()}
 	// The digest covers the blob as stored, so it is taken below every

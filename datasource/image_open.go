@@ -35,7 +35,7 @@ func (s *imageSource) open(ctx context.Context) (*Transfer, error) {
 	cache := memory.New()
 	for i, info := range p.img.LayerInfos() {
 		s.log.Info("Processing layer", "image", s.ref, "index", i, "digest", info.Digest, "size", info.Size, "mediaType", info.MediaType)
-		l, err := s.openLayer(ctx, p.src, info, cache)
+		l, err := s.openLayer(ctx, p, info, cache)
 		if err != nil {
 			p.close()
 			return nil, err

@@ -30,6 +30,7 @@ type pulledImage struct {
 	sys       *types.SystemContext
 	topDigest digest.Digest // the manifest the reference resolves to
 	config    *imgspecv1.Image
+	relay     *egressRelay // the pull's checked connections; nil without a policy or network
 	cleanups  []func()
 }
 
@@ -164,10 +165,18 @@ func openImage(ctx context.Context, ref string, o Config) (*pulledImage, error) 
 		return nil, err
 	}
 	p := &pulledImage{sys: sys, cleanups: []func(){cleanup}}
+	if o.Egress != nil && r.Transport().Name() == docker.Transport.Name() {
+		if p.relay, err = startEgressRelay(o.Egress); err != nil {
+			p.close()
+			return nil, err
+		}
+		p.cleanups = append(p.cleanups, p.relay.close)
+		sys.DockerProxy = p.relay.dockerProxy
+	}
 	src, err := r.NewImageSource(ctx, sys)
 	if err != nil {
 		p.close()
-		return nil, pullError(ctx, ref, err)
+		return nil, p.pullError(ctx, ref, err)
 	}
 	p.src = src
 	if err := p.choose(ctx, ref, o); err != nil {
@@ -182,7 +191,7 @@ func openImage(ctx context.Context, ref string, o Config) (*pulledImage, error) 
 func (p *pulledImage) choose(ctx context.Context, ref string, o Config) error {
 	raw, mime, err := p.src.GetManifest(ctx, nil)
 	if err != nil {
-		return pullError(ctx, ref, err)
+		return p.pullError(ctx, ref, err)
 	}
 	if p.topDigest, err = manifest.Digest(raw); err != nil {
 		return fmt.Errorf("image %s: digesting manifest: %w: %w", ref, errdefs.ErrInvalidImage, err)
@@ -200,7 +209,7 @@ func (p *pulledImage) choose(ctx context.Context, ref string, o Config) error {
 		}
 		instance = &d
 		if raw, _, err = p.src.GetManifest(ctx, instance); err != nil {
-			return pullError(ctx, ref, err)
+			return p.pullError(ctx, ref, err)
 		}
 	}
 	if err := checkNotArtifact(ref, raw); err != nil {
@@ -208,12 +217,12 @@ func (p *pulledImage) choose(ctx context.Context, ref string, o Config) error {
 	}
 	img, err := image.FromUnparsedImage(ctx, p.sys, image.UnparsedInstance(p.src, instance))
 	if err != nil {
-		return pullError(ctx, ref, err)
+		return p.pullError(ctx, ref, err)
 	}
 	p.img = img
 	cfg, err := img.OCIConfig(ctx)
 	if err != nil {
-		return pullError(ctx, ref, err)
+		return p.pullError(ctx, ref, err)
 	}
 	p.config = cfg
 	if o.Arch != "" && cfg.Architecture != "" && cfg.Architecture != o.Arch {
@@ -271,9 +280,20 @@ func platforms(list manifest.List) []string {
 	return out
 }
 
-// pullError classifies a failure to reach or read the image: refused
-// credentials are ErrSourceRefused, everything else ErrSourceUnreachable.
+// pullError is pullError for this pull: a connection its relay refused is
+// reported as the policy's refusal.
+func (p *pulledImage) pullError(ctx context.Context, ref string, err error) error {
+	return pullError(ctx, ref, p.relay.explain(err))
+}
+
+// pullError classifies a failure to reach or read the image: a refusal of
+// the egress policy and refused credentials are ErrSourceRefused,
+// everything else ErrSourceUnreachable.
 func pullError(ctx context.Context, ref string, err error) error {
+	var egress *errdefs.EgressError
+	if errors.As(err, &egress) {
+		return fmt.Errorf("failed to pull image %s: %w", ref, err)
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("failed to pull image %s: %w: %w", ref, errdefs.ErrCancelled, err)
 	}

@@ -1,0 +1,134 @@
+package datasource
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/regtest"
+)
+
+// serveOn serves h on ip:0 until the test ends and counts connections.
+func serveOn(t *testing.T, ip string, h http.Handler) (addr string, conns *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	require.NoError(t, err)
+	conns = new(atomic.Int32)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), conns
+}
+
+// countingPolicy is p dialling with a Control that counts connect(2)s.
+func countingPolicy(deny string) (*EgressPolicy, *atomic.Int32) {
+	n := new(atomic.Int32)
+	d, err := ParseEgressList(deny)
+	if err != nil {
+		panic(err)
+	}
+	return &EgressPolicy{Deny: d, Dialer: &net.Dialer{Timeout: 5 * time.Second,
+		Control: func(string, string, syscall.RawConn) error { n.Add(1); return nil }}}, n
+}
+
+func requireEgressRefused(t *testing.T, err error, addr, rule string) {
+	t.Helper()
+	require.ErrorIs(t, err, errdefs.ErrEgressDenied)
+	require.ErrorIs(t, err, errdefs.ErrSourceRefused)
+	var ee *errdefs.EgressError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, addr, ee.Addr)
+	assert.Equal(t, rule, ee.Rule)
+}
+
+// containers/image takes no dialer: a pull under a policy goes through the
+// relay, whose connections are the policy's (the counting Control sees
+// them), and a registry on a denied address is refused without a
+// connection and without retries.
+func TestRegistryPullUnderEgressPolicy(t *testing.T) {
+	reg := regtest.Start(t, regtest.Options{})
+	ref, _, data := pushResumeImage(t, reg)
+
+	p, connects := countingPolicy("default")
+	_, got, err := readRegistry(t, ref, Config{Egress: p})
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+	assert.Positive(t, connects.Load(), "the pull's connections are made by the policy's dialer")
+
+	p, connects = countingPolicy("127.0.0.0/8")
+	start := time.Now()
+	s, _, err := readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
+	requireEgressRefused(t, err, "127.0.0.1", "deny 127.0.0.0/8")
+	assert.Zero(t, connects.Load())
+	assert.Zero(t, Retries(s))
+	assert.Less(t, time.Since(start), 5*time.Second)
+}
+
+// A registry that redirects its blobs to another host (as registries do
+// to their storage) cannot send the pull to a denied address: the
+// redirect target gets no connection.
+func TestRegistryBlobRedirectToDeniedAddress(t *testing.T) {
+	reg := regtest.Start(t, regtest.Options{})
+	ref, _, data := pushResumeImage(t, reg)
+	upstream := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host})
+	blobs, blobConns := serveOn(t, "127.0.0.3", upstream)
+	front, _ := serveOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			http.Redirect(w, r, "http://"+blobs+r.URL.Path, http.StatusTemporaryRedirect)
+			return
+		}
+		upstream.ServeHTTP(w, r)
+	}))
+	ref = strings.Replace(ref, reg.Host, front, 1)
+
+	// Without a policy the redirected pull works, so the refusal below is
+	// the policy's.
+	_, got, err := readRegistry(t, ref, Config{})
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+	seen := blobConns.Load()
+	require.Positive(t, seen)
+
+	p, _ := countingPolicy("127.0.0.3")
+	_, _, err = readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
+	requireEgressRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
+	assert.Equal(t, seen, blobConns.Load(), "the denied blob host must get no connection")
+}
+
+// The relay serves only clients that know its credentials.
+func TestEgressRelayRefusesOtherClients(t *testing.T) {
+	r, err := startEgressRelay(&EgressPolicy{})
+	require.NoError(t, err)
+	t.Cleanup(r.close)
+	target, conns := serveOn(t, "127.0.0.2", http.NotFoundHandler())
+	for _, u := range []*url.URL{
+		{Scheme: "socks5", User: url.UserPassword("importer", "guess"), Host: r.ln.Addr().String()},
+		{Scheme: "socks5", Host: r.ln.Addr().String()},
+	} {
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u)}, Timeout: 5 * time.Second}
+		_, err := c.Get("http://" + target + "/")
+		require.Error(t, err)
+	}
+	assert.Zero(t, conns.Load())
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(r.url())}, Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + target + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	assert.Equal(t, int32(1), conns.Load())
+}
