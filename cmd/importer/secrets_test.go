@@ -65,9 +65,9 @@ const presignedQuery = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=" + am
 // network source (HTTP with basic auth, extra headers and a pre-signed
 // query, redirected to another host with one of its own; S3 with keys and a
 // session token; GCS with a service-account key and an authorized user; a
-// registry with a password), on the command line and in CDI's env mode,
-// with debug logs and the result JSON, and looks for every secret in
-// standard output, standard error and the termination log.
+// registry with a password), on the command line (and inspect) and in
+// CDI's env mode, with debug logs and the result JSON, and looks for every
+// secret in standard output, standard error and the termination log.
 func TestNoSecretInAnyOutput(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 61)
@@ -169,15 +169,20 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		gcs  string            // GOOGLE_APPLICATION_CREDENTIALS
 		args []string          // command line (SOURCE last)
 		env  map[string]string // or CDI's env mode
+		// inspect runs importer inspect --json SOURCE instead.
+		inspect bool
 	}
 	cases := []importCase{
 		{name: "cli http", ok: true, args: append(httpFlags, presigned("/ok.img"))},
 		{name: "cli http user in url", ok: true, args: []string{"--header", "X-Auth-Token: " + headerValue, withUser("/ok.img")}},
 		{name: "cli http redirect refused", args: append(httpFlags, presigned("/denied.img"))},
+		{name: "cli http redirect refused, json logs", args: append(append(httpFlags, "--log-format", "json"), presigned("/denied.img"))},
 		{name: "cli http not found", args: append(httpFlags, presigned("/missing.img"))},
 		{name: "cli http unavailable", args: append(append(httpFlags, retryFlags...), presigned("/broken.img"))},
 		{name: "cli http unreachable", args: append(append(httpFlags, retryFlags...), "http://u:"+urlPass+"@"+closed+"/disk.img?"+presignedQuery)},
 		{name: "cli http bad url", args: append(httpFlags, "http://u:"+urlPass+"@127.0.0.1:99999999/disk.img?"+presignedQuery)},
+		{name: "cli inspect http", ok: true, inspect: true, args: append(httpFlags, presigned("/ok.img"))},
+		{name: "cli inspect http refused", inspect: true, args: append(httpFlags, presigned("/denied.img"))},
 		{name: "cli unsupported scheme", args: []string{"ftp://u:" + urlPass + "@127.0.0.1/disk.img?" + presignedQuery}},
 		{name: "cli s3 session token redirected", ok: true, args: []string{"s3+" + s3front.URL + "/bucket/disk.img"}},
 		{name: "cli s3", ok: true, args: []string{"--creds", s3.Access + ":" + s3.Secret, "--s3-endpoint", s3.URL, "s3://bucket/disk.img"}},
@@ -230,6 +235,10 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 				term, _ := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 				outputs = map[string]string{"stdout": stdout, "stderr": stderr, "termination log": string(term)}
 				target = filepath.Join(root, "data/disk.img")
+			} else if c.inspect {
+				var stdout, stderr string
+				code, stdout, stderr = runCLI(t, nil, env(nil), append([]string{"inspect", "-vv", "--json"}, c.args...)...)
+				outputs = map[string]string{"stdout": stdout, "stderr": stderr}
 			} else {
 				out := t.TempDir()
 				tlog := filepath.Join(out, "result.json")
@@ -240,16 +249,20 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 				term, _ := os.ReadFile(tlog)
 				outputs = map[string]string{"stdout": stdout, "stderr": stderr, "termination log": string(term)}
 			}
-			if c.ok {
+			switch {
+			case c.ok && c.inspect:
+				require.Equal(t, cdi.ExitOK, code)
+				assert.Contains(t, outputs["stdout"], `"sourceFormat":"raw"`)
+			case c.ok:
 				require.Equal(t, cdi.ExitOK, code)
 				size := int64(-1)
 				if c.env != nil {
 					size = 1 << 20
 				}
 				assert.Equal(t, want, testimg.Digest(t, target, size))
-			} else {
+			default:
 				require.NotEqual(t, cdi.ExitOK, code)
-				if c.args != nil {
+				if c.args != nil && !c.inspect {
 					assert.NotEmpty(t, outputs["termination log"], "a failure's result is written")
 				}
 			}
