@@ -34,8 +34,11 @@
 // # Configuration
 //
 // Every source is built from the same [Config]: credentials, TLS, extra
-// headers, proxy, an optional http.RoundTripper, the retry policy, the
-// stall timeout, the logger and the container-registry settings. A source
+// headers, proxy, an optional http.RoundTripper, the egress policy
+// ([EgressPolicy]: networks a source may or may not connect to, checked on
+// every address connected to), the retry policy, the stall timeout, the
+// logger and the container-registry settings. Network sources are carried
+// by one transport, [NewTransport]. A source
 // uses the fields that apply to it, so one Config describes an import
 // whatever its endpoint turns out to be. No source shows a credential in
 // a log line or an error: URLs are rendered by [RedactURL].
@@ -54,7 +57,9 @@
 // A new kind of source is one file and one line (s3.go and gcs.go are two): the file defines
 // a type implementing [Source] and a constructor with the [Opener]
 // signature, which reads what it needs from the Config (credentials,
-// Transport, the retry fields); the line registers it in [Builtin]:
+// Transport, the retry fields) and sends its requests through
+// [NewTransport] (or the caller's Transport), so TLS, proxy and the egress
+// policy apply to it; the line registers it in [Builtin]:
 //
 //	r.Register("s3://", NewS3)
 //
