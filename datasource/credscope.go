@@ -23,9 +23,13 @@ func newCredentialScope(u *url.URL, what string, log *slog.Logger) *credentialSc
 	return &credentialScope{origin: origin(u), what: what, log: log}
 }
 
-// allows reports whether a request to u may carry the credentials.
+// sameOrigin reports whether u is at the endpoint's origin.
+func (c *credentialScope) sameOrigin(u *url.URL) bool { return origin(u) == c.origin }
+
+// allows reports whether a request to u may carry the credentials, and
+// logs the first one that may not.
 func (c *credentialScope) allows(u *url.URL) bool {
-	if origin(u) == c.origin {
+	if c.sameOrigin(u) {
 		return true
 	}
 	if !c.logged.Swap(true) {

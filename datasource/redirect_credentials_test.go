@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
 )
 
 // serveOn starts h on host (an address of the loopback network, such as
@@ -39,6 +40,7 @@ type received struct {
 }
 
 type receivedRequest struct {
+	uri    string // the request target as sent
 	query  string
 	header http.Header
 }
@@ -46,7 +48,7 @@ type receivedRequest struct {
 func (rc *received) add(r *http.Request) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.reqs = append(rc.reqs, receivedRequest{query: r.URL.RawQuery, header: r.Header.Clone()})
+	rc.reqs = append(rc.reqs, receivedRequest{uri: r.RequestURI, query: r.URL.RawQuery, header: r.Header.Clone()})
 }
 
 func (rc *received) all() []receivedRequest {
@@ -161,14 +163,25 @@ func TestS3RedirectToAnotherOriginIsUnsigned(t *testing.T) {
 	for _, o := range otherOrigins {
 		t.Run(o.name, func(t *testing.T) {
 			var front, blob received
-			other := serveOn(t, o.host, recordAndServe(&blob, data))
+			other := serveOn(t, o.host, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/denied" {
+					http.Error(w, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>", http.StatusForbidden)
+					return
+				}
+				recordAndServe(&blob, data)(w, r)
+			}))
 			entry := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				front.add(r)
 				if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential="+id+"/") {
 					http.Error(w, "signature required", http.StatusForbidden)
 					return
 				}
-				http.Redirect(w, r, other.URL+"/blob?part=1", http.StatusTemporaryRedirect)
+				if r.URL.Path == "/images/denied.img" {
+					http.Redirect(w, r, other.URL+"/denied", http.StatusTemporaryRedirect)
+					return
+				}
+				// A path S3 would encode otherwise ('+', '='): sent as given.
+				http.Redirect(w, r, other.URL+"/blob/a+b=c?part=1", http.StatusTemporaryRedirect)
 			}))
 			src, err := datasource.New("s3+"+entry.URL+"/images/disk.img", datasource.Config{})
 			require.NoError(t, err)
@@ -188,8 +201,17 @@ func TestS3RedirectToAnotherOriginIsUnsigned(t *testing.T) {
 					assert.False(t, strings.HasPrefix(strings.ToLower(k), "x-amz-"), "request %d carries %s", i, k)
 				}
 				assert.Equal(t, "part=1", r.query, "only the redirect's own query")
+				assert.Equal(t, "/blob/a+b=c?part=1", r.uri, "the redirect's URL as given")
 				assertNoSecret(t, r, id, secret, session, "Signature=")
 			}
+
+			// Refused there: the error says the request went unsigned.
+			src, err = datasource.New("s3+"+entry.URL+"/images/denied.img", datasource.Config{})
+			require.NoError(t, err)
+			_, err = src.Open(t.Context())
+			require.ErrorIs(t, err, errdefs.ErrSourceRefused)
+			assert.Contains(t, err.Error(), "access denied")
+			assert.Contains(t, err.Error(), "sent unsigned to "+other.URL)
 		})
 	}
 }

@@ -324,7 +324,12 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ir := r.Header.Get("If-Range"); strings.HasPrefix(ir, `"`) {
 		r.Header.Set("If-Match", ir)
 	}
-	r.URL.RawPath = s3Escape(r.URL.Path)
+	own := t.scope.sameOrigin(r.URL)
+	if own {
+		// The endpoint's paths are encoded as S3 signs them; a redirect
+		// elsewhere is sent as given (it may be pre-signed for its path).
+		r.URL.RawPath = s3Escape(r.URL.Path)
+	}
 	if t.creds.id != "" && t.scope.allows(r.URL) {
 		r = signV4(r, t.creds, t.region)
 	}
@@ -339,7 +344,11 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Header.Set("Accept-Ranges", "bytes")
 		}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
-		return nil, s3Error(resp, t.object, r.Header.Get("If-Match"))
+		err := s3Error(resp, t.object, r.Header.Get("If-Match"))
+		if t.creds.id != "" && !own {
+			return nil, fmt.Errorf("%w (sent unsigned to %s, another origin than the endpoint's, which redirected there)", err, origin(r.URL))
+		}
+		return nil, err
 	}
 	return resp, nil
 }
