@@ -25,7 +25,8 @@ import (
 
 // During a slow import, a client scraping the pod as CDI's controller does
 // (HTTPS, its exact regular expression, the pod's OWNER_UID) reads a
-// percentage that rises, never falls, and ends at 100.
+// percentage that rises and never falls; never 100, which the controller
+// sets itself when the pod succeeds (the pod waits for no last scrape).
 func TestPodProgressMetric(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 6<<20, 62)
@@ -79,7 +80,6 @@ func TestPodProgressMetric(t *testing.T) {
 	for i := 1; i < len(seen); i++ {
 		assert.GreaterOrEqual(t, seen[i], seen[i-1], "the percentage went back at scrape %d: %v", i, seen)
 	}
-	assert.Equal(t, 100.0, seen[len(seen)-1], "the last scrape reads 100")
 	rising := 0
 	for _, v := range seen {
 		if v > 0 && v < 100 {
@@ -87,11 +87,7 @@ func TestPodProgressMetric(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, rising, 3, "several percentages between 0 and 100 while it ran: %v", seen)
-	for _, v := range seen[:len(seen)-1] {
-		if v == 100 {
-			assert.Fail(t, "100 before the import was complete", "%v", seen)
-		}
-	}
+	assert.NotContains(t, seen, 100.0, "the server stops before the final value is set")
 	assert.Regexp(t, `msg=Progress phase=TransferDataFile percent=\d+\.\d\d read=\d+`, rp.stderr.String(),
 		"off a terminal, the log shows progress lines")
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(volume, "disk.img"), 6<<20))
@@ -202,6 +198,7 @@ func TestCLIMetricsListen(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, "100", last)
+	assert.NotEmpty(t, last, "the progress was served")
+	assert.NotEqual(t, "100", last, "the server stops before the final value is set")
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
 }

@@ -122,24 +122,3 @@ func TestMetricsServerTLSPolicy(t *testing.T) {
 	assert.Equal(t, "importer-metrics", conn.ConnectionState().PeerCertificates[0].Subject.CommonName, "self-signed, made at start")
 	conn.Close()
 }
-
-func TestStopAfterScrapeWaitsForOneFinalScrape(t *testing.T) {
-	srv, err := StartMetricsServer(MetricsConfig{Listen: "127.0.0.1:0"}, NewMetricsHandler(NewProgressTracker(), ""))
-	require.NoError(t, err)
-	start := time.Now()
-	assert.NoError(t, srv.StopAfterScrape(300*time.Millisecond))
-	assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "no scrape: the grace runs out")
-
-	srv, err = StartMetricsServer(MetricsConfig{Listen: "127.0.0.1:0"}, NewMetricsHandler(NewProgressTracker(), ""))
-	require.NoError(t, err)
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test client
-		if resp, err := c.Get("https://" + srv.Addr() + "/metrics"); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	start = time.Now()
-	assert.NoError(t, srv.StopAfterScrape(10*time.Second))
-	assert.Less(t, time.Since(start), 5*time.Second, "a scrape ends the wait")
-}

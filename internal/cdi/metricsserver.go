@@ -10,12 +10,9 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math"
 	"math/big"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -25,12 +22,6 @@ type MetricsServer struct {
 	srv  *http.Server
 	ln   net.Listener
 	done chan error
-	// started numbers the requests; one numbered above finalMark began
-	// after the final value was set, and closes finalSeen once answered.
-	started   atomic.Int64
-	finalMark atomic.Int64
-	finalSeen chan struct{}
-	seenOnce  sync.Once
 }
 
 // StartMetricsServer listens at c.Listen and serves h with c's certificate,
@@ -57,42 +48,14 @@ func StartMetricsServer(c MetricsConfig, h http.Handler) (*MetricsServer, error)
 	if err != nil {
 		return nil, fmt.Errorf("metrics server: %w", err)
 	}
-	s := &MetricsServer{ln: ln, done: make(chan error, 1), finalSeen: make(chan struct{})}
-	s.finalMark.Store(math.MaxInt64)
-	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := s.started.Add(1)
-		h.ServeHTTP(w, r)
-		if n > s.finalMark.Load() {
-			s.seenOnce.Do(func() { close(s.finalSeen) })
-		}
-	})
-	s.srv = &http.Server{Handler: counted, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf}
+	s := &MetricsServer{ln: ln, done: make(chan error, 1)}
+	s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf}
 	go func() { s.done <- s.srv.ServeTLS(ln, "", "") }()
 	return s, nil
 }
 
 // Addr is the address the server listens at (the port chosen for ":0").
 func (s *MetricsServer) Addr() string { return s.ln.Addr().String() }
-
-// FinalScrapeGrace is how long StopAfterScrape waits for a scrape of the
-// final value.
-const FinalScrapeGrace = time.Second
-
-// StopAfterScrape stops the server once it has answered a request begun
-// after this call (a scrape that saw the final value, 100 for a complete
-// import), or after grace: the controller scrapes every few seconds, and
-// without the wait a pod that ends between two scrapes would never show
-// 100.
-func (s *MetricsServer) StopAfterScrape(grace time.Duration) error {
-	s.finalMark.Store(s.started.Load())
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-s.finalSeen:
-	case <-t.C:
-	}
-	return s.Stop()
-}
 
 // Stop closes the server, letting a scrape in flight finish for a moment.
 func (s *MetricsServer) Stop() error {
