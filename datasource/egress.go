@@ -170,6 +170,25 @@ func (p *EgressPolicy) dialer() *net.Dialer {
 	return d
 }
 
+// lookup resolves a host name to its addresses, IPv4 ones as IPv4 (Go's
+// resolver may return them IPv4-mapped).
+func (p *EgressPolicy) lookup(ctx context.Context, family, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	addrs, err := p.resolver().LookupNetIP(ctx, family, host)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, &net.DNSError{Err: "no address", Name: host, IsNotFound: true}
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+	}
+	return addrs, nil
+}
+
 // DialContext connects to address (host:port) when the policy allows
 // every address the host resolves to. The host is resolved once, and the
 // connection is made to the checked addresses in the resolver's order.
@@ -186,23 +205,16 @@ func (p *EgressPolicy) DialContext(ctx context.Context, network, address string)
 		}
 		port = uint64(n)
 	}
-	var addrs []netip.Addr
-	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a}
-	} else {
-		family := "ip"
-		switch network {
-		case "tcp4", "udp4":
-			family = "ip4"
-		case "tcp6", "udp6":
-			family = "ip6"
-		}
-		if addrs, err = p.resolver().LookupNetIP(ctx, family, host); err != nil {
-			return nil, err
-		}
-		if len(addrs) == 0 {
-			return nil, &net.DNSError{Err: "no address", Name: host, IsNotFound: true}
-		}
+	family := "ip"
+	switch network {
+	case "tcp4", "udp4":
+		family = "ip4"
+	case "tcp6", "udp6":
+		family = "ip6"
+	}
+	addrs, err := p.lookup(ctx, family, host)
+	if err != nil {
+		return nil, err
 	}
 	for _, a := range addrs {
 		if rule := p.rule(a); rule != "" {

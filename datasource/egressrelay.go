@@ -308,7 +308,7 @@ func (r *egressRelay) dockerProxy(u *url.URL) (*url.URL, error) {
 			return nil, err
 		}
 	}
-	addrs, err := r.policy.resolver().LookupNetIP(r.ctx, "ip", pu.Hostname())
+	addrs, err := r.policy.lookup(r.ctx, "ip", pu.Hostname())
 	if err != nil {
 		return nil, fmt.Errorf("resolving proxy %s: %w", pu.Redacted(), err)
 	}

@@ -2,10 +2,14 @@ package datasource
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -131,4 +135,53 @@ func TestEgressRelayRefusesOtherClients(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
 	assert.Equal(t, int32(1), conns.Load())
+}
+
+// Go reads the proxy environment once per process and never proxies
+// loopback names, so the pulls run in a child test process with
+// HTTP_PROXY and HTTPS_PROXY set and a registry name only the proxy
+// serves. A proxy from the environment is used once its address is
+// checked: on an allowed address the pull goes through it; on a denied
+// one it is refused before any connection.
+func TestRegistryPullThroughEnvironmentProxyUnderEgressPolicy(t *testing.T) {
+	if ref := os.Getenv("DATASOURCE_EGRESS_PROXY_CHILD_REF"); ref != "" {
+		p, _ := countingPolicy("127.0.0.3")
+		_, got, err := readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
+		if want := os.Getenv("DATASOURCE_EGRESS_PROXY_CHILD_REFUSED"); want != "" {
+			requireEgressRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32 (proxy "+want+")")
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, os.Getenv("DATASOURCE_EGRESS_PROXY_CHILD_SHA"), fmt.Sprintf("%x", sha256.Sum256(got)))
+		return
+	}
+	reg := regtest.Start(t, regtest.Options{})
+	ref, _, data := pushResumeImage(t, reg)
+	ref = strings.Replace(ref, reg.Host, "registry.invalid", 1)
+	// A forward proxy for plain http (the pull falls back to http after
+	// its https ping is refused: CONNECT is not served).
+	forward := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "http", reg.Host, reg.Host
+	}}
+	proxyHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect || r.URL.Host != "registry.invalid" {
+			http.Error(w, "not proxied", http.StatusForbidden)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	})
+	allowed, allowedConns := serveOn(t, "127.0.0.2", proxyHandler)
+	denied, deniedConns := serveOn(t, "127.0.0.3", proxyHandler)
+	run := func(proxy string, extra ...string) {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRegistryPullThroughEnvironmentProxyUnderEgressPolicy$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DATASOURCE_EGRESS_PROXY_CHILD_REF="+ref,
+			"HTTP_PROXY="+proxy, "http_proxy="+proxy, "HTTPS_PROXY="+proxy, "https_proxy="+proxy, "NO_PROXY=", "no_proxy=")
+		cmd.Env = append(cmd.Env, extra...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "child test: %s", out)
+	}
+	run("http://"+allowed, fmt.Sprintf("DATASOURCE_EGRESS_PROXY_CHILD_SHA=%x", sha256.Sum256(data)))
+	assert.Positive(t, allowedConns.Load(), "the pull went through the proxy")
+	run("http://"+denied, "DATASOURCE_EGRESS_PROXY_CHILD_REFUSED=http://"+denied)
+	assert.Zero(t, deniedConns.Load(), "a denied proxy gets no connection")
 }
