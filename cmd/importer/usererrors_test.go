@@ -54,6 +54,7 @@ func TestCLIRefusesBadFlagValues(t *testing.T) {
 	for _, args := range [][]string{
 		{"--cache-mode", "weird"},
 		{"--format", "vmdk"},
+		{"--format-in", "qcow2"},
 		{"--content-type", "tarball"},
 		{"--log-format", "xml"},
 	} {
