@@ -10,6 +10,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"github.com/ulikunitz/xz"
 
 	"github.com/diskimport/engine/errdefs"
@@ -102,6 +103,8 @@ func codecName(c Compression) string {
 		return "xz"
 	case Zstd:
 		return "zstd"
+	case LZ4:
+		return "lz4"
 	}
 	return string(c)
 }
@@ -148,6 +151,10 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 			return nil, d.mapErr(err)
 		}
 		d.r, d.close = zr, func() error { zr.Close(); return ra.Close() }
+	case LZ4:
+		ra := readAhead(src)
+		zr := lz4.NewReader(src)
+		d.r, d.close = zr, ra.Close
 	case XZ:
 		if err := checkXZDict(head, o.MaxXZDictionary); err != nil {
 			return nil, err

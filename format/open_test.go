@@ -46,6 +46,7 @@ var compressors = map[Compression][]string{
 	Gzip: {"gzip", "-6"},
 	XZ:   {"xz", "-6", "-T2", "--block-size=1MiB"},
 	Zstd: {"zstd", "-q", "-3"},
+	LZ4:  {"lz4", "-q", "-c"},
 }
 
 // wrap compresses in with the given layers, innermost first.
@@ -82,6 +83,8 @@ func TestOpenRoundTrip(t *testing.T) {
 		{raw, []Compression{Gzip}, Raw},
 		{raw, []Compression{XZ}, Raw},
 		{raw, []Compression{Zstd}, Raw},
+		{raw, []Compression{LZ4}, Raw},
+		{qcow, []Compression{LZ4}, QCOW2},
 		{qcow, []Compression{Gzip}, QCOW2},
 		{qcow, []Compression{XZ}, QCOW2},
 		{qcow, []Compression{Zstd}, QCOW2},
@@ -117,7 +120,7 @@ func TestOpenMultiStream(t *testing.T) {
 	pa, pb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	writeRaw(t, pa, a)
 	writeRaw(t, pb, b)
-	for _, c := range []Compression{Gzip, XZ, Zstd} {
+	for _, c := range []Compression{Gzip, XZ, Zstd, LZ4} {
 		ca, cb := wrap(t, pa, c), wrap(t, pb, c)
 		x, err := os.ReadFile(ca)
 		require.NoError(t, err)
@@ -171,7 +174,7 @@ func TestOpenTruncatedAndCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "disk.raw")
 	writeRaw(t, raw, variedContent(2<<20, 8))
-	for _, c := range []Compression{Gzip, XZ, Zstd} {
+	for _, c := range []Compression{Gzip, XZ, Zstd, LZ4} {
 		full, err := os.ReadFile(wrap(t, raw, c))
 		require.NoError(t, err)
 		for _, cut := range []int{20, 100, len(full) / 3, len(full) / 2, len(full) - 1, len(full) - 8, len(full) - 13} {

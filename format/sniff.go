@@ -14,6 +14,7 @@ var (
 	magicGzip     = []byte{0x1f, 0x8b}
 	magicXZ       = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
 	magicZstd     = []byte{0x28, 0xb5, 0x2f, 0xfd}
+	magicLZ4      = []byte{0x04, 0x22, 0x4d, 0x18}
 	magicQCOW2    = []byte{'Q', 'F', 'I', 0xfb}
 	magicVMDK     = []byte{'K', 'D', 'M', 'V'}
 	magicVMDKDesc = []byte("# Disk DescriptorFile")
@@ -74,6 +75,9 @@ func detect(head []byte) (Compression, Format, []Format) {
 		return XZ, "", nil
 	case bytes.HasPrefix(head, magicZstd), startsWithZstdSkippable(head):
 		return Zstd, "", nil
+	case bytes.HasPrefix(head, magicLZ4) && len(head) > len(magicLZ4) && head[len(magicLZ4)]>>6 == 1:
+		// The frame descriptor's version bits are 01.
+		return LZ4, "", nil
 	}
 	var found []Format
 	if f := sniffAtStart(head); f != "" {
