@@ -49,7 +49,7 @@ type gcsTokens struct {
 	file     string
 	data     []byte
 	kind     google.CredentialsType
-	tokenURL string
+	tokenURL string // the file's token_uri as messages show it (RedactURL)
 	base     http.RoundTripper
 	ua       string
 
@@ -66,10 +66,10 @@ func loadGCSCredentials(file string) (*gcsTokens, error) {
 	if err := json.Unmarshal(data, &k); err != nil {
 		return nil, fmt.Errorf("GCS credentials %s are not JSON: %w: %w", file, errdefs.ErrInvalidOptions, err)
 	}
-	t := &gcsTokens{file: file, data: data, tokenURL: k.TokenURI}
-	if t.tokenURL == "" {
-		t.tokenURL = google.Endpoint.TokenURL
+	if k.TokenURI == "" {
+		k.TokenURI = google.Endpoint.TokenURL
 	}
+	t := &gcsTokens{file: file, data: data, tokenURL: RedactURL(k.TokenURI)}
 	switch k.Type {
 	case "service_account":
 		// Checked now, so that a broken key fails as an option and not as
@@ -140,7 +140,7 @@ func (t *gcsTokens) token(ctx context.Context) (string, error) {
 func (t *gcsTokens) tokenError(err error) error {
 	var re *oauth2.RetrieveError
 	if !errors.As(err, &re) || re.Response == nil {
-		return fmt.Errorf("getting a GCS access token from %s: %w: %w", RedactURL(t.tokenURL), errdefs.ErrSourceUnreachable, redactErrorURLs(err))
+		return fmt.Errorf("getting a GCS access token from %s: %w: %w", t.tokenURL, errdefs.ErrSourceUnreachable, redactErrorURLs(err))
 	}
 	status := re.Response.StatusCode
 	if status >= 500 || status == http.StatusTooManyRequests {
