@@ -2,6 +2,8 @@ package datasource_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -127,7 +129,7 @@ func TestEgressDenyListRefusesItsNetworkOnly(t *testing.T) {
 	src, _, err := fetch(t, "http://"+denied.addr+"/disk.img", c)
 	requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
 	assert.Zero(t, denied.accepted.Load(), "a denied address must not be connected to")
-	assert.Zero(t, src.(interface{ Retries() int }).Retries(), "a policy refusal is not retried")
+	assert.Zero(t, datasource.Retries(src), "a policy refusal is not retried")
 }
 
 func TestEgressAllowListRefusesEverythingElse(t *testing.T) {
@@ -347,6 +349,7 @@ func TestEgressAppliesToObjectStores(t *testing.T) {
 		require.NoError(t, err, ep)
 		_, _, err = readAll(t, src)
 		requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
+		assert.Zero(t, datasource.Retries(src), ep)
 	}
 	assert.Zero(t, denied.accepted.Load())
 }
@@ -370,4 +373,24 @@ func TestParseEgressList(t *testing.T) {
 		require.ErrorIs(t, err, errdefs.ErrInvalidOptions, bad)
 		assert.Contains(t, err.Error(), fmt.Sprintf("%q", bad))
 	}
+}
+
+// A GCS key file's token_uri is reached through the same policy: a token
+// endpoint on a denied address gets no connection, and neither does the
+// object's server, since no token was obtained.
+func TestEgressAppliesToGCSTokenEndpoint(t *testing.T) {
+	tokens := mustServeAlias(t, "127.0.0.3", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"access_token":"t","expires_in":3600}`))
+	}))
+	objects := mustServeAlias(t, "127.0.0.2", http.NotFoundHandler())
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, "http://"+tokens.addr+"/token", key))
+	src, err := datasource.New("gs+http://"+objects.addr+"/images/disk.img", egressConfig(&datasource.EgressPolicy{Deny: prefixes(t, "127.0.0.3")}))
+	require.NoError(t, err)
+	_, _, err = readAll(t, src)
+	requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
+	assert.Zero(t, datasource.Retries(src), "a refused token endpoint is not retried")
+	assert.Zero(t, tokens.accepted.Load())
+	assert.Zero(t, objects.accepted.Load())
 }

@@ -109,8 +109,9 @@ func (t *gcsTokens) token(ctx context.Context) (string, error) {
 	if t.tok != nil && (t.tok.Expiry.IsZero() || time.Until(t.tok.Expiry) > gcsTokenMargin) {
 		return t.tok.AccessToken, nil
 	}
+	ct := &contextTransport{base: t.base, ctx: ctx, ua: t.ua}
 	client := &http.Client{
-		Transport: &contextTransport{base: t.base, ctx: ctx, ua: t.ua},
+		Transport: ct,
 		// The request's body is the signed assertion or the refresh token:
 		// a redirect is taken as the answer (a refusal), never followed
 		// with that body to wherever it points.
@@ -125,6 +126,12 @@ func (t *gcsTokens) token(ctx context.Context) (string, error) {
 	}
 	tok, err := creds.TokenSource.Token()
 	if err != nil {
+		// The library flattens the transport's error into its text; an
+		// egress refusal keeps its own reason and is not retried.
+		var egress *errdefs.EgressError
+		if errors.As(ct.err, &egress) {
+			return "", fmt.Errorf("getting a GCS access token from %s: %w", RedactURL(t.tokenURL), egress)
+		}
 		return "", t.tokenError(err)
 	}
 	if tok.AccessToken == "" {
@@ -169,6 +176,7 @@ type contextTransport struct {
 	base http.RoundTripper
 	ctx  context.Context
 	ua   string
+	err  error // the last request's transport error
 }
 
 func (c *contextTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -176,5 +184,7 @@ func (c *contextTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if c.ua != "" {
 		r.Header.Set("User-Agent", c.ua)
 	}
-	return c.base.RoundTrip(r)
+	resp, err := c.base.RoundTrip(r)
+	c.err = err
+	return resp, err
 }
