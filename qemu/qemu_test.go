@@ -378,9 +378,9 @@ func TestDescribeFailureNamesCPULimit(t *testing.T) {
 	requireTools(t)
 	// A real process killed by RLIMIT_CPU, set by the same launcher that
 	// starts qemu-img: a 1 s CPU limit on a busy loop.
-	cmd, err := sandbox.Command(&sandbox.Policy{Program: "/bin/sh", Args: []string{"-c", "while :; do :; done"}, CPUSeconds: 1})
+	c, err := sandbox.Start(context.Background(), &sandbox.Policy{Program: "/bin/sh", Args: []string{"-c", "while :; do :; done"}, CPUSeconds: 1}, sandbox.Stdio{})
 	require.NoError(t, err)
-	err = cmd.Run()
+	err = c.Wait()
 	require.Error(t, err)
 	got := describeFailure(runSpec{sub: "convert", limits: Limits{AddressSpace: 1 << 30, CPUSeconds: 1}}, "", err)
 	assert.Contains(t, got.Error(), "qemu-img convert was killed")

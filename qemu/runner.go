@@ -146,45 +146,19 @@ func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
 	if err != nil {
 		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
 	}
-	cmd, err := sandbox.Command(policy)
-	if err != nil {
-		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
-	}
-	// Own process group, so a cancel kills qemu-img and anything it spawned;
-	// Pdeathsig, so it dies with us even if we are killed without a chance
-	// to clean up (the launcher execs qemu-img in place, which keeps it).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr := &headTailBuffer{}
-	cmd.Stderr = stderr
-	// Do not hang in Wait if something outside the group holds our pipes.
-	cmd.WaitDelay = 5 * time.Second
-	if s.stdout != nil {
-		cmd.Stdout = s.stdout
-	}
-
 	log := r.logger().With("subcommand", s.sub)
 	log.Debug("running qemu-img", "args", s.args, "as", s.limits.AddressSpace, "cpu", s.limits.CPUSeconds, "sandbox", confinement)
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return runResult{}, fmt.Errorf("qemu-img %s: start: %w", s.sub, err)
+	// The launcher kills qemu-img's process group when ctx ends and
+	// qemu-img dies with us.
+	child, err := sandbox.Start(ctx, policy, sandbox.Stdio{Stdout: s.stdout, Stderr: stderr})
+	if err != nil {
+		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	var waitErr error
-	cancelled := false
-	select {
-	case waitErr = <-done:
-	case <-ctx.Done():
-		cancelled = true
-		// Negative pid: the whole process group.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		waitErr = <-done
-	}
-	res := runResult{stderr: stderr.String(), exitCode: -1}
-	if cmd.ProcessState != nil {
-		res.exitCode = cmd.ProcessState.ExitCode()
-	}
+	waitErr := child.Wait()
+	cancelled := waitErr != nil && ctx.Err() != nil
+	res := runResult{stderr: stderr.String(), exitCode: child.ExitCode()}
 	log.Debug("qemu-img finished", "elapsed", time.Since(start), "err", waitErr)
 
 	if cancelled {

@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/diskimport/engine/qemu"
 )
 
 // buildVersion and buildCommit are stamped by the linker (make build:
@@ -95,19 +94,14 @@ func buildSetting(info *debug.BuildInfo, key string) string {
 	return ""
 }
 
-// qemuImgVersion is the first line of `qemu-img --version` ("qemu-img
-// version 7.2.x (Debian ...)") without its program name, or why there is
-// none.
+// qemuImgVersion is the version of the qemu-img found on PATH, or why
+// there is none.
 func qemuImgVersion(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, qemuImgVersionTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "qemu-img", "--version")
-	cmd.Env = []string{"LC_ALL=C"}
-	out, err := cmd.Output()
+	v, err := (&qemu.Runner{}).Version(ctx)
 	if err != nil {
 		return fmt.Sprintf("unavailable (%v)", err)
 	}
-	line, _, _ := bufio.NewReader(bytes.NewReader(out)).ReadLine()
-	line = bytes.TrimPrefix(line, []byte("qemu-img "))
-	return string(bytes.TrimPrefix(line, []byte("version ")))
+	return v
 }

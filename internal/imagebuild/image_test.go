@@ -14,13 +14,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/diskimport/engine/internal/sandbox"
 )
 
 // hostRecipe is the recipe make image uses, with the importer replaced by
 // a copy of a static program at importer (any static ELF will do here).
 func hostRecipe(t *testing.T, importer string) Recipe {
 	t.Helper()
-	for _, p := range []string{"/usr/bin/qemu-img", "/usr/bin/xz", "/bin/busybox", "ldd"} {
+	for _, p := range []string{"/usr/bin/qemu-img", "/usr/bin/xz", "/bin/busybox"} {
 		if _, err := exec.LookPath(p); err != nil {
 			t.Skipf("%s is not installed (apt-get install qemu-utils xz-utils busybox-static): %v", p, err)
 		}
@@ -148,7 +150,7 @@ func TestImageContents(t *testing.T) {
 	if h := files["/tmp/"]; h != nil && h.Mode != 0o1777 {
 		t.Errorf("/tmp mode %o, want 1777", h.Mode)
 	}
-	libs, err := SharedLibraries(ctx, "/usr/bin/qemu-img")
+	libs, err := sandbox.SharedLibraries(ctx, "/usr/bin/qemu-img")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"time"
+
+	"github.com/diskimport/engine/internal/sandbox"
 )
 
 // Recipe says what goes into the image. Paths are on the build machine.
@@ -58,7 +60,7 @@ func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
 	t := NewTree()
 	var hostPaths []string
 	for _, p := range r.HostPrograms {
-		libs, err := SharedLibraries(ctx, p)
+		libs, err := sandbox.SharedLibraries(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +91,7 @@ func (r Recipe) addBusybox(t *Tree, hostPaths *[]string) error {
 	if r.Busybox == "" {
 		return nil
 	}
-	static, err := isStatic(r.Busybox)
+	static, err := sandbox.IsStatic(r.Busybox)
 	if err != nil {
 		return err
 	}
@@ -145,7 +147,7 @@ func (r Recipe) ProjectTree() (*Tree, error) {
 	t := NewTree()
 	programs := append([]Program{{Source: r.Importer, Path: EntrypointPath}}, r.Programs...)
 	for _, p := range programs {
-		static, err := isStatic(p.Source)
+		static, err := sandbox.IsStatic(p.Source)
 		if err != nil {
 			return nil, err
 		}

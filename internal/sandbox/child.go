@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
+	"time"
 )
 
 // init turns this process into the sandbox launcher when the parent asked
@@ -26,6 +28,13 @@ func launch(enc string) error {
 	if err != nil {
 		return err
 	}
+	if p.Landlock && p.LoadProgram {
+		rules, err := programRules(p.Program)
+		if err != nil {
+			return err
+		}
+		p.Rules = append(p.Rules, rules...)
+	}
 	// Never unlocked: the Landlock domain is this thread's, and this thread
 	// execs.
 	runtime.LockOSThread()
@@ -46,4 +55,26 @@ func launch(enc string) error {
 		return fmt.Errorf("exec %s: %w", p.Program, err)
 	}
 	return nil
+}
+
+// loaderTimeout bounds the interpreter's listing of a program's libraries
+// (a few milliseconds).
+const loaderTimeout = 10 * time.Second
+
+// programRules are the rules LoadProgram grants for program.
+func programRules(program string) ([]Rule, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), loaderTimeout)
+	defer cancel()
+	libs, err := SharedLibraries(ctx, program)
+	if err != nil {
+		return nil, err
+	}
+	rules := []Rule{{Path: program, Read: true, Exec: true}}
+	for _, l := range libs {
+		rules = append(rules, Rule{Path: l, Read: true, Exec: true})
+	}
+	if len(libs) > 0 {
+		rules = append(rules, Rule{Path: "/etc/ld.so.cache", Read: true, Optional: true})
+	}
+	return rules, nil
 }

@@ -30,6 +30,18 @@ type Policy struct {
 	// soft and hard alike; 0 leaves a limit unchanged.
 	AddressSpace uint64 `json:"as"`
 	CPUSeconds   uint64 `json:"cpu"`
+	// OpenFiles sets RLIMIT_NOFILE: descriptors numbered below it only.
+	OpenFiles uint64 `json:"nofile,omitempty"`
+	// Processes sets RLIMIT_NPROC. The kernel counts every process and
+	// thread of the user (on a node, every pod running as that uid), so 1
+	// means "no new thread or process" and larger values are not a count
+	// of the program's own; root is not limited by it at all.
+	Processes uint64 `json:"nproc,omitempty"`
+	// LoadProgram grants what starting Program takes: the program, its
+	// interpreter and the shared libraries the interpreter resolves for it
+	// (read and execute), and the loader's cache (read). The launcher asks
+	// the interpreter (SharedLibraries) before it restricts itself.
+	LoadProgram bool `json:"load_program,omitempty"`
 	// Rules grant filesystem access; everything else is denied, as are
 	// TCP (and, on newer kernels, UDP) bind and connect, abstract Unix
 	// sockets and signals to processes outside the sandbox.
@@ -76,4 +88,27 @@ func decodePolicy(s string) (*Policy, error) {
 		return nil, fmt.Errorf("sandbox policy names no program")
 	}
 	return &p, nil
+}
+
+// pipeFilterOpenFiles is a pipe filter's RLIMIT_NOFILE: its three standard
+// streams and the one descriptor at a time the loader opens libraries on.
+const pipeFilterOpenFiles = 16
+
+// PipeFilter is the policy of a program that opens no file at all (a
+// decompressor): it reads its standard input and writes its standard
+// output, descriptors it inherits, which Landlock does not check; it may
+// load its own shared libraries and nothing else, exec nothing but itself,
+// bind or connect no TCP socket, reach no abstract Unix socket and signal
+// no process outside its sandbox. Landlock is on whenever the kernel has
+// it. The caller adds the limits that depend on the program (address
+// space, processes).
+func PipeFilter(program string, args, env []string) *Policy {
+	return &Policy{
+		Program:     program,
+		Args:        args,
+		Env:         env,
+		OpenFiles:   pipeFilterOpenFiles,
+		LoadProgram: true,
+		Landlock:    ABI() > 0,
+	}
 }

@@ -41,6 +41,13 @@ func prepareExec(p *Policy) (*execImage, error) {
 	if p.CPUSeconds > 0 {
 		img.limits = append(img.limits, rlimit{"RLIMIT_CPU", unix.RLIMIT_CPU, unix.Rlimit{Cur: p.CPUSeconds, Max: p.CPUSeconds}})
 	}
+	if p.OpenFiles > 0 {
+		img.limits = append(img.limits, rlimit{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, unix.Rlimit{Cur: p.OpenFiles, Max: p.OpenFiles}})
+	}
+	if p.Processes > 0 {
+		// Last: from here on this launcher cannot start a thread either.
+		img.limits = append(img.limits, rlimit{"RLIMIT_NPROC", unix.RLIMIT_NPROC, unix.Rlimit{Cur: p.Processes, Max: p.Processes}})
+	}
 	return img, nil
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -36,11 +37,15 @@ func program(t *testing.T, name string) string {
 // run starts p through the launcher (this test binary re-executed).
 func run(t *testing.T, p *Policy) (stdout, stderr string, err error) {
 	t.Helper()
-	cmd, err := Command(p)
-	require.NoError(t, err)
+	return runWithInput(t, p, "")
+}
+
+func runWithInput(t *testing.T, p *Policy, stdin string) (stdout, stderr string, err error) {
+	t.Helper()
 	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err = cmd.Run()
+	c, err := Start(context.Background(), p, Stdio{Stdin: strings.NewReader(stdin), Stdout: &o, Stderr: &e})
+	require.NoError(t, err)
+	err = c.Wait()
 	return o.String(), e.String(), err
 }
 
@@ -81,9 +86,10 @@ func TestLauncherEnvironmentIsThePolicys(t *testing.T) {
 
 func TestLauncherSetsLimits(t *testing.T) {
 	sh := program(t, "sh")
-	out, stderr, err := run(t, &Policy{Program: sh, Args: []string{"-c", "ulimit -v; ulimit -t"}, AddressSpace: 256 << 20, CPUSeconds: 7})
+	out, stderr, err := run(t, &Policy{Program: sh, Args: []string{"-c", "ulimit -v; ulimit -t; ulimit -n; ulimit -p"},
+		AddressSpace: 256 << 20, CPUSeconds: 7, OpenFiles: 16, Processes: 1})
 	require.NoError(t, err, stderr)
-	assert.Equal(t, "262144\n7\n", out) // ulimit -v is in KiB
+	assert.Equal(t, "262144\n7\n16\n1\n", out) // ulimit -v is in KiB
 }
 
 func TestLauncherSetupFailureIsReported(t *testing.T) {
