@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -19,23 +20,46 @@ import (
 // keeps the address space it needs independent of the core count (doc.go).
 var qemuEnv = []string{"LC_ALL=C", "MALLOC_ARENA_MAX=2"}
 
-// systemRules are what qemu-img needs to start and run, whatever the
-// image: its shared libraries and the loader's cache (read and map them),
-// /dev/null (it reopens stdio on it) and /dev/urandom (glib, gnutls).
-// Nothing else of the host is readable: no /etc, no /proc, no /home, no
-// other device. qemu-img needs no data files (firmware, keymaps are for
-// the emulator); its block modules (curl, iscsi, nfs, rbd, ssh, gluster)
-// live under /usr/lib and can load, but every TCP connect is denied.
+// systemRules are what qemu-img needs to run, whatever the image, beyond
+// its binary and shared libraries (the launcher grants those, and only
+// those, by asking qemu-img's loader: Policy.LoadProgram): qemu's module
+// directory (block drivers loaded on demand), /dev/null (it reopens stdio
+// on it) and /dev/urandom (glib, gnutls). Nothing else of the host is
+// readable: no other library, no /etc, no /proc, no /home, no other
+// device. qemu-img needs no data files (firmware, keymaps are for the
+// emulator). The modules it could load are network protocols (curl,
+// iscsi, nfs, rbd, ssh, gluster): their own libraries are not granted and
+// every TCP connect is denied anyway.
 var systemRules = []sandbox.Rule{
-	{Path: "/lib", Read: true, Exec: true, Dir: true, Optional: true},
-	{Path: "/lib64", Read: true, Exec: true, Dir: true, Optional: true},
-	{Path: "/usr/lib", Read: true, Exec: true, Dir: true, Optional: true},
-	{Path: "/usr/lib64", Read: true, Exec: true, Dir: true, Optional: true},
-	{Path: "/usr/local/lib", Read: true, Exec: true, Dir: true, Optional: true},
-	{Path: "/etc/ld.so.cache", Read: true, Optional: true},
+	{Path: "/usr/lib/" + debianMultiarch(runtime.GOARCH) + "/qemu", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/usr/lib64/qemu", Read: true, Exec: true, Dir: true, Optional: true},
+	{Path: "/usr/lib/qemu", Read: true, Exec: true, Dir: true, Optional: true},
 	{Path: "/dev/null", Read: true, Write: true},
 	{Path: "/dev/urandom", Read: true, Optional: true},
 }
+
+// debianMultiarch names Debian's library directory for a GOARCH: qemu's
+// module directory is /usr/lib/TRIPLET/qemu there (other distributions
+// use /usr/lib64/qemu or /usr/lib/qemu).
+func debianMultiarch(goarch string) string {
+	switch goarch {
+	case "amd64":
+		return "x86_64-linux-gnu"
+	case "arm64":
+		return "aarch64-linux-gnu"
+	case "ppc64le":
+		return "powerpc64le-linux-gnu"
+	case "riscv64":
+		return "riscv64-linux-gnu"
+	}
+	return goarch + "-linux-gnu" // s390x
+}
+
+// qemuOpenFiles is qemu-img's RLIMIT_NOFILE, the usual soft limit: a
+// convert opens its images, a backing chain, eventfds and an io_uring
+// (a dozen descriptors measured); the launcher's Go runtime raised its own
+// soft limit to the hard one, which qemu-img would otherwise inherit.
+const qemuOpenFiles = 1024
 
 // policy builds the sandbox for one run: the system rules, qemu-img
 // itself, read access to what s reads and read-write access to what it
@@ -47,10 +71,11 @@ func (r *Runner) policy(qemuImg string, s runSpec, landlock bool) (*sandbox.Poli
 		Env:          qemuEnv,
 		AddressSpace: s.limits.AddressSpace,
 		CPUSeconds:   s.limits.CPUSeconds,
+		OpenFiles:    qemuOpenFiles,
+		LoadProgram:  true,
 		Landlock:     landlock,
 	}
 	p.Rules = append(p.Rules, systemRules...)
-	p.Rules = append(p.Rules, sandbox.Rule{Path: qemuImg, Read: true, Exec: true})
 	for _, name := range s.reads {
 		rules, err := imageRules(name, false)
 		if err != nil {

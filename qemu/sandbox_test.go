@@ -143,6 +143,36 @@ func TestSandboxStopsAbsoluteBackingFile(t *testing.T) {
 	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 }
 
+// A library directory is no longer granted whole: a backing file under
+// /usr/lib that qemu-img does not load (os-release, on systemd
+// distributions) is denied like any other host file.
+func TestSandboxStopsReadingUnloadedLibraryFile(t *testing.T) {
+	requireTools(t)
+	requireLandlock(t)
+	const hostFile = "/usr/lib/os-release"
+	want, err := os.ReadFile(hostFile)
+	if err != nil || len(want) == 0 {
+		t.Skipf("%s not there to test with: %v", hostFile, err)
+	}
+	dir := t.TempDir()
+	top := filepath.Join(dir, "top.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", "-b", hostFile, "-F", "raw", top, "64K")
+	ctx := context.Background()
+
+	leaked := filepath.Join(dir, "leaked.raw")
+	_, err = (&Runner{unconfined: true}).Convert(ctx, top, leaked, ConvertOptions{SrcFormat: "qcow2", DstFormat: "raw"})
+	require.NoError(t, err)
+	got, err := os.ReadFile(leaked)
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(got, want), "unconfined, the backing file's bytes are copied")
+
+	out := filepath.Join(dir, "out.raw")
+	_, err = (&Runner{}).Convert(ctx, top, out, ConvertOptions{SrcFormat: "qcow2", DstFormat: "raw"})
+	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
+	assert.Contains(t, err.Error(), "Permission denied")
+	assert.NoFileExists(t, out)
+}
+
 // tcpListener counts the connections that reach 127.0.0.1:port.
 func tcpListener(t *testing.T) (port int, conns *atomic.Int32) {
 	t.Helper()
