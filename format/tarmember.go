@@ -40,7 +40,10 @@ type tarLayer struct {
 	member *bufio.Reader
 	name   string
 	peek   int
-	err    error // sticky
+	// ovfDisk is the one disk an OVA's descriptor names: that member is
+	// the disk and no other is.
+	ovfDisk string
+	err     error // sticky
 }
 
 // openTarMember walks the tar in r to its first disk member and returns a
@@ -64,6 +67,18 @@ func openTarMember(r io.Reader, peek int) (*tarLayer, error) {
 				Kind:    errdefs.ErrArchiveFile,
 			}
 		}
+		if isRegular(hdr) && strings.HasSuffix(strings.ToLower(hdr.Name), ".ovf") && l.ovfDisk == "" {
+			disks, err := ovfDiskFiles(l.tr)
+			if err != nil {
+				return nil, l.tarError(err)
+			}
+			if len(disks) > 1 {
+				return nil, ovfNamesSeveralDisks(hdr.Name, disks)
+			}
+			if len(disks) == 1 {
+				l.ovfDisk = path.Join(path.Dir(hdr.Name), disks[0])
+			}
+		}
 		disk, member, err := l.diskMember(hdr)
 		if err != nil {
 			return nil, err
@@ -85,6 +100,12 @@ func openTarMember(r io.Reader, peek int) (*tarLayer, error) {
 func (l *tarLayer) diskMember(hdr *tar.Header) (bool, *bufio.Reader, error) {
 	if !isRegular(hdr) || hdr.Size == 0 {
 		return false, nil, nil
+	}
+	if l.ovfDisk != "" {
+		if path.Clean(hdr.Name) != path.Clean(l.ovfDisk) {
+			return false, nil, nil
+		}
+		return true, bufio.NewReaderSize(l.tr, l.peek), nil
 	}
 	lower := strings.ToLower(hdr.Name)
 	for _, s := range metadataSuffixes {

@@ -4,9 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -123,4 +125,47 @@ func TestTarKeptWhole(t *testing.T) {
 		assert.Equal(t, sha(archive), sha(got))
 		s.Close()
 	}
+}
+
+// ovfOf is an OVF descriptor whose DiskSection lists the given files, and
+// which references one more, an ISO for the CD-ROM, that is not a disk.
+func ovfOf(disks ...string) []byte {
+	var refs, ds strings.Builder
+	for i, d := range disks {
+		fmt.Fprintf(&refs, "    <File ovf:href=%q ovf:id=\"file%d\"/>\n", d, i)
+		fmt.Fprintf(&ds, "    <Disk ovf:diskId=\"vmdisk%d\" ovf:fileRef=\"file%d\" ovf:capacity=\"1\"/>\n", i, i)
+	}
+	return fmt.Appendf(nil, `<?xml version="1.0" encoding="UTF-8"?>
+<Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1" xmlns:ovf="http://schemas.dmtf.org/ovf/envelope/1">
+  <References>
+%s    <File ovf:href="tools.iso" ovf:id="cdrom"/>
+  </References>
+  <DiskSection>
+    <Info>Virtual disk information</Info>
+%s  </DiskSection>
+</Envelope>
+`, refs.String(), ds.String())
+}
+
+// An OVA's descriptor says which members are its disks: the one it names
+// is imported whatever else the tar holds (an ISO for the CD-ROM), and two
+// are refused before either is read.
+func TestOVADescriptorNamesTheDisk(t *testing.T) {
+	disk := variedContent(1<<20, 16)
+	iso := variedContent(1<<20, 17)
+	s, got, err := openBytes(t, testtar.Build(t, []testtar.Member{
+		testtar.File("vm.ovf", ovfOf("vm-disk1.vmdk")), testtar.File("tools.iso", iso), testtar.File("vm-disk1.vmdk", disk)}))
+	require.NoError(t, err)
+	assert.Equal(t, "vm-disk1.vmdk", s.Member)
+	assert.Equal(t, sha(disk), sha(got))
+
+	archive := testtar.Build(t, []testtar.Member{
+		testtar.File("vm.ovf", ovfOf("vm-disk1.vmdk", "vm-disk2.vmdk")), testtar.File("vm-disk1.vmdk", disk), testtar.File("vm-disk2.vmdk", disk)})
+	_, err = Open(context.Background(), bytes.NewReader(archive), Options{})
+	require.ErrorIs(t, err, errdefs.ErrSeveralDisksInArchive, "refused when opened, not after reading a disk")
+	assert.Contains(t, err.Error(), "vm.ovf lists vm-disk1.vmdk, vm-disk2.vmdk")
+
+	// Named but absent: no disk.
+	_, _, err = openBytes(t, testtar.Build(t, []testtar.Member{testtar.File("vm.ovf", ovfOf("gone.vmdk")), testtar.File("other.img", disk)}))
+	require.ErrorIs(t, err, errdefs.ErrNoDiskInArchive)
 }
