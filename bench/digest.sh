@@ -57,16 +57,16 @@ if [[ $(id -u) == 0 ]]; then
 fi
 blksum=$(command -v blksum || true)
 
-# one LABEL CMD...: one timed run; the command's stdout is kept for the
-# digest check.
+# one LABEL CMD...: one timed run, wall and CPU (user+sys of the command
+# and its children: on a shared machine the CPU seconds are the steadier
+# figure); the command's stdout is kept for the digest check.
 one() {
 	local label=$1; shift
-	local t0 t1
-	t0=$(date +%s.%N)
-	"$@" >"$work/out" 2>"$work/err" || echo "digest: $label FAILED: $(tail -c 300 "$work/err")" >&2
-	t1=$(date +%s.%N)
-	printf '%s\t%s\n' "$label" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')" >>"$work/runs.tsv"
-	printf 'digest: %-40s %7.3f s\n' "$label" "$(tail -1 "$work/runs.tsv" | cut -f2)" >&2
+	local TIMEFORMAT='%R %U %S' t
+	t=$({ time "$@" >"$work/out" 2>"$work/err"; } 2>&1) || echo "digest: $label FAILED: $(tail -c 300 "$work/err")" >&2
+	t=$(tail -1 <<<"$t")
+	printf '%s\t%s\n' "$label" "$(awk '{printf "%.3f\t%.3f", $1, $2 + $3}' <<<"$t")" >>"$work/runs.tsv"
+	printf 'digest: %-40s %s\n' "$label" "$(tail -1 "$work/runs.tsv" | cut -f2- | awk '{printf "%7.3f s  cpu %7.3f s", $1, $2}')" >&2
 }
 digest_of() { awk '{print $1}' "$work/out" | sed 's/^blk-sha256://'; }
 : >"$work/runs.tsv"
@@ -100,14 +100,14 @@ for run in $(seq "$runs"); do
 	done
 done
 printf 'disk: %s bytes, %s allocated; data file %s bytes; %s runs, medians; %s cores\n' "$bytes" "$data" "$dbytes" "$runs" "$(nproc)"
-printf 'label\tmedian_s\tMB/s\tvs sha256sum of the same file\n'
+printf 'label\twall_s\tcpu_s\tMB/s\tMB per cpu-s\twall vs sha256sum of the same file\n'
 sort -t$'\t' -k1,1 -s "$work/runs.tsv" | awk -F'\t' -v bytes="$bytes" -v dbytes="$dbytes" '
 	function med(a, n,  i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-	function flush() { if (k) { m[cur] = med(w, k); order[++n] = cur }; k = 0 }
+	function flush() { if (k) { m[cur] = med(w, k); c[cur] = med(u, k); order[++n] = cur }; k = 0 }
 	$1 != cur { flush(); cur = $1 }
-	{ k++; w[k] = $2 }
+	{ k++; w[k] = $2; u[k] = $3 }
 	END { flush()
 		for (i = 1; i <= n; i++) { l = order[i]; b = bytes; ref = m["sha256sum raw"]
 			if (l ~ /data$/) { b = dbytes; ref = m["sha256sum data"] } else if (l ~ /hole$/) ref = m["sha256sum hole"]
-			printf "%s\t%.3f\t%.0f\t%.2fx\n", l, m[l], b / m[l] / 1e6, ref / m[l] } }'
+			printf "%s\t%.3f\t%.3f\t%.0f\t%.0f\t%.2fx\n", l, m[l], c[l], b / m[l] / 1e6, (c[l] > 0 ? b / c[l] / 1e6 : 0), ref / m[l] } }'

@@ -30,6 +30,7 @@ type Assembler struct {
 	free    []*partialBlock
 	end     int64 // end of the furthest write
 	sums    [][Size]byte
+	peak    int64 // most of Held at once
 }
 
 // pageBlocks is how many block hashes one page holds: 64 MiB of guest
@@ -212,6 +213,7 @@ func (a *Assembler) piece(b int64, at int, p []byte) error {
 			pb = &partialBlock{buf: make([]byte, BlockSize)}
 		}
 		a.partial[b] = pb
+		a.peak = max(a.peak, a.Held())
 	}
 	copy(pb.buf[at:], p)
 	// Only sectors p covers entirely count.
@@ -247,6 +249,7 @@ func (a *Assembler) store(b int64, sum [Size]byte) {
 	if pg == nil {
 		pg = &sumPage{}
 		a.pages[b/pageBlocks] = pg
+		a.peak = max(a.peak, a.Held())
 	}
 	i := b % pageBlocks
 	w, m := i/64, uint64(1)<<(i%64)
@@ -293,10 +296,13 @@ func (a *Assembler) advance() {
 	}
 }
 
-// Held is the memory the Assembler holds for blocks it cannot fold yet.
+// Held is the memory the Assembler holds for blocks it cannot fold yet,
+// and PeakHeld the most it held at once.
 func (a *Assembler) Held() int64 {
 	return int64(len(a.pages))*int64(pageBlocks*Size) + int64(len(a.partial)+len(a.free))*BlockSize
 }
+
+func (a *Assembler) PeakHeld() int64 { return a.peak }
 
 // Sum finishes the digest of a disk of size bytes: every byte never written
 // is a zero. Writes past size fail it. Call it once.

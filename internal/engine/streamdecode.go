@@ -166,7 +166,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	a.log.Info("Image decoded onto the target", "virtualSize", st.VirtualSize, "dataBytes", a.result.DataBytes,
 		"streamBytes", st.StreamBytes, "compressedClusters", st.Compressed, "peakBuffered", st.PeakBuffered,
-		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled)
+		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled, "contentDigestPeakHeld", content.PeakHeld())
 	return nil
 }
 
