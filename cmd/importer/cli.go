@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,9 +227,14 @@ func (f *cliFlags) credentials() (user, pass string, err error) {
 	return user, pass, nil
 }
 
+// compressionSuffix names the layers as a file name would, innermost
+// first: a raw disk in a gzipped tar is "raw.tar.gz" (the result lists
+// them outermost first).
 func compressionSuffix(c []string) string {
 	if len(c) == 0 {
 		return ""
 	}
-	return "." + strings.Join(c, ".")
+	names := slices.Clone(c)
+	slices.Reverse(names)
+	return "." + strings.Join(names, ".")
 }

@@ -87,3 +87,21 @@ func TestCLIRefusesWhatIsNotADiskImage(t *testing.T) {
 		assert.NoFileExists(t, dest)
 	})
 }
+
+// A disk in a gzipped tar imports as that disk, and the summary names the
+// layers as its file name would: raw.tar.gz.
+func TestCLIImportsTheDiskOfATarGz(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 32)
+	disk, err := os.ReadFile(raw)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "image.tar"), testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)}), 0o644))
+	src := testimg.Compress(t, filepath.Join(dir, "image.tar"), "gz")
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	code, _, stderr := runCLI(t, nil, env(nil), src, dest)
+	require.Equal(t, cdi.ExitOK, code)
+	assert.Contains(t, stderr, "(raw.tar.gz, ")
+	got, err := os.ReadFile(dest)
+	require.NoError(t, err)
+	assert.Equal(t, disk, got)
+}
