@@ -67,8 +67,8 @@ fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 # The container image, offline: bin/importer (static, stripped) with
-# qemu-img, xz and their libraries and a static busybox from this machine
-# (apt-get install qemu-utils xz-utils busybox-static). Writes
+# qemu-img, xz, igzip and their libraries and a static busybox from this
+# machine (apt-get install qemu-utils xz-utils isal busybox-static). Writes
 # $(IMAGE_DIR)/importer-image.tar (podman load -i), importer-image-oci/ and
 # importer-image.json; prints the digest and the compressed size.
 IMAGE_DIR ?= bin

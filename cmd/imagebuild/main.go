@@ -94,7 +94,7 @@ func parseFlags(args []string) (options, error) {
 		o.programs = append(o.programs, v)
 		return nil
 	})
-	fs.Func("host-program", "a program of this machine copied with its shared libraries (repeatable; default /usr/bin/qemu-img and /usr/bin/xz)", func(v string) error {
+	fs.Func("host-program", "a program of this machine copied with its shared libraries (repeatable; default /usr/bin/qemu-img, /usr/bin/xz and /usr/bin/igzip)", func(v string) error {
 		o.hostPrograms = append(o.hostPrograms, v)
 		return nil
 	})
@@ -126,7 +126,9 @@ func parseFlags(args []string) (options, error) {
 	o.recipe.Created = time.Unix(o.createdUnix, 0).UTC()
 	o.recipe.HostPrograms = o.hostPrograms
 	if len(o.recipe.HostPrograms) == 0 {
-		o.recipe.HostPrograms = []string{"/usr/bin/qemu-img", "/usr/bin/xz"}
+		// igzip (Debian's isal) decodes gzip about twice as fast as the
+		// in-process decoder; the engine runs it when it is on PATH.
+		o.recipe.HostPrograms = []string{"/usr/bin/qemu-img", "/usr/bin/xz", "/usr/bin/igzip"}
 	}
 	if o.applets != "" {
 		o.recipe.Applets = strings.Split(o.applets, ",")

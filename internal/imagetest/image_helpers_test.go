@@ -19,6 +19,11 @@ const imageDirEnv = "IMAGE_DIR"
 // cdiUID is the user CDI runs its pods as, and the image's user.
 const cdiUID = 107
 
+// cdiArgs are the arguments CDI's controller gives the importer and
+// upload-server containers (Args: ["-v=" + verbosity], no command; the
+// cloner gets none).
+var cdiArgs = []string{"-v=1"}
+
 // builtImage is the image under test, loaded into podman.
 type builtImage struct {
 	podman  *podmantest.Podman

@@ -49,14 +49,14 @@ func TestVersion(t *testing.T) {
 
 // TestUserAndShell checks what CDI's pods rely on besides the importer:
 // the image runs as 107, and sh and cp work (the node-pull init container
-// runs `sh -c "cp ..."`); /tmp is writable; the real xz runs (busybox's
-// sh would prefer its own xz applet, hence the full path).
+// runs `sh -c "cp ..."`); /tmp is writable; the real xz and igzip run
+// (busybox's sh would prefer its own xz applet, hence the full path).
 func TestUserAndShell(t *testing.T) {
 	img := loadImage(t)
 	r := img.podman.Run(podmantest.Container{
 		Image:      img.id,
 		Entrypoint: "/bin/sh",
-		Args:       []string{"-c", `echo "uid=$(id -u)"; cp /usr/bin/importer /tmp/copy && echo copied; /usr/bin/xz --version`},
+		Args:       []string{"-c", `echo "uid=$(id -u)"; cp /usr/bin/importer /tmp/copy && echo copied; /usr/bin/xz --version; /usr/bin/igzip -V`},
 		CapDropAll: true,
 	}, quickTimeout)
 	if r.ExitCode != 0 {
@@ -70,6 +70,9 @@ func TestUserAndShell(t *testing.T) {
 	}
 	if !strings.Contains(r.Stdout, "xz (XZ Utils)") {
 		t.Errorf("xz did not run:\n%s%s", r.Stdout, r.Stderr)
+	}
+	if !strings.Contains(r.Stdout, "igzip command line interface") {
+		t.Errorf("igzip did not run:\n%s%s", r.Stdout, r.Stderr)
 	}
 	user := strings.TrimSpace(img.podman.Output("image", "inspect", "--format", "{{.Config.User}}", img.id))
 	if user != "107:107" {
