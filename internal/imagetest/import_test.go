@@ -75,6 +75,7 @@ func TestFilesystemVolume(t *testing.T) {
 
 	r := img.podman.Run(podmantest.Container{
 		Image:      img.id,
+		Args:       cdiArgs,
 		Env:        controllerEnv(t, url),
 		Volumes:    []string{data + ":/data", scratch + ":/scratch", termLog + ":/dev/termination-log"},
 		HostNet:    true,
@@ -123,6 +124,7 @@ func TestBlockVolume(t *testing.T) {
 
 	r := img.podman.Run(podmantest.Container{
 		Image:      img.id,
+		Args:       cdiArgs,
 		Env:        controllerEnv(t, url),
 		Volumes:    []string{scratch + ":/scratch", termLog + ":/dev/termination-log"},
 		Devices:    []string{dev + ":/dev/cdi-block-volume"},

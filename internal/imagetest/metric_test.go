@@ -48,6 +48,7 @@ func TestProgressMetric(t *testing.T) {
 		"IMPORTER_METRICS_LISTEN="+metrics, "OWNER_UID="+ownerUID, "IMPORTER_IMAGE_SIZE="+strconv.Itoa(slowDiskSize))
 	name := img.podman.Start(podmantest.Container{
 		Image:      img.id,
+		Args:       cdiArgs,
 		Env:        env,
 		Volumes:    []string{data + ":/data", termLog + ":/dev/termination-log"},
 		HostNet:    true,

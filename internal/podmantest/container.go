@@ -118,6 +118,17 @@ func (p *Podman) Wait(name string) int {
 	return code
 }
 
+// IP is a started container's address on podman's bridge network, where
+// the host and the other containers reach it (a pod's IP).
+func (p *Podman) IP(name string) string {
+	p.t.Helper()
+	ip := strings.TrimSpace(p.Output("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name))
+	if ip == "" {
+		p.t.Fatalf("container %s has no address on podman's network", name)
+	}
+	return ip
+}
+
 // Logs returns a container's standard output and error, for messages.
 func (p *Podman) Logs(name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)

@@ -58,9 +58,10 @@ func NewCA(t testing.TB, dir, name string) *CA {
 	return ca
 }
 
-// Server issues a server certificate for 127.0.0.1 and localhost.
-func (ca *CA) Server(name string) Pair {
-	return ca.issue(name, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+// Server issues a server certificate for 127.0.0.1, localhost and the
+// extra DNS names (a Service's, say).
+func (ca *CA) Server(name string, dnsNames ...string) Pair {
+	return ca.issue(name, x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")}, append([]string{"localhost"}, dnsNames...))
 }
 
 // Client issues a client certificate whose common name is name.
