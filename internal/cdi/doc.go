@@ -7,6 +7,13 @@
 // upload server use it; nothing here is API for library users, which take
 // importer.Result as it is.
 //
+// # Roles
+//
+// CDI starts its importer, upload-server and cloner pods with the image's
+// entrypoint and no command; RoleFromEnv tells which pod an environment
+// is by the variables only that pod has, and refuses one with two pods'
+// variables.
+//
 // # Environment
 //
 // ReadEnv reads these variables (the names and meanings are CDI's unless
@@ -79,8 +86,10 @@
 //
 //	/dev/cdi-block-volume  the target when it exists (a block-mode volume)
 //	/data/disk.img         the target otherwise; /data for an archive
-//	/scratch               scratch space, the only place the importer puts a
-//	                       decompressed image a format must read at random
+//	/scratch               scratch space when a volume is mounted there (read
+//	                       from the mount table), the only place the importer
+//	                       puts a decompressed image a format must read at
+//	                       random; a plain directory counts as none
 //	/extraheaders/<n>/*    secret-backed extra headers, one line per file
 //	/proxycerts/           the proxy's CAs when IMPORTER_PROXY_CERT_DIR is unset
 //	/dev/termination-log   written once at the end: the termination message
