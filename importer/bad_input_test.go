@@ -161,7 +161,13 @@ func TestImageLargerThanDevice(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)
 			assert.False(t, res.Complete)
-			assert.Equal(t, before, testimg.Digest(t, loop, 1<<20), "the device's first MiB changed")
+			if strings.HasSuffix(src, ".zst") {
+				// Its size is known only once it passes the end: writing
+				// began, and the device's old head was zeroed first.
+				testimg.AssertZeros(t, loop, 0, 1<<20)
+			} else {
+				assert.Equal(t, before, testimg.Digest(t, loop, 1<<20), "refused before writing, yet the device's first MiB changed")
+			}
 			assertEmptyDir(t, o.ScratchDir)
 		})
 	}

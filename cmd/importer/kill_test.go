@@ -19,8 +19,9 @@ import (
 )
 
 // SIGKILL of the importer at any moment of a qcow2 conversion onto a block
-// device never leaves the image's first MiB (its boot sector) on the
-// device: qemu-img writes through our NBD export, which holds the head in
+// device leaves neither the image's first MiB (its boot sector) nor the
+// device's old one: the old head is zeroed before the first write,
+// qemu-img writes through our NBD export, which holds the image's head in
 // our memory until the rest is written and synced, and qemu-img dies with
 // us (Pdeathsig). Kills land when the writes to the device pass 10%, 50%
 // and 90% of the image, and just after qemu-img convert has exited (before
@@ -39,7 +40,6 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 	loop := testimg.LoopDevice(t, dir, size) // 0xA5 everywhere
 	seedHead := filepath.Join(dir, "seed-head")
 	require.NoError(t, os.WriteFile(seedHead, bytes.Repeat([]byte{0xA5}, 1<<20), 0o600))
-	seedDigest := testimg.Digest(t, seedHead, -1)
 	imageHead := testimg.Digest(t, raw, 1<<20)
 	bin := buildImporter(t, dir)
 	// A short TMPDIR of our own for the export's socket directory, which a
@@ -98,7 +98,7 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 				return
 			}
 			assert.NotEqual(t, imageHead, head, "the image's first MiB is on the device")
-			assert.Equal(t, seedDigest, head, "the device's first MiB was changed")
+			testimg.AssertZeros(t, loop, 0, 1<<20)
 		})
 	}
 }

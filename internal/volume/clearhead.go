@@ -9,11 +9,10 @@ import (
 )
 
 // ClearHead zeroes the first MiB of a block device and syncs it. The
-// importer calls it when an import fails after a converter (qemu-img) wrote
-// to the device: the streamed path holds its first MiB back and never needs
-// it, but a converter writes partition tables and boot sectors early, and a
-// half-written disk must not look bootable. It is a no-op for files (Abort
-// removes them).
+// importer calls it when an import fails after a writer's Finish put the
+// image's head on the device (a verification or the commit failed): before
+// that the head was zeroed by wipeOldImage and the image's is still held in
+// memory. It is a no-op for files (Abort removes them).
 func (t *Target) ClearHead() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -17,10 +17,12 @@ import (
 
 // DeviceWriter writes a block target at random offsets, for a converter
 // that writes out of order (qemu-img, through an NBD export of the target
-// served by the importer). Like the sequential Writer it holds the first
-// MiB back in memory and writes it only in Finish, after the rest was
-// written and fsynced: if the import dies at any moment before that, even
-// by SIGKILL, the device never carries the image's boot sector.
+// served by the importer, and the stream decoder). Like the sequential
+// Writer it zeroes the old image's head before its first write to the
+// device (Target.wipeOldImage), holds the first MiB back in memory and
+// writes it only in Finish, after the rest was written and fsynced: if the
+// import dies at any moment before that, even by SIGKILL, the device
+// carries neither the image's boot sector nor the old one.
 //
 // Offsets at or past the first MiB go straight to the device through the
 // target's O_DIRECT descriptor. A write that covers only part of a logical
@@ -138,6 +140,9 @@ func (w *DeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 	defer w.stateMu.RUnlock()
 	body, bodyOff := w.holdHead(p, off)
 	if len(body) > 0 {
+		if err := w.t.wipeOldImage(); err != nil {
+			return 0, err
+		}
 		var err error
 		if allZero(body, w.zeros) {
 			err = w.zeroBody(bodyOff, int64(len(body)), !w.keepAllocated, false)
@@ -232,6 +237,9 @@ func (w *DeviceWriter) ZeroAt(off, n int64, mayDeallocate, fast bool) error {
 		off, n = off+k, n-k
 	}
 	if n > 0 {
+		if err := w.t.wipeOldImage(); err != nil {
+			return err
+		}
 		if err := w.zeroBody(off, n, mayDeallocate, fast); err != nil {
 			return err
 		}
@@ -332,6 +340,11 @@ func (w *DeviceWriter) Finish(ctx context.Context) error {
 		return nil
 	}
 	if err := cancelled(); err != nil {
+		return err
+	}
+	// An image that lies within the head wrote nothing yet: the old
+	// image's backup GPT still goes first.
+	if err := w.t.wipeOldImage(); err != nil {
 		return err
 	}
 	if w.changes.Load() != w.synced.Load() {

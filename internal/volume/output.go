@@ -104,6 +104,9 @@ func (w *Writer) flushZero() error {
 // head buffers are aligned and runs start on granule boundaries) and an
 // unaligned remainder through the buffered one.
 func (w *Writer) writeData(off int64, p []byte) error {
+	if err := w.wipeOldImage(); err != nil {
+		return err
+	}
 	al := int64(len(p)) &^ (w.lbs - 1)
 	if al > 0 {
 		_, err := w.out.WriteAt(p[:al], off)
@@ -131,10 +134,26 @@ func (w *Writer) writeData(off int64, p []byte) error {
 	return nil
 }
 
+// wipeOldImage clears the old image's head before the Writer's first
+// write to a block device (Target.wipeOldImage).
+func (w *Writer) wipeOldImage() error {
+	if w.oldImageWiped {
+		return nil
+	}
+	if err := w.t.wipeOldImage(); err != nil {
+		return err
+	}
+	w.oldImageWiped = true
+	return nil
+}
+
 // zeroRange makes [off, off+n) of the block device read zeros. off is block
 // aligned; an unaligned remainder (only at the very end of the image) is
 // written as zeros through the buffered descriptor.
 func (w *Writer) zeroRange(off, n int64) error {
+	if err := w.wipeOldImage(); err != nil {
+		return err
+	}
 	al := n &^ (w.lbs - 1)
 	for al > 0 {
 		var err error

@@ -82,6 +82,12 @@ type Target struct {
 	mu     sync.Mutex
 	writer *Writer
 	done   bool // committed or aborted
+
+	// wipeOldImage's once-only state: writers of a device call it
+	// before their first write, DeviceWriter's concurrently.
+	wipeMu  sync.Mutex
+	wiped   bool
+	wipeErr error
 }
 
 // Open opens the target. Block devices are claimed exclusively (mounted or

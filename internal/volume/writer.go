@@ -56,7 +56,9 @@ func WithContentHash(h *blkhash.Hash) WriterOption {
 // with WithTargetIsZero. Data goes to block devices with O_DIRECT; an
 // unaligned tail goes through a second, buffered descriptor.
 //
-// The first MiB is kept in memory and only written by Finish. Any error is
+// Before its first write to a block device it zeroes the old image's head
+// (Target.wipeOldImage). The first MiB is kept in memory and only written
+// by Finish. Any error is
 // sticky: later calls return it. Only Written and DataBytes may be called
 // from other goroutines.
 type Writer struct {
@@ -86,6 +88,8 @@ type Writer struct {
 
 	zStart, zLen int64 // pending coalesced zero run
 	zeroMethod   int
+
+	oldImageWiped bool // Target.wipeOldImage done
 
 	err      error
 	finished bool
@@ -422,8 +426,10 @@ func (w *Writer) sourceErr(err error, size int64) error {
 }
 
 // Finish writes the staged tail, the pending zero run and the held-back first
-// MiB, extends a file to the image length, and returns the image length. It
-// does not fsync; Target.Commit does.
+// MiB, extends a file to the image length, and returns the image length. On
+// a block device everything else is fdatasynced before the head is written,
+// so the head is never durable before the data behind it; the head itself
+// is made durable by Target.Commit, as a file is.
 func (w *Writer) Finish() (int64, error) {
 	if err := w.check(); err != nil {
 		return 0, err
@@ -433,6 +439,14 @@ func (w *Writer) Finish() (int64, error) {
 	}
 	if err := w.flushZero(); err != nil {
 		return 0, w.fail(err)
+	}
+	if w.t.kind == Block {
+		if err := w.wipeOldImage(); err != nil {
+			return 0, w.fail(err)
+		}
+		if err := unix.Fdatasync(int(w.out.Fd())); err != nil {
+			return 0, w.fail(fmt.Errorf("fsync %s before writing the image's first MiB: %w", w.t.path, err))
+		}
 	}
 	// Re-check right before the head goes out: a cancelled import must not
 	// leave a bootable-looking first MiB.

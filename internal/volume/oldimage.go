@@ -1,0 +1,85 @@
+//go:build linux
+
+package volume
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// gptSignature starts a GPT header; its MyLBA field (offset 24,
+// little-endian) is the header's own sector.
+const gptSignature = "EFI PART"
+
+// wipeOldImage runs once per block target, before the first write that
+// reaches the device: it zeroes the device's first MiB, and its last MiB
+// when the last sector holds a GPT backup header (for 512- and 4096-byte
+// sectors), and makes that durable. From then until the new image's own
+// head is written last, the device holds no bootable-looking mix of the
+// image it held and the one being written, whatever stops the import (as
+// coreos-installer does). It is a no-op for files (a new temporary file)
+// and after the first call; a failure is returned to every caller.
+func (t *Target) wipeOldImage() error {
+	if t.kind != Block {
+		return nil
+	}
+	t.wipeMu.Lock()
+	defer t.wipeMu.Unlock()
+	if t.wiped {
+		return t.wipeErr
+	}
+	t.wiped = true
+	t.wipeErr = t.wipeOldImageLocked()
+	return t.wipeErr
+}
+
+func (t *Target) wipeOldImageLocked() error {
+	n := min(int64(headSize), t.capacity) &^ int64(t.lbs-1)
+	if n == 0 {
+		return nil
+	}
+	zeros := alignedBuf(int(n))
+	backup, err := t.backupGPTAtEnd()
+	if err != nil {
+		return err
+	}
+	// t.f is opened with O_DIRECT: the buffers and offsets are aligned.
+	if _, err := t.f.WriteAt(zeros, 0); err != nil {
+		return fmt.Errorf("zeroing the first %d bytes of %s before writing: %w", n, t.path, err)
+	}
+	if backup && t.capacity > n {
+		if _, err := t.f.WriteAt(zeros, t.capacity-n); err != nil {
+			return fmt.Errorf("zeroing the last %d bytes of %s (a backup GPT) before writing: %w", n, t.path, err)
+		}
+	}
+	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
+		return fmt.Errorf("fsync %s after zeroing its first MiB: %w", t.path, err)
+	}
+	t.log.Debug("zeroed the old image's head before writing", "path", t.path, "bytes", n, "backup_gpt_zeroed", backup)
+	return nil
+}
+
+// backupGPTAtEnd reports whether the device's last sector is a GPT
+// backup header, for 512- or 4096-byte sectors: the signature and a MyLBA
+// that names that last sector.
+func (t *Target) backupGPTAtEnd() (bool, error) {
+	const span = 4096
+	if t.capacity < span {
+		return false, nil
+	}
+	buf := alignedBuf(span)
+	if _, err := t.f.ReadAt(buf, t.capacity-span); err != nil {
+		return false, fmt.Errorf("reading the last %d bytes of %s: %w", span, t.path, err)
+	}
+	for _, sector := range []int64{512, 4096} {
+		hdr := buf[span-sector:]
+		if bytes.HasPrefix(hdr, []byte(gptSignature)) &&
+			binary.LittleEndian.Uint64(hdr[24:32]) == uint64(t.capacity/sector-1) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
