@@ -26,13 +26,19 @@ func (o Options) gzipBinary() string {
 	return o.ExternalGzip
 }
 
+// igzipAddressSpace is the igzip child's RLIMIT_AS. igzip decodes with
+// fixed buffers in one thread (so it also gets no process or thread of its
+// own, RLIMIT_NPROC 1): VmPeak 5.1 MiB decoding a 1 GiB raw.gz.
+const igzipAddressSpace = 64 << 20
+
 // startIgzip decodes gzip with `igzip -dc`, which checks every member's
 // CRC32 and ISIZE and decodes concatenated members (pigz, cat a.gz b.gz).
 // Unlike the Go decoder it ignores bytes after the last member that do not
 // start another one.
 func startIgzip(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error) {
 	// -q: no warnings on stderr that could be taken for the failure cause.
-	return startChild(ctx, childSpec{name: "gzip", bin: bin, args: []string{"-dcq"}, failed: igzipFailed}, src, o)
+	return startChild(ctx, childSpec{name: "gzip", bin: bin, args: []string{"-dcq"},
+		addressSpace: igzipAddressSpace, processes: 1, failed: igzipFailed}, src, o)
 }
 
 // igzipFailed maps igzip's failure messages. igzip names no finer cause

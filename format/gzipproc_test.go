@@ -164,7 +164,7 @@ func TestIgzipCancelAndClose(t *testing.T) {
 	_, err = io.Copy(io.Discard, d)
 	require.ErrorIs(t, err, errdefs.ErrCancelled)
 	require.NoError(t, d.Close())
-	require.NotNil(t, p.cmd.ProcessState, "child reaped")
+	require.True(t, p.child.Reaped(), "child reaped")
 	require.Len(t, childPIDs(t), before)
 	waitGoroutines(t, base)
 
@@ -175,7 +175,7 @@ func TestIgzipCancelAndClose(t *testing.T) {
 	_, err = io.CopyN(io.Discard, d, 1<<20)
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
-	require.NotNil(t, p.cmd.ProcessState, "child reaped")
+	require.True(t, p.child.Reaped(), "child reaped")
 	require.Len(t, childPIDs(t), before)
 	waitGoroutines(t, base)
 }
