@@ -55,6 +55,8 @@ func containers(t *testing.T, dir, raw string) map[string]string {
 	c["vmdk"] = conv("disk.vmdk", "vmdk")
 	c["vhd"] = conv("disk.vhd", "vpc", "subformat=dynamic", "force_size=on")
 	c["vhd.gz"] = testimg.Compress(t, c["vhd"], "gz")
+	c["vhd-fixed"] = conv("fixed.vhd", "vpc", "subformat=fixed", "force_size=on") // raw and a footer, left out
+	c["vhd-fixed.xz"] = testimg.Compress(t, c["vhd-fixed"], "xz")
 	c["vdi"] = conv("disk.vdi", "vdi")
 	c["vdi.gz"] = testimg.Compress(t, c["vdi"], "gz")
 	c["vhdx"] = conv("disk.vhdx", "vhdx")
