@@ -48,3 +48,40 @@ func TestDigestContentPrintsOneDigestForOneDiskAndImportsCheckIt(t *testing.T) {
 	_, err = os.Stat(dest + "2")
 	assert.ErrorIs(t, err, os.ErrNotExist)
 }
+
+func TestEnvContentDigestInTheTerminationMessageAndChecked(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 6)
+	xz := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
+	base := testimg.Serve(t, dir)
+	code, out, _ := runCLI(t, nil, env(nil), "digest", "--content", raw)
+	require.Equal(t, cdi.ExitOK, code)
+	want := strings.TrimSpace(out)
+	for _, c := range []struct {
+		expect string
+		ok     bool
+	}{{"", true}, {want, true}, {"blk-sha256:" + strings.Repeat("1", 64), false}} {
+		root := cdiRoot(t)
+		code, _, _ := runCLI(t, nil, env(map[string]string{
+			"IMPORTER_SOURCE":         "http",
+			"IMPORTER_ENDPOINT":       base + filepath.Base(xz),
+			"IMPORTER_IMAGE_SIZE":     "64Mi",
+			"IMPORTER_CONTENT_DIGEST": c.expect,
+			"IMPORTER_PATH_PREFIX":    root,
+		}))
+		assert.Equal(t, cdi.ExitOK, code, "a mismatch exits 0 like a checksum mismatch: the controller reads the message")
+		b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+		require.NoError(t, err)
+		m := decode(t, b)
+		assert.Equal(t, want, m.ContentDigest, "the image's digest, not the grown volume's")
+		_, err = os.Stat(filepath.Join(root, "data/disk.img"))
+		if c.ok {
+			assert.Equal(t, "Import Complete", m.Message)
+			assert.NoError(t, err)
+		} else {
+			assert.Equal(t, "ChecksumMismatch", m.Reason)
+			assert.ErrorIs(t, err, os.ErrNotExist)
+		}
+	}
+}
