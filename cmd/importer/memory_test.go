@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -115,9 +116,15 @@ func (cg *memCgroup) dirty() int64 {
 // run runs the command inside the cgroup from its first instruction and
 // samples the cgroup's dirty+writeback pages every 20 ms meanwhile.
 func (cg *memCgroup) run(bin string, args ...string) (out []byte, dirtyPeak int64, err error) {
+	return cg.runStdin(nil, bin, args...)
+}
+
+// runStdin is run with stdin as the command's standard input.
+func (cg *memCgroup) runStdin(stdin io.Reader, bin string, args ...string) (out []byte, dirtyPeak int64, err error) {
 	script := `echo $$ > "$CG/cgroup.procs" && exec "$@"`
 	cmd := exec.Command("sh", append([]string{"-c", script, "sh", bin}, args...)...)
 	cmd.Env = append(os.Environ(), "CG="+cg.dir)
+	cmd.Stdin = stdin
 	done := make(chan struct{})
 	peak := make(chan int64)
 	go func() {

@@ -177,7 +177,7 @@ func FuzzVHDXTables(f *testing.F) {
 		if len(meta) < vhdxMetaTableLen+4096 {
 			meta = append(meta, make([]byte, vhdxMetaTableLen+4096-len(meta))...)
 		}
-		l, err := vhdxLayout(meta, bat, 1<<40)
+		l, err := vhdxLayout(meta, bat, nil, 1<<40)
 		if err != nil {
 			return
 		}

@@ -70,6 +70,10 @@ type BufferError struct {
 }
 
 func (e *BufferError) Error() string {
+	if e.Bookkeeping {
+		return fmt.Sprintf("streamdecode: what the decoder must remember of the image's tables (the tables, and the clusters, grains or tables still to be accounted for) needs more than the %d-byte buffer (at least %d bytes): %s",
+			e.Max, e.Need, errdefs.ErrNotStreamable)
+	}
 	return fmt.Sprintf("streamdecode: clusters arriving before the tables that map them, and tables far ahead of their clusters, need more than the %d-byte buffer (at least %d bytes) and no spill directory was given: %s",
 		e.Max, e.Need, errdefs.ErrNotStreamable)
 }

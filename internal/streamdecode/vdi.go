@@ -66,7 +66,8 @@ func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 		tables:    []span{{mapOff, mapOff + 4*entries, "block map"}},
 		need:      mapOff + 4*entries,
 		maxBlocks: entries,
-		parse: func(t [][]byte) (blockLayout, error) {
+		parse: func(t [][]byte, blocks []blockExtent) (blockLayout, error) {
+			layout.blocks = blocks
 			for i := range entries {
 				if e := le.Uint32(t[0][4*i:]); e < vdiDiscarded {
 					layout.blocks = append(layout.blocks, blockExtent{start: offData + uint64(e)*blockSize, index: i})

@@ -68,7 +68,8 @@ func DecodeVHD(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 		// ends inside the last one.
 		need:      (tableOff + 4*entries + 511) &^ 511,
 		maxBlocks: entries,
-		parse: func(t [][]byte) (blockLayout, error) {
+		parse: func(t [][]byte, blocks []blockExtent) (blockLayout, error) {
+			layout.blocks = blocks
 			for i := range entries {
 				if e := be.Uint32(t[0][4*i:]); e != vhdUnallocated {
 					layout.blocks = append(layout.blocks, blockExtent{start: uint64(e) * 512, index: i})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"unsafe"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
@@ -30,7 +31,9 @@ type blockMap struct {
 	// maxBlocks is the most blocks the tables can name: with the tables'
 	// bytes, it bounds the memory the decoder needs.
 	maxBlocks uint64
-	parse     func(tables [][]byte) (blockLayout, error)
+	// parse reads the gathered tables into a layout whose blocks are
+	// appended to blocks, of capacity maxBlocks (charged in full).
+	parse func(tables [][]byte, blocks []blockExtent) (blockLayout, error)
 }
 
 // span is a named byte range of the file.
@@ -80,8 +83,12 @@ type blockExtent struct {
 }
 
 // extentCost is what the decoder holds per block the tables can name (an
-// extent), charged with the tables' bytes against Options.MaxBuffered.
-const extentCost = 16
+// extent), charged with the tables' bytes against Options.MaxBuffered:
+// the extents are one array of that capacity, sorted in place, and
+// nothing else is allocated per block (3.3 million extents allocated 424
+// MiB when the array grew by append, was copied to be sorted and each
+// block's check built a slice).
+const extentCost = int64(unsafe.Sizeof(blockExtent{}))
 
 type blockMapDecoder struct {
 	m     blockMap
@@ -303,7 +310,7 @@ func (d *blockMapDecoder) send(off int64, p []byte, c *chunk) {
 // structural checks on the others, and the blocks that already passed
 // served from the kept bytes.
 func (d *blockMapDecoder) parse() error {
-	l, err := d.m.parse(d.bufs)
+	l, err := d.m.parse(d.bufs, make([]blockExtent, 0, d.m.maxBlocks))
 	d.bufs = nil
 	if err != nil {
 		return err
@@ -317,6 +324,7 @@ func (d *blockMapDecoder) parse() error {
 	}
 	blocks := (l.vsize + l.blockSize - 1) / l.blockSize
 	next := uint64(0) // the first block not known to be stored or zero
+	structures := slices.Concat(d.m.tables, d.m.reserved)
 	for _, e := range l.blocks {
 		if e.index < next {
 			return fmt.Errorf("%s: block %d listed twice or out of order: %w", d.m.name, e.index, errdefs.ErrInvalidImage)
@@ -329,7 +337,7 @@ func (d *blockMapDecoder) parse() error {
 		if e.start < d.m.headEnd {
 			return d.invalid("block %d is stored at bytes %d..%d, over the %d-byte header", e.index, e.start, end, d.m.headEnd)
 		}
-		for _, t := range slices.Concat(d.m.tables, d.m.reserved) {
+		for _, t := range structures {
 			if e.start < t.end && end > t.off {
 				return d.invalid("block %d is stored at bytes %d..%d, over the %s at %d..%d", e.index, e.start, end, t.what, t.off, t.end)
 			}
@@ -342,7 +350,7 @@ func (d *blockMapDecoder) parse() error {
 		d.zero(int64(z*l.blockSize), int64(l.guestLen(z)))
 	}
 	d.flushZero()
-	d.exts = slices.Clone(l.blocks)
+	d.exts, d.l.blocks = l.blocks, nil
 	slices.SortFunc(d.exts, func(a, b blockExtent) int { return cmpUint(a.start, b.start) })
 	for k := 1; k < len(d.exts); k++ {
 		a, b := d.exts[k-1], d.exts[k]

@@ -110,13 +110,13 @@ func DecodeVHDX(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, 
 		}
 		m.reserved = []span{logSpan}
 	}
-	m.parse = func(t [][]byte) (blockLayout, error) {
+	m.parse = func(t [][]byte, blocks []blockExtent) (blockLayout, error) {
 		// tables are sorted by offset when parse runs.
 		mb, bb := t[0], t[1]
 		if meta.off > bat.off {
 			mb, bb = bb, mb
 		}
-		l, err := vhdxLayout(mb, bb, o.MaxVirtualSize)
+		l, err := vhdxLayout(mb, bb, blocks, o.MaxVirtualSize)
 		if err == nil && o.TargetSize > 0 && int64(l.vsize) > o.TargetSize {
 			// Blocks that came before the tables are only held, so
 			// nothing has reached the sink yet.
@@ -229,8 +229,9 @@ func vhdxRegions(head []byte) (bat, meta span, err error) {
 	return bat, meta, err
 }
 
-// vhdxLayout reads the metadata items and the BAT.
-func vhdxLayout(meta, bat []byte, maxVirtual int64) (blockLayout, error) {
+// vhdxLayout reads the metadata items and the BAT; the stored blocks are
+// appended to extents.
+func vhdxLayout(meta, bat []byte, extents []blockExtent, maxVirtual int64) (blockLayout, error) {
 	le := binary.LittleEndian
 	inv := func(f string, a ...any) (blockLayout, error) {
 		return blockLayout{}, fmt.Errorf("vhdx: "+f+": %w", append(a, errdefs.ErrInvalidImage)...)
@@ -327,7 +328,7 @@ func vhdxLayout(meta, bat []byte, maxVirtual int64) (blockLayout, error) {
 	if entries*8 > uint64(len(bat)) {
 		return inv("a BAT region of %d bytes cannot hold %d entries", len(bat), entries)
 	}
-	l := blockLayout{vsize: vsize, blockSize: blockSize, partialLast: true}
+	l := blockLayout{vsize: vsize, blockSize: blockSize, partialLast: true, blocks: extents}
 	for i := range entries {
 		e := le.Uint64(bat[8*i:])
 		state := e & 7

@@ -29,11 +29,6 @@ const (
 	vmdkMarkerGT     = 1
 	vmdkMarkerGD     = 2
 	vmdkMarkerFooter = 3
-
-	// Grains waiting for their grain table: a writer emits a table after
-	// at most its 512 grains, so a large backlog is a layout we do not
-	// follow.
-	vmdkMaxPendingGrains = 1 << 20
 )
 
 type vmdkHeader struct {
@@ -66,11 +61,16 @@ type vmdkDecoder struct {
 	out      *output
 	inf      *inflaters
 	outFree  chan []byte
-	pending  map[uint64]uint64 // grain marker sector -> lba, not yet in a grain table
-	expected map[uint64]uint64 // tables ahead: grain marker sector -> the lba it must carry
-	headerGD bool              // tables behind, the header (not a footer) names the directory
-	tables   map[uint64]int64  // grain table sector -> its index (-1: holds no grain)
-	gd       []byte            // last grain directory seen
+	book     bookkeeping
+	ahead    *vmdkAhead // the tables came ahead of the grains (vmdktables.go)
+	headerGD bool       // tables behind, the header (not a footer) names the directory
+	// Tables behind the grains: the grains still to be mapped, the tables
+	// seen, the last grain directory (vmdktables.go).
+	pending  []vmdkPending
+	claimed  int
+	tables   []vmdkTable
+	gt       []byte // the grain table being read
+	gd       []byte
 	gdSector uint64
 	grains   int64
 }
@@ -102,13 +102,13 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	}
 	d := &vmdkDecoder{
 		h: h, br: br, grainB: h.grain * vmdkSector, capB: h.capacity * vmdkSector,
-		pending: map[uint64]uint64{}, tables: map[uint64]int64{},
+		book: bookkeeping{max: o.MaxBuffered},
 	}
 	st.VirtualSize = hdr.VirtualSize
 	if h.gdOffset != vmdkGDAtEnd {
 		// qemu's own streamOptimized writer keeps the tables in the
 		// header's overhead, ahead of every grain.
-		err := d.tablesAhead(o.MaxBuffered)
+		err := d.tablesAhead()
 		if errors.Is(err, errTablesBehind) {
 			// VMware's: the header names a directory that follows the
 			// grains, tables and directory as markers, as with a footer.
@@ -133,7 +133,7 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 		st.DataBytes = d.out.data
 		st.Compressed = d.grains
 		st.StreamBytes = int64(d.pos)
-		st.PeakBuffered = int64(len(d.pending)) * 16
+		st.PeakBuffered = d.book.peak
 	}()
 	// A target holding old data is zeroed first; the grains land after it
 	// in queue order.
@@ -182,7 +182,7 @@ func (d *vmdkDecoder) markers(ctx context.Context) error {
 			return nil
 		}
 		sector := d.pos / vmdkSector
-		if d.expected != nil || d.headerGD {
+		if d.ahead != nil || d.headerGD {
 			if _, err := d.br.Peek(1); errors.Is(err, io.EOF) {
 				return d.end()
 			}
@@ -203,7 +203,7 @@ func (d *vmdkDecoder) markers(ctx context.Context) error {
 		typ := le.Uint32(marker[12:])
 		switch typ {
 		case vmdkMarkerEOS:
-			if d.expected != nil || d.headerGD {
+			if d.ahead != nil || d.headerGD {
 				if _, err := io.Copy(io.Discard, d.br); err != nil {
 					return err
 				}
@@ -214,23 +214,11 @@ func (d *vmdkDecoder) markers(ctx context.Context) error {
 			if val == 0 || val > 1<<16 {
 				return d.invalid("metadata marker of %d sectors", val)
 			}
-			b := make([]byte, val*vmdkSector)
-			if err := d.read(b); err != nil {
-				return err
-			}
-			var err error
-			if d.expected != nil {
-				// The tables came ahead; these copies are not read.
-			} else if typ == vmdkMarkerGT {
-				err = d.grainTable(sector+1, b)
-			} else if !d.headerGD || sector+1 == d.h.gdOffset {
-				d.gd, d.gdSector = b, sector+1
-			}
-			if err != nil {
+			if err := d.metadata(typ, sector+1, val*vmdkSector); err != nil {
 				return err
 			}
 		case vmdkMarkerFooter:
-			if d.expected != nil || d.headerGD {
+			if d.ahead != nil || d.headerGD {
 				if err := d.skip(d.pos + val*vmdkSector); err != nil {
 					return err
 				}
@@ -251,27 +239,20 @@ func (d *vmdkDecoder) grain(sector, lba, size uint64) error {
 	if lba%d.h.grain != 0 || lba >= d.h.capacity {
 		return d.invalid("grain at sector %d is marked as sector %d of a %d-sector disk", sector, lba, d.h.capacity)
 	}
+	end := (d.pos + size + vmdkSector - 1) &^ (vmdkSector - 1)
+	if d.ahead != nil {
+		if !d.meetAhead(sector, lba) {
+			return d.skip(end) // in no grain table: qemu never reads it
+		}
+	} else if err := d.addPending(sector, lba); err != nil {
+		return fmt.Errorf("vmdk: %d grains before their grain table: %w", len(d.pending)-d.claimed, err)
+	}
 	in := make([]byte, size)
 	if err := d.read(in); err != nil {
 		return err
 	}
-	if err := d.skip((d.pos + vmdkSector - 1) &^ (vmdkSector - 1)); err != nil {
+	if err := d.skip(end); err != nil {
 		return err
-	}
-	if d.expected != nil {
-		want, ok := d.expected[sector]
-		if !ok {
-			return nil // in no grain table: qemu never reads it
-		}
-		if want != lba {
-			return d.invalid("grain at sector %d is marked as sector %d, want %d", sector, lba, want)
-		}
-		delete(d.expected, sector)
-	} else if len(d.pending) >= vmdkMaxPendingGrains {
-		return fmt.Errorf("vmdk: more than %d grains before their grain table: %w", vmdkMaxPendingGrains, errdefs.ErrNotStreamable)
-	}
-	if d.expected == nil {
-		d.pending[sector] = lba
 	}
 	off := lba * vmdkSector
 	want := int(min(d.grainB, d.capB-off))
@@ -280,6 +261,46 @@ func (d *vmdkDecoder) grain(sector, lba, size uint64) error {
 	d.out.send(x)
 	d.grains++
 	d.inf.jobs <- inflateJob{in: in, out: x.outBuf, want: want, keep: want, op: x, what: fmt.Sprintf("vmdk grain at sector %d", sector)}
+	return nil
+}
+
+// metadata reads a grain table or directory marker's n bytes at sector
+// at: only what the tables behind the grains need is kept, and with the
+// tables ahead nothing (these are copies qemu does not read).
+func (d *vmdkDecoder) metadata(typ uint32, at, n uint64) error {
+	keep := uint64(0)
+	switch {
+	case d.ahead != nil:
+	case typ == vmdkMarkerGT:
+		keep = min(n, uint64(d.h.gtesPerGT)*4)
+	case !d.headerGD || at == d.h.gdOffset:
+		coverage := uint64(d.h.gtesPerGT) * d.h.grain
+		keep = min(n, (d.h.capacity+coverage-1)/coverage*4)
+	}
+	var b []byte
+	if typ == vmdkMarkerGT {
+		if uint64(cap(d.gt)) < keep {
+			d.gt = make([]byte, keep)
+		}
+		b = d.gt[:keep]
+	} else if keep > 0 {
+		// The directory replaces the one before.
+		d.book.release(int64(len(d.gd)))
+		if err := d.book.charge(int64(keep)); err != nil {
+			return fmt.Errorf("vmdk: a grain directory of %d bytes: %w", keep, err)
+		}
+		d.gd, d.gdSector = make([]byte, keep), at
+		b = d.gd
+	}
+	if err := d.read(b); err != nil {
+		return err
+	}
+	if err := d.skip(d.pos + n - keep); err != nil {
+		return err
+	}
+	if typ == vmdkMarkerGT && d.ahead == nil {
+		return d.grainTable(at, b)
+	}
 	return nil
 }
 
@@ -296,7 +317,7 @@ func (d *vmdkDecoder) grainTable(at uint64, b []byte) error {
 		if s == 0 || (s == vmdkGTEZeroed && d.h.flags&vmdkFlagZeroGrain != 0) {
 			continue
 		}
-		lba, ok := d.pending[s]
+		lba, ok := d.claim(s)
 		if !ok {
 			if s >= at {
 				return fmt.Errorf("vmdk: grain table at sector %d points ahead to sector %d: %w", at, s, errdefs.ErrNotStreamable)
@@ -309,9 +330,11 @@ func (d *vmdkDecoder) grainTable(at uint64, b []byte) error {
 			return d.invalid("grain at sector %d is marked as sector %d, but grain table entry %d maps it elsewhere", s, lba, j)
 		}
 		index = i
-		delete(d.pending, s)
 	}
-	d.tables[at] = index
+	d.compactPending()
+	if err := d.addTable(at, index); err != nil {
+		return fmt.Errorf("vmdk: %d grain tables: %w", len(d.tables), err)
+	}
 	return nil
 }
 
@@ -344,10 +367,8 @@ func (d *vmdkDecoder) footer(at, sectors uint64) error {
 		// after the end-of-stream marker makes that another footer.
 		return fmt.Errorf("vmdk: bytes after the end-of-stream marker: %w", errdefs.ErrNotStreamable)
 	}
-	if len(d.pending) > 0 {
-		for s := range d.pending {
-			return d.invalid("grain at sector %d is in no grain table (qemu would not read it)", s)
-		}
+	if s, ok := d.unclaimed(); ok {
+		return d.invalid("grain at sector %d is in no grain table (qemu would not read it)", s)
 	}
 	if f.gdOffset == vmdkGDAtEnd || f.gdOffset == 0 {
 		return d.invalid("footer gives no grain directory")
@@ -367,133 +388,49 @@ func (d *vmdkDecoder) grainDirectory() error {
 	if uint64(len(d.gd)) < entries*4 {
 		return d.invalid("grain directory of %d bytes, want %d entries", len(d.gd), entries)
 	}
-	used := map[uint64]bool{}
+	if err := d.book.charge(int64(len(d.tables))); err != nil {
+		return fmt.Errorf("vmdk: %d grain tables: %w", len(d.tables), err)
+	}
+	used := make([]bool, len(d.tables))
 	for i := uint64(0); i < entries; i++ {
 		s := uint64(binary.LittleEndian.Uint32(d.gd[i*4:]))
 		if s == 0 {
 			continue
 		}
-		idx, ok := d.tables[s]
-		if !ok {
+		k := d.table(s)
+		if k < 0 {
 			return d.invalid("grain directory entry %d points to sector %d, which holds no grain table", i, s)
 		}
-		if idx >= 0 && uint64(idx) != i {
+		if idx := d.tables[k].index; idx >= 0 && uint64(idx) != i {
 			return d.invalid("grain directory entry %d points to the grain table of entry %d", i, idx)
 		}
-		if used[s] {
+		if used[k] {
 			return d.invalid("grain directory entries share the grain table at sector %d", s)
 		}
-		used[s] = true
+		used[k] = true
 	}
-	for s, idx := range d.tables {
-		if idx >= 0 && !used[s] {
-			return d.invalid("grain table at sector %d is in no grain directory entry (qemu would not read its grains)", s)
-		}
-	}
-	return nil
-}
-
-// tablesAhead reads the grain directory and tables a header points to;
-// they must lie before the first grain (in the overhead), where they are
-// seen before any grain passes.
-func (d *vmdkDecoder) tablesAhead(maxBuffered int64) error {
-	h := d.h
-	end := h.overhead * vmdkSector
-	if int64(end) > max(maxBuffered, 1<<20) {
-		return fmt.Errorf("vmdk: %d bytes of header and tables ahead of the grains: %w", end, errdefs.ErrNotStreamable)
-	}
-	head, err := d.br.Peek(int(end))
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			d.br = bufio.NewReaderSize(d.br, int(end))
-			head, err = d.br.Peek(int(end))
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return d.invalid("stream of %d bytes ends inside the %d bytes of header and tables", len(head), end)
-			}
-			return err
-		}
-	}
-	le := binary.LittleEndian
-	ahead := func(what string, sector, n uint64) ([]byte, error) {
-		if sector == 0 {
-			return nil, d.invalid("%s overlaps the header", what)
-		}
-		if sector > end/vmdkSector || sector*vmdkSector+n > end {
-			if what == "grain directory" {
-				return nil, errTablesBehind
-			}
-			return nil, fmt.Errorf("vmdk: %s at sector %d lies after the first grain: %w", what, sector, errdefs.ErrNotStreamable)
-		}
-		return head[sector*vmdkSector : sector*vmdkSector+n], nil
-	}
-	coverage := uint64(h.gtesPerGT) * h.grain
-	entries := (h.capacity + coverage - 1) / coverage
-	gd, err := ahead("grain directory", h.gdOffset, entries*4)
-	if err != nil {
-		return err
-	}
-	if h.flags&vmdkFlagRGD != 0 && h.rgdOffset != 0 {
-		if _, err := ahead("redundant grain directory", h.rgdOffset, entries*4); err != nil {
-			return err
-		}
-	}
-	d.expected = map[uint64]uint64{}
-	tables := map[uint64]bool{}
-	for i := uint64(0); i < entries; i++ {
-		gts := uint64(le.Uint32(gd[i*4:]))
-		if gts == 0 {
-			continue
-		}
-		if tables[gts] {
-			return d.invalid("grain directory entries share the grain table at sector %d", gts)
-		}
-		tables[gts] = true
-		gt, err := ahead("grain table", gts, uint64(h.gtesPerGT)*4)
-		if err != nil {
-			return err
-		}
-		for j := uint64(0); j < uint64(h.gtesPerGT); j++ {
-			g := i*uint64(h.gtesPerGT) + j
-			if g*d.grainB >= d.capB {
-				break
-			}
-			s := uint64(le.Uint32(gt[j*4:]))
-			if s == 0 || (s == vmdkGTEZeroed && h.flags&vmdkFlagZeroGrain != 0) {
-				continue
-			}
-			if s < h.overhead {
-				return d.invalid("grain %d at sector %d overlaps the header or tables", g, s)
-			}
-			if _, dup := d.expected[s]; dup {
-				return d.invalid("two grain table entries share the grain at sector %d", s)
-			}
-			d.expected[s] = g * h.grain
+	for k, t := range d.tables {
+		if t.index >= 0 && !used[k] {
+			return d.invalid("grain table at sector %d is in no grain directory entry (qemu would not read its grains)", t.sector)
 		}
 	}
 	return nil
 }
-
-// errTablesBehind: the header's grain directory follows the grains.
-var errTablesBehind = errors.New("grain directory after the grains")
 
 // end checks, at the end of the stream, that every grain the tables name
 // was met, or with the tables behind, that they account for every grain.
 func (d *vmdkDecoder) end() error {
 	if d.headerGD {
-		if len(d.pending) > 0 {
-			for s := range d.pending {
-				return d.invalid("grain at sector %d is in no grain table (qemu would not read it)", s)
-			}
+		if s, ok := d.unclaimed(); ok {
+			return d.invalid("grain at sector %d is in no grain table (qemu would not read it)", s)
 		}
 		if d.gd == nil {
 			return d.invalid("the header's grain directory at sector %d was not in the %d-byte stream", d.h.gdOffset, d.pos)
 		}
 		return d.grainDirectory()
 	}
-	for s := range d.expected {
-		return d.invalid("grain table entry points to sector %d, where the %d-byte stream holds no grain marker (truncated image?)", s, d.pos)
+	if d.ahead.metN < d.ahead.named {
+		return d.missingAhead()
 	}
 	if d.h.flags&vmdkFlagRGD != 0 && d.h.rgdOffset*vmdkSector >= d.pos {
 		return d.invalid("redundant grain directory lies past the end of the stream")
