@@ -57,6 +57,9 @@ func request(o Options) (engine.Request, error) {
 	if o.NoScratch && o.ScratchDir != "" {
 		return engine.Request{}, fmt.Errorf("NoScratch with ScratchDir %q: one or the other: %w", o.ScratchDir, errdefs.ErrInvalidOptions)
 	}
+	if o.MaxSpill < 0 {
+		return engine.Request{}, fmt.Errorf("spill limit %d: want a size in bytes, or 0 for none: %w", o.MaxSpill, errdefs.ErrInvalidOptions)
+	}
 	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
 		return engine.Request{}, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
@@ -111,6 +114,7 @@ func request(o Options) (engine.Request, error) {
 		FormatIn:                o.FormatIn,
 		NoStreamDecode:          o.NoStreamDecode,
 		StreamDecodeMaxBuffered: o.streamDecodeMaxBuffered,
+		StreamDecodeMaxSpill:    o.MaxSpill,
 		Mode:                    o.Mode,
 		Progress:                progress,
 		Events:                  events,

@@ -151,6 +151,12 @@ type Options struct {
 	// all starts the import over through scratch when the source can be
 	// read again, and fails otherwise.
 	NoStreamDecode bool
+	// MaxSpill caps the stream decoder's spill file in ScratchDir (0: no
+	// cap). The spill never exceeds the image's virtual size either, the
+	// most a legitimate image needs held; an image that needs more is
+	// taken through scratch and qemu-img when the source can be read
+	// again, and refused otherwise.
+	MaxSpill int64
 
 	// Progress, when set, is called about once a second from a goroutine of
 	// its own, and once more when the import ends.

@@ -32,6 +32,7 @@ type cliFlags struct {
 	noRangedRead       bool
 	noStreamDecode     bool
 	formatIn           string
+	maxSpill           string
 	retries            int
 	retryMaxElapsed    time.Duration
 	terminationLog     string
@@ -126,6 +127,7 @@ reports to /dev/termination-log.`,
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
 	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
 	fl.BoolVar(&f.noStreamDecode, "no-stream-decode", false, "put a streamed qcow2, streamOptimized vmdk, dynamic vhd, vdi or vhdx in scratch for qemu-img instead of decoding it straight onto DEST")
+	fl.StringVar(&f.maxSpill, "max-spill", "", "cap the scratch the stream decoder may spill clusters that arrive before their tables to (bytes or a quantity such as 2Gi; it never exceeds the image's virtual size anyway)")
 	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
 	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
@@ -167,6 +169,10 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 	if err != nil {
 		return importer.Options{}, err
 	}
+	maxSpill, err := cdi.ParseQuantity(f.maxSpill)
+	if err != nil {
+		return importer.Options{}, fmt.Errorf("--max-spill: %w", err)
+	}
 	o := importer.Options{
 		Source:              source,
 		Target:              dest,
@@ -183,6 +189,7 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		StallTimeout:        f.stallTimeout,
 		NoRangedRead:        f.noRangedRead,
 		NoStreamDecode:      f.noStreamDecode,
+		MaxSpill:            maxSpill,
 		FormatIn:            f.formatIn,
 		Retries:             &f.retries,
 		NoConnectRetry:      true,

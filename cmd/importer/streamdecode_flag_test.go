@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"path/filepath"
 	"testing"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/hostileimg"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -31,5 +33,44 @@ func TestCLINoStreamDecode(t *testing.T) {
 		m := decode(t, []byte(stdout))
 		assert.Equal(t, c.scratch, m.ScratchUsed, args)
 		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, 4<<20), args)
+	}
+}
+
+// TestCLIMaxSpill: --max-spill caps the decoder's spill. A qcow2 whose L2
+// table follows its 128 MiB of data, from stdin, spills 64 MiB past the
+// decoder's memory: it imports with no cap and fails, saying so, with a
+// 16 MiB one; a negative cap is a usage error.
+func TestCLIMaxSpill(t *testing.T) {
+	const vsize = 128 << 20
+	clusters := make([][]byte, vsize>>16)
+	for i := range clusters {
+		c := make([]byte, 64<<10)
+		for k := range c {
+			c[k] = byte(k%241 + i + 1)
+		}
+		clusters[i] = c
+	}
+	var img bytes.Buffer
+	_, err := hostileimg.QCOW2{VirtualSize: vsize, Clusters: clusters, L2AfterFiller: true}.WriteTo(&img)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		cap  string
+		code int
+	}{{"", cdi.ExitOK}, {"16Mi", cdi.ExitFailed}, {"-1", cdi.ExitUsage}} {
+		dest := filepath.Join(t.TempDir(), "out.img")
+		args := []string{"--json", "--scratch", t.TempDir(), "-", dest}
+		if c.cap != "" {
+			args = append([]string{"--max-spill", c.cap}, args...)
+		}
+		code, stdout, stderr := runCLI(t, img.Bytes(), env(nil), args...)
+		require.Equal(t, c.code, code, args)
+		switch c.code {
+		case cdi.ExitOK:
+			m := decode(t, []byte(stdout))
+			assert.True(t, m.ScratchUsed)
+			assert.Greater(t, m.ScratchBytes, int64(32<<20))
+		case cdi.ExitFailed:
+			assert.Contains(t, stderr, "configured spill limit")
+		}
 	}
 }

@@ -57,7 +57,10 @@ type Request struct {
 	// clusters that arrive before their table (0: its default); tests set
 	// it small.
 	StreamDecodeMaxBuffered int64
-	Mode                    os.FileMode
+	// StreamDecodeMaxSpill caps the stream decoder's spill file (0: only
+	// the image's virtual size bounds it).
+	StreamDecodeMaxSpill int64
+	Mode                 os.FileMode
 
 	Progress func(Progress)
 	Events   func(Event)

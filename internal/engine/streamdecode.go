@@ -120,7 +120,8 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	spill := a.spillDir()
 	st, err := streamdecode.Decode(ctx, in, img.Format, sink, streamdecode.Options{
-		MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill, TargetSize: a.target.Capacity(),
+		MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill, MaxSpill: a.req.StreamDecodeMaxSpill,
+		TargetSize: a.target.Capacity(),
 	})
 	a.noteSpill(st)
 	if err != nil {

@@ -102,3 +102,81 @@ func TestVHDBlockTableStaysInBudget(t *testing.T) {
 		t.Errorf("the decode allocated %d MiB, more than its %d MiB budget and %d MiB of buffers", alloc>>20, DefaultMaxBuffered>>20, decoderFixedBytes>>20)
 	}
 }
+
+// qcow2Disk is a disk of n 64 KiB clusters, every third holding data, and
+// those clusters as hostileimg.QCOW2 takes them.
+func qcow2Disk(n int) ([]byte, [][]byte) {
+	disk := make([]byte, n<<16)
+	clusters := make([][]byte, n)
+	for i := 0; i < n; i += 3 {
+		c := disk[i<<16 : (i+1)<<16]
+		for k := range c {
+			c[k] = byte(k%253 + i + 1)
+		}
+		clusters[i] = c
+	}
+	return disk, clusters
+}
+
+// 256 MiB of bytes no table refers to, before the refcount table of a
+// 16 MiB disk: once the L1 and L2 tables are read nothing can claim them
+// (a refcount table's blocks are skipped), so none is held or spilled
+// (the decoder spilled 255 MiB of them when it kept bytes while any table
+// was still to come), and the disk decodes.
+func TestQCOW2BytesNoTableReferstoAreDropped(t *testing.T) {
+	disk, clusters := qcow2Disk(256)
+	q := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: clusters, Filler: 256 << 20}
+	spillDir := t.TempDir()
+	got, st, _, err := decodeGenerated(t, DecodeQCOW2, int64(len(disk)), Options{MaxBuffered: 1 << 20, SpillDir: spillDir}, func(w io.Writer) error {
+		_, err := q.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, got, disk)
+	if st.BufferedBytes != 0 || st.SpilledBytes != 0 {
+		t.Errorf("held %d bytes and spilled %d of bytes no table refers to", st.BufferedBytes, st.SpilledBytes)
+	}
+	emptyDir(t, spillDir)
+}
+
+// Bytes before an L2 table may be its clusters, so they are held; but a
+// 16 MiB disk's tables refer to at most 16 MiB, so the spill stops there
+// with a *SpillLimitError (ErrNotStreamable), not after the 64 MiB of
+// filler (the decoder spilled all of it and completed); Options.MaxSpill
+// caps it lower still. Without the filler the image decodes.
+func TestQCOW2SpillBoundedByVirtualSize(t *testing.T) {
+	disk, clusters := qcow2Disk(256)
+	for _, c := range []struct {
+		filler, maxSpill, limit int64
+		capped                  bool
+	}{
+		{64 << 20, 0, int64(len(disk)), false},
+		{8 << 20, 4 << 20, 4 << 20, true},
+		{0, 0, 0, false},
+	} {
+		q := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: clusters, Filler: c.filler, L2AfterFiller: true}
+		spillDir := t.TempDir()
+		got, st, _, err := decodeGenerated(t, DecodeQCOW2, int64(len(disk)), Options{MaxBuffered: 1 << 20, SpillDir: spillDir, MaxSpill: c.maxSpill}, func(w io.Writer) error {
+			_, err := q.WriteTo(w)
+			return err
+		})
+		t.Logf("filler %d, cap %d: spilled %d (peak %d): %v", c.filler, c.maxSpill, st.SpilledBytes, st.PeakSpilled, err)
+		emptyDir(t, spillDir)
+		if c.limit == 0 {
+			if err != nil {
+				t.Fatalf("no filler: %v", err)
+			}
+			sameBytes(t, got, disk)
+			continue
+		}
+		var se *SpillLimitError
+		if !errors.As(err, &se) || !errors.Is(err, errdefs.ErrNotStreamable) || se.Limit != c.limit || se.Capped != c.capped {
+			t.Fatalf("filler %d, cap %d: %v, want a *SpillLimitError at %d", c.filler, c.maxSpill, err, c.limit)
+		}
+		if st.PeakSpilled > c.limit {
+			t.Errorf("spilled %d bytes, past the bound of %d", st.PeakSpilled, c.limit)
+		}
+	}
+}

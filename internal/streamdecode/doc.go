@@ -65,6 +65,12 @@ type Options struct {
 	// (unlinked at once, so nothing is left whatever way the decode
 	// ends). "" means no spilling.
 	SpillDir string
+	// MaxSpill caps the spill file (0: no cap). Whatever it says, the
+	// spill never exceeds what the image can legitimately need held, its
+	// virtual size (for a VHDX, whose size comes late, TargetSize when
+	// set): past either the decoder stops with a *SpillLimitError
+	// (errdefs.ErrNotStreamable).
+	MaxSpill int64
 	// Workers inflate compressed clusters or grains (default GOMAXPROCS).
 	Workers int
 	// MaxVirtualSize refuses larger disks (default: format's limit).

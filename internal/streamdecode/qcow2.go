@@ -93,10 +93,10 @@ func DecodeQCOW2(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats,
 	d.l2Entries = d.cs / d.entrySize
 	d.sw = sweep{
 		pos:         uint64(len(head)),
-		meta:        map[uint64]struct{}{0: {}},
+		meta:        []metaSpan{{0, uint64(len(head))}},
 		clusterBits: h.ClusterBits,
 		zeros:       make([]byte, 64<<10),
-		kept:        newRetention(o.MaxBuffered, o.SpillDir),
+		kept:        newRetention(o.MaxBuffered, o.SpillDir, newSpillBound(int64(roundUp(uint64(h.VirtualSize), 1<<h.ClusterBits)), h.VirtualSize, o.MaxSpill)),
 		feed:        d.feed,
 	}
 	defer d.sw.kept.close()
@@ -295,6 +295,7 @@ func (d *qcow2Decoder) parseL1(b []byte) error {
 			return fmt.Errorf("qcow2: L1 entries %d and %d share the L2 table at %#x: %w", j, i, off, errdefs.ErrInvalidImage)
 		}
 		d.l2Seen[off] = i
+		d.sw.fixed += mapEntryCost
 		l2 := &region{start: off, end: off + d.cs, kind: regL2, index: i}
 		if err := d.sw.add(l2); err != nil {
 			return err

@@ -40,9 +40,10 @@ type segment struct {
 }
 
 // newRetention holds up to max bytes in memory and, with spillDir set,
-// the rest in a spill file there; close releases the file.
-func newRetention(max int64, spillDir string) retention {
-	return retention{max: max, spill: spill{dir: spillDir}}
+// the rest in a spill file there, of at most spillMax bytes (0: no
+// bound); close releases the file.
+func newRetention(max int64, spillDir string, spillMax spillBound) retention {
+	return retention{max: max, spill: spill{dir: spillDir, bound: spillMax}}
 }
 
 func (t *retention) close() { t.spill.close() }

@@ -15,6 +15,7 @@ import (
 // space); once every byte in it was claimed it is emptied and reused.
 type spill struct {
 	dir   string // "" = no spilling
+	bound spillBound
 	f     *os.File
 	end   int64 // file size: where the next write goes
 	live  int64 // bytes written and not yet freed
@@ -31,8 +32,54 @@ const spillWritebackWindow = 32 << 20
 
 func (s *spill) enabled() bool { return s.dir != "" }
 
+// spillBound is the most the spill file may take: what the image can
+// legitimately need held, at most its virtual size (every guest byte held
+// once), and Options.MaxSpill when that is smaller.
+type spillBound struct {
+	max         int64 // 0: none
+	virtualSize int64 // the image's, when it set max
+	capped      bool  // max is Options.MaxSpill
+}
+
+// newSpillBound bounds the spill by need (0: unknown) and maxSpill (0: no
+// cap).
+func newSpillBound(need, virtualSize, maxSpill int64) spillBound {
+	switch {
+	case maxSpill > 0 && (need <= 0 || maxSpill < need):
+		return spillBound{max: maxSpill, virtualSize: virtualSize, capped: true}
+	case need > 0:
+		return spillBound{max: need, virtualSize: virtualSize}
+	}
+	return spillBound{}
+}
+
+// SpillLimitError is the decoder needing to spill more than an image of
+// its virtual size can legitimately need, or more than Options.MaxSpill:
+// the layout holds bytes no table is known to refer to (a legitimate
+// image's tables refer to at most its virtual size).
+type SpillLimitError struct {
+	Limit, Need int64
+	VirtualSize int64
+	// Capped: Limit is Options.MaxSpill, not the disk's size.
+	Capped bool
+}
+
+func (e *SpillLimitError) Error() string {
+	why := fmt.Sprintf("the image's virtual size, %d bytes", e.VirtualSize)
+	if e.Capped {
+		why = "the configured spill limit"
+	}
+	return fmt.Sprintf("streamdecode: the bytes that arrive before the tables that map them would need more than %d bytes of spill (%s), at least %d: %s",
+		e.Limit, why, e.Need, errdefs.ErrNotStreamable)
+}
+
+func (e *SpillLimitError) Unwrap() error { return errdefs.ErrNotStreamable }
+
 // write appends p and returns its offset in the file.
 func (s *spill) write(p []byte) (int64, error) {
+	if need := s.end + int64(len(p)); s.bound.max > 0 && need > s.bound.max {
+		return 0, &SpillLimitError{Limit: s.bound.max, Need: need, VirtualSize: s.bound.virtualSize, Capped: s.bound.capped}
+	}
 	if s.f == nil {
 		f, err := os.CreateTemp(s.dir, ".importer-spill-*")
 		if err != nil {
@@ -97,3 +144,5 @@ func (s *spill) close() {
 		s.f = nil
 	}
 }
+
+func roundUp(n, unit uint64) uint64 { return (n + unit - 1) / unit * unit }

@@ -43,9 +43,15 @@ func (k regionKind) String() string {
 // isMeta: the image's header and tables, which nothing else may share.
 func (k regionKind) isMeta() bool { return k <= regRefTable || k >= regSnapHeader }
 
-// isTable: parsing it may register further regions. Once none is still
-// to come, no region can be added any more.
-func (k regionKind) isTable() bool { return k.isMeta() }
+// claimsBehind: parsing it may register regions behind the sweep, served
+// from the bytes retained: an L1 table (its L2 tables), an L2 table (its
+// clusters), a snapshot table entry (the snapshot's L1 table, the next
+// entry). A refcount table's blocks are skipped, whether they passed or
+// not, and a snapshot's L1 table is only checked, so neither needs a byte
+// kept. Once none is still to come, nothing passing is retained.
+func (k regionKind) claimsBehind() bool {
+	return k == regL1 || k == regL2 || k == regSnapHeader || k == regSnapBody
+}
 
 type regionHeap []*region
 
@@ -68,18 +74,23 @@ type sweep struct {
 	pending regionHeap
 	active  []*region
 	kept    retention
-	// tables counts the table regions registered and not yet wholly
-	// fed. At zero nothing can claim bytes any more: what is held is
-	// dropped and what passes unclaimed is not kept (data only a
-	// snapshot uses, leaked clusters after the last table).
-	tables int
-	zeros  []byte
-	// meta marks the host clusters holding the header and tables, so a
-	// reference into them is told apart from one into bytes already
-	// written out (the first is a damaged image, the second a layout we do
-	// not stream).
-	meta        map[uint64]struct{}
+	// claimers counts the regions registered and not yet wholly fed that
+	// may claim bytes behind the sweep (claimsBehind). At zero nothing
+	// can: what is held is dropped and what passes unclaimed is not kept
+	// (data only a snapshot uses, leaked clusters, bytes no table refers
+	// to before a refcount table).
+	claimers int
+	zeros    []byte
+	// meta are the host ranges of the header and tables, so a reference
+	// into them is told apart from one into bytes already written out
+	// (the first is a damaged image, the second a layout we do not
+	// stream).
+	meta        []metaSpan
 	clusterBits uint32
+	// fixed is bookkeeping that stays for the whole decode (the meta
+	// ranges, the decoder's map of L2 tables), charged with the pending
+	// regions against the memory bound.
+	fixed int64
 	// feed consumes a piece of a region: p nil means n zero bytes.
 	feed func(r *region, off uint64, p []byte, n uint64, c *chunk) error
 }
@@ -87,10 +98,9 @@ type sweep struct {
 // add registers a region. One that starts behind the sweep is served from
 // the retained bytes, wholly or up to the sweep.
 func (s *sweep) add(r *region) error {
-	if r.kind.isMeta() {
-		for c := r.start >> s.clusterBits; c<<s.clusterBits < r.end; c++ {
-			s.meta[c] = struct{}{}
-		}
+	if r.kind.isMeta() && r.end > r.start {
+		s.meta = append(s.meta, metaSpan{r.start, r.end})
+		s.fixed += metaSpanCost
 	}
 	r.at = r.start
 	if r.end <= r.start {
@@ -119,20 +129,26 @@ func (s *sweep) add(r *region) error {
 		}
 		r.at = past
 	}
-	s.kept.extra = int64(len(s.pending)+1) * regionCost
-	if err := s.kept.reserve(); err != nil {
+	if err := s.charge(int64(len(s.pending)+1) * regionCost); err != nil {
 		return fmt.Errorf("qcow2: %d clusters mapped ahead of the stream: %w", len(s.pending)+1, err)
 	}
-	if r.kind.isTable() {
-		s.tables++
+	if r.kind.claimsBehind() {
+		s.claimers++
 	}
 	heap.Push(&s.pending, r)
 	return nil
 }
 
+// charge counts pending, the bookkeeping of the regions waiting for their
+// bytes, and the fixed bookkeeping against the memory bound.
+func (s *sweep) charge(pending int64) error {
+	s.kept.extra = pending + s.fixed
+	return s.kept.reserve()
+}
+
 // keep retains unclaimed bytes, unless nothing can claim them any more.
 func (s *sweep) keep(off uint64, p []byte) error {
-	if s.tables == 0 {
+	if s.claimers == 0 {
 		if len(s.kept.segs) > 0 {
 			s.kept.reset()
 		}
@@ -145,9 +161,22 @@ func (s *sweep) keep(off uint64, p []byte) error {
 // counts against the same bound as the bytes kept.
 const regionCost = 128
 
+// metaSpan is the host range of the header or a table.
+type metaSpan struct{ start, end uint64 }
+
+// Bookkeeping per table for the whole decode: its meta range, and an entry
+// in a Go map (key, value and the map's slack).
+const (
+	metaSpanCost = 16
+	mapEntryCost = 48
+)
+
 func (s *sweep) notHeld(r *region) error {
-	for c := r.start >> s.clusterBits; c<<s.clusterBits < r.end; c++ {
-		if _, ok := s.meta[c]; ok {
+	mask := uint64(1)<<s.clusterBits - 1
+	start, end := r.start&^mask, (r.end+mask)&^mask
+	for _, m := range s.meta {
+		// The clusters the region and the table lie in.
+		if start < (m.end+mask)&^mask && m.start&^mask < end {
 			return fmt.Errorf("qcow2: %s at host offset %#x..%#x overlaps the image's header or tables: %w", r.kind, r.start, r.end, errdefs.ErrInvalidImage)
 		}
 	}
@@ -194,8 +223,8 @@ func (s *sweep) chunkAt(p []byte, c *chunk) error {
 			if a.end > cur {
 				s.active[k] = a
 				k++
-			} else if a.kind.isTable() {
-				s.tables--
+			} else if a.kind.claimsBehind() {
+				s.claimers--
 			}
 		}
 		clear(s.active[k:])

@@ -62,6 +62,7 @@ func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 	m := blockMap{
 		name:      "vdi",
 		vsize:     layout.vsize,
+		blockSize: layout.blockSize,
 		headEnd:   vdiHeadLen,
 		tables:    []span{{mapOff, mapOff + 4*entries, "block map"}},
 		need:      mapOff + 4*entries,

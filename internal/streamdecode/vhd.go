@@ -60,10 +60,12 @@ func DecodeVHD(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 		prefix: (blockSize/512/8 + 511) &^ 511,
 	}
 	m := blockMap{
-		name:    "vhd",
-		vsize:   layout.vsize,
-		headEnd: vhdHeadLen,
-		tables:  []span{{tableOff, tableOff + 4*entries, "block allocation table"}},
+		name:      "vhd",
+		vsize:     layout.vsize,
+		blockSize: layout.blockSize,
+		prefix:    layout.prefix,
+		headEnd:   vhdHeadLen,
+		tables:    []span{{tableOff, tableOff + 4*entries, "block allocation table"}},
 		// qemu reads the BAT in whole sectors and refuses a file that
 		// ends inside the last one.
 		need:      (tableOff + 4*entries + 511) &^ 511,

@@ -19,9 +19,12 @@ import (
 // tables ahead of the blocks, which follow in any order; blocks that pass
 // before the tables are kept (bounded, or spilled) until they are known.
 type blockMap struct {
-	name    string // "vhd", "vdi", "vhdx": the prefix of messages
-	vsize   uint64 // when the header says (VHD, VDI); parse's otherwise
-	headEnd uint64 // the header, [0, headEnd), already read
+	name  string // "vhd", "vdi", "vhdx": the prefix of messages
+	vsize uint64 // when the header says (VHD, VDI); parse's otherwise
+	// blockSize and prefix, when the header says (VHD, VDI), bound the
+	// spill.
+	blockSize, prefix uint64
+	headEnd           uint64 // the header, [0, headEnd), already read
 	// tables are gathered in stream order; disjoint, none before headEnd.
 	tables []span
 	// reserved are other structures no block may be stored over (VHDX's
@@ -136,7 +139,7 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 		m:     m,
 		l:     blockLayout{vsize: m.vsize},
 		pos:   m.headEnd,
-		kept:  newRetention(o.MaxBuffered-cost, o.SpillDir),
+		kept:  newRetention(o.MaxBuffered-cost, o.SpillDir, m.spillBound(o)),
 		zeros: make([]byte, 64<<10),
 	}
 	for _, t := range m.tables {
@@ -180,6 +183,17 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 			return st, d.finish()
 		}
 	}
+}
+
+// spillBound is what the blocks that pass before the tables can
+// legitimately need held: every block of the disk once, bitmap included
+// (a VHDX's size is known only from its metadata: the target's then).
+func (m blockMap) spillBound(o Options) spillBound {
+	if m.vsize == 0 || m.blockSize == 0 {
+		return newSpillBound(o.TargetSize, o.TargetSize, o.MaxSpill)
+	}
+	blocks := (m.vsize + m.blockSize - 1) / m.blockSize
+	return newSpillBound(int64(blocks*(m.blockSize+m.prefix)), int64(m.vsize), o.MaxSpill)
 }
 
 func cmpUint(a, b uint64) int {
