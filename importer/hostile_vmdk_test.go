@@ -25,6 +25,7 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/hostileimg"
 	"github.com/diskimport/engine/internal/testimg"
 )
 
@@ -63,6 +64,13 @@ func realSparseVMDK(t *testing.T, dir, subformat string) []byte {
 	raw := testimg.Raw(t, dir, "v-"+subformat+".raw", 1<<20, 35)
 	p := testimg.Convert(t, raw, filepath.Join(dir, "v-"+subformat+".vmdk"), "vmdk", "subformat="+subformat)
 	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return b
+}
+
+// realDisk is size bytes of varied content, as testimg.Raw makes them.
+func realDisk(t *testing.T, dir string, size int64) []byte {
+	b, err := os.ReadFile(testimg.Raw(t, dir, "disk.raw", size, 37))
 	require.NoError(t, err)
 	return b
 }
@@ -146,6 +154,13 @@ func hostileVMDKCases() []hostileVMDK {
 				binary.LittleEndian.PutUint64(f[56:], ^uint64(0))
 			})
 		}, want: importer.ErrUnsafeImage, msg: "another footer", ranged: true},
+		// qemu refuses a footer whose magic is wrong ("Invalid footer"),
+		// and so does every route (issue 21).
+		{name: "streamOptimized-footer-wrong-magic", make: func(t *testing.T, dir, _ string) []byte {
+			var b bytes.Buffer
+			require.NoError(t, hostileimg.VMDKFooter(&b, realDisk(t, dir, 1<<20), "KDMW"))
+			return b.Bytes()
+		}, want: importer.ErrInvalidImage, msg: "magic"},
 		{name: "streamOptimized-footer-disagrees", make: func(t *testing.T, dir, _ string) []byte {
 			return vmdkFooterStyle(realSparseVMDK(t, dir, "streamOptimized"), func(f []byte) {
 				binary.LittleEndian.PutUint64(f[12:], 1<<22) // another capacity

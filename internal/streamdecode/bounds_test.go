@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
@@ -177,6 +181,77 @@ func TestQCOW2SpillBoundedByVirtualSize(t *testing.T) {
 		}
 		if st.PeakSpilled > c.limit {
 			t.Errorf("spilled %d bytes, past the bound of %d", st.PeakSpilled, c.limit)
+		}
+	}
+}
+
+// A zstd cluster must inflate to exactly the cluster size, as qemu wants
+// it (qcow2_zstd_decompress fails when the frame is not done once the
+// cluster is full): one 512 bytes longer is refused with ErrInvalidImage
+// (the decoder took the first 64 KiB and completed). Sound zstd clusters
+// decode to what qemu-img reads.
+func TestQCOW2ZstdClusterPastClusterSizeRefused(t *testing.T) {
+	need(t, "qemu-img")
+	disk, clusters := qcow2Disk(32)
+	sound := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: clusters, Zstd: true}
+	img := filepath.Join(t.TempDir(), "zstd.qcow2")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sound.WriteTo(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	want := reference(t, img, "qcow2")
+	sameBytes(t, want, disk)
+	got, st, err := decodeFile(t, DecodeQCOW2, img, int64(len(disk)), false, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, got, want)
+	if st.Compressed == 0 {
+		t.Fatal("no compressed cluster was decoded")
+	}
+
+	long := slices.Clone(clusters)
+	long[3] = append(slices.Clone(clusters[3]), make([]byte, 512)...)
+	_, _, _, err = decodeGenerated(t, DecodeQCOW2, int64(len(disk)), Options{}, func(w io.Writer) error {
+		_, err := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: long, Zstd: true}.WriteTo(w)
+		return err
+	})
+	if !errors.Is(err, errdefs.ErrInvalidImage) || !strings.Contains(err.Error(), "inflates past") {
+		t.Fatalf("a zstd cluster of 64 KiB + 512: %v, want ErrInvalidImage", err)
+	}
+}
+
+// A streamOptimized vmdk in VMware's layout whose footer does not start
+// with "KDMV" is refused with ErrInvalidImage, as qemu refuses it
+// ("Invalid footer"); the same image with the magic decodes to what
+// qemu-img reads.
+func TestVMDKFooterMagicChecked(t *testing.T) {
+	need(t, "qemu-img")
+	disk, _ := qcow2Disk(48)
+	for _, magic := range []string{"KDMV", "KDMW"} {
+		img := filepath.Join(t.TempDir(), "footer.vmdk")
+		f, err := os.Create(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := hostileimg.VMDKFooter(f, disk, magic); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		got, _, err := decodeFile(t, DecodeVMDK, img, int64(len(disk)), true, Options{})
+		if magic == "KDMV" {
+			if err != nil {
+				t.Fatalf("sound footer: %v", err)
+			}
+			sameBytes(t, got, reference(t, img, "vmdk"))
+			continue
+		}
+		if !errors.Is(err, errdefs.ErrInvalidImage) || !strings.Contains(err.Error(), "magic") {
+			t.Errorf("footer magic %q: %v, want ErrInvalidImage", magic, err)
 		}
 	}
 }

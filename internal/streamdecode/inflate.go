@@ -2,6 +2,7 @@ package streamdecode
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -89,10 +90,11 @@ func (d *decoder) close() {
 	}
 }
 
-// inflate decompresses in into out. qcow2 (deflate, zstd) takes the first
+// inflate decompresses in into out. qcow2 deflate takes the first
 // len(out) bytes and ignores what follows, as qemu does: the stored length
-// is rounded up to sectors. A vmdk grain must be one complete zlib stream
-// of at most len(out) bytes, as qemu's uncompress() wants it.
+// is rounded up to sectors. qcow2 zstd fills out from whole frames
+// (inflateZstd). A vmdk grain must be one complete zlib stream of at most
+// len(out) bytes, as qemu's uncompress() wants it.
 func (d *decoder) inflate(c codec, in, out []byte) (int, error) {
 	d.src.Reset(in)
 	var r io.Reader
@@ -105,17 +107,7 @@ func (d *decoder) inflate(c codec, in, out []byte) (int, error) {
 		}
 		r = d.flate
 	case codecZstd:
-		if d.zstd == nil {
-			z, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20))
-			if err != nil {
-				return 0, err
-			}
-			d.zstd = z
-		}
-		if err := d.zstd.Reset(&d.src); err != nil {
-			return 0, err
-		}
-		r = d.zstd
+		return d.inflateZstd(in, out)
 	case codecZlib:
 		if d.zlib == nil {
 			z, err := zlib.NewReader(&d.src)
@@ -157,4 +149,115 @@ func readComplete(r io.Reader, out []byte) (int, error) {
 		return n, nil
 	}
 	return n, err
+}
+
+// inflateZstd fills out with the zstd frames at the start of in, as
+// qemu's qcow2_zstd_decompress does: frame after frame until out is full,
+// the frame that fills it ending exactly there (one that would inflate
+// past the cluster is a damaged cluster, -EIO in qemu); what follows it,
+// the padding of the stored length's last sector, is not read.
+func (d *decoder) inflateZstd(in, out []byte) (int, error) {
+	if d.zstd == nil {
+		z, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20))
+		if err != nil {
+			return 0, err
+		}
+		d.zstd = z
+	}
+	n := 0
+	for n < len(out) {
+		size, err := zstdFrameLen(in)
+		if err != nil {
+			return n, err
+		}
+		d.src.Reset(in[:size])
+		if err := d.zstd.Reset(&d.src); err != nil {
+			return n, err
+		}
+		k, err := io.ReadFull(d.zstd, out[n:])
+		n += k
+		in = in[size:]
+		switch {
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+			continue // the frame ended first: the next one goes on
+		case err != nil:
+			return n, err
+		}
+		var one [1]byte
+		k, err = d.zstd.Read(one[:])
+		for k == 0 && err == nil {
+			k, err = d.zstd.Read(one[:])
+		}
+		if k > 0 {
+			return n, fmt.Errorf("a zstd frame inflates past the %d-byte cluster (qemu refuses it)", len(out))
+		}
+		if !errors.Is(err, io.EOF) {
+			return n, err // the frame's end is damaged: its checksum
+		}
+	}
+	return n, nil
+}
+
+// zstdFrameLen is the length of the zstd frame (or skippable frame) at the
+// start of in, from its header and block headers (RFC 8878, 3.1).
+func zstdFrameLen(in []byte) (int, error) {
+	le := binary.LittleEndian
+	if len(in) < 8 {
+		return 0, fmt.Errorf("%d bytes left, too few for a zstd frame", len(in))
+	}
+	magic := le.Uint32(in)
+	if magic&^0xf == 0x184d2a50 { // skippable frame
+		n := 8 + int(le.Uint32(in[4:]))
+		if n > len(in) || n < 8 {
+			return 0, fmt.Errorf("skippable zstd frame of %d bytes in %d", n, len(in))
+		}
+		return n, nil
+	}
+	if magic != 0xfd2fb528 {
+		return 0, fmt.Errorf("no zstd frame: magic %#x", magic)
+	}
+	fhd := in[4]
+	single := fhd>>5&1 == 1
+	p := 5
+	if !single {
+		p++ // window descriptor
+	}
+	p += [4]int{0, 1, 2, 4}[fhd&3]
+	switch fhd >> 6 {
+	case 0:
+		if single {
+			p++
+		}
+	case 1:
+		p += 2
+	case 2:
+		p += 4
+	case 3:
+		p += 8
+	}
+	for {
+		if p+3 > len(in) {
+			return 0, fmt.Errorf("zstd frame cut inside its blocks")
+		}
+		bh := uint32(in[p]) | uint32(in[p+1])<<8 | uint32(in[p+2])<<16
+		p += 3
+		switch bh >> 1 & 3 {
+		case 0, 2: // raw, compressed
+			p += int(bh >> 3)
+		case 1: // RLE
+			p++
+		default:
+			return 0, fmt.Errorf("zstd block of reserved type")
+		}
+		if bh&1 == 1 {
+			break
+		}
+	}
+	if fhd>>2&1 == 1 {
+		p += 4 // content checksum
+	}
+	if p > len(in) {
+		return 0, fmt.Errorf("zstd frame of %d bytes cut at %d", p, len(in))
+	}
+	return p, nil
 }

@@ -2,6 +2,7 @@ package streamdecode
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -30,6 +31,9 @@ const (
 	vmdkMarkerGD     = 2
 	vmdkMarkerFooter = 3
 )
+
+// vmdkMagic opens the header and the footer.
+var vmdkMagic = []byte("KDMV")
 
 type vmdkHeader struct {
 	version, flags       uint32
@@ -349,6 +353,10 @@ func (d *vmdkDecoder) footer(at, sectors uint64) error {
 	b := make([]byte, 2*vmdkSector)
 	if err := d.read(b); err != nil {
 		return err
+	}
+	if !bytes.Equal(b[:4], vmdkMagic) {
+		// qemu: "Invalid footer".
+		return d.invalid("footer at sector %d does not start with the vmdk magic number (%q)", at, b[:4])
 	}
 	f := decodeVMDKHeader(b)
 	h := d.h
