@@ -7,6 +7,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
@@ -23,6 +24,7 @@ type rawClone struct {
 	opts    importer.Options
 	tgt     *volume.Target
 	w       *volume.Writer
+	content *blkhash.Hash // the content digest of the bytes written
 	sum     *cloner.Digest
 	final   string            // the digest, once taken
 	check   *iostage.Verifier // the import's Checksums over the source's bytes; nil: none
@@ -56,7 +58,8 @@ func openRawClone(ctx context.Context, o importer.Options, size int64) (*rawClon
 			return nil, err
 		}
 	}
-	if c.w, err = tgt.NewWriter(volume.WithContext(ctx)); err != nil {
+	c.content = blkhash.New(0)
+	if c.w, err = tgt.NewWriter(volume.WithContext(ctx), volume.WithContentHash(c.content)); err != nil {
 		tgt.Abort()
 		return nil, fmt.Errorf("clone target %s: %w", tgt.Path(), err)
 	}
@@ -136,6 +139,10 @@ func (c *rawClone) commit(ctx context.Context) (*importer.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("clone of %d bytes: %w", n, err)
 	}
+	content := c.content.Sum()
+	if err := blkhash.Expect(content, c.opts.ExpectContentDigest); err != nil {
+		return nil, fmt.Errorf("clone of %d bytes: %w", n, err)
+	}
 	prealloc := false
 	if c.opts.Preallocation && c.tgt.Kind() == volume.File {
 		if err := volume.GrowFile(c.tgt.WritePath(), n, true); err != nil {
@@ -149,7 +156,7 @@ func (c *rawClone) commit(ctx context.Context) (*importer.Result, error) {
 	return &importer.Result{
 		Complete: true, Target: c.tgt.Path(), SourceFormat: "raw", VirtualSize: n, BytesWritten: n,
 		DataBytes: c.w.DataBytes(), PreallocationApplied: prealloc, Duration: time.Since(c.started),
-		TargetDigest: c.digest(), Checksums: checksumStrings(verified),
+		TargetDigest: c.digest(), Checksums: checksumStrings(verified), ContentDigest: content.String(),
 	}, nil
 }
 

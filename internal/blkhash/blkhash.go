@@ -58,6 +58,23 @@ func ParseDigest(s string) (Digest, error) {
 	return d, nil
 }
 
+// Expect checks d against an expected digest in either of ParseDigest's
+// spellings; "" expects nothing. A difference wraps
+// errdefs.ErrChecksumMismatch.
+func Expect(d Digest, expected string) error {
+	if expected == "" {
+		return nil
+	}
+	want, err := ParseDigest(expected)
+	if err != nil {
+		return err
+	}
+	if want != d {
+		return fmt.Errorf("content digest %s, expected %s: %w", d, want, errdefs.ErrChecksumMismatch)
+	}
+	return nil
+}
+
 // zeroBlock is a block of zeros, only ever read.
 var zeroBlock = make([]byte, BlockSize)
 

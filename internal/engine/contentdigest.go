@@ -23,13 +23,8 @@ func (a *attempt) recordContentDigest(d blkhash.Digest) error {
 		a.log.Info("Content digest", "contentDigest", a.result.ContentDigest)
 		return nil
 	}
-	want, err := blkhash.ParseDigest(a.req.ExpectContentDigest)
-	if err != nil {
-		return err
-	}
-	if want != d {
-		return fmt.Errorf("content digest of the image from %s is %s, expected %s: %w",
-			a.req.Source, d, want, errdefs.ErrChecksumMismatch)
+	if err := blkhash.Expect(d, a.req.ExpectContentDigest); err != nil {
+		return fmt.Errorf("the image from %s: %w", a.req.Source, err)
 	}
 	a.log.Info("Content digest verified", "contentDigest", a.result.ContentDigest)
 	return nil
