@@ -190,6 +190,6 @@ func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.clone; s != nil && s.id == id {
-		w.Header().Set(cloner.OffsetHeader, strconv.FormatInt(s.raw.offset, 10))
+		w.Header().Set(cloner.OffsetHeader, strconv.FormatInt(s.tgt.offset, 10))
 	}
 }

@@ -236,9 +236,14 @@ func (h *Handler) begin() (*atomic.Int64, error) {
 	return h.bytes, nil
 }
 
+// setPhase records the import's phase; an interrupted clone stays
+// Interrupted (its import, waiting for the resumption, may still report
+// the phase it entered before).
 func (h *Handler) setPhase(p string) {
 	h.mu.Lock()
-	h.status.Phase = p
+	if h.clone == nil {
+		h.status.Phase = p
+	}
 	h.mu.Unlock()
 }
 

@@ -14,12 +14,13 @@ import (
 	"github.com/diskimport/engine/internal/cloner"
 )
 
-// cloneSession is a sparse-v1 clone across its requests: the open target
-// and everything accepted so far. Between a dropped connection and the
-// resuming request it waits in Handler.clone (the server stays claimed).
+// cloneSession is a sparse-v1 clone across its requests: the import it
+// feeds and everything accepted so far. Between a dropped connection and
+// the resuming request it waits in Handler.clone (the server stays claimed
+// until the resume window ends or another session arrives).
 type cloneSession struct {
 	id     string
-	raw    *rawClone
+	tgt    *sparseTarget
 	expire *time.Timer
 }
 
@@ -42,7 +43,7 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request) {
 	stall := newStallGuard(w, h.opts.Import.StallTimeout)
 	defer stall.disarm()
 	body := &gatedReader{r: r.Body, n: h.counter(), stall: stall}
-	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV1, "resume", sess.raw != nil)
+	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV1, "resume", sess.tgt != nil)
 	h.setPhase(string(importer.PhaseTransferDataFile))
 	res, err := h.receiveSparse(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body)))
 	body.close()
@@ -50,12 +51,12 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		h.finishClone(res, nil)
 		h.respondClone(w, res, nil)
-	case sess.raw != nil && resumable(err) && h.opts.BaseContext.Err() == nil:
+	case sess.tgt != nil && resumable(err) && h.opts.BaseContext.Err() == nil:
 		h.suspendClone(sess, err)
-		http.Error(w, statusText(fmt.Errorf("clone interrupted at %d bytes; resume from there: %w", sess.raw.offset, err)), http.StatusInternalServerError)
+		http.Error(w, statusText(fmt.Errorf("clone interrupted at %d bytes; resume from there: %w", sess.tgt.offset, err)), http.StatusInternalServerError)
 	default:
-		if sess.raw != nil {
-			sess.raw.abort()
+		if sess.tgt != nil {
+			sess.tgt.abort(err)
 		}
 		h.finishClone(res, err)
 		h.respondClone(w, res, err)
@@ -89,7 +90,7 @@ func (h *Handler) claimCloneSession(id string) (*cloneSession, error) {
 			return nil, errResumeExpired // expiring right now
 		}
 		if s.id != id {
-			h.log.Warn("A new clone session ends the interrupted one", "interrupted", s.id, "offset", s.raw.offset, "new", id)
+			h.log.Warn("A new clone session ends the interrupted one", "interrupted", s.id, "offset", s.tgt.offset, "new", id)
 			h.dropClone(s, fmt.Errorf("clone session %s replaced the interrupted session %s: %w", id, s.id, errdefs.ErrCancelled))
 		} else if h.takeCloneSession(s) {
 			return s, nil
@@ -132,57 +133,54 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 	if !rec.IsStart() {
 		return nil, fmt.Errorf("clone stream does not begin with its start record: %w", errdefs.ErrInvalidImage)
 	}
-	if sess.raw == nil {
+	if sess.tgt == nil {
 		if rec.Offset != 0 {
 			return nil, fmt.Errorf("clone session %s is unknown here and cannot resume at %d: %w", sess.id, rec.Offset, errdefs.ErrInvalidImage)
 		}
-		// The writes outlive this request when the clone resumes.
-		raw, err := openRawClone(h.opts.BaseContext, h.opts.Import, rec.Size)
-		if err != nil {
-			return nil, err
-		}
-		sess.raw = raw
-	} else if rec.Offset != sess.raw.offset || rec.Size != sess.raw.size {
-		return nil, fmt.Errorf("clone resumes at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, sess.raw.offset, sess.raw.size, errdefs.ErrInvalidImage)
+		// The import outlives this request when the clone resumes.
+		sess.tgt = h.startSparseTarget(h.opts.BaseContext, rec.Size)
+	} else if rec.Offset != sess.tgt.offset || rec.Size != sess.tgt.size {
+		return nil, fmt.Errorf("clone resumes at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, sess.tgt.offset, sess.tgt.size, errdefs.ErrInvalidImage)
 	}
-	raw := sess.raw
+	tgt := sess.tgt
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("receiving the clone: %w", err)
 		}
 		rec, err := dec.Next()
 		if err != nil {
-			return nil, fmt.Errorf("receiving the clone at %d bytes: %w", raw.offset, err)
+			return nil, fmt.Errorf("receiving the clone at %d bytes: %w", tgt.offset, err)
 		}
 		switch {
 		case rec.IsEnd():
-			if raw.offset != raw.size {
-				return nil, fmt.Errorf("clone stream ended at %d of %d bytes: %w", raw.offset, raw.size, errdefs.ErrInvalidImage)
+			if tgt.offset != tgt.size {
+				return nil, fmt.Errorf("clone stream ended at %d of %d bytes: %w", tgt.offset, tgt.size, errdefs.ErrInvalidImage)
 			}
-			source, target := cloner.FormatDigest(rec.Digest), raw.digest()
+			source, target := cloner.FormatDigest(rec.Digest), tgt.digest()
 			if source != target {
 				return nil, fmt.Errorf("clone digest: source %s, received %s: %w", source, target, errdefs.ErrVerifyMismatch)
 			}
-			res, err := raw.commit(ctx)
+			res, err := tgt.commit()
 			if err != nil {
 				return nil, &targetError{err}
 			}
+			res.TargetDigest = target
 			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "the cloner's digest of the whole source against the bytes written ("+cloner.DigestPrefix+")"
 			res.BytesRead = h.counter().Load()
 			return res, nil
-		case rec.Offset != raw.offset:
-			return nil, fmt.Errorf("clone record at %d, expected %d: %w", rec.Offset, raw.offset, errdefs.ErrInvalidImage)
-		case rec.Length > raw.size-raw.offset:
-			// raw.offset never passes raw.size, so the subtraction cannot
+		case rec.Offset != tgt.offset:
+			return nil, fmt.Errorf("clone record at %d, expected %d: %w", rec.Offset, tgt.offset, errdefs.ErrInvalidImage)
+		case rec.Length > tgt.size-tgt.offset:
+			// tgt.offset never passes tgt.size, so the subtraction cannot
 			// wrap, where Offset+Length of a hostile record can (a zero run
 			// of 2^63-1 bytes at 64 KiB would have been taken as in bounds).
-			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, raw.size, errdefs.ErrInvalidImage)
+			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, tgt.size, errdefs.ErrInvalidImage)
 		case rec.IsData():
-			if err := raw.write(rec.Data); err != nil {
+			if err := tgt.write(rec.Data); err != nil {
 				return nil, &targetError{err}
 			}
 		case rec.IsZero():
-			if err := raw.zero(ctx, rec.Length); err != nil {
+			if err := tgt.zero(ctx, rec.Length); err != nil {
 				if ctx.Err() != nil {
 					return nil, fmt.Errorf("receiving the clone: %w", err)
 				}
@@ -201,7 +199,7 @@ func (h *Handler) suspendClone(sess *cloneSession, cause error) {
 	if window <= 0 {
 		window = defaultStallTimeout
 	}
-	h.log.Warn("Clone interrupted; waiting for it to resume", "session", sess.id, "offset", sess.raw.offset, "window", window, "err", cause)
+	h.log.Warn("Clone interrupted; waiting for it to resume", "session", sess.id, "offset", sess.tgt.offset, "window", window, "err", cause)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.busy = false
@@ -222,7 +220,7 @@ func (h *Handler) dropClone(sess *cloneSession, err error) {
 	h.clone = nil
 	h.busy = true
 	h.mu.Unlock()
-	sess.raw.abort()
+	sess.tgt.abort(err)
 	h.finishClone(nil, err)
 }
 

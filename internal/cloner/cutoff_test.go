@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/stretchr/testify/assert"
@@ -20,16 +19,8 @@ import (
 )
 
 // waitFailed waits until the server has recorded a failed clone and is free.
-func waitFailed(t *testing.T, p *pki, s *served) uploadserver.Status {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if st := serverStatus(t, p, s); !st.Busy && st.Phase == "Error" {
-			return st
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the server did not record the failed clone")
-	return uploadserver.Status{}
+func waitFailed(t *testing.T, p *pki, s *served) {
+	waitStatus(t, p, s, "the failed clone recorded", func(st uploadserver.Status) bool { return !st.Busy && st.Phase == "Error" })
 }
 
 // dirState is every entry under dir with its content's digest.

@@ -71,6 +71,22 @@ func serverStatus(t *testing.T, p *pki, s *served) uploadserver.Status {
 	return st
 }
 
+// waitStatus polls the server's status until ok, for 10 s at most.
+func waitStatus(t *testing.T, p *pki, s *served, what string, ok func(uploadserver.Status) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := serverStatus(t, p, s)
+		if ok(st) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s; status %+v", what, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestHostileSparseRecordsAreRefusedQuickly sends records whose lengths and
 // offsets do not fit the announced size (one wrapping past 2^63): each is
 // answered 400 within seconds, and the server then takes a good clone.
@@ -143,18 +159,12 @@ func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, sw.Flush())
-	for serverStatus(t, p, s).Bytes < sent.n && ctx.Err() == nil {
-		time.Sleep(10 * time.Millisecond) // until the server holds every record sent
-	}
+	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.n })
 	cancel() // the client goes away, the body never ends
 	pw.CloseWithError(context.Canceled)
 	<-answered
 
-	deadline := time.Now().Add(10 * time.Second)
-	for serverStatus(t, p, s).Busy && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	assert.False(t, serverStatus(t, p, s).Busy, "busy 10 s after the client left")
+	waitStatus(t, p, s, "the server free after the client left", func(st uploadserver.Status) bool { return !st.Busy })
 	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 29)
 	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
 	require.NoError(t, err, "the next clone is refused")
@@ -197,15 +207,11 @@ func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, sw.Flush())
-	for serverStatus(t, p, s).Bytes < sent.n {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.n })
 	cancel()
 	pw.CloseWithError(context.Canceled)
 	<-answered
-	for serverStatus(t, p, s).Phase != "Interrupted" {
-		time.Sleep(10 * time.Millisecond) // the server keeps the session for its resumption
-	}
+	waitStatus(t, p, s, "the session kept for its resumption", func(st uploadserver.Status) bool { return st.Phase == "Interrupted" })
 
 	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 43)
 	began := time.Now()
