@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
@@ -37,6 +38,7 @@ type sparseTarget struct {
 	final  string // the digest, once taken
 	offset int64  // bytes accepted, in source order
 	size   int64
+	ready  chan struct{} // closed once the import took the target (Info passed)
 	done   chan struct{}
 	res    *importer.Result
 	err    error
@@ -55,10 +57,17 @@ var (
 // requests), with the handler's phases and events.
 func (h *Handler) startSparseTarget(ctx context.Context, size int64) *sparseTarget {
 	pr, pw := io.Pipe()
-	t := &sparseTarget{pw: pw, bw: bufio.NewWriterSize(pw, pipeChunk), sum: cloner.NewDigest(), size: size, done: make(chan struct{})}
+	t := &sparseTarget{pw: pw, bw: bufio.NewWriterSize(pw, pipeChunk), sum: cloner.NewDigest(), size: size, ready: make(chan struct{}), done: make(chan struct{})}
 	o := h.importOptions(pr)
 	o.ContentType, o.SourceReaderSize = importer.ContentTypeAsIs, size
 	o = h.withEvents(o, func() {})
+	events, took := o.Events, sync.OnceFunc(func() { close(t.ready) })
+	o.Events = func(e importer.Event) {
+		events(e)
+		if e.Kind == importer.EventPhaseStarted && e.Phase == importer.PhaseTransferDataFile {
+			took()
+		}
+	}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -67,6 +76,19 @@ func (h *Handler) startSparseTarget(ctx context.Context, size int64) *sparseTarg
 		pr.CloseWithError(cmp.Or(t.err, errImportEnded))
 	}()
 	return t
+}
+
+// opened waits until the import has opened the target and checked that
+// the source fits, so a target too small is refused at the Start record.
+func (t *sparseTarget) opened(ctx context.Context) error {
+	select {
+	case <-t.ready:
+		return nil
+	case <-t.done:
+		return t.failed(errImportEnded)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctx.Err())
+	}
 }
 
 // failed is the import's own error once a write to it failed: the cause

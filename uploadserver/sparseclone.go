@@ -139,6 +139,9 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 		}
 		// The import outlives this request when the clone resumes.
 		sess.tgt = h.startSparseTarget(h.opts.BaseContext, rec.Size)
+		if err := sess.tgt.opened(ctx); err != nil {
+			return nil, &targetError{err}
+		}
 	} else if rec.Offset != sess.tgt.offset || rec.Size != sess.tgt.size {
 		return nil, fmt.Errorf("clone resumes at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, sess.tgt.offset, sess.tgt.size, errdefs.ErrInvalidImage)
 	}
