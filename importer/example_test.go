@@ -17,7 +17,7 @@ func ExampleImport() {
 	dir, _ := os.MkdirTemp("", "example")
 	defer os.RemoveAll(dir)
 	src := filepath.Join(dir, "source.raw")
-	_ = os.WriteFile(src, []byte("a tiny raw disk image"), 0o644)
+	_ = os.WriteFile(src, bootSector(), 0o644)
 
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: src,
@@ -60,7 +60,7 @@ func ExampleOptions_events() {
 	dir, _ := os.MkdirTemp("", "example")
 	defer os.RemoveAll(dir)
 	src := filepath.Join(dir, "source.raw")
-	_ = os.WriteFile(src, []byte("a tiny raw disk image"), 0o644)
+	_ = os.WriteFile(src, bootSector(), 0o644)
 
 	_, err := importer.Import(context.Background(), importer.Options{
 		Source: src,
@@ -94,4 +94,30 @@ func ExampleResolveDigest() {
 	})
 	fmt.Println(errors.Is(err, importer.ErrInvalidOptions))
 	// Output: true
+}
+
+// bootSector is a tiny raw disk: one 512-byte sector ending in the 0x55AA
+// boot signature (text would be refused as not a disk image).
+func bootSector() []byte {
+	return append(make([]byte, 510), 0x55, 0xaa)
+}
+
+// What is not a disk image is refused by name; FormatIn "raw" takes its
+// bytes as a raw disk anyway.
+func ExampleImport_notADiskImage() {
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "index.html")
+	_ = os.WriteFile(src, []byte("<html><body>Not Found</body></html>\n"), 0o644)
+
+	o := importer.Options{Source: src, Target: filepath.Join(dir, "disk.img"), Logger: slog.New(slog.DiscardHandler)}
+	_, err := importer.Import(context.Background(), o)
+	fmt.Println(errors.Is(err, importer.ErrTextNotImage))
+
+	o.FormatIn = "raw"
+	res, err := importer.Import(context.Background(), o)
+	fmt.Println(res.SourceFormat, err)
+	// Output:
+	// true
+	// raw <nil>
 }
