@@ -135,7 +135,7 @@ reports to /dev/termination-log.`,
 	fl.CountVarP(&f.verbose, "verbose", "v", "log the engine's phases and findings (-vv: debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress and no summary: only warnings and errors")
 	fl.StringVar(&f.logFormat, "log-format", logFormatText, "log lines as text or json (slog's handlers); env mode reads IMPORTER_LOG_FORMAT")
-	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image) or archive (a tar stream, optionally compressed, extracted into the DEST directory)")
+	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image), archive (a tar stream, optionally compressed, extracted into the DEST directory) or as-is (the bytes unchanged: nothing sniffed, decompressed or converted)")
 	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the size of SOURCE (a device of that size, or a file that ends up that size)")
 	fl.StringVar(&f.expectContent, "expect-content-digest", "", "fail unless the disk written has this content digest (blk-sha256:HEX, or the HEX blksum prints; see importer digest --content)")
 	fl.BoolVar(&f.verify, "verify", false, "re-read SOURCE (a local file or device) and DEST after the copy and compare them; the digests go in the result")

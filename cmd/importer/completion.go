@@ -10,7 +10,7 @@ var flagValues = map[string][]string{
 	"format":       {"raw", "qcow2"},
 	"format-in":    {"raw"},
 	"cache-mode":   {"none", "writeback", "trynone"},
-	"content-type": {"kubevirt", "archive"},
+	"content-type": {"kubevirt", "archive", "as-is"},
 	"log-format":   logFormats,
 }
 

@@ -32,7 +32,7 @@ func TestCompletionOffersFlagValues(t *testing.T) {
 	for flag, want := range map[string][]string{
 		"--format":       {"raw", "qcow2"},
 		"--cache-mode":   {"none", "writeback", "trynone"},
-		"--content-type": {"kubevirt", "archive"},
+		"--content-type": {"kubevirt", "archive", "as-is"},
 		"--log-format":   {"text", "json"},
 	} {
 		code, stdout, _ := runCLI(t, nil, env(nil), "__complete", flag, "")

@@ -22,7 +22,7 @@ const (
 // directory, and the source, once decompressed, a tar stream.
 func (a *attempt) archiveInfo(ctx context.Context) (*Plan, error) {
 	if a.req.ContentType != ContentTypeArchive {
-		return nil, fmt.Errorf("content type %q: want %s or %s: %w", a.req.ContentType, ContentTypeKubevirt, ContentTypeArchive, errdefs.ErrInvalidOptions)
+		return nil, fmt.Errorf("content type %q: want %s, %s or %s: %w", a.req.ContentType, ContentTypeKubevirt, ContentTypeArchive, ContentTypeAsIs, errdefs.ErrInvalidOptions)
 	}
 	if a.req.Format == "qcow2" {
 		return nil, fmt.Errorf("an archive is extracted into a directory; --format qcow2 does not apply: %w", errdefs.ErrInvalidOptions)
