@@ -34,6 +34,9 @@ func (c *conversion) run(ctx context.Context) error {
 		a.meter.deviceWriter.Store(dev.writer)
 		dst = dev.spec()
 	}
+	if a.plan.Route == RouteInPlace {
+		a.meter.inPlaceSize.Store(allocatedSize(in.path))
+	}
 	applied, err := a.qemu.Convert(ctx, in.path, dst, qemu.ConvertOptions{
 		SrcFormat:    in.format.QemuName(),
 		DstFormat:    a.plan.OutputFormat,
@@ -57,6 +60,7 @@ func (c *conversion) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("converting %s image to %s: %w", in.format, a.plan.OutputFormat, err)
 	}
+	a.meter.convertPercent.Store(math.Float64bits(100)) // qemu-img's last report may be short of it
 	if err := a.convertedContentDigest(ctx, dev); err != nil {
 		return err
 	}

@@ -22,19 +22,29 @@ type meter struct {
 	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's or the stream decoder's, onto a device
 	decodedFile    atomic.Pointer[countingSink]        // the stream decoder's, onto a file
 	convertPercent atomic.Uint64                       // math.Float64bits
-	// rangedRead counts the bytes of the ranged route's range reads, on
-	// top of the head the counter saw.
-	rangedRead atomic.Int64
+	// rangedRead counts the ranged route's range reads, which cover the
+	// head the counter saw again.
+	rangedRead rangeCount
+	// inPlaceSize is what qemu-img reads of a local image on the in-place
+	// route (its allocated bytes), read as its conversion goes on.
+	inPlaceSize atomic.Int64
 
 	overall overallPercent // the whole import's percentage
 }
 
-// bytesRead is what crossed the wire: the stream's bytes and the range
-// reads'.
+// bytesRead is the bytes of the source read: the stream's, together with
+// the distinct bytes the range reads covered, or, on the in-place route,
+// the share of the local image qemu-img has converted. It does not pass
+// the source's size.
 func (m *meter) bytesRead() int64 {
-	n := m.rangedRead.Load()
+	var n int64
 	if c := m.counter.Load(); c != nil {
-		n += c.Count()
+		n = c.Count()
+	}
+	n = m.rangedRead.distinct(n)
+	if total := m.inPlaceSize.Load(); total > 0 {
+		done := int64(float64(total) * math.Float64frombits(m.convertPercent.Load()) / 100)
+		n = max(n, min(done, total))
 	}
 	return n
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -78,13 +77,13 @@ type rangedExport struct {
 
 // startRangedExport opens the range reader and starts the NBD server,
 // which serves small reads from read-ahead windows (readahead.go).
-func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *atomic.Int64, log *slog.Logger) (*rangedExport, error) {
+func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *rangeCount, log *slog.Logger) (*rangedExport, error) {
 	return startRangedExportWith(ctx, r, wire, log, true)
 }
 
 // startRangedExportWith is startRangedExport, with read-ahead or without
 // (to measure it: BenchmarkRangedConvert).
-func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *atomic.Int64, log *slog.Logger, readAhead bool) (*rangedExport, error) {
+func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *rangeCount, log *slog.Logger, readAhead bool) (*rangedExport, error) {
 	e := &rangedExport{}
 	u, err := serveUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
 		rr, err := r.Open(ctx)

@@ -93,8 +93,8 @@ func convertRanged(b *testing.B, runner *qemu.Runner, url, out string, ahead boo
 	if r == nil {
 		b.Fatal("no ranges")
 	}
-	var wire atomic.Int64
-	e, err := startRangedExportWith(ctx, r, &wire, log, ahead)
+	wire := &rangeCount{}
+	e, err := startRangedExportWith(ctx, r, wire, log, ahead)
 	if err != nil {
 		b.Fatal(err)
 	}
