@@ -11,7 +11,12 @@ type Result struct {
 	// vhdx, vdi) and Compressions the wrappers peeled off, outermost first.
 	SourceFormat string
 	Compressions []string
-	VirtualSize  int64
+	// VirtualSize is the image's own size, the guest-visible disk it
+	// holds; TargetSize is the size of what it was written into: a file
+	// target after Size grew it, a device's size, a qcow2 target's virtual
+	// size after resizing.
+	VirtualSize int64
+	TargetSize  int64
 	// BytesWritten is the logical size of the image written to the target.
 	BytesWritten int64
 	// DataBytes counts the bytes a streamed image actually wrote: zero runs

@@ -33,7 +33,8 @@ func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 		require.NoError(t, err)
 		// CDI's rule: round down to 1 MiB of 64 MiB / 1.06 = 60 MiB.
 		assert.EqualValues(t, 60<<20, st.Size())
-		assert.EqualValues(t, 60<<20, res.VirtualSize)
+		assert.EqualValues(t, 60<<20, res.TargetSize)
+		assert.EqualValues(t, 4<<20, res.VirtualSize, "the image's size, not the grown file's")
 		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, target, 4<<20))
 		testimg.AssertZeros(t, target, 4<<20, 56<<20)
 		// Sparse: the grown part and the image's holes take no space.
@@ -70,7 +71,8 @@ func TestQCOW2FileTarget(t *testing.T) {
 			Source: src, Target: target, Format: "qcow2", Size: 32 << 20, Logger: testLogger(t),
 		})
 		require.NoError(t, err)
-		assert.EqualValues(t, 32<<20, res.VirtualSize)
+		assert.EqualValues(t, 32<<20, res.TargetSize)
+		assert.EqualValues(t, 4<<20, res.VirtualSize, "the image's size, not the resized qcow2's")
 		back := filepath.Join(t.TempDir(), "back.raw")
 		testimg.Run(t, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", target, back)
 		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, back, 4<<20))

@@ -33,6 +33,7 @@ type TerminationMessage struct {
 	SourceFormat    string  `json:"sourceFormat,omitempty"`
 	Compression     string  `json:"compression,omitempty"`
 	VirtualSize     int64   `json:"virtualSize"`
+	TargetSize      int64   `json:"targetSize,omitempty"`
 	BytesWritten    int64   `json:"bytesWritten"`
 	DataBytes       int64   `json:"dataBytes,omitempty"`
 	BytesRead       int64   `json:"bytesRead"`
@@ -62,6 +63,7 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 		SourceFormat:         r.SourceFormat,
 		Compression:          strings.Join(r.Compressions, ","),
 		VirtualSize:          r.VirtualSize,
+		TargetSize:           r.TargetSize,
 		BytesWritten:         r.BytesWritten,
 		DataBytes:            r.DataBytes,
 		BytesRead:            r.BytesRead,

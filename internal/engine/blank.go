@@ -108,7 +108,7 @@ func blankFile(ctx context.Context, tgt *volume.Target, o BlankRequest, res *Res
 	if o.Preallocation && size > tgt.Capacity() {
 		return &errdefs.SizeError{ImageSize: size, TargetSize: tgt.Capacity(), What: "preallocated disk size"}
 	}
-	res.VirtualSize = size
+	res.VirtualSize, res.TargetSize = size, size
 	if o.Format == "qcow2" {
 		runner := o.Qemu
 		if runner == nil {
@@ -136,7 +136,7 @@ func blankBlock(ctx context.Context, tgt *volume.Target, o BlankRequest, res *Re
 	if o.Size > size {
 		return &errdefs.SizeError{ImageSize: o.Size, TargetSize: size, What: "requested size"}
 	}
-	res.VirtualSize = size
+	res.VirtualSize, res.TargetSize = size, size
 	if !o.Preallocation {
 		log.Info("Block target left as it is", "target", tgt.Path(), "size", size)
 		return nil

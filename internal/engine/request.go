@@ -90,6 +90,7 @@ type Result struct {
 	SourceFormat         string
 	Compressions         []string
 	VirtualSize          int64
+	TargetSize           int64
 	BytesWritten         int64
 	DataBytes            int64
 	BytesRead            int64

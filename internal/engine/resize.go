@@ -9,12 +9,14 @@ import (
 
 // resizing is Resize: it grows a file target to the requested size less the
 // filesystem overhead (never shrinking it) and applies preallocation to
-// streamed files. Block devices keep their size.
+// streamed files. Block devices keep their size. The result's TargetSize
+// is the size reached; VirtualSize stays the image's.
 type resizing struct{ a *attempt }
 
 func (r *resizing) run(ctx context.Context) error {
 	a := r.a
 	if a.target.Kind() == volume.Block {
+		a.result.TargetSize = a.target.Capacity()
 		if a.req.Preallocation {
 			// Every block of a device is already backed.
 			a.result.PreallocationApplied = true
@@ -35,7 +37,7 @@ func (r *resizing) run(ctx context.Context) error {
 			}
 			a.log.Info("Resized image", "size", size)
 		}
-		a.result.VirtualSize = size
+		a.result.TargetSize = size
 		return nil
 	}
 	if err := volume.GrowFile(path, size, a.req.Preallocation); err != nil {
@@ -47,6 +49,6 @@ func (r *resizing) run(ctx context.Context) error {
 	if a.req.Preallocation {
 		a.result.PreallocationApplied = true
 	}
-	a.result.VirtualSize = size
+	a.result.TargetSize = size
 	return nil
 }
