@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,8 +31,10 @@ const barScale = 100 * 100
 // terminalBar is the progress bar on a terminal, drawn by mpb. It shows
 // the tracker's state (one percentage of the whole import, never going
 // back, 100 only once the import is complete), the bytes read of the
-// total, the average rate since the start and an ETA. Log lines go through
-// Write, so they are printed above the bar instead of over it.
+// total, the average rate since the start and an ETA. While a stream of
+// unknown length is read there is no percentage to show: a spinner, the
+// bytes read and the rate instead. Log lines go through Write, so they are
+// printed above the bar instead of over it.
 type terminalBar struct {
 	p     *mpb.Progress
 	bar   *mpb.Bar
@@ -44,7 +47,11 @@ type terminalBar struct {
 func newTerminalBar(w io.Writer) *terminalBar {
 	t := &terminalBar{start: time.Now()}
 	t.p = mpb.New(mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
-	t.bar = t.p.New(barScale, mpb.BarStyle().Lbound("[").Rbound("]"),
+	t.bar = t.p.New(barScale, lengthAwareFiller{
+		bar:     mpb.BarStyle().Lbound("[").Rbound("]").Build(),
+		spinner: mpb.SpinnerStyle().Build(),
+		unknown: t.lengthUnknown,
+	},
 		mpb.PrependDecorators(decor.Any(t.phase, decor.WCSyncSpaceR)),
 		mpb.AppendDecorators(decor.Any(t.numbers)),
 	)
@@ -81,6 +88,29 @@ func (t *terminalBar) snapshot() cdi.ProgressState {
 	return t.state
 }
 
+// lengthUnknown: the source is being read and its length is unknown, so
+// the percentage would stand still until it ends.
+func (t *terminalBar) lengthUnknown() bool {
+	s := t.snapshot()
+	return s.SourceSize <= 0 && s.Percent <= 0 && strings.HasPrefix(s.Phase, "Transfer")
+}
+
+// lengthAwareFiller draws the bar, or a spinner while unknown says the
+// length is unknown.
+type lengthAwareFiller struct {
+	bar, spinner mpb.BarFiller
+	unknown      func() bool
+}
+
+func (f lengthAwareFiller) Build() mpb.BarFiller { return f }
+
+func (f lengthAwareFiller) Fill(w io.Writer, st decor.Statistics) error {
+	if f.unknown() && !st.Completed && !st.Aborted {
+		return f.spinner.Fill(w, st)
+	}
+	return f.bar.Fill(w, st)
+}
+
 func (t *terminalBar) phase(decor.Statistics) string {
 	if p := t.snapshot().Phase; p != "" {
 		return p
@@ -88,16 +118,21 @@ func (t *terminalBar) phase(decor.Statistics) string {
 	return "Info"
 }
 
-// numbers is "42.0%  312.0 MiB / 752.0 MiB  25.3 MiB/s  ETA 18s".
+// numbers is "42.0%  312.0 MiB / 752.0 MiB  25.3 MiB/s  ETA 18s", or
+// "312.0 MiB  25.3 MiB/s" while a stream of unknown length is read.
 func (t *terminalBar) numbers(st decor.Statistics) string {
 	s := t.snapshot()
 	elapsed := time.Since(t.start)
+	rate := units.Rate(averageRate(s.BytesRead, elapsed))
+	if t.lengthUnknown() && !st.Completed && !st.Aborted {
+		return fmt.Sprintf("%s  %s", units.Bytes(s.BytesRead), rate)
+	}
 	pct := float64(st.Current) / 100
 	read := units.Bytes(s.BytesRead)
 	if s.SourceSize > 0 {
 		read += " / " + units.Bytes(s.SourceSize)
 	}
-	line := fmt.Sprintf("%5.1f%%  %s  %s", pct, read, units.Rate(averageRate(s.BytesRead, elapsed)))
+	line := fmt.Sprintf("%5.1f%%  %s  %s", pct, read, rate)
 	if eta := estimate(pct, elapsed); eta > 0 && !st.Completed && !st.Aborted {
 		line += "  ETA " + eta.Round(time.Second).String()
 	}

@@ -44,5 +44,5 @@ func TestCLIProgressLinesOffTerminal(t *testing.T) {
 		assert.Less(t, pct, 100.0, "100 only once durable")
 		last = pct
 	}
-	assert.Regexp(t, `^Import complete: .*disk\.img, 7\.0 MiB \(raw, 7\.0 MiB read\) in [0-9.]+ s, [0-9.]+ (KiB|MiB)/s$`, lines[len(lines)-1])
+	assert.Regexp(t, `^Import complete: .*disk\.img, 7\.0 MiB \(raw, 7\.0 MiB read, 7\.0 MiB written\) in [0-9.]+ s, [0-9.]+ (KiB|MiB)/s read, [0-9.]+ (KiB|MiB)/s written$`, lines[len(lines)-1])
 }

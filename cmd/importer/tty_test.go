@@ -2,7 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -38,7 +42,7 @@ func (p *tmuxPane) tmux(args ...string) string {
 	return string(out)
 }
 
-func (p *tmuxPane) capture() string { return p.tmux("capture-pane", "-p") }
+func (p *tmuxPane) capture() string { return p.tmux("capture-pane", "-p", "-J") } // -J: wrapped lines joined
 
 // waitFor polls the pane until it contains s.
 func (p *tmuxPane) waitFor(s string, within time.Duration) string {
@@ -88,6 +92,66 @@ func TestTerminalProgressBar(t *testing.T) {
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
 	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
-	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read\) in [0-9.]+ s, [0-9.]+ [KM]iB/s`, end)
+	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read, 6\.0 MiB written\) in [0-9.]+ s, [0-9.]+ [KM]iB/s read, [0-9.]+ [KM]iB/s written`, end)
 	assert.NotContains(t, end, "\r")
+}
+
+// A stream of unknown length (no Content-Length) shows a spinner, the bytes
+// read and the rate while it is read, not a bar and a percentage standing
+// at 0.0 % until it ends.
+func TestTerminalProgressUnknownLength(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, "tmux")
+	dir := t.TempDir()
+	bin := buildImporter(t, dir)
+	data := bytes.Repeat([]byte("dsk\x00"), 5<<20/4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for off := 0; off < len(data); off += 64 << 10 {
+			if _, err := w.Write(data[off : off+64<<10]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush() // chunked: no length announced
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(62 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dest := filepath.Join(dir, "disk.img")
+	pane := startTmux(t, fmt.Sprintf("%s %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
+
+	line := regexp.MustCompile(`TransferDataFile +\S.* ([0-9.]+) ([KM]iB) +[0-9.]+ [KM]iB/s\s*$`)
+	var mid string
+	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		mid = pane.capture()
+		if m := lastMatch(line, mid); m != nil && m[2] == "MiB" {
+			break
+		}
+	}
+	t.Logf("during the transfer:\n%s", mid)
+	require.NotNil(t, lastMatch(line, mid), "bytes and rate shown")
+	assert.NotContains(t, mid, "%", "a percentage is shown for a stream of unknown length")
+	assert.NotContains(t, mid, "[", "a bar is shown for a stream of unknown length")
+
+	end := pane.waitFor("EXIT=", 20*time.Second)
+	t.Logf("at the end:\n%s", end)
+	assert.Contains(t, end, "EXIT=0")
+	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
+	sum := sha256.Sum256(data)
+	assert.Equal(t, hex.EncodeToString(sum[:]), testimg.Digest(t, dest, -1))
+}
+
+// lastMatch is re's submatches in the last line of screen that matches.
+func lastMatch(re *regexp.Regexp, screen string) []string {
+	var m []string
+	for _, l := range strings.Split(screen, "\n") {
+		if s := re.FindStringSubmatch(l); s != nil {
+			m = s
+		}
+	}
+	return m
 }

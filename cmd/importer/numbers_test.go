@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/units"
+)
+
+// finalRate parses the summary's "in S s, R read[, W written]" and returns
+// the read rate in bytes per second (to the precision units.Rate prints).
+func finalRate(t *testing.T, line string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`in [0-9.]+ s, ([0-9.]+) (B|KiB|MiB|GiB|TiB)/s read(, [0-9.]+ (B|KiB|MiB|GiB|TiB)/s written)?$`).FindStringSubmatch(line)
+	require.NotNil(t, m, "final line: %q", line)
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	return v * map[string]float64{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[m[2]]
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// The numbers an import reports are what happened: virtualSize is the
+// image's size and targetSize the grown file's; bytesRead is the bytes of
+// the source read, never more than its size (a ranged read covers the
+// sniffed head again and qemu-img re-reads tables), and on the in-place
+// route the local image qemu-img read (its allocated bytes, not the 64 KiB
+// sniffed); the final line's rate is bytesRead over the duration, never
+// the disk's size over it (with --size 10G a 4 MiB image printed GiB/s).
+func TestCLINumbersAreTrue(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	const size = 4 << 20
+	raw := testimg.Raw(t, dir, "disk.raw", size, 61)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	vdi := testimg.Convert(t, raw, filepath.Join(dir, "disk.vdi"), "vdi")
+	ranged := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	t.Cleanup(ranged.Close)
+	allocated := func(p string) int64 {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		return min(st.Size(), st.Sys().(*syscall.Stat_t).Blocks*512)
+	}
+	fileSize := func(p string) int64 {
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		return st.Size()
+	}
+	for name, c := range map[string]struct {
+		src       string
+		args      []string
+		read      int64 // bytesRead, exactly
+		targetDir bool  // a directory target, grown by --size
+	}{
+		"raw over HTTP grown to 10 GiB": {src: ranged.URL + "/disk.raw", args: []string{"--size", "10Gi"}, read: size, targetDir: true},
+		"qcow2 in place":                {src: q, read: allocated(q)},
+		"vdi over HTTP ranges":          {src: ranged.URL + "/disk.vdi", read: fileSize(vdi)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dest := filepath.Join(t.TempDir(), "disk.img")
+			target := dest
+			if c.targetDir {
+				target = filepath.Dir(dest)
+			}
+			args := append([]string{"--json"}, c.args...)
+			code, stdout, stderr := runCLI(t, nil, env(nil), append(args, c.src, target)...)
+			require.Equal(t, cdi.ExitOK, code)
+			m := decode(t, []byte(stdout))
+			assert.EqualValues(t, size, m.VirtualSize, "virtualSize is the image's")
+			if c.targetDir {
+				// 10 GiB less CDI's default overhead, in whole MiB.
+				st, err := os.Stat(dest)
+				require.NoError(t, err)
+				assert.Greater(t, st.Size(), int64(9<<30))
+				assert.Equal(t, st.Size(), m.TargetSize, "targetSize is the grown file's")
+			} else {
+				assert.EqualValues(t, size, m.TargetSize)
+			}
+			assert.Equal(t, c.read, m.BytesRead, "bytesRead")
+			assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, size))
+
+			line := lastLine(stderr)
+			require.Greater(t, m.DurationSeconds, 0.0)
+			want := float64(m.BytesRead) / m.DurationSeconds
+			got := finalRate(t, line)
+			// The line's rate is truncated to one decimal of its unit and
+			// the JSON's duration to milliseconds.
+			assert.InEpsilon(t, want, got, 0.1, "rate %s in %q, bytesRead/duration %s", units.Rate(got), line, units.Rate(want))
+			if c.targetDir {
+				assert.Contains(t, line, fmt.Sprintf("%s, target %s", units.Bytes(size), units.Bytes(m.TargetSize)))
+				assert.NotRegexp(t, `GiB/s`, line)
+			}
+		})
+	}
+}
