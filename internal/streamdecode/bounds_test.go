@@ -255,3 +255,22 @@ func TestVMDKFooterMagicChecked(t *testing.T) {
 		}
 	}
 }
+
+// Grains that pass before their grain table (VMware's layout) are
+// remembered until it comes, 16 bytes each against MaxBuffered: 16
+// grains do not fit in 128 bytes (a count bound of a million grains was
+// all there was), and fit in the default.
+func TestVMDKPendingGrainsCharged(t *testing.T) {
+	disk, _ := qcow2Disk(48)
+	write := func(w io.Writer) error { return hostileimg.VMDKFooter(w, disk, "KDMV") }
+	_, _, _, err := decodeGenerated(t, DecodeVMDK, int64(len(disk)), Options{MaxBuffered: 128}, write)
+	var be *BufferError
+	if !errors.As(err, &be) || !be.Bookkeeping {
+		t.Fatalf("16 grains before their table in a 128-byte budget: %v, want a bookkeeping *BufferError", err)
+	}
+	got, _, _, err := decodeGenerated(t, DecodeVMDK, int64(len(disk)), Options{}, write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameBytes(t, got, disk)
+}

@@ -22,8 +22,11 @@
 //
 // Bytes that pass before the table mapping them are held, in memory up to
 // Options.MaxBuffered and past it in a spill file in Options.SpillDir
-// (retain.go, spill.go); once no table is still to come, nothing more is
-// held. Internal snapshots of a qcow2 are not decoded: their table is
+// (retain.go, spill.go) of at most the image's virtual size and
+// Options.MaxSpill; once no table that could claim bytes already passed
+// is still to come, nothing more is held. What a decoder remembers of the
+// tables (the tables, the clusters, grains, blocks or tables still to be
+// accounted for) is charged to Options.MaxBuffered too. Internal snapshots of a qcow2 are not decoded: their table is
 // read and checked as qemu-img check would (every entry well formed, the
 // table, each snapshot's L1 table and the L2 tables it names inside the
 // file), and clusters only they use pass unwritten.
@@ -57,9 +60,11 @@ type ZeroSink interface {
 // Options tune a decoder. The zero value gives the defaults.
 type Options struct {
 	// MaxBuffered bounds the bytes held in memory for clusters that
-	// arrive before the table mapping them (default 64 MiB). Past it the
-	// bytes go to a spill file in SpillDir; without SpillDir the decoder
-	// stops with a *BufferError (errdefs.ErrNotStreamable).
+	// arrive before the table mapping them, and what the decoder
+	// remembers of the tables (default 64 MiB). Past it the bytes go to a
+	// spill file in SpillDir; without SpillDir, or when the tables'
+	// bookkeeping alone passes it, the decoder stops with a *BufferError
+	// (errdefs.ErrNotStreamable).
 	MaxBuffered int64
 	// SpillDir is where the spill file is created, on first need only
 	// (unlinked at once, so nothing is left whatever way the decode
