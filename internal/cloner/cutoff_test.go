@@ -62,21 +62,38 @@ func TestFilesystemCloneCutOffLeavesTheTargetAsItWas(t *testing.T) {
 }
 
 // TestBlockCloneCutOffLeavesTheHeadUnwritten: CDI's block clone cut off
-// halfway leaves the device's first MiB as it was, as an import does, so
-// the half-written volume does not look like the source's disk.
+// after its first chunks reached the device leaves the device's first MiB
+// without the source's (the old one or zeros), as an import does, so the
+// half-written volume does not look like the source's disk.
 func TestBlockCloneCutOffLeavesTheHeadUnwritten(t *testing.T) {
 	dir := t.TempDir()
 	img := testimg.Raw(t, dir, "source.img", 12*mib, 37)
 	dst := testimg.LoopDevice(t, t.TempDir(), 12*mib)
-	head := testimg.Digest(t, dst, mib)
+	old := testimg.Digest(t, dst, mib)
+	zeros := filepath.Join(dir, "zeros")
+	require.NoError(t, os.WriteFile(zeros, make([]byte, mib), 0o600))
 	p := newPKI(t)
 	s := startServer(t, p, importer.Options{Target: dst})
-	proxy := startCuttingProxy(t, s.addr, mib)
+	proxy := startCuttingProxy(t, s.addr, 4*mib)
 	_, err := send(t, p, s.url(proxy.addr()), cloner.ContentTypeBlock, img, cloner.ProtocolSnappy)
 	require.Error(t, err)
 	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
 	waitFailed(t, p, s)
-	assert.Equal(t, head, testimg.Digest(t, dst, mib), "the first MiB of the device was written")
+	assert.Equal(t, mibAt(t, img, 1), mibAt(t, dst, 1), "the clone never reached the device: cut later")
+	head := testimg.Digest(t, dst, mib)
+	assert.NotEqual(t, testimg.Digest(t, img, mib), head, "the source's first MiB is on the device")
+	assert.Contains(t, []string{old, testimg.Digest(t, zeros, -1)}, head, "the first MiB is neither the old one nor zeros")
+}
+
+// mibAt is the n-th MiB of path.
+func mibAt(t *testing.T, path string, n int64) []byte {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	b := make([]byte, mib)
+	_, err = f.ReadAt(b, n*mib)
+	require.NoError(t, err)
+	return b
 }
 
 // TestSnappyCloneHeldToItsAnnouncedSize: CDI's block stream with our size
