@@ -37,11 +37,6 @@ type attempt struct {
 	// restarts on the scratch route only then.
 	replayable bool
 
-	// headWritten: Convert put the image's first MiB on the block target,
-	// so a later failure (Verify, Commit) must wipe it. Before that it was
-	// only in our memory.
-	headWritten bool
-
 	releases []func() // run last first when the attempt ends
 }
 
@@ -99,19 +94,12 @@ func (a *attempt) commit(ctx context.Context) error {
 	return nil
 }
 
-// abort releases a failed target. A converted block device whose head was
-// already written is wiped (defence in depth: only verify or commit can
-// fail that late).
+// abort releases a failed target: a file is removed, a block device keeps
+// its first MiB zeroed (volume.Target.Abort wipes an image head a writer
+// already wrote: only verify or commit can fail that late).
 func (a *attempt) abort() {
 	if a.target == nil {
 		return
-	}
-	if a.headWritten {
-		if err := a.target.ClearHead(); err != nil {
-			a.log.Warn("Wiping the first MiB of the failed target failed", "target", a.target.Path(), "err", err)
-		} else {
-			a.log.Info("Wiped the first MiB of the failed target so it does not look bootable", "target", a.target.Path())
-		}
 	}
 	if err := a.target.Abort(); err != nil {
 		a.log.Warn("Cleaning up the target failed", "target", a.target.Path(), "err", err)

@@ -74,7 +74,7 @@ func (c *conversion) run(ctx context.Context) error {
 
 // finishDevice ends the export after qemu-img succeeded, refuses the result
 // if any write failed (even one qemu-img did not report), and writes the
-// held-back head; from then on a failure must wipe it (attempt.abort).
+// held-back head; from then on an Abort of the target wipes it.
 func (c *conversion) finishDevice(ctx context.Context, dev *targetExport) error {
 	a := c.a
 	dev.stop(a.log)
@@ -84,7 +84,6 @@ func (c *conversion) finishDevice(ctx context.Context, dev *targetExport) error 
 	if err := dev.writer.Finish(ctx); err != nil {
 		return err
 	}
-	a.headWritten = true
 	a.result.DataBytes = dev.writer.DataBytes()
 	return nil
 }

@@ -75,8 +75,7 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
 	}
-	if content != nil {
-		a.headWritten = t.Kind() == volume.Block // a mismatch below must wipe it
+	if content != nil { // a mismatch below makes Abort wipe the head again
 		if err := a.recordContentDigest(content.Sum()); err != nil {
 			return 0, err
 		}

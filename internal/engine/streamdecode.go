@@ -157,7 +157,6 @@ func (s *streamDecode) run(ctx context.Context) error {
 		if err := dev.Finish(ctx); err != nil {
 			return err
 		}
-		a.headWritten = true
 		a.result.DataBytes = dev.DataBytes()
 	} else {
 		if err := file.Truncate(st.VirtualSize); err != nil {

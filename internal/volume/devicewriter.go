@@ -322,8 +322,9 @@ func (w *DeviceWriter) Sync() error {
 
 // Finish ends the writer: it waits for writes in flight, refuses any
 // later one, fsyncs the device and only then writes the held-back head.
-// The head is made durable by Target.Commit. Call it only after the
-// converter succeeded; on failure just drop the writer.
+// The head is made durable by Target.Commit, or zeroed again by
+// Target.Abort. Call it only after the converter succeeded; on failure
+// just drop the writer.
 func (w *DeviceWriter) Finish(ctx context.Context) error {
 	w.stateMu.Lock()
 	defer w.stateMu.Unlock()
@@ -356,6 +357,7 @@ func (w *DeviceWriter) Finish(ctx context.Context) error {
 	if err := cancelled(); err != nil {
 		return err
 	}
+	w.t.headOnDevice.Store(true) // from the first byte of it on
 	if _, err := w.dev.WriteAt(w.head, 0); err != nil {
 		return fmt.Errorf("write the first %d bytes of %s: %w", len(w.head), w.t.path, err)
 	}

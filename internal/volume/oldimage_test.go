@@ -138,3 +138,40 @@ func TestWriteOverDeviceTouchesOnlyWhatItMust(t *testing.T) {
 	requireSameBytes(t, img, got[:len(img)])
 	requireSameBytes(t, old[len(img):], got[len(img):])
 }
+
+// A target aborted after a writer's Finish put the image's head on the
+// device (a verification or the commit failed after it) has its first MiB
+// zeroed again; after Commit, Close leaves the image.
+func TestAbortAfterFinishZeroesTheImageHead(t *testing.T) {
+	const devSize = 8 * mib
+	img := makeImage(51, 3*mib, 0.2)
+	for name, finish := range map[string]func(t *testing.T, tg *volume.Target){
+		"sequential writer": func(t *testing.T, tg *volume.Target) { writeAll(t, tg, img) },
+		"device writer": func(t *testing.T, tg *volume.Target) {
+			w, err := tg.NewDeviceWriter(context.Background(), volume.DeviceWriterOptions{})
+			require.NoError(t, err)
+			_, err = w.WriteAt(img, 0)
+			require.NoError(t, err)
+			require.NoError(t, w.Finish(context.Background()))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dev, _ := bootableLoop(t, devSize, 512)
+			tg, err := volume.Open(context.Background(), volume.Options{Path: dev})
+			require.NoError(t, err)
+			finish(t, tg)
+			requireSameBytes(t, img[:mib], readDev(t, dev, 0, mib))
+			require.NoError(t, tg.Abort())
+			got := readDev(t, dev, 0, devSize)
+			requireSameBytes(t, make([]byte, mib), got[:mib])
+			requireSameBytes(t, img[mib:], got[mib:len(img)])
+
+			tg, err = volume.Open(context.Background(), volume.Options{Path: dev})
+			require.NoError(t, err)
+			finish(t, tg)
+			require.NoError(t, tg.Commit(context.Background()))
+			require.NoError(t, tg.Close())
+			requireSameBytes(t, img, readDev(t, dev, 0, int64(len(img))))
+		})
+	}
+}

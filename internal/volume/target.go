@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -88,6 +89,9 @@ type Target struct {
 	wipeMu  sync.Mutex
 	wiped   bool
 	wipeErr error
+	// headOnDevice: a writer's Finish wrote the image's first MiB, so an
+	// Abort before Commit must zero it again (clearHeadLocked).
+	headOnDevice atomic.Bool
 }
 
 // Open opens the target. Block devices are claimed exclusively (mounted or
@@ -288,9 +292,10 @@ func syncDir(dir string) error {
 }
 
 // Abort discards the import and releases the target: the temporary file is
-// removed; a block device is just closed (the Writer never wrote the
-// held-back first MiB, so the device does not look like a bootable image).
-// Abort after Commit only closes.
+// removed; a block device is closed with its first MiB zeroed (by the
+// writer before its first write, and again here if Finish had written the
+// image's), so it looks like no bootable image. Abort after Commit only
+// closes.
 func (t *Target) Abort() error { return t.Close() }
 
 func (t *Target) abortLocked() error {
@@ -300,6 +305,11 @@ func (t *Target) abortLocked() error {
 	t.done = true
 	if t.writer != nil {
 		t.writer.release()
+	}
+	if t.kind == Block && t.headOnDevice.Load() && t.f != nil {
+		if err := t.clearHeadLocked(); err != nil {
+			return fmt.Errorf("wiping the image's first MiB off the failed target: %w", err)
+		}
 	}
 	if t.kind == File {
 		// Removing an open file is fine on Linux; Close drops the descriptor.

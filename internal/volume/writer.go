@@ -453,6 +453,9 @@ func (w *Writer) Finish() (int64, error) {
 	if err := w.ctx.Err(); err != nil {
 		return 0, w.fail(w.cancelled(err))
 	}
+	if w.t.kind == Block {
+		w.t.headOnDevice.Store(true) // from the first byte of it on
+	}
 	if err := w.emit(0, w.head[:w.headLen]); err != nil {
 		return 0, w.fail(err)
 	}
