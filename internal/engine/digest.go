@@ -64,7 +64,7 @@ func ContentDigest(ctx context.Context, r DigestRequest) (DigestResult, error) {
 	}
 	lf, local := st.Body.(datasource.LocalFile)
 	switch {
-	case img.Format == format.Raw && len(img.Compressions) == 0 && local:
+	case (img.Format == format.Raw || img.Format == format.ISO) && len(img.Compressions) == 0 && local:
 		res.Method = "file"
 		res.Digest, res.VirtualSize, err = digestLocalRaw(ctx, lf.LocalPath(), st.Size)
 	case img.Format == format.Raw || img.Format == format.ISO:
