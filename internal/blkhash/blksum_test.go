@@ -213,3 +213,24 @@ func TestAssemblerRefusesWritesPastSizeAndIntoHashedBlocks(t *testing.T) {
 	_, err = b.Sum(100)
 	assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
 }
+
+func TestAssemblerLetsGoOfABlockOnceWritesAndZerosCoverIt(t *testing.T) {
+	p := pattern(4*BlockSize, 11)
+	clear(p[BlockSize : BlockSize+4096])
+	a := NewAssembler(1)
+	for off := int64(0); off < int64(len(p)); off += 4096 {
+		if off == BlockSize {
+			require.NoError(t, a.ZeroAt(off, 4096)) // a zero piece the sink does not get
+			continue
+		}
+		_, err := a.WriteAt(p[off:off+4096], off)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, len(a.partial), "no block is left in pieces")
+	assert.Zero(t, len(a.pages), "every hash is folded: written in order")
+	h := New(1)
+	_, _ = h.Write(p)
+	got, err := a.Sum(int64(len(p)))
+	require.NoError(t, err)
+	assert.Equal(t, h.Sum(), got)
+}

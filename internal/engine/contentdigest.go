@@ -32,46 +32,88 @@ func (a *attempt) recordContentDigest(d blkhash.Digest) error {
 
 // hashingSink hands the decoder's guest writes to an Assembler and to the
 // target's sink: the block hashes run on other cores while the sink
-// writes the same bytes.
+// writes the same bytes. A write the Assembler cannot place leaves the
+// digest unknown (err), never wrong, and the import goes on.
 type hashingSink struct {
 	sink streamdecode.Sink
 	hash *blkhash.Assembler
+	err  error
 }
 
-func (s hashingSink) WriteAt(p []byte, off int64) (int, error) {
-	wait, err := s.hash.StartAt(p, off)
-	if err != nil {
-		return 0, err
+func (s *hashingSink) WriteAt(p []byte, off int64) (int, error) {
+	wait := func() {}
+	if s.err == nil {
+		w, err := s.hash.StartAt(p, off)
+		if err != nil {
+			s.err = err
+		} else {
+			wait = w
+		}
 	}
 	n, err := s.sink.WriteAt(p, off)
 	wait()
 	return n, err
 }
 
-// hashingZeroSink is a hashingSink over a ZeroSink: the decoder then
-// reports zero ranges, which may undo earlier writes (a vmdk zeroes the
-// whole target before its grains), so the Assembler hears of them too.
-type hashingZeroSink struct {
-	hashingSink
+func (s *hashingSink) zeros(off, n int64) {
+	if s.err == nil {
+		s.err = s.hash.ZeroAt(off, n)
+	}
+}
+
+// sum is the digest of a disk of size bytes, once the decoder is done.
+func (s *hashingSink) sum(size int64) (blkhash.Digest, error) {
+	if s.err != nil {
+		return blkhash.Digest{}, s.err
+	}
+	return s.hash.Sum(size)
+}
+
+// plainHashingSink is a hashingSink over a plain Sink (a new sparse file):
+// the decoder tells it the zeros it does not write (streamdecode.HoleSink),
+// so a block written in pieces around them is hashed and let go at once.
+type plainHashingSink struct{ *hashingSink }
+
+func (s plainHashingSink) Hole(off, n int64) { s.zeros(off, n) }
+
+// zeroHashingSink is a hashingSink over a ZeroSink: the decoder reports
+// zero ranges, which may undo earlier writes (a vmdk zeroes the whole
+// target before its grains), so the Assembler hears of them too.
+type zeroHashingSink struct {
+	*hashingSink
 	zero streamdecode.ZeroSink
 }
 
-func (s hashingZeroSink) ZeroAt(off, n int64) error {
-	if err := s.hash.ZeroAt(off, n); err != nil {
+func (s zeroHashingSink) ZeroAt(off, n int64) error {
+	if err := s.zero.ZeroAt(off, n); err != nil {
 		return err
 	}
-	return s.zero.ZeroAt(off, n)
+	s.zeros(off, n)
+	return nil
 }
 
 // withContentHash wraps sink so every guest write is hashed; it keeps
 // sink's kind (a plain Sink stays one: what it never receives reads as
 // zeros on the target and in the digest alike).
-func withContentHash(sink streamdecode.Sink, h *blkhash.Assembler) streamdecode.Sink {
-	hs := hashingSink{sink: sink, hash: h}
+func withContentHash(sink streamdecode.Sink) (streamdecode.Sink, *hashingSink) {
+	hs := &hashingSink{sink: sink, hash: blkhash.NewAssembler(0)}
 	if z, ok := sink.(streamdecode.ZeroSink); ok {
-		return hashingZeroSink{hashingSink: hs, zero: z}
+		return zeroHashingSink{hashingSink: hs, zero: z}, hs
 	}
-	return hs
+	return plainHashingSink{hs}, hs
+}
+
+// takeContentDigest records d, or, when the digest could not be had
+// (err), fails the import only if one was expected.
+func (a *attempt) takeContentDigest(d blkhash.Digest, err error) error {
+	if err != nil {
+		if a.req.ExpectContentDigest != "" {
+			return fmt.Errorf("content digest of %s: %w", a.target.Path(), err)
+		}
+		a.log.Warn("No content digest of the image written", "target", a.target.Path(), "err", err)
+		return nil
+	}
+	return a.recordContentDigest(d)
 }
 
 // hashingExport is the writable NBD export of a block target with every
@@ -143,12 +185,5 @@ func (a *attempt) convertedContentDigest(ctx context.Context, dev *targetExport)
 	default:
 		err = fmt.Errorf("a %s target has no content digest: %w", a.plan.OutputFormat, errdefs.ErrInvalidOptions)
 	}
-	if err != nil {
-		if a.req.ExpectContentDigest != "" {
-			return fmt.Errorf("content digest of %s: %w", a.target.Path(), err)
-		}
-		a.log.Warn("No content digest of the converted image", "target", a.target.Path(), "err", err)
-		return nil
-	}
-	return a.recordContentDigest(d)
+	return a.takeContentDigest(d, err)
 }

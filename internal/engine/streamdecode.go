@@ -13,7 +13,6 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 	"github.com/diskimport/engine/internal/volume"
@@ -106,8 +105,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 		a.meter.decodedFile.Store(counts)
 		sink = counts
 	}
-	content := blkhash.NewAssembler(0)
-	sink = withContentHash(sink, content)
+	sink, content := withContentHash(sink)
 	img := a.source.image
 	var in io.Reader = img
 	if len(img.Compressions) == 0 {
@@ -146,11 +144,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	a.result.VirtualSize = st.VirtualSize
 	a.result.BytesWritten = st.VirtualSize
-	digest, err := content.Sum(st.VirtualSize)
-	if err != nil {
-		return fmt.Errorf("content digest of the decoded %s image: %w", img.Format, err)
-	}
-	if err := a.recordContentDigest(digest); err != nil {
+	if err := a.takeContentDigest(content.sum(st.VirtualSize)); err != nil {
 		return err
 	}
 	if dev != nil {
@@ -166,7 +160,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	a.log.Info("Image decoded onto the target", "virtualSize", st.VirtualSize, "dataBytes", a.result.DataBytes,
 		"streamBytes", st.StreamBytes, "compressedClusters", st.Compressed, "peakBuffered", st.PeakBuffered,
-		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled, "contentDigestPeakHeld", content.PeakHeld())
+		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled, "contentDigestPeakHeld", content.hash.PeakHeld())
 	return nil
 }
 

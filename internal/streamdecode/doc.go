@@ -57,6 +57,15 @@ type ZeroSink interface {
 	ZeroAt(off, n int64) error
 }
 
+// HoleSink is a plain Sink (a new sparse file) that is also told the
+// guest ranges left unwritten because they read as zeros: holes, the zero
+// ranges of the tables, all-zero clusters and pieces. A content hash beside
+// the writes needs them to finish a block written in pieces.
+type HoleSink interface {
+	Sink
+	Hole(off, n int64)
+}
+
 // Options tune a decoder. The zero value gives the defaults.
 type Options struct {
 	// MaxBuffered bounds the bytes held in memory for clusters that

@@ -32,6 +32,7 @@ type output struct {
 	ctx     context.Context
 	sink    Sink
 	zeroer  ZeroSink // nil: the target reads zeros where nothing is written
+	holes   HoleSink // told of the zeros not written to a plain Sink, or nil
 	queue   chan *op
 	done    chan struct{}
 	failed  atomic.Bool
@@ -44,6 +45,8 @@ func newOutput(ctx context.Context, sink Sink, depth int) *output {
 	o := &output{ctx: ctx, sink: sink, queue: make(chan *op, depth), done: make(chan struct{})}
 	if z, ok := sink.(ZeroSink); ok {
 		o.zeroer = z
+	} else if h, ok := sink.(HoleSink); ok {
+		o.holes = h
 	}
 	o.zeroBuf = make([]byte, 64<<10)
 	go o.run()
@@ -53,10 +56,10 @@ func newOutput(ctx context.Context, sink Sink, depth int) *output {
 // send queues an op; it blocks while the queue is full.
 func (o *output) send(x *op) { o.queue <- x }
 
-// zero queues a guest range that must read as zeros (only a ZeroSink
-// hears of it).
+// zero queues a guest range that must read as zeros (only a ZeroSink or
+// a HoleSink hears of it).
 func (o *output) zero(off, n int64) {
-	if o.zeroer == nil || n <= 0 {
+	if (o.zeroer == nil && o.holes == nil) || n <= 0 {
 		return
 	}
 	o.send(&op{off: off, zeros: n})
@@ -98,12 +101,19 @@ func (o *output) apply(x *op) error {
 		return fmt.Errorf("streamdecode: %w: %w", errdefs.ErrCancelled, err)
 	}
 	if x.p == nil {
+		if o.zeroer == nil {
+			o.holes.Hole(x.off, x.zeros)
+			return nil
+		}
 		if err := o.zeroer.ZeroAt(x.off, x.zeros); err != nil {
 			return fmt.Errorf("streamdecode: zero guest range %d+%d: %w", x.off, x.zeros, err)
 		}
 		return nil
 	}
 	if o.zeroer == nil && o.allZero(x.p) {
+		if o.holes != nil {
+			o.holes.Hole(x.off, int64(len(x.p)))
+		}
 		return nil // the target already reads zeros there
 	}
 	if _, err := o.sink.WriteAt(x.p, x.off); err != nil {

@@ -302,21 +302,32 @@ func (d *blockMapDecoder) send(off int64, p []byte, c *chunk) {
 		queue(off, p)
 		return
 	}
-	run := -1 // start in p of the data run being gathered
+	// The data runs gathered are written; the zero runs between them only
+	// reported (to a HoleSink).
+	run, zrun := -1, -1 // starts in p of the data and zero runs being gathered
 	for i := 0; i < len(p); {
 		n := min(zeroPiece-int((off+int64(i))%zeroPiece), len(p)-i)
 		zero := isZeroBytes(p[i:i+n], d.zeros)
 		switch {
 		case zero && run >= 0:
 			queue(off+int64(run), p[run:i])
-			run = -1
+			run, zrun = -1, i
+		case zero && zrun < 0:
+			zrun = i
 		case !zero && run < 0:
+			if zrun >= 0 {
+				d.out.zero(off+int64(zrun), int64(i-zrun))
+				zrun = -1
+			}
 			run = i
 		}
 		i += n
 	}
 	if run >= 0 {
 		queue(off+int64(run), p[run:])
+	}
+	if zrun >= 0 {
+		d.out.zero(off+int64(zrun), int64(len(p)-zrun))
 	}
 }
 
