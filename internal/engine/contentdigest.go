@@ -165,9 +165,11 @@ func (h *hashingExport) sum(size int64) (blkhash.Digest, error) {
 
 // convertedContentDigest records the content digest of what qemu-img
 // wrote: from the export's hashes on a block target, read back from a raw
-// file target (its holes skipped: only the data qemu-img wrote is read,
-// 0.4 s per GiB of data here). A qcow2 file target gets none. A digest
-// that cannot be had fails the import only when one was expected.
+// file target (its holes skipped: only the data qemu-img wrote is read;
+// the 2 GiB bench disk as a sparse vmdk onto a file, 820 MB of data, cost
+// 0.45 s of user and 0.6 s of system CPU more). A qcow2 file target gets
+// none. A digest that cannot be had fails the import only when one was
+// expected.
 func (a *attempt) convertedContentDigest(ctx context.Context, dev *targetExport) error {
 	var (
 		d   blkhash.Digest
