@@ -59,6 +59,7 @@ type Result struct {
 	// digest blksum 0.10.1 prints for the same disk, the same for one
 	// disk as raw, qcow2.xz or on a device. `importer digest --content`
 	// prints it for any source, and Options.ExpectContentDigest checks it.
-	// Empty for archives.
+	// Empty for archives and qcow2 file targets, and when a converter's
+	// writes could not be placed (logged; an expected digest then fails).
 	ContentDigest string
 }
