@@ -27,6 +27,8 @@ func main() {
 		err = runRegistry(os.Args[2:])
 	case "dirpeak":
 		err = runDirpeak(os.Args[2:])
+	case "farmirror":
+		err = runFarmirror(os.Args[2:])
 	default:
 		usage()
 	}
@@ -43,6 +45,7 @@ func usage() {
   benchtool report RUNS.tsv META.json OUT.json   print the table, write the JSON
   benchtool profile [-o cpu.prof] SOURCE DEST    one in-process import under the CPU profiler
   benchtool registry -dir IMGDIR [-listen 127.0.0.1:0]  serve the disk as containerdisks (prints HOST:PORT)
-  benchtool dirpeak [-stdin] [-every 10ms] DIR     peak bytes allocated under DIR, printed on SIGTERM`)
+  benchtool dirpeak [-stdin] [-every 10ms] DIR     peak bytes allocated under DIR, printed on SIGTERM
+  benchtool farmirror -dir DIR [-rate 8M] [-first-byte 30ms]  serve DIR as a far mirror: each connection paced, each response delayed (prints the URL)`)
 	os.Exit(2)
 }
