@@ -1,11 +1,13 @@
 package datasource
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/retry"
 )
 
@@ -69,6 +71,17 @@ type Config struct {
 	// RetryMaxElapsed bounds one streak of failures (from the first failure
 	// until bytes flow again); no retry starts past it. 0 means 5 minutes.
 	RetryMaxElapsed time.Duration
+	// Connections is how many connections an HTTP, S3 or GCS object is
+	// read over at once when its size is known and its server serves byte
+	// ranges: 0 means DefaultConnections, 1 one GET as a plain stream. The
+	// chunks arrive in order, each resumed on its own after a break, every
+	// request to the object's origin with the credentials and pinned to the
+	// object first seen. At most MaxConnections.
+	Connections int
+	// ChunkSize is the byte count of each range request of a parallel
+	// read (0: DefaultChunkSize); the buffers hold at most Connections ×
+	// ChunkSize bytes.
+	ChunkSize int64
 	// UserAgent is sent with HTTP requests; "" means "diskimport-engine".
 	UserAgent string
 	// Logger defaults to slog.Default().
@@ -98,6 +111,24 @@ func (c Config) logger() *slog.Logger {
 		return slog.Default()
 	}
 	return c.Logger
+}
+
+// parallel is Connections and ChunkSize with their defaults, checked.
+func (c Config) parallel() (int, int64, error) {
+	conns, chunk := c.Connections, c.ChunkSize
+	if conns == 0 {
+		conns = DefaultConnections
+	}
+	if chunk == 0 {
+		chunk = DefaultChunkSize
+	}
+	if conns < 1 || conns > MaxConnections {
+		return 0, 0, fmt.Errorf("connections %d: want 1 to %d: %w", c.Connections, MaxConnections, errdefs.ErrInvalidOptions)
+	}
+	if chunk < 64<<10 || chunk > 256<<20 {
+		return 0, 0, fmt.Errorf("chunk size %d: want 64 KiB to 256 MiB: %w", c.ChunkSize, errdefs.ErrInvalidOptions)
+	}
+	return conns, chunk, nil
 }
 
 // retryPolicy is the Config's retry fields as the retry package reads

@@ -47,6 +47,10 @@ type httpSource struct {
 	// response arrived.
 	noConnectRetry bool
 	answered       atomic.Bool
+	// connections and chunk: Config.Connections and Config.ChunkSize, with
+	// their defaults (httpparallel.go).
+	connections int
+	chunk       int64
 }
 
 // NewHTTP builds a source that fetches rawURL (http or https) with one GET
@@ -106,6 +110,9 @@ func NewHTTP(rawURL string, o Config) (Source, error) {
 	s.plain = !s.hasAuth && len(s.headers) == 0 && o.CertDir == "" && o.Transport == nil
 	s.insecure = o.InsecureTLS
 	s.noConnectRetry = o.NoConnectRetry
+	if s.connections, s.chunk, err = o.parallel(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -204,6 +211,11 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
 		b.ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
 			Size: b.size, src: s, etag: b.etag, lastMod: b.lastMod}
+		// Several connections only for an object they can be pinned to:
+		// without a validator a chunk could come from another version.
+		if s.connections > 1 && b.size > s.chunk && (b.etag != "" || b.lastMod != "") {
+			st.Body = newParallelBody(ctx, b, s)
+		}
 	}
 	return st, nil
 }

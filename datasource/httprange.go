@@ -101,26 +101,72 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(want) == 0 {
 		return 0, nil
 	}
+	if err := r.fill(want, off, nil); err != nil {
+		return 0, err
+	}
+	if len(want) < len(p) {
+		return len(want), io.EOF
+	}
+	return len(want), nil
+}
+
+// fill reads exactly len(p) bytes at off, within the object, into p. A
+// broken transfer is resumed at the first byte it did not deliver, so a
+// retry fetches only the rest of the range. progress, when not nil, is
+// called with the count of bytes of p filled so far each time it grows.
+func (r *RangeReader) fill(p []byte, off int64, progress func(int)) error {
 	streak := r.newStreak(off)
+	got := 0
 	for {
-		err := r.fetch(want, off)
-		if err == nil {
-			if len(want) < len(p) {
-				return len(want), io.EOF
+		n, err := r.fetch(p[got:], off+int64(got), func(k int) {
+			if progress != nil {
+				progress(got + k)
 			}
-			return len(want), nil
+		})
+		got += n
+		if n > 0 {
+			streak.Reset()
+		}
+		if err == nil {
+			return nil
 		}
 		var re *retryable
 		if !errors.As(err, &re) {
-			return 0, err
+			return err
 		}
 		if werr := streak.Wait(r.ctx, re.err, re.hint); werr != nil {
 			if perr := r.ctx.Err(); perr != nil {
-				return 0, ctxio.Cancelled("reading "+r.src.redacted, perr)
+				return ctxio.Cancelled("reading "+r.src.redacted, perr)
 			}
-			return 0, werr
+			return werr
 		}
 	}
+}
+
+// rangeRefused: a range request was answered with something else than that
+// range of the object first seen. changed says the answer is another
+// object (its validator or size differs); otherwise the server ignored
+// the range.
+type rangeRefused struct {
+	changed bool
+	err     error
+}
+
+func (e *rangeRefused) Error() string { return e.err.Error() }
+
+func (e *rangeRefused) Unwrap() error { return e.err }
+
+// changed reports whether a full answer to a range request carries another
+// validator than the object first seen (If-Range sent the first one, so a
+// server that honours it answers 200 exactly when the object changed).
+func (r *RangeReader) changed(resp *http.Response) bool {
+	if r.etag != "" {
+		return strongETag(resp.Header.Get("ETag")) != r.etag
+	}
+	if lm := resp.Header.Get("Last-Modified"); r.lastMod != "" && lm != r.lastMod {
+		return true
+	}
+	return resp.ContentLength >= 0 && resp.ContentLength != r.size
 }
 
 // retryable marks a failure another try may fix.
@@ -143,9 +189,11 @@ func (r *RangeReader) newStreak(off int64) *retry.Streak {
 	})
 }
 
-// fetch sends one range GET for p at off and reads the body into p. A
-// failure worth retrying comes back as *retryable.
-func (r *RangeReader) fetch(p []byte, off int64) error {
+// fetch sends one range GET for p at off and reads the body into p,
+// calling progress with the bytes read so far; it returns how many it
+// read. A failure worth retrying comes back as *retryable; one that says
+// the server no longer serves this object's ranges as a *rangeRefused.
+func (r *RangeReader) fetch(p []byte, off int64, progress func(int)) (int, error) {
 	s := r.src
 	name := s.redacted
 	end := off + int64(len(p)) - 1
@@ -157,7 +205,7 @@ func (r *RangeReader) fetch(p []byte, off int64) error {
 	defer timer.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url.String(), nil)
 	if err != nil {
-		return fmt.Errorf("building request for %s: %w: %w", name, errdefs.ErrInvalidOptions, err)
+		return 0, fmt.Errorf("building request for %s: %w: %w", name, errdefs.ErrInvalidOptions, err)
 	}
 	s.decorate(req, r.withCreds)
 	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(end, 10))
@@ -169,34 +217,34 @@ func (r *RangeReader) fetch(p []byte, off int64) error {
 	resp, err := r.client.Do(req)
 	if err != nil {
 		if context.Cause(ctx) == stallErr {
-			return &retryable{err: stallErr}
+			return 0, &retryable{err: stallErr}
 		}
 		err = s.requestError(r.ctx, ctx, err)
 		if errors.Is(err, errdefs.ErrCancelled) || permanentTransportError(err) {
-			return err
+			return 0, err
 		}
-		return &retryable{err: err}
+		return 0, &retryable{err: err}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusPartialContent {
 		if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-			return fmt.Errorf("GET %s bytes %d-%d: the server answered %q instead of 206 Partial Content: the object changed while reading, or the server stopped serving ranges: %w",
-				name, off, end, resp.Status, errdefs.ErrSourceUnreachable)
+			return 0, &rangeRefused{changed: r.changed(resp), err: fmt.Errorf("GET %s bytes %d-%d: the server answered %q instead of 206 Partial Content: the object changed while reading, or the server stopped serving ranges: %w",
+				name, off, end, resp.Status, errdefs.ErrSourceUnreachable)}
 		}
 		serr := &errdefs.HTTPStatusError{URL: name, StatusCode: resp.StatusCode, Status: resp.Status}
 		if retryableStatus(resp.StatusCode) {
-			return &retryable{err: serr, hint: retryAfter(resp)}
+			return 0, &retryable{err: serr, hint: retryAfter(resp)}
 		}
-		return fmt.Errorf("GET %s bytes %d-%d: %w", name, off, end, serr)
+		return 0, fmt.Errorf("GET %s bytes %d-%d: %w", name, off, end, serr)
 	}
 	cr := resp.Header.Get("Content-Range")
 	start, total, ok := parseContentRange(cr)
 	if !ok || start != off || total != r.size || (resp.ContentLength >= 0 && resp.ContentLength != int64(len(p))) {
-		return fmt.Errorf("GET %s bytes %d-%d: unexpected Content-Range %q for a %d-byte object (the object changed while reading?): %w",
-			name, off, end, cr, r.size, errdefs.ErrSourceUnreachable)
+		return 0, &rangeRefused{changed: true, err: fmt.Errorf("GET %s bytes %d-%d: unexpected Content-Range %q for a %d-byte object (the object changed while reading?): %w",
+			name, off, end, cr, r.size, errdefs.ErrSourceUnreachable)}
 	}
 	if et := strongETag(resp.Header.Get("ETag")); et != "" && r.etag != "" && et != r.etag {
-		return fmt.Errorf("GET %s: the object changed while reading (ETag %s, was %s): %w", name, et, r.etag, errdefs.ErrSourceUnreachable)
+		return 0, &rangeRefused{changed: true, err: fmt.Errorf("GET %s: the object changed while reading (ETag %s, was %s): %w", name, et, r.etag, errdefs.ErrSourceUnreachable)}
 	}
 	got := 0
 	for got < len(p) {
@@ -204,23 +252,24 @@ func (r *RangeReader) fetch(p []byte, off int64) error {
 		got += n
 		if n > 0 {
 			timer.Reset(s.stall)
+			progress(got)
 		}
 		if err != nil {
 			if got == len(p) && err == io.EOF {
 				break
 			}
 			if perr := r.ctx.Err(); perr != nil {
-				return ctxio.Cancelled("reading "+name, perr)
+				return got, ctxio.Cancelled("reading "+name, perr)
 			}
 			if context.Cause(ctx) == stallErr {
-				return &retryable{err: stallErr}
+				return got, &retryable{err: stallErr}
 			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: connection broke after %d bytes: %w: %w",
+			return got, &retryable{err: fmt.Errorf("GET %s bytes %d-%d: connection broke after %d bytes: %w: %w",
 				name, off, end, got, errdefs.ErrSourceUnreachable, noShortRead(err))}
 		}
 	}
-	return nil
+	return got, nil
 }

@@ -197,11 +197,11 @@ func TestRangeReaderRetries(t *testing.T) {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				return
 			}
-			// A cut-off body.
+			// A cut-off body: the read resumes at byte 1010.
 			w.Header().Set("Content-Range", "bytes 1000-100999/262144")
 			w.Header().Set("Content-Length", "100000")
 			w.WriteHeader(http.StatusPartialContent)
-			w.Write(data[:10])
+			w.Write(data[1000:1010])
 			return
 		}
 		http.ServeContent(w, r, "disk", time.Time{}, bytes.NewReader(data))

@@ -152,6 +152,7 @@ func sourceConfig(o Options) (datasource.Config, error) {
 		StallTimeout:    o.StallTimeout,
 		Retries:         retryLimit(o.Retries),
 		NoConnectRetry:  o.NoConnectRetry,
+		Connections:     o.Connections,
 		Egress:          o.Egress,
 		RetryBackoff:    o.RetryBackoff,
 		RetryMaxElapsed: o.RetryMaxElapsed,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,6 +113,21 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			})
 		}
 	}
+	t.Run("read over several connections", func(t *testing.T) {
+		big := testimg.Raw(t, t.TempDir(), "big.raw", 18<<20, 9)
+		st.put(t, "images/big.raw", readFile(t, big))
+		var conns atomic.Int64
+		p := objtest.StartProxy(t, st.host, &objtest.Proxy{DropAfter: 1 << 40, OnConn: func(int) { conns.Add(1) }})
+		o := importer.Options{
+			Source: st.endpoint(p.Addr, "images/big.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
+			Logger: testLogger(t), Connections: 4, Checksums: []string{"sha256:" + fileSHA256(t, big)},
+		}
+		st.opts(&o)
+		_, err := importer.Import(context.Background(), o)
+		require.NoError(t, err)
+		expectImage(t, big, o.Target, false)
+		assert.GreaterOrEqual(t, conns.Load(), int64(4), "the chunks came over several connections")
+	})
 	t.Run("checksum mismatch", func(t *testing.T) {
 		o := importer.Options{
 			Source: st.endpoint(st.host, "images/disk.raw.xz"), Target: filepath.Join(t.TempDir(), "disk.img"),

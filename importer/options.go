@@ -106,6 +106,14 @@ type Options struct {
 	Retries         *int
 	RetryBackoff    time.Duration
 	RetryMaxElapsed time.Duration
+	// Connections is how many connections an HTTP(S), S3 or GCS object
+	// is read over at once, in chunks of 4 MiB delivered in order, when
+	// its size is known and its server serves byte ranges (else one): 0
+	// means datasource.DefaultConnections (8), 1 a single GET. Every
+	// connection goes through the same transport, credential rules and
+	// egress policy, and is pinned to the object first seen; the chunk
+	// buffers hold at most Connections × 4 MiB.
+	Connections int
 	// NoConnectRetry fails at once when the first HTTP request cannot
 	// reach the server at all (connection refused, DNS, TLS): nothing was
 	// received, so there is nothing to resume. Retries still apply to a

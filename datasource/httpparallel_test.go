@@ -1,0 +1,280 @@
+package datasource_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/internal/farmirror"
+)
+
+const testChunk = 256 << 10
+
+// object is an HTTP object with an ETag whose content can be replaced, and
+// a record of the requests it answered.
+type object struct {
+	mu      sync.Mutex
+	data    []byte
+	etag    string
+	ranges  []string    // Range header of each request, "" for none
+	auth    []string    // Authorization header of each request
+	onRange func(n int) // called with the count of range requests so far
+}
+
+func newObject(data []byte) *object { return &object{data: data, etag: `"v1"`} }
+
+func (o *object) replace(data []byte, etag string) {
+	o.mu.Lock()
+	o.data, o.etag = data, etag
+	o.mu.Unlock()
+}
+
+func (o *object) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	data, etag := o.data, o.etag
+	o.ranges = append(o.ranges, r.Header.Get("Range"))
+	o.auth = append(o.auth, r.Header.Get("Authorization"))
+	n, hook := 0, o.onRange
+	for _, rg := range o.ranges {
+		if rg != "" {
+			n++
+		}
+	}
+	o.mu.Unlock()
+	if hook != nil && r.Header.Get("Range") != "" {
+		hook(n)
+	}
+	w.Header().Set("ETag", etag)
+	http.ServeContent(w, r, "disk.img", time.Unix(1.7e9, 0), bytes.NewReader(data))
+}
+
+func (o *object) requests() (ranges, auth []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.ranges...), append([]string(nil), o.auth...)
+}
+
+func startMirror(t *testing.T, h http.Handler, o farmirror.Options) *farmirror.Server {
+	t.Helper()
+	s, err := farmirror.Start(h, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func parallelConfig(conns int) datasource.Config {
+	return datasource.Config{Connections: conns, ChunkSize: testChunk, RetryBackoff: time.Millisecond, Logger: testLogger()}
+}
+
+// TestParallelRangesDeliverTheObjectInOrder: over a paced mirror, any
+// number of connections yields the object's bytes in order, over that
+// many connections; one connection is one GET.
+func TestParallelRangesDeliverTheObjectInOrder(t *testing.T) {
+	data := testImage(t, 3<<20+12345)
+	for _, conns := range []int{1, 2, 4, 16} {
+		t.Run(strconv.Itoa(conns), func(t *testing.T) {
+			obj := newObject(data)
+			s := startMirror(t, obj, farmirror.Options{Rate: 32 << 20, FirstByte: 2 * time.Millisecond})
+			src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(conns))
+			require.NoError(t, err)
+			st, got, err := readAll(t, src)
+			require.NoError(t, err)
+			assert.Equal(t, int64(len(data)), st.Size)
+			assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+			ranges, _ := obj.requests()
+			if conns == 1 {
+				assert.Equal(t, []string{""}, ranges, "one connection is one GET")
+				return
+			}
+			chunks := (len(data) + testChunk - 1) / testChunk
+			assert.Len(t, ranges, chunks, "the first GET and one range request per further chunk")
+			assert.GreaterOrEqual(t, s.Connections.Load(), int64(min(conns, chunks-1)+1))
+			assert.Equal(t, 0, datasource.Retries(src))
+		})
+	}
+}
+
+// TestParallelRangesLeaveASniffedHeadAlone: a reader that takes only the
+// head (a format sniff, before an import reads over ranges) sends no
+// range request.
+func TestParallelRangesLeaveASniffedHeadAlone(t *testing.T) {
+	obj := newObject(testImage(t, 4<<20))
+	s := startMirror(t, obj, farmirror.Options{})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(8))
+	require.NoError(t, err)
+	st, err := src.Open(context.Background())
+	require.NoError(t, err)
+	_, err = io.ReadFull(st.Body, make([]byte, 64<<10))
+	require.NoError(t, err)
+	require.NoError(t, st.Body.Close())
+	ranges, _ := obj.requests()
+	assert.Equal(t, []string{""}, ranges)
+}
+
+// TestParallelRangesResumeOnlyTheDroppedChunk: a connection cut in the
+// middle of a chunk is resumed at the first byte it did not deliver, and
+// no other chunk is fetched twice.
+func TestParallelRangesResumeOnlyTheDroppedChunk(t *testing.T) {
+	data := testImage(t, 2<<20)
+	obj := newObject(data)
+	dropAt := int64(3 * testChunk)
+	var dropped atomic.Bool
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") == fmt.Sprintf("bytes=%d-%d", dropAt, dropAt+testChunk-1) && !dropped.Swap(true) {
+			obj.ServeHTTP(&cutWriter{ResponseWriter: w, left: testChunk / 3}, r)
+			return
+		}
+		obj.ServeHTTP(w, r)
+	})
+	s := startMirror(t, h, farmirror.Options{})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(4))
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	require.True(t, dropped.Load())
+	ranges, _ := obj.requests()
+	seen := map[string]int{}
+	for _, r := range ranges {
+		seen[r]++
+	}
+	for r, n := range seen {
+		assert.Equal(t, 1, n, "range %q requested once", r)
+	}
+	resumed := fmt.Sprintf("bytes=%d-%d", dropAt+testChunk/3, dropAt+testChunk-1)
+	assert.Contains(t, seen, resumed, "the dropped chunk resumed where it broke")
+	assert.Len(t, ranges, 2<<20/testChunk+1, "one request per chunk and one resume")
+	assert.Equal(t, 1, datasource.Retries(src))
+}
+
+// TestParallelRangesRefuseAnObjectThatChanged: when the object is
+// replaced mid-read, the chunks after it are refused (If-Range sends the
+// first ETag) and the reader gets a *RestartError: what it read before is
+// the first object's bytes, never the second's.
+func TestParallelRangesRefuseAnObjectThatChanged(t *testing.T) {
+	first, second := testImage(t, 2<<20), bytes.Repeat([]byte("new!"), 512<<10)
+	obj := newObject(first)
+	obj.onRange = func(n int) {
+		if n == 3 {
+			obj.replace(second, `"v2"`)
+		}
+	}
+	s := startMirror(t, obj, farmirror.Options{})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(2))
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	var re *datasource.RestartError
+	require.ErrorAs(t, err, &re, "%v", err)
+	assert.Contains(t, re.Reason, "the object changed")
+	assert.Equal(t, first[:len(got)], got, "only the first object's bytes were delivered")
+	assert.Less(t, len(got), len(first))
+}
+
+// TestParallelRangesFallBackToOneStream: a server that advertises ranges
+// but answers every range request with the whole object is read over its
+// first response alone.
+func TestParallelRangesFallBackToOneStream(t *testing.T) {
+	data := testImage(t, 2<<20)
+	var requests atomic.Int32
+	s := startMirror(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Accept-Ranges", "bytes")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.Write(data)
+	}), farmirror.Options{})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(4))
+	require.NoError(t, err)
+	st, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.NotNil(t, datasource.Ranges(st))
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	assert.Greater(t, requests.Load(), int32(1), "range requests were tried")
+}
+
+// TestParallelRangesCredentialsOnlyToTheOrigin: basic auth goes with every
+// range request to the URL's origin, and with none to the origin a
+// redirect leads to.
+func TestParallelRangesCredentialsOnlyToTheOrigin(t *testing.T) {
+	data := testImage(t, 2<<20)
+	want := "Basic " + basicToken("user", "pw")
+	t.Run("same origin", func(t *testing.T) {
+		obj := newObject(data)
+		s := startMirror(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != want {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			obj.ServeHTTP(w, r)
+		}), farmirror.Options{})
+		cfg := parallelConfig(4)
+		cfg.Username, cfg.Password = "user", "pw"
+		src, err := datasource.NewHTTP(s.URL+"/disk.img", cfg)
+		require.NoError(t, err)
+		_, got, err := readAll(t, src)
+		require.NoError(t, err)
+		assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+		ranges, auth := obj.requests()
+		assert.Len(t, ranges, 2<<20/testChunk)
+		for i, a := range auth {
+			assert.Equal(t, want, a, "request %d (%s)", i, ranges[i])
+		}
+	})
+	t.Run("redirected to another origin", func(t *testing.T) {
+		obj := newObject(data)
+		other := startMirror(t, obj, farmirror.Options{})
+		front := startMirror(t, http.RedirectHandler(other.URL+"/disk.img", http.StatusFound), farmirror.Options{})
+		cfg := parallelConfig(4)
+		cfg.Username, cfg.Password = "user", "pw"
+		src, err := datasource.NewHTTP(front.URL+"/disk.img", cfg)
+		require.NoError(t, err)
+		_, got, err := readAll(t, src)
+		require.NoError(t, err)
+		assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+		ranges, auth := obj.requests()
+		assert.Len(t, ranges, 2<<20/testChunk, "range requests go to the redirect's target")
+		for i, a := range auth {
+			assert.Empty(t, a, "request %d (%s) to the other origin", i, ranges[i])
+		}
+		assert.Equal(t, int64(1), front.Requests.Load(), "only the first GET went to the URL's origin")
+	})
+}
+
+func basicToken(user, pass string) string {
+	r, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
+	r.SetBasicAuth(user, pass)
+	return strings.TrimPrefix(r.Header.Get("Authorization"), "Basic ")
+}
+
+// TestParallelRangesCancelledMidRead: cancelling the context ends a read
+// in progress with the cancellation, not a partial success.
+func TestParallelRangesCancelledMidRead(t *testing.T) {
+	obj := newObject(testImage(t, 4<<20))
+	s := startMirror(t, obj, farmirror.Options{Rate: 8 << 20})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(4))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := src.Open(ctx)
+	require.NoError(t, err)
+	defer st.Body.Close()
+	_, err = io.ReadFull(st.Body, make([]byte, testChunk+1000))
+	require.NoError(t, err)
+	cancel()
+	_, err = io.Copy(io.Discard, st.Body)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+}

@@ -1,0 +1,131 @@
+package importer_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/farmirror"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// replaceable serves one file's bytes with an ETag; replace swaps both.
+type replaceable struct {
+	mu     sync.Mutex
+	data   []byte
+	etag   string
+	ranges atomic.Int64
+	// afterRanges, when set, is called once the nth range request arrived.
+	n           int64
+	afterRanges func()
+}
+
+func (s *replaceable) replace(data []byte, etag string) {
+	s.mu.Lock()
+	s.data, s.etag = data, etag
+	s.mu.Unlock()
+}
+
+func (s *replaceable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Range") != "" && s.ranges.Add(1) == s.n && s.afterRanges != nil {
+		s.afterRanges()
+	}
+	s.mu.Lock()
+	data, etag := s.data, s.etag
+	s.mu.Unlock()
+	w.Header().Set("ETag", etag)
+	http.ServeContent(w, r, "disk", time.Unix(1.7e9, 0), bytes.NewReader(data))
+}
+
+// TestParallelRangesImportByteForByte: raw, raw.zst and qcow2 (decoded as
+// a stream) over a far mirror that paces each connection, read over
+// several connections, land byte for byte.
+func TestParallelRangesImportByteForByte(t *testing.T) {
+	testimg.Need(t, "qemu-img", "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 32<<20, 7)
+	files := map[string]string{
+		"raw":     raw,
+		"raw.zst": testimg.Compress(t, raw, "zst"),
+		"qcow2":   testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"),
+	}
+	for _, name := range []string{"raw", "raw.zst", "qcow2"} {
+		for _, conns := range []int{3, 8} {
+			t.Run(name, func(t *testing.T) {
+				data, err := os.ReadFile(files[name])
+				require.NoError(t, err)
+				obj := &replaceable{data: data, etag: `"v1"`}
+				s, err := farmirror.Start(obj, farmirror.Options{Rate: 64 << 20, FirstByte: 5 * time.Millisecond})
+				require.NoError(t, err)
+				t.Cleanup(func() { s.Close() })
+				o := importer.Options{
+					Source: s.URL + "/disk." + name, Target: filepath.Join(t.TempDir(), "disk.img"),
+					ScratchDir: t.TempDir(), Logger: testLogger(t), Connections: conns,
+				}
+				res, err := importer.Import(context.Background(), o)
+				require.NoError(t, err)
+				expectImage(t, raw, o.Target, false)
+				assert.False(t, res.ScratchUsed)
+				assert.NotContains(t, res.Phases, importer.PhaseConvert, "decoded as a stream")
+				chunks := (int64(len(data)) + 4<<20 - 1) / (4 << 20)
+				assert.GreaterOrEqual(t, obj.ranges.Load(), chunks-1, "every chunk after the first by a range request")
+				assert.GreaterOrEqual(t, s.Connections.Load(), min(int64(conns), chunks-1)+1)
+				assert.Equal(t, 0, res.Retries)
+			})
+		}
+	}
+}
+
+// TestParallelRangesObjectReplacedMidImport: an object replaced while its
+// chunks are read is never mixed with the new one. Replaced before any
+// range request succeeded, the first response (the old object) is read to
+// its end alone; replaced later, the import starts over and lands the new
+// object whole.
+func TestParallelRangesObjectReplacedMidImport(t *testing.T) {
+	dir := t.TempDir()
+	oldRaw := testimg.Raw(t, dir, "old.raw", 24<<20, 1)
+	newRaw := testimg.Raw(t, dir, "new.raw", 24<<20, 2)
+	oldData, err := os.ReadFile(oldRaw)
+	require.NoError(t, err)
+	newData, err := os.ReadFile(newRaw)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name      string
+		nthRange  int64
+		want      string
+		restarted bool
+	}{
+		{"before the first range", 1, oldRaw, false},
+		// Chunks 1-3 are read (4 connections), the 4th range request
+		// waits for chunk 0 to be read, after ranges were confirmed.
+		{"after ranges were read", 4, newRaw, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			obj := &replaceable{data: oldData, etag: `"old"`, n: c.nthRange}
+			obj.afterRanges = func() { obj.replace(newData, `"new"`) }
+			s, err := farmirror.Start(obj, farmirror.Options{Rate: 64 << 20})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			o := importer.Options{
+				Source: s.URL + "/disk.raw", Target: filepath.Join(t.TempDir(), "disk.img"),
+				Logger: testLogger(t), Connections: 4, RetryBackoff: time.Millisecond,
+			}
+			res, err := importer.Import(context.Background(), o)
+			require.NoError(t, err)
+			expectImage(t, c.want, o.Target, false)
+			if c.restarted {
+				assert.GreaterOrEqual(t, res.Retries, 1, "the restart spent a retry")
+			}
+		})
+	}
+}
