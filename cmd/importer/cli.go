@@ -34,6 +34,7 @@ type cliFlags struct {
 	formatIn           string
 	maxSpill           string
 	retries            int
+	connections        int
 	retryMaxElapsed    time.Duration
 	terminationLog     string
 	json               bool
@@ -129,6 +130,7 @@ reports to /dev/termination-log.`,
 	fl.BoolVar(&f.noStreamDecode, "no-stream-decode", false, "put a streamed qcow2, streamOptimized vmdk, dynamic vhd, vdi or vhdx in scratch for qemu-img instead of decoding it straight onto DEST")
 	fl.StringVar(&f.maxSpill, "max-spill", "", "cap the scratch the stream decoder may spill clusters that arrive before their tables to (bytes or a quantity such as 2Gi; it never exceeds the image's virtual size anyway)")
 	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
+	fl.IntVar(&f.connections, "connections", datasource.DefaultConnections, fmt.Sprintf("read an http(s), s3 or gs object over this many connections at once (1 to %d), in order, when the server serves byte ranges of an object of known size; 1: one GET", datasource.MaxConnections))
 	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
 	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
@@ -193,6 +195,7 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		FormatIn:            f.formatIn,
 		Retries:             &f.retries,
 		NoConnectRetry:      true,
+		Connections:         f.connections,
 		RetryMaxElapsed:     f.retryMaxElapsed,
 		ContentType:         f.contentType,
 		ExactSize:           f.exactSize,

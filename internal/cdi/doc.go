@@ -43,6 +43,9 @@
 //	IMPORTER_CONTENT_DIGEST  blk-sha256:hex content digest expected of the
 //	                         disk written (importer digest --content)
 //	IMPORTER_EXTRA_HEADER_n  extra request header lines, n from 0 to 99
+//	IMPORTER_CONNECTIONS     (ours) connections an http, s3 or gcs object
+//	                         is read over when its server serves ranges
+//	                         (default 8; 1: one GET)
 //	FILESYSTEM_OVERHEAD      fraction of a filesystem volume kept free
 //	PREALLOCATION            true: allocate the whole target
 //	CACHE_MODE               TRYNONE: qemu-img tries O_DIRECT, falls back

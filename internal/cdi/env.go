@@ -166,6 +166,9 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 		o.Checksums = []string{c}
 	}
 	o.ExpectContentDigest = getenv("IMPORTER_CONTENT_DIGEST")
+	if o.Connections, err = envInt(getenv, "IMPORTER_CONNECTIONS"); err != nil {
+		return o, err
+	}
 	if o.FilesystemOverhead, err = envFloat(getenv, "FILESYSTEM_OVERHEAD"); err != nil {
 		return o, err
 	}

@@ -57,6 +57,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		"CACHE_MODE":              "TryNone",
 		"IMPORTER_EXTRA_HEADER_0": "A: 1",
 		"IMPORTER_EXTRA_HEADER_7": "B: 2",
+		"IMPORTER_CONNECTIONS":    "3",
 	}), p)
 	require.NoError(t, err)
 	assert.Equal(t, Import, req.Kind)
@@ -65,7 +66,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		Size: 1 << 30, Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
 		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
 		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"}, ExpectContentDigest: "blk-sha256:11",
-		Egress: &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()},
+		Egress: &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()}, Connections: 3,
 	}, req.Import)
 }
 
@@ -140,6 +141,7 @@ func TestReadEnvRefuses(t *testing.T) {
 		"content type":       {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "IMPORTER_CONTENTTYPE": "iso"}, "unknown IMPORTER_CONTENTTYPE"},
 		"bool":               {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "INSECURE_TLS": "yes please"}, "INSECURE_TLS"},
 		"overhead":           {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "FILESYSTEM_OVERHEAD": "6%"}, "FILESYSTEM_OVERHEAD"},
+		"connections":        {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "IMPORTER_CONNECTIONS": "many"}, "IMPORTER_CONNECTIONS"},
 		"relative clone":     {map[string]string{"IMPORTER_SOURCE": "clone", "IMPORTER_ENDPOINT": "dev/sdb"}, "must be an absolute path"},
 		"clone verify value": {map[string]string{"IMPORTER_SOURCE": "clone", "IMPORTER_ENDPOINT": "/dev/sdb", "IMPORTER_VERIFY": "maybe"}, "IMPORTER_VERIFY"},
 	} {

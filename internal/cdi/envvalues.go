@@ -34,6 +34,18 @@ func envFloat(getenv func(string) string, name string) (float64, error) {
 	return f, nil
 }
 
+func envInt(getenv func(string) string, name string) (int, error) {
+	v := getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: want a whole number: %w", name, v, errdefs.ErrInvalidOptions)
+	}
+	return n, nil
+}
+
 func envQuantity(getenv func(string) string, name string) (int64, error) {
 	n, err := ParseQuantity(getenv(name))
 	if err != nil {
