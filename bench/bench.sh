@@ -22,7 +22,9 @@
 # BENCH_GOXZ (1: also time the pure-Go xz decoder, in the first run only:
 # ~20 s at 2G), BENCH_GO (1: also run the go test -bench stage benchmarks),
 # BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh),
-# BENCH_TIMEOUT (300: seconds before one measured command is killed).
+# BENCH_TIMEOUT (300: seconds before one measured command is killed),
+# BENCH_FARLINK (1: the far-link rows of bench/farlink.sh; BENCH_FAR_RATE,
+# BENCH_FAR_DELAY).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -83,10 +85,13 @@ cleanup() {
 	set +e # every step must run, whatever failed before
 	if [[ -n $srv_pid ]]; then kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; fi
 	if [[ -n $reg_pid ]]; then kill "$reg_pid" 2>/dev/null; wait "$reg_pid" 2>/dev/null; fi
+	far_stop
 	if [[ -n $loop ]]; then losetup -d "$loop" || echo "bench: could not detach $loop" >&2; fi
 	if [[ -n ${dp_pid:-} ]]; then kill "$dp_pid" 2>/dev/null; wait "$dp_pid" 2>/dev/null; fi
-	rm -rf "$backing" "$work/out" "$dl" "$scratch" "$work/importer" "$work/benchtool" "$work/demoserve"
+	rm -rf "$backing" "$work/out" "$dl" "$scratch" "$work/importer" "$work/benchtool" "$work/demoserve" "$work/far" "$work/far-dl"
 }
+farlink=${BENCH_FARLINK:-1}
+source bench/farlink.sh
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 "$work/demoserve" "$img" >"$work/url" 2>"$work/logs/demoserve.err" &
@@ -107,6 +112,7 @@ if [[ $cases == *registry-* ]]; then
 	[[ $(wc -l <"$work/registry") -ge 3 ]] || { echo "bench: registry did not start: $(tail -c 300 "$work/logs/registry.err")" >&2; exit 1; }
 	while read -r tag dig; do regblob[$tag]=$dig; done < <(tail -n +2 "$work/registry")
 fi
+if [[ $farlink == 1 ]]; then far_setup; fi
 truncate -s "$vsize" "$backing"
 loop=$(losetup --direct-io=on --show -f "$backing")
 mkdir -p "$work/out"
@@ -143,7 +149,7 @@ measure() {
 	rss=$(awk -F': ' '/Maximum resident set size/{print $2}' "$tf")
 	local secs
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f", b-a}')
-	printf 'M\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$run" "$secs" "${rss:-0}" "$vsize" "$rc" >>"$tsv"
+	printf 'M\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$run" "$secs" "${rss:-0}" "${measure_bytes:-$vsize}" "$rc" >>"$tsv"
 	printf 'bench: run %s  %-52s %8.3f s  %6d MiB%s\n' "$run" "$label" "$secs" "$(( ${rss:-0} / 1024 ))" \
 		"$([[ $rc == 0 ]] || echo "  FAILED rc=$rc: $(tail -c 300 "$log.err" | tr '\n' ' ')")" >&2
 	return 0
@@ -343,8 +349,10 @@ done
 # Warm the page cache with the sources (they stand in for a network).
 for c in $cases; do [[ -f $img/disk.$c ]] && cat "$img/disk.$c"; done >/dev/null
 [[ -n $reg ]] && cat "$img"/registry/blobs/sha256/* >/dev/null
+if [[ $farlink == 1 ]]; then far_compare; fi
 for run in $(seq "$runs"); do
 	one_round
+	if [[ $farlink == 1 ]]; then far_round; fi
 done
 sed -i 's/"loadavg_start"/"loadavg_end":"'"$(cut -d' ' -f1-3 /proc/loadavg)"'","loadavg_start"/' "$work/meta.json"
 res=$root/bench/results/$stamp.json

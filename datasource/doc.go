@@ -20,7 +20,10 @@
 //
 //   - http:// and https:// URLs ([NewHTTP]): one GET per Open, resumed with
 //     Range and If-Range after a broken transfer, retried with jittered
-//     backoff, credentials and extra headers kept to the URL's origin;
+//     backoff, credentials and extra headers kept to the URL's origin; an
+//     object of known size whose server serves ranges is read over
+//     Config.Connections connections, its chunks delivered in order
+//     as one stream;
 //   - S3 objects, s3://, s3+http:// and s3+https:// ([NewS3]), and GCS
 //     objects, gs://, gs+http:// and gs+https:// ([NewGCS]): HTTP sources
 //     whose transport signs (SigV4) or authorizes (OAuth2) each request to

@@ -48,7 +48,7 @@ type httpSource struct {
 	noConnectRetry bool
 	answered       atomic.Bool
 	// connections and chunk: Config.Connections and Config.ChunkSize, with
-	// their defaults (httpparallel.go).
+	// their defaults.
 	connections int
 	chunk       int64
 }
