@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -277,4 +280,32 @@ func TestParallelRangesCancelledMidRead(t *testing.T) {
 	_, err = io.Copy(io.Discard, st.Body)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+}
+
+// TestParallelRangesConnectThroughTheEgressPolicy: every connection of a
+// parallel read is dialled by the egress policy's dialer.
+func TestParallelRangesConnectThroughTheEgressPolicy(t *testing.T) {
+	data := testImage(t, 2<<20)
+	s := startMirror(t, newObject(data), farmirror.Options{})
+	var connects atomic.Int64
+	p := &datasource.EgressPolicy{Allow: mustParseEgress(t, "127.0.0.1"), Dialer: &net.Dialer{
+		Timeout: 5 * time.Second,
+		Control: func(string, string, syscall.RawConn) error { connects.Add(1); return nil },
+	}}
+	cfg := parallelConfig(4)
+	cfg.Egress = p
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", cfg)
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	assert.GreaterOrEqual(t, s.Connections.Load(), int64(5), "the first GET and four range connections")
+	assert.Equal(t, s.Connections.Load(), connects.Load(), "every connection went through the policy")
+}
+
+func mustParseEgress(t *testing.T, list string) []netip.Prefix {
+	t.Helper()
+	p, err := datasource.ParseEgressList(list)
+	require.NoError(t, err)
+	return p
 }
