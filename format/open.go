@@ -109,8 +109,9 @@ type Image struct {
 	Compressions []Compression // outermost first (Tar for a tar's member)
 	Header       Header
 	// Member is the name of the tar member read as the image, when a
-	// Compressions layer is Tar.
-	Member string
+	// Compressions layer is Tar, and MemberSize its size in bytes.
+	Member     string
+	MemberSize int64
 
 	decoders []*decoder // outermost first
 }
@@ -166,7 +167,7 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 				}
 				o.Logger.Debug("reading the disk image member of a tar", "member", l.name)
 				s.Compressions = append(s.Compressions, Tar)
-				s.Member = l.name
+				s.Member, s.MemberSize = l.name, l.size
 				cur = l
 				continue
 			}

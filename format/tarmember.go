@@ -39,6 +39,7 @@ type tarLayer struct {
 	tr     *tar.Reader
 	member *bufio.Reader
 	name   string
+	size   int64
 	peek   int
 	// ovfDisk is the one disk an OVA's descriptor names: that member is
 	// the disk and no other is.
@@ -84,7 +85,7 @@ func openTarMember(r io.Reader, peek int) (*tarLayer, error) {
 			return nil, err
 		}
 		if disk {
-			l.member, l.name = member, hdr.Name
+			l.member, l.name, l.size = member, hdr.Name, hdr.Size
 			return l, nil
 		}
 		if isRegular(hdr) {

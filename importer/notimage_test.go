@@ -187,3 +187,25 @@ func TestTarOfTwoDisksLeavesTheDeviceHeadZeroed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, make([]byte, 1<<20), head, "the device's first MiB zeroed")
 }
+
+// A raw disk in a tar has its size in the member's header: one too big for
+// the target is refused in Info, before a byte is written, even inside a
+// gzip of unknown decompressed size.
+func TestTarOfARawDiskTooBigRefusedBeforeWriting(t *testing.T) {
+	testimg.Need(t, "gzip")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 3<<20, 24)
+	disk, err := os.ReadFile(raw)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "image.tar"), testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)}), 0o644))
+	src := testimg.Compress(t, filepath.Join(dir, "image.tar"), "gz")
+	target := filepath.Join(t.TempDir(), "disk.img")
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, Size: 2 << 20, Logger: testLogger(t)})
+	var se *importer.SizeError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, int64(3<<20), se.ImageSize)
+	assert.Contains(t, err.Error(), "(3.0 MiB for 2.0 MiB)")
+	assert.NotContains(t, res.Phases, importer.PhaseTransferDataFile, "refused in Info")
+	assert.Zero(t, res.BytesWritten)
+	assert.NoFileExists(t, target)
+}
