@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build test test-short demo deps bench fuzz vet tidy-check clean image image-test man
+.PHONY: build test test-short demo deps bench fuzz vet tidy-check clean image image-test man e2e-build e2e-cdi-build e2e-cluster e2e-down e2e
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -81,6 +81,27 @@ image: build
 # the manifests in deploy/ and the image's reproducibility.
 image-test: image
 	IMAGE_DIR=$(abspath $(IMAGE_DIR)) $(GO) test -count=1 -timeout 30m ./internal/imagebuild ./internal/imagetest ./deploy
+
+# End-to-end in a real single-node Kubernetes on this machine (root; the
+# README's "End-to-end in a real cluster"). e2e-build: the Kubernetes
+# components of e2e/tools/go.mod, a pause program, DNS for Services, and
+# make image, into bin/e2e. e2e-cdi-build: CDI's controller from CDI's
+# source (E2E_CDI_GIT). e2e-cluster: build and start; e2e: the tests,
+# results in bin/e2e/results.md; e2e-down: stop and remove everything.
+e2e-build:
+	GO=$(GO) ./scripts/e2e/build.sh
+
+e2e-cdi-build:
+	./scripts/e2e/cdi-build.sh
+
+e2e-cluster: e2e-build
+	./scripts/e2e/up.sh
+
+e2e:
+	./scripts/e2e/run.sh
+
+e2e-down:
+	./scripts/e2e/down.sh
 
 clean:
 	rm -rf bin
