@@ -1,0 +1,166 @@
+#!/bin/bash
+# CDI's own controller (cdi-build.sh) driving our image in the e2e cluster:
+# IMPORTER_IMAGE, UPLOADSERVER_IMAGE and CLONER_IMAGE are all our image.
+# DataVolumes: HTTP qcow2.xz, blank, upload (straight to the upload pod's
+# Service with the client certificate CDI's upload proxy would present),
+# host-assisted clone (another storage class), a 404 source, and an HTTP
+# vmdk.zst that needs scratch. Bytes are read on the host through each PV.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+NS=e2e-cdi
+W=$(mktemp -d)
+CDI_PID=
+cleanup() { kill $SERVE_PID $CDI_PID 2>/dev/null; rm -rf "$W"; }
+trap cleanup EXIT
+[ -x "$E2E_BIN/cdi-controller" ] || { echo "cdi: $E2E_BIN/cdi-controller missing; run scripts/e2e/cdi-build.sh" >&2; exit 1; }
+MB=${E2E_DISK_MB:-64}
+BYTES=$((MB << 20))
+make_disk "$W" "$MB"
+qemu-img convert -f raw -O vmdk -o subformat=monolithicSparse "$W/disk.raw" "$W/disk.vmdk"
+zstd -q -f "$W/disk.vmdk" -o "$W/disk.vmdk.zst"
+WANT=$(sha256sum < "$W/disk.raw" | cut -d' ' -f1)
+serve "$W" || exit 1
+
+# --- CDI's controller, outside the cluster, as cdi-deployment would run it
+C=$E2E_STATE/cdi
+if [ ! -f "$C/server-signer.crt" ]; then
+	mkdir -p "$C"
+	for s in server-signer client-signer; do
+		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=cdi-uploadserver-$s" \
+			-keyout "$C/$s.key" -out "$C/$s.crt" 2>/dev/null
+	done
+	openssl req -newkey rsa:2048 -nodes -subj /CN=client.upload-server.cdi.kubevirt.io -keyout "$C/client.key" -out "$C/client.csr" 2>/dev/null
+	openssl x509 -req -in "$C/client.csr" -CA "$C/client-signer.crt" -CAkey "$C/client-signer.key" -CAcreateserial -days 1 -out "$C/client.crt" 2>/dev/null
+fi
+# The clone controller's token keys are at a fixed path; down.sh removes it.
+[ -f /var/run/cdi/token/keys/id_rsa ] || {
+	[ -e /var/run/cdi ] || touch "$E2E_RUN/cdi-keys"
+	mkdir -p /var/run/cdi/token/keys
+	openssl genrsa -out /var/run/cdi/token/keys/id_rsa 2048 2>/dev/null
+	openssl rsa -in /var/run/cdi/token/keys/id_rsa -pubout -out /var/run/cdi/token/keys/id_rsa.pub 2>/dev/null
+}
+for f in "$E2E_BIN"/cdi-crds/*.yaml; do kubectl apply --server-side -f "$f" >/dev/null || exit 1; done
+kubectl wait --for=condition=established crd --all --timeout=60s >/dev/null
+kubectl create namespace cdi --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n cdi create configmap cdi-uploadserver-signer-bundle --from-file=ca-bundle.crt="$C/server-signer.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl -n cdi create configmap cdi-uploadserver-client-signer-bundle --from-file=ca-bundle.crt="$C/client-signer.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: CDI
+metadata: {name: cdi}
+spec: {}
+YAML
+(cd "$C" && exec env IMPORTER_IMAGE=$E2E_IMAGE CLONER_IMAGE=$E2E_IMAGE UPLOADSERVER_IMAGE=$E2E_IMAGE \
+	OVIRT_POPULATOR_IMAGE=$E2E_IMAGE UPLOADPROXY_SERVICE=cdi-uploadproxy PULL_POLICY=IfNotPresent \
+	UPLOAD_SERVER_KEY_FILE="$C/server-signer.key" UPLOAD_SERVER_CERT_FILE="$C/server-signer.crt" \
+	UPLOAD_CLIENT_KEY_FILE="$C/client-signer.key" UPLOAD_CLIENT_CERT_FILE="$C/client-signer.crt" \
+	"$E2E_BIN/cdi-controller" -kubeconfig "$KUBECONFIG" -v=3 >"$E2E_STATE/log/cdi-controller.log" 2>&1) &
+CDI_PID=$!
+echo "cdi-controller $CDI_PID" >> "$E2E_RUN/pids"
+kubectl delete namespace $NS --ignore-not-found --wait=true >/dev/null
+recycle_pvs
+kubectl create namespace $NS >/dev/null
+kubectl -n $NS wait --for=create serviceaccount/default --timeout=60s >/dev/null
+for ((i = 0; i < 60; i++)); do kubectl get cdiconfig config >/dev/null 2>&1 && break; sleep 1; done
+
+dv() { # name class source-yaml
+	kubectl -n $NS apply -f - >/dev/null <<YAML
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: $1}
+spec:
+  source: $3
+  pvc:
+    accessModes: [ReadWriteOnce]
+    volumeMode: Filesystem
+    storageClassName: $2
+    resources: {requests: {storage: 1Gi}}
+YAML
+}
+# watch_dv name seconds: waits for Succeeded (or Failed), recording every
+# progress value and whether a scratch PVC appeared; sets PHASE, PROGRESS, SCRATCH.
+watch_dv() {
+	PHASE= PROGRESS= SCRATCH=no
+	local p s
+	for ((i = 0; i < $2 * 2; i++)); do
+		read -r p s < <(kubectl -n $NS get dv "$1" -o jsonpath='{.status.phase} {.status.progress}' 2>/dev/null)
+		PHASE=$p
+		[ -n "${s:-}" ] && [ "${PROGRESS##* }" != "$s" ] && PROGRESS="$PROGRESS $s"
+		kubectl -n $NS get pvc "$1-scratch" >/dev/null 2>&1 && SCRATCH=yes
+		case $p in Succeeded | Failed) return 0 ;; esac
+		sleep 0.5
+	done
+}
+disk_ok() { # claim: disk.img's first BYTES bytes are the raw disk
+	local d; d=$(pv_path $NS "$1") || return 1
+	[ "$(prefix_sha "$d/disk.img" $BYTES)" = "$WANT" ]
+}
+
+succeeded() { [ "$PHASE" = Succeeded ]; }
+zero_disk() { # claim: disk.img is all zeros and at least 64 MiB
+	local d; d=$(pv_path $NS "$1") || return 1
+	[ "$(stat -c %s "$d/disk.img")" -ge $((64 << 20)) ] && zero_after "$d/disk.img" 0
+}
+dv_message() { kubectl -n $NS get dv "$1" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}'; }
+
+# 1. HTTP qcow2.xz
+dv http-qcow2xz e2e-local "{http: {url: \"$SERVE_URL/disk.qcow2.xz\"}}"
+watch_dv http-qcow2xz 300
+check "CDI DataVolume http qcow2.xz" "phase $PHASE, progress seen:$PROGRESS; disk.img first $MB MiB sha256 equal" \
+	eval 'succeeded && disk_ok http-qcow2xz'
+
+# 2. blank
+dv blank e2e-local "{blank: {}}"
+watch_dv blank 180
+check "CDI DataVolume blank" "phase $PHASE; disk.img all zeros, $(stat -c %s "$(pv_path $NS blank)/disk.img" 2>/dev/null) bytes" \
+	eval 'succeeded && zero_disk blank'
+
+# 3. 404 source: our message in the DataVolume's condition
+dv http-404 e2e-local "{http: {url: \"$SERVE_URL/no-such-disk.qcow2\"}}"
+msg=
+for ((i = 0; i < 240; i++)); do
+	msg=$(dv_message http-404 | grep -i '404\|not found' | head -1)
+	[ -n "$msg" ] && break; sleep 0.5
+done
+check "CDI DataVolume http 404" "condition: ${msg:-none after 120 s}" test -n "$msg"
+kubectl -n $NS delete dv http-404 --wait=false >/dev/null
+
+# 4. scratch: a monolithicSparse vmdk in zstd needs scratch; CDI makes the scratch PVC and re-runs the pod
+dv http-vmdk-zst e2e-local "{http: {url: \"$SERVE_URL/disk.vmdk.zst\"}}"
+watch_dv http-vmdk-zst 300
+restarts=$(kubectl -n $NS get events --field-selector involvedObject.name=http-vmdk-zst -o jsonpath='{range .items[*]}{.reason}{" "}{end}')
+check "CDI DataVolume http vmdk.zst (scratch)" "phase $PHASE, scratch PVC seen: $SCRATCH; events: $restarts" \
+	eval 'succeeded && [ $SCRATCH = yes ] && disk_ok http-vmdk-zst'
+
+# 5. upload: to the upload pod's Service as CDI's upload proxy sends it (mutual TLS, the proxy's client name)
+dv upload e2e-local "{upload: {}}"
+for ((i = 0; i < 240; i++)); do
+	[ "$(kubectl -n $NS get dv upload -o jsonpath='{.status.phase}')" = UploadReady ] && break; sleep 0.5
+done
+IP=$(kubectl -n $NS get service cdi-upload-upload -o jsonpath='{.spec.clusterIP}' 2>/dev/null)
+H=cdi-upload-upload.$NS.svc
+code=$(curl -sS -o "$W/upload.out" -w '%{http_code}' --cacert "$C/server-signer.crt" --cert "$C/client.crt" --key "$C/client.key" \
+	--resolve "$H:443:${IP:-0.0.0.0}" -T "$W/disk.qcow2.xz" "https://$H/v1beta1/upload" 2>"$W/curl.err")
+watch_dv upload 300
+check "CDI DataVolume upload" "HTTP $code $(head -c 200 "$W/curl.err") via cluster IP ${IP:-none} with the client signer's certificate; phase $PHASE" \
+	eval 'succeeded && [ "$code" = 200 ] && disk_ok upload'
+
+# 6. host-assisted clone: the HTTP DataVolume's PVC to the other storage class
+kubectl -n $NS apply -f - >/dev/null <<YAML
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: clone}
+spec:
+  source: {pvc: {namespace: $NS, name: http-qcow2xz}}
+  pvc:
+    accessModes: [ReadWriteOnce]
+    volumeMode: Filesystem
+    storageClassName: fast
+    resources: {requests: {storage: 1Gi}}
+YAML
+watch_dv clone 300
+check "CDI DataVolume host-assisted clone (e2e-local -> fast)" "phase $PHASE, progress seen:$PROGRESS; $(dv_message clone | tr '\n' ';' | head -c 300)" \
+	eval 'succeeded && disk_ok clone'
+
+[ "${E2E_KEEP:-}" = 1 ] || kubectl delete namespace $NS --wait=false >/dev/null
+exit $fail
