@@ -65,7 +65,6 @@ type extractor struct {
 	buf   []byte
 	// physical counts the archive bytes archive/tar has read (sparse.go).
 	physical *physicalCounter
-	zeros    []byte // sparseBlock zero bytes to compare data with
 	dirs     map[string]dirMeta
 	stats    Stats
 }
@@ -102,7 +101,6 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts Options) (Stats,
 		chown: !opts.SkipOwnership && os.Geteuid() == 0,
 		log:   log,
 		buf:   make([]byte, copyChunk),
-		zeros: make([]byte, sparseBlock),
 		dirs:  map[string]dirMeta{},
 	}
 	x.physical = &physicalCounter{r: r}

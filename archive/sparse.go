@@ -1,7 +1,6 @@
 package archive
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // physicalCounter counts the bytes archive/tar takes from the archive
@@ -59,7 +59,7 @@ func (x *extractor) writeSparse(f *os.File, r io.Reader) (int64, error) {
 		if x.physical.n != before {
 			// Data, or data and holes: only the blocks with a non-zero byte
 			// are written. An all-hole chunk is skipped unread.
-			if err := writeNonZeroBlocks(f, x.buf[:n], off, x.zeros); err != nil {
+			if err := writeNonZeroBlocks(f, x.buf[:n], off); err != nil {
 				return off, err
 			}
 		}
@@ -78,12 +78,11 @@ func (x *extractor) writeSparse(f *os.File, r io.Reader) (int64, error) {
 }
 
 // writeNonZeroBlocks writes b at off but for its all-zero sparseBlock
-// blocks, found by comparing with zeros (a sparseBlock of zeros: bytes.Equal
-// is vectorised, where a byte loop runs at a fraction of memory speed).
-func writeNonZeroBlocks(f *os.File, b []byte, off int64, zeros []byte) error {
+// blocks.
+func writeNonZeroBlocks(f *os.File, b []byte, off int64) error {
 	for i := 0; i < len(b); i += sparseBlock {
 		blk := b[i:min(i+sparseBlock, len(b))]
-		if bytes.Equal(blk, zeros[:len(blk)]) {
+		if volume.IsZero(blk) {
 			continue
 		}
 		if _, err := f.WriteAt(blk, off+int64(i)); err != nil {

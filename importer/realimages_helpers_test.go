@@ -28,6 +28,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // realImagesDir is where the shared real images live, relative to the
@@ -211,7 +213,7 @@ func contentDigest(path string, n int64) (int64, string, error) {
 			// number of sectors.
 			clear(buf[k:want])
 		}
-		if !allZero(buf[:want]) {
+		if !volume.IsZero(buf[:want]) {
 			binary.BigEndian.PutUint64(word[:], uint64(off))
 			h.Write(word[:])
 			h.Write(buf[:want])
@@ -219,21 +221,6 @@ func contentDigest(path string, n int64) (int64, string, error) {
 		off += int64(want)
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if binary.LittleEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // rangedServer is http.FileServer (which serves byte ranges) counting the

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // plainTreeDigest is the definition, computed the slow way.
@@ -44,7 +45,7 @@ func TestDigestIndependentOfSplit(t *testing.T) {
 		for off := 0; off < len(b); {
 			n := min(1+rng.IntN(3<<20), len(b)-off)
 			chunk := b[off : off+n]
-			if isAllZero(chunk) && rng.IntN(2) == 0 {
+			if volume.IsZero(chunk) && rng.IntN(2) == 0 {
 				d.Zeros(int64(n))
 			} else {
 				d.Data(chunk)
@@ -56,13 +57,4 @@ func TestDigestIndependentOfSplit(t *testing.T) {
 	other := append([]byte(nil), b...)
 	other[len(other)/2] ^= 1
 	assert.NotEqual(t, want, plainTreeDigest(other))
-}
-
-func isAllZero(p []byte) bool {
-	for _, c := range p {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }

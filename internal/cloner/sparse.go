@@ -1,7 +1,6 @@
 package cloner
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -16,6 +15,7 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // Sparse-v1 reading: the source is read in chunks; granule-sized zero runs
@@ -179,7 +179,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 		chunk := buf[:n]
 		for g := 0; g < len(chunk); {
 			end := min(g+sparseGranule, len(chunk))
-			if isZero(chunk[g:end]) {
+			if volume.IsZero(chunk[g:end]) {
 				sum.add(off+int64(g), chunk[g:end], true)
 				if zeroLen == 0 {
 					zeroFrom = off + int64(g)
@@ -192,7 +192,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 			dataEnd := end
 			for dataEnd < len(chunk) {
 				next := min(dataEnd+sparseGranule, len(chunk))
-				if isZero(chunk[dataEnd:next]) {
+				if volume.IsZero(chunk[dataEnd:next]) {
 					break
 				}
 				dataEnd = next
@@ -221,10 +221,6 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 	}
 	return enc.End(sum.sum)
 }
-
-var zeroGranule = make([]byte, sparseGranule)
-
-func isZero(p []byte) bool { return bytes.Equal(p, zeroGranule[:len(p)]) }
 
 func newSessionID() string {
 	b := make([]byte, 16)

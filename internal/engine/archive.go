@@ -9,6 +9,7 @@ import (
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // tarHeaderSize is one tar block; "ustar" sits at offset 257 of a POSIX
@@ -67,7 +68,7 @@ func (x *archiveExtraction) run(ctx context.Context) error {
 	if err != nil && len(head) < tarHeaderSize {
 		return fmt.Errorf("%s is too short for a tar archive (%d bytes): %w", a.req.Source, len(head), errdefs.ErrInvalidImage)
 	}
-	if string(head[tarMagicOff:tarMagicOff+5]) != "ustar" && !allZeroBytes(head) {
+	if string(head[tarMagicOff:tarMagicOff+5]) != "ustar" && !volume.IsZero(head) {
 		return fmt.Errorf("%s is not a tar archive (no ustar magic at offset %d): %w", a.req.Source, tarMagicOff, errdefs.ErrInvalidImage)
 	}
 	staging, err := archive.NewStaging(a.req.Target)
@@ -111,13 +112,4 @@ func (x *archiveExtraction) removeStaging() {
 		x.a.log.Warn("Removing the partly extracted archive failed", "dir", x.staging, "err", err)
 	}
 	x.staging = ""
-}
-
-func allZeroBytes(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }

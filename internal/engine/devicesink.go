@@ -111,7 +111,7 @@ func (s *deviceSink) WriteAt(p []byte, off int64) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	if s.zeroing && isAllZero(p) {
+	if s.zeroing && volume.IsZero(p) {
 		if err := s.ZeroAt(off, int64(len(p))); err != nil {
 			return 0, err
 		}
@@ -326,22 +326,6 @@ func (s *deviceSink) do(j sinkJob) error {
 		return fmt.Errorf("writing %d bytes at guest offset %d: %w", j.n, j.off, err)
 	}
 	return nil
-}
-
-// isAllZero reports whether p holds only zero bytes, a word at a time.
-func isAllZero(p []byte) bool {
-	for len(p) >= 8 {
-		if *(*uint64)(unsafe.Pointer(&p[0])) != 0 {
-			return false
-		}
-		p = p[8:]
-	}
-	for _, b := range p {
-		if b != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // zeroingDeviceSink is the stage for a device that may hold old data: the

@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/diskimport/engine/internal/volume"
 )
 
 const (
@@ -141,7 +143,7 @@ func VMDKFooter(w io.Writer, disk []byte, footerMagic string) error {
 		gt := make([]byte, tables*gtes*4)
 		for g := range grains {
 			b := disk[g*grain*vmdkSector : min(uint64(len(disk)), (g+1)*grain*vmdkSector)]
-			if isZero(b) {
+			if volume.IsZero(b) {
 				continue
 			}
 			var z bytes.Buffer
@@ -175,13 +177,4 @@ func VMDKFooter(w io.Writer, disk []byte, footerMagic string) error {
 		w.Write(footer)
 		return zeros(w, vmdkSector)
 	})
-}
-
-func isZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/hostileimg"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // decodeGenerated decodes what write produces, streamed through a pipe,
@@ -84,7 +85,7 @@ func TestVMDKManyTablesCharged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("1000 grain tables: %v", err)
 	}
-	if !isZeroBytes(got, make([]byte, 4096)) {
+	if !volume.IsZero(got) {
 		t.Errorf("the empty disk decoded with data")
 	}
 }

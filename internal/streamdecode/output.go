@@ -1,12 +1,12 @@
 package streamdecode
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync/atomic"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // op is one request to the sink, queued in stream order. Inflated
@@ -29,16 +29,15 @@ type op struct {
 // no locking, and the decoding goroutine never waits on the target except
 // when the queue is full.
 type output struct {
-	ctx     context.Context
-	sink    Sink
-	zeroer  ZeroSink // nil: the target reads zeros where nothing is written
-	holes   HoleSink // told of the zeros not written to a plain Sink, or nil
-	queue   chan *op
-	done    chan struct{}
-	failed  atomic.Bool
-	err     error // valid after done
-	data    int64 // valid after done
-	zeroBuf []byte
+	ctx    context.Context
+	sink   Sink
+	zeroer ZeroSink // nil: the target reads zeros where nothing is written
+	holes  HoleSink // told of the zeros not written to a plain Sink, or nil
+	queue  chan *op
+	done   chan struct{}
+	failed atomic.Bool
+	err    error // valid after done
+	data   int64 // valid after done
 }
 
 func newOutput(ctx context.Context, sink Sink, depth int) *output {
@@ -48,7 +47,6 @@ func newOutput(ctx context.Context, sink Sink, depth int) *output {
 	} else if h, ok := sink.(HoleSink); ok {
 		o.holes = h
 	}
-	o.zeroBuf = make([]byte, 64<<10)
 	go o.run()
 	return o
 }
@@ -110,7 +108,7 @@ func (o *output) apply(x *op) error {
 		}
 		return nil
 	}
-	if o.zeroer == nil && o.allZero(x.p) {
+	if o.zeroer == nil && volume.IsZero(x.p) {
 		if o.holes != nil {
 			o.holes.Hole(x.off, int64(len(x.p)))
 		}
@@ -121,17 +119,6 @@ func (o *output) apply(x *op) error {
 	}
 	o.data += int64(len(x.p))
 	return nil
-}
-
-func (o *output) allZero(p []byte) bool {
-	for len(p) > 0 {
-		n := min(len(p), len(o.zeroBuf))
-		if !bytes.Equal(p[:n], o.zeroBuf[:n]) {
-			return false
-		}
-		p = p[n:]
-	}
-	return true
 }
 
 // chunk is one buffer of the input stream, shared by the ops that write

@@ -95,7 +95,6 @@ func DecodeQCOW2(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats,
 		pos:         uint64(len(head)),
 		meta:        []metaSpan{{0, uint64(len(head))}},
 		clusterBits: h.ClusterBits,
-		zeros:       make([]byte, 64<<10),
 		kept:        newRetention(o.MaxBuffered, o.SpillDir, newSpillBound(int64(roundUp(uint64(h.VirtualSize), 1<<h.ClusterBits)), h.VirtualSize, o.MaxSpill)),
 		feed:        d.feed,
 	}

@@ -1,11 +1,11 @@
 package streamdecode
 
 import (
-	"bytes"
 	"fmt"
 	"sort"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // retention holds stream bytes that passed before anything claimed them:
@@ -82,15 +82,15 @@ func (e *BufferError) Error() string {
 func (e *BufferError) Unwrap() error { return errdefs.ErrNotStreamable }
 
 // add keeps p, the stream bytes at off (after every segment held).
-func (t *retention) add(off uint64, p []byte, zeros []byte) error {
-	zero := isZeroBytes(p, zeros)
+func (t *retention) add(off uint64, p []byte) error {
+	zero := volume.IsZero(p)
 	if !zero && !t.fits(len(p)) {
 		if !t.spill.enabled() {
 			return &BufferError{Max: t.max, Need: t.held + t.extra + int64(len(p))}
 		}
 		// Memory up to the bound, the rest to the spill file.
 		if room := t.max - t.held - t.extra; room > 0 {
-			if err := t.add(off, p[:room], zeros); err != nil {
+			if err := t.add(off, p[:room]); err != nil {
 				return err
 			}
 			off, p = off+uint64(room), p[room:]
@@ -316,15 +316,4 @@ func (t *retention) reset() {
 		}
 	}
 	t.segs, t.held = nil, 0
-}
-
-func isZeroBytes(p, zeros []byte) bool {
-	for len(p) > 0 {
-		n := min(len(p), len(zeros))
-		if !bytes.Equal(p[:n], zeros[:n]) {
-			return false
-		}
-		p = p[n:]
-	}
-	return true
 }

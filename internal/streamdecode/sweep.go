@@ -80,7 +80,6 @@ type sweep struct {
 	// (data only a snapshot uses, leaked clusters, bytes no table refers
 	// to before a refcount table).
 	claimers int
-	zeros    []byte
 	// meta are the host ranges of the header and tables, so a reference
 	// into them is told apart from one into bytes already written out
 	// (the first is a damaged image, the second a layout we do not
@@ -154,7 +153,7 @@ func (s *sweep) keep(off uint64, p []byte) error {
 		}
 		return nil
 	}
-	return s.kept.add(off, p, s.zeros)
+	return s.kept.add(off, p)
 }
 
 // regionCost is what a region waiting for its bytes costs in memory; it

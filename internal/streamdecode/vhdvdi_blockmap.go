@@ -9,6 +9,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // blockMap is what a block-map image (dynamic VHD, VDI, VHDX) tells of
@@ -94,14 +95,13 @@ type blockExtent struct {
 const extentCost = int64(unsafe.Sizeof(blockExtent{}))
 
 type blockMapDecoder struct {
-	m     blockMap
-	l     blockLayout
-	out   *output
-	kept  retention
-	zeros []byte
-	pos   uint64 // stream bytes seen
-	bufs  [][]byte
-	cur   int // the table being gathered
+	m    blockMap
+	l    blockLayout
+	out  *output
+	kept retention
+	pos  uint64 // stream bytes seen
+	bufs [][]byte
+	cur  int // the table being gathered
 	// parsed: the tables are known; exts[next:] are the blocks still to
 	// come, in host order, only those inside the disk.
 	parsed bool
@@ -136,11 +136,10 @@ func decodeBlockMap(ctx context.Context, r io.Reader, m blockMap, sink Sink, o O
 		return st, fmt.Errorf("%s: its tables (%d blocks) need %d bytes, more than the %d-byte buffer: %w", m.name, m.maxBlocks, cost, o.MaxBuffered, errdefs.ErrNotStreamable)
 	}
 	d := &blockMapDecoder{
-		m:     m,
-		l:     blockLayout{vsize: m.vsize},
-		pos:   m.headEnd,
-		kept:  newRetention(o.MaxBuffered-cost, o.SpillDir, m.spillBound(o)),
-		zeros: make([]byte, 64<<10),
+		m:    m,
+		l:    blockLayout{vsize: m.vsize},
+		pos:  m.headEnd,
+		kept: newRetention(o.MaxBuffered-cost, o.SpillDir, m.spillBound(o)),
 	}
 	for _, t := range m.tables {
 		d.bufs = append(d.bufs, make([]byte, t.end-t.off))
@@ -225,7 +224,7 @@ func (d *blockMapDecoder) feed(p []byte, c *chunk) error {
 				}
 			}
 			if !skip {
-				if err := d.kept.add(d.pos, p[:n], d.zeros); err != nil {
+				if err := d.kept.add(d.pos, p[:n]); err != nil {
 					return fmt.Errorf("%s: %w", d.m.name, err)
 				}
 			}
@@ -307,7 +306,7 @@ func (d *blockMapDecoder) send(off int64, p []byte, c *chunk) {
 	run, zrun := -1, -1 // starts in p of the data and zero runs being gathered
 	for i := 0; i < len(p); {
 		n := min(zeroPiece-int((off+int64(i))%zeroPiece), len(p)-i)
-		zero := isZeroBytes(p[i:i+n], d.zeros)
+		zero := volume.IsZero(p[i : i+n])
 		switch {
 		case zero && run >= 0:
 			queue(off+int64(run), p[run:i])

@@ -144,7 +144,7 @@ func (w *DeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 		var err error
-		if allZero(body, w.zeros) {
+		if IsZero(body) {
 			err = w.zeroBody(bodyOff, int64(len(body)), !w.keepAllocated, false)
 		} else {
 			err = w.writeBody(body, bodyOff)
@@ -368,16 +368,3 @@ func (w *DeviceWriter) Finish(ctx context.Context) error {
 
 func roundDown(v, a int64) int64 { return v &^ (a - 1) }
 func roundUp(v, a int64) int64   { return (v + a - 1) &^ (a - 1) }
-
-// allZero reports whether p is all zeros, comparing it with zeros in
-// pieces (zeros may be shorter than p).
-func allZero(p, zeros []byte) bool {
-	for len(p) > 0 {
-		k := min(len(p), len(zeros))
-		if !isZero(p[:k], zeros) {
-			return false
-		}
-		p = p[k:]
-	}
-	return true
-}

@@ -53,11 +53,11 @@ func (w *Writer) processChunk(off int64, buf []byte) error {
 func (w *Writer) emit(off int64, p []byte) error {
 	for i := 0; i < len(p); {
 		end := min(i+granule, len(p))
-		zero := isZero(p[i:end], w.zeros)
+		zero := IsZero(p[i:end])
 		j := end
 		for j < len(p) {
 			e := min(j+granule, len(p))
-			if isZero(p[j:e], w.zeros) != zero {
+			if IsZero(p[j:e]) != zero {
 				break
 			}
 			j = e

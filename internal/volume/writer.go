@@ -80,7 +80,7 @@ type Writer struct {
 	stageLen int
 	head     []byte
 	headLen  int
-	zeros    []byte // aligned, read-only zeros for comparisons and fallback writes
+	zeros    []byte // aligned, read-only zeros for the writes that zero a range
 
 	off     int64 // bytes accepted; owned by the calling goroutine
 	written atomic.Int64

@@ -1,0 +1,83 @@
+package volume
+
+import (
+	"bytes"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestIsZeroFindsAnyNonZeroByte(t *testing.T) {
+	assert.True(t, IsZero(nil))
+	assert.True(t, IsZero(make([]byte, 1)))
+	for _, n := range []int{1, 2, 7, 8, 9, 4096, 64<<10 + 3} {
+		for _, at := range []int{0, n / 2, n - 1} {
+			p := make([]byte, n)
+			assert.True(t, IsZero(p), "%d zeros", n)
+			p[at] = 0x80
+			assert.False(t, IsZero(p), "%d bytes, non-zero at %d", n, at)
+		}
+	}
+}
+
+// BenchmarkIsZero measures IsZero against the strategies it replaced, over
+// all-zero buffers (the worst case: every byte compared).
+func BenchmarkIsZero(b *testing.B) {
+	page := make([]byte, granule)
+	variants := []struct {
+		name string
+		f    func([]byte) bool
+	}{
+		{"shifted", IsZero},
+		{"zeroPage", func(p []byte) bool { return isZeroAgainst(p, page) }},
+		{"words8", isZeroWords},
+		{"byteLoop", isZeroByteLoop},
+	}
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"4KiB", 4 << 10}, {"64KiB", granule}, {"4MiB", chunkSize}} {
+		p := alignedBuf(size.n)
+		for _, v := range variants {
+			b.Run(v.name+"/"+size.name, func(b *testing.B) {
+				b.SetBytes(int64(size.n))
+				for b.Loop() {
+					if !v.f(p) {
+						b.Fatal("not zero")
+					}
+				}
+			})
+		}
+	}
+}
+
+func isZeroAgainst(p, zeros []byte) bool {
+	for len(p) > 0 {
+		n := min(len(p), len(zeros))
+		if !bytes.Equal(p[:n], zeros[:n]) {
+			return false
+		}
+		p = p[n:]
+	}
+	return true
+}
+
+func isZeroWords(p []byte) bool {
+	for len(p) >= 8 {
+		if *(*uint64)(unsafe.Pointer(&p[0])) != 0 {
+			return false
+		}
+		p = p[8:]
+	}
+	return isZeroByteLoop(p)
+}
+
+func isZeroByteLoop(p []byte) bool {
+	for _, c := range p {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
