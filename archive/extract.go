@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Options tune Extract. The zero value is the safe default.
@@ -63,8 +64,14 @@ type extractor struct {
 	chown bool
 	log   *slog.Logger
 	buf   []byte
-	// physical counts the archive bytes archive/tar has read (sparse.go).
-	physical *physicalCounter
+	// physical counts the bytes archive/tar takes from the archive
+	// stream. archive/tar hands back the holes of a sparse member (GNU or
+	// PAX sparse map) as zeros it makes itself, without reading the stream,
+	// so a read of a member that did not move this count is a hole: it can
+	// become a hole in the file without looking at a byte. (archive/tar's
+	// own hole-seeking copy is unexported, and its sparse map is not
+	// exposed.)
+	physical *iostage.Counter
 	dirs     map[string]dirMeta
 	stats    Stats
 }
@@ -103,7 +110,7 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts Options) (Stats,
 		buf:   make([]byte, copyChunk),
 		dirs:  map[string]dirMeta{},
 	}
-	x.physical = &physicalCounter{r: r}
+	x.physical = iostage.NewCounter(r)
 	tr := tar.NewReader(x.physical)
 	for {
 		if err := ctx.Err(); err != nil {

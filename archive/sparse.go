@@ -11,23 +11,6 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// physicalCounter counts the bytes archive/tar takes from the archive
-// stream. archive/tar hands back the holes of a sparse member (GNU or PAX
-// sparse map) as zeros it makes itself, without reading the stream, so a
-// read of a member that did not move this count is a hole: it can become a
-// hole in the file without looking at a byte. (archive/tar's own
-// hole-seeking copy is unexported, and its sparse map is not exposed.)
-type physicalCounter struct {
-	r io.Reader
-	n int64
-}
-
-func (c *physicalCounter) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // checkRoom refuses a member larger than the free space of the destination
 // filesystem before anything of it is written. A sparse member counts at
 // its full (logical) size: a 1 TiB file in a 10 KiB archive is not a disk
@@ -46,7 +29,7 @@ func (x *extractor) checkRoom(name string, size int64) error {
 }
 
 // writeSparse copies a member's data, leaving holes where the member has
-// them (see physicalCounter) and where a block of data is all zeros, and
+// them (see extractor.physical) and where a block of data is all zeros, and
 // sets the final length.
 func (x *extractor) writeSparse(f *os.File, r io.Reader) (int64, error) {
 	var off int64
@@ -54,9 +37,9 @@ func (x *extractor) writeSparse(f *os.File, r io.Reader) (int64, error) {
 		if err := x.ctx.Err(); err != nil {
 			return off, fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 		}
-		before := x.physical.n
+		before := x.physical.Count()
 		n, rerr := fill(r, x.buf)
-		if x.physical.n != before {
+		if x.physical.Count() != before {
 			// Data, or data and holes: only the blocks with a non-zero byte
 			// are written. An all-hole chunk is skipped unread.
 			if err := writeNonZeroBlocks(f, x.buf[:n], off); err != nil {

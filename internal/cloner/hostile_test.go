@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/uploadserver"
 )
@@ -151,15 +153,15 @@ func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
 		defer close(answered)
 		_, _, _ = postSparse(ctx, t, p, s.url(""), "leaves", pr)
 	}()
-	sent := &countingWriter{w: pw}
-	sw := s2.NewWriter(sent)
+	var sent atomic.Int64
+	sw := s2.NewWriter(iostage.NewWriteCounter(pw, &sent))
 	data := bytes.Repeat([]byte{0x5a}, 64<<10)
 	for _, part := range [][]byte{record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data, record('Z', uint64(len(data)), math.MaxInt64-7)} {
 		_, err := sw.Write(part)
 		require.NoError(t, err)
 	}
 	require.NoError(t, sw.Flush())
-	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.n })
+	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.Load() })
 	cancel() // the client goes away, the body never ends
 	pw.CloseWithError(context.Canceled)
 	<-answered
@@ -171,17 +173,6 @@ func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
 	_, serr := s.wait(t)
 	require.NoError(t, serr)
 	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // TestNewSparseSessionEndsAnInterruptedOne: a client that leaves in the
@@ -199,15 +190,15 @@ func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {
 		defer close(answered)
 		_, _, _ = postSparse(ctx, t, p, s.url(""), "interrupted", pr)
 	}()
-	sent := &countingWriter{w: pw}
-	sw := s2.NewWriter(sent)
+	var sent atomic.Int64
+	sw := s2.NewWriter(iostage.NewWriteCounter(pw, &sent))
 	data := bytes.Repeat([]byte{0x3c}, 64<<10)
 	for _, part := range [][]byte{record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data} {
 		_, err := sw.Write(part)
 		require.NoError(t, err)
 	}
 	require.NoError(t, sw.Flush())
-	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.n })
+	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.Load() })
 	cancel()
 	pw.CloseWithError(context.Canceled)
 	<-answered

@@ -15,6 +15,8 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Protocol choices (Options.Protocol).
@@ -138,7 +140,7 @@ func sendSnappy(ctx context.Context, o Options) (*Result, error) {
 	produced := make(chan error, 1)
 	go func() {
 		sw := s2.NewWriter(pw, s2.WriterSnappyCompat())
-		counted := &countingWriter{w: sw, n: o.Progress}
+		counted := iostage.NewWriteCounter(sw, o.Progress)
 		err := produce(ctx, o, counted)
 		if err == nil {
 			err = sw.Close()
@@ -158,11 +160,11 @@ func sendSnappy(ctx context.Context, o Options) (*Result, error) {
 		f.Close()
 		headers = map[string]string{SizeHeader: strconv.FormatInt(size, 10)}
 	}
-	body := &countingReader{r: pr}
+	body := iostage.NewCounter(pr) // read by the transport's goroutine
 	answer, err := post(ctx, o, body, headers)
 	pr.CloseWithError(errors.New("request ended"))
 	perr := <-produced
-	res.WireBytes = body.n.Load()
+	res.WireBytes = body.Count()
 	res.Response = answer
 	if perr != nil && !errors.Is(perr, io.ErrClosedPipe) && err == nil {
 		err = perr
@@ -186,7 +188,7 @@ func produce(ctx context.Context, o Options, w io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	_, err = io.Copy(w, &ctxReader{ctx: ctx, r: f})
+	_, err = io.Copy(w, ctxio.NewReader(ctx, "", f))
 	return err
 }
 
@@ -247,40 +249,4 @@ func (e *statusError) Unwrap() error {
 		return errdefs.ErrTargetTooSmall
 	}
 	return errdefs.ErrSourceRefused
-}
-
-// countingReader counts a request body (read by the transport's goroutine).
-type countingReader struct {
-	r io.Reader
-	n atomic.Int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// ctxReader stops a long copy when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-	}
-	return c.r.Read(p)
 }

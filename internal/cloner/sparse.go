@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -143,14 +144,14 @@ func sparseRequest(ctx context.Context, o Options, f *os.File, size, offset int6
 		pw.CloseWithError(err)
 		produced <- err
 	}()
-	body := &countingReader{r: pr}
+	body := iostage.NewCounter(pr)
 	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session})
 	pr.CloseWithError(errors.New("request ended"))
 	perr := <-produced
 	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
 		err = perr
 	}
-	return answer, body.n.Load(), err
+	return answer, body.Count(), err
 }
 
 // encodeSparse writes the records of the source from offset to its end.

@@ -23,3 +23,19 @@ func (c *Counter) Read(p []byte) (int, error) {
 
 // Count returns the number of bytes read so far.
 func (c *Counter) Count() int64 { return c.n.Load() }
+
+// WriteCounter counts the bytes written through it into a counter the
+// caller owns, so a progress reporter can poll it while the copy runs.
+type WriteCounter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+// NewWriteCounter wraps w, adding every byte written to n.
+func NewWriteCounter(w io.Writer, n *atomic.Int64) *WriteCounter { return &WriteCounter{w: w, n: n} }
+
+func (c *WriteCounter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
