@@ -47,5 +47,6 @@ func TestParallelRangesHoldAtMostConnectionsChunks(t *testing.T) {
 		assert.LessOrEqual(t, p.buffered.Load(), int64(conns*chunk))
 	}
 	assert.Equal(t, data, out.Bytes())
-	assert.Equal(t, int64(conns*chunk), p.peak.Load(), "every buffer was taken, none more")
+	assert.LessOrEqual(t, p.peak.Load(), int64(conns*chunk))
+	assert.GreaterOrEqual(t, p.peak.Load(), int64(chunk), "chunks were buffered")
 }

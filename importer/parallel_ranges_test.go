@@ -79,7 +79,8 @@ func TestParallelRangesImportByteForByte(t *testing.T) {
 				assert.NotContains(t, res.Phases, importer.PhaseConvert, "decoded as a stream")
 				chunks := (int64(len(data)) + 4<<20 - 1) / (4 << 20)
 				assert.GreaterOrEqual(t, obj.ranges.Load(), chunks-1, "every chunk after the first by a range request")
-				assert.GreaterOrEqual(t, s.Connections.Load(), min(int64(conns), chunks-1)+1)
+				// A worker may reuse another's idle keep-alive connection.
+				assert.GreaterOrEqual(t, s.Connections.Load(), int64(2), "range requests on connections of their own")
 				assert.Equal(t, 0, res.Retries)
 			})
 		}
