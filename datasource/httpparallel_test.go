@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +27,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/farmirror"
+	"github.com/diskimport/engine/internal/testpki"
 )
 
 const testChunk = 256 << 10
@@ -310,4 +315,48 @@ func mustParseEgress(t *testing.T, list string) []netip.Prefix {
 	p, err := datasource.ParseEgressList(list)
 	require.NoError(t, err)
 	return p
+}
+
+// TestParallelRangesUseConnectionsOfTheirOwnOverTLS: against an https
+// server that speaks HTTP/2, the range requests still go over HTTP/1.1
+// connections of their own (HTTP/2 would multiplex them onto one TCP
+// connection, which is what a far link limits).
+func TestParallelRangesUseConnectionsOfTheirOwnOverTLS(t *testing.T) {
+	ca := testpki.NewCA(t, t.TempDir(), "h2-test")
+	pair := ca.Server("127.0.0.1")
+	cert, err := tls.LoadX509KeyPair(pair.CertFile, pair.KeyFile)
+	require.NoError(t, err)
+	data := testImage(t, 2<<20)
+	obj := newObject(data)
+	var mu sync.Mutex
+	protos := map[string]int{}
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" {
+			mu.Lock()
+			protos[r.Proto]++
+			mu.Unlock()
+		}
+		obj.ServeHTTP(w, r)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	certDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(certDir, "ca.pem"), ca.PEM, 0o644))
+	cfg := parallelConfig(4)
+	cfg.CertDir = certDir
+	src, err := datasource.NewHTTP(srv.URL+"/disk.img", cfg)
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	assert.Equal(t, map[string]int{"HTTP/1.1": 2<<20/testChunk - 1}, protos)
+	assert.GreaterOrEqual(t, conns.Load(), int64(3), "the first GET and range connections")
 }

@@ -61,6 +61,7 @@ func (r *RangedURL) Open(ctx context.Context) (*RangeReader, error) {
 		tr.DisableKeepAlives = false
 		tr.MaxIdleConnsPerHost = rangeIdleConns
 		tr.MaxIdleConns = rangeIdleConns
+		oneRequestPerConnection(tr)
 		client.Transport, closeIdle = tr, tr.CloseIdleConnections
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -39,3 +39,18 @@ func NewTransport(c Config) (*http.Transport, error) {
 	tr.DisableCompression = true
 	return tr, nil
 }
+
+// oneRequestPerConnection makes tr carry every request in flight on a TCP
+// connection of its own (HTTP/1.1): range reads run in parallel (qemu-img's
+// through the NBD export, a parallel stream's chunks), and over HTTP/2 Go
+// would multiplex them onto one connection, whose window and the path's
+// losses would then bound all of them together, the very limit several
+// connections are for. tr must not have carried a request yet, or be a
+// Clone (whose TLS configuration may already offer h2: it is reset).
+func oneRequestPerConnection(tr *http.Transport) {
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if tr.TLSClientConfig != nil {
+		tr.TLSClientConfig.NextProtos = nil
+	}
+}
