@@ -114,3 +114,19 @@ func TestCLINumbersAreTrue(t *testing.T) {
 		})
 	}
 }
+
+// Onto a device, virtualSize is the image's and targetSize the device's,
+// and the final line names both.
+func TestCLIDeviceTargetSizeIsItsOwnField(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 62)
+	loop := testimg.LoopDevice(t, dir, 8<<20)
+	code, stdout, stderr := runCLI(t, nil, env(nil), "--json", raw, loop)
+	require.Equal(t, cdi.ExitOK, code)
+	m := decode(t, []byte(stdout))
+	assert.EqualValues(t, 4<<20, m.VirtualSize)
+	assert.EqualValues(t, 8<<20, m.TargetSize)
+	assert.EqualValues(t, 4<<20, m.BytesRead)
+	assert.Contains(t, lastLine(stderr), "4.0 MiB, target 8.0 MiB (raw, 4.0 MiB read")
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, loop, 4<<20))
+}

@@ -38,10 +38,15 @@ func (c *rangeCount) add(off, n int64) {
 	i := sort.Search(len(c.runs), func(i int) bool { return c.runs[i].end >= off })
 	j := sort.Search(len(c.runs), func(i int) bool { return c.runs[i].start > end })
 	if i < j {
-		off = min(off, c.runs[i].start)
-		end = max(end, c.runs[j-1].end)
+		c.runs[i] = span{min(off, c.runs[i].start), max(end, c.runs[j-1].end)}
+		c.runs = append(c.runs[:i+1], c.runs[j:]...)
+		return
 	}
-	c.runs = append(c.runs[:i], append([]span{{off, end}}, c.runs[j:]...)...)
+	// Reads come mostly in order, so i is mostly the end: no allocation
+	// and little to move.
+	c.runs = append(c.runs, span{})
+	copy(c.runs[i+1:], c.runs[i:])
+	c.runs[i] = span{off, end}
 }
 
 // distinct returns the bytes covered by the reads and by [0, head): the
