@@ -12,16 +12,8 @@ import (
 	"github.com/diskimport/engine/errdefs"
 )
 
-// qcow2 table entry bits (qcow2 specification).
+// qcow2 table reading (qcow2 specification).
 const (
-	qcow2OflagCopied     = uint64(1) << 63
-	qcow2OflagCompressed = uint64(1) << 62
-	qcow2OflagZero       = uint64(1) << 0
-	qcow2OffsetMask      = uint64(0x00fffffffffffe00) // bits 9..55
-	qcow2L1Reserved      = uint64(0x7f000000000001ff) // bits 0..8, 56..62
-	qcow2L2Reserved      = uint64(0x3f000000000001fe) // bits 1..8, 56..61
-	qcow2RefTReserved    = uint64(0x1ff)              // bits 0..8
-
 	qcow2ChunkBytes = 64 << 10 // L1 and refcount tables are read in chunks
 
 	qcow2Subclusters = 32 // per cluster, with extended L2 entries
@@ -96,7 +88,7 @@ func (c *qcow2Checker) checkRefcounts() error {
 		if e == 0 {
 			return nil
 		}
-		if e&qcow2RefTReserved != 0 || e%c.clusterSize != 0 {
+		if e&QCOW2RefTableReserved != 0 || e%c.clusterSize != 0 {
 			return invalidf(QCOW2, "refcount table entry %d (%#x) is malformed", i, e)
 		}
 		return c.inside(fmt.Sprintf("refcount block %d", i), e, c.clusterSize)
@@ -118,10 +110,10 @@ func (c *qcow2Checker) checkL1() error {
 	}
 	var refs []l2ref
 	err := c.forEntries(h.L1TableOffset, uint64(h.L1Size), func(i, e uint64) error {
-		if e&qcow2L1Reserved != 0 {
+		if e&QCOW2L1Reserved != 0 {
 			return invalidf(QCOW2, "L1 entry %d (%#x) has reserved bits set", i, e)
 		}
-		off := e & qcow2OffsetMask
+		off := e & QCOW2EntryOffsetMask
 		if off == 0 {
 			return nil
 		}
@@ -170,8 +162,8 @@ func (c *qcow2Checker) checkL1() error {
 
 func (c *qcow2Checker) checkL2Entry(cluster, e uint64, raw []byte) error {
 	h := c.h
-	if e&qcow2OflagCompressed != 0 {
-		if e&qcow2OflagCopied != 0 {
+	if e&QCOW2EntryCompressed != 0 {
+		if e&QCOW2EntryCopied != 0 {
 			return invalidf(QCOW2, "L2 entry for cluster %d: compressed cluster with the copied flag", cluster)
 		}
 		if h.ExtendedL2 && binary.BigEndian.Uint64(raw[8:]) != 0 {
@@ -192,13 +184,13 @@ func (c *qcow2Checker) checkL2Entry(cluster, e uint64, raw []byte) error {
 		}
 		return nil
 	}
-	if e&qcow2L2Reserved != 0 {
+	if e&QCOW2L2Reserved != 0 {
 		return invalidf(QCOW2, "L2 entry for cluster %d (%#x) has reserved bits set", cluster, e)
 	}
-	if e&qcow2OflagZero != 0 && h.QCOW2Version < 3 {
+	if e&QCOW2EntryZero != 0 && h.QCOW2Version < 3 {
 		return invalidf(QCOW2, "L2 entry for cluster %d has the zero flag in a version 2 image", cluster)
 	}
-	off := e & qcow2OffsetMask
+	off := e & QCOW2EntryOffsetMask
 	if off%c.clusterSize != 0 {
 		return invalidf(QCOW2, "L2 entry for cluster %d: data offset %#x not cluster aligned", cluster, off)
 	}

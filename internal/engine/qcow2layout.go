@@ -44,13 +44,6 @@ const (
 
 var errLayoutTooBig = errors.New("qcow2 tables too large to read before choosing a route")
 
-// Bits of L1 and L2 entries (the qcow2 specification).
-const (
-	qcowOffsetMask     = uint64(0x00fffffffffffe00) // bits 9..55
-	qcowFlagCompressed = uint64(1) << 62
-	qcowFlagZero       = uint64(1) << 0
-)
-
 // readQCOW2Layout reads the L1 table and every L2 table of the qcow2 in r
 // (size bytes). A table outside the file is an errdefs.ErrInvalidImage;
 // the structural check (format.CheckQCOW2) gives the verdict on
@@ -75,7 +68,7 @@ func readQCOW2Layout(ctx context.Context, r io.ReaderAt, h format.Header, size i
 	}
 	var l2s []uint64
 	for i := range h.L1Size {
-		if off := binary.BigEndian.Uint64(l1[8*i:]) & qcowOffsetMask; off != 0 {
+		if off := binary.BigEndian.Uint64(l1[8*i:]) & format.QCOW2EntryOffsetMask; off != 0 {
 			l2s = append(l2s, off)
 		}
 	}
@@ -112,14 +105,14 @@ func readQCOW2Layout(ctx context.Context, r io.ReaderAt, h format.Header, size i
 			e := binary.BigEndian.Uint64(t[j:])
 			var host, n, limit uint64
 			switch {
-			case e&qcowFlagCompressed != 0:
+			case e&format.QCOW2EntryCompressed != 0:
 				host = e & (uint64(1)<<x - 1)
 				n = ((e>>x)&(uint64(1)<<(h.ClusterBits-8)-1) + 1) * 512
 				// qemu rounds the last compressed cluster up to a sector.
 				limit = uint64(size+511) &^ 511
 				host &^= 511
 				lay.compressed++
-			case e&qcowOffsetMask == 0:
+			case e&format.QCOW2EntryOffsetMask == 0:
 				continue // unallocated
 			case h.ExtendedL2:
 				// Only the allocated subclusters are in the file.
@@ -127,11 +120,11 @@ func readQCOW2Layout(ctx context.Context, r io.ReaderAt, h format.Header, size i
 				if alloc == 0 {
 					continue
 				}
-				host, n = e&qcowOffsetMask, uint64(32-bits.LeadingZeros32(alloc))*(cs/32)
-			case e&qcowFlagZero != 0:
+				host, n = e&format.QCOW2EntryOffsetMask, uint64(32-bits.LeadingZeros32(alloc))*(cs/32)
+			case e&format.QCOW2EntryZero != 0:
 				continue // reads as zeros, not read
 			default:
-				host, n = e&qcowOffsetMask, cs
+				host, n = e&format.QCOW2EntryOffsetMask, cs
 			}
 			if limit == 0 {
 				limit = uint64(size)

@@ -13,14 +13,6 @@ import (
 
 // qcow2 table entry bits (qcow2 specification).
 const (
-	qcow2Copied     = uint64(1) << 63
-	qcow2Compressed = uint64(1) << 62
-	qcow2ZeroFlag   = uint64(1) << 0
-	qcow2OffsetMask = uint64(0x00fffffffffffe00) // bits 9..55
-	qcow2L1Reserved = uint64(0x7f000000000001ff) // bits 0..8, 56..62
-	qcow2L2Reserved = uint64(0x3f000000000001fe) // bits 1..8, 56..61
-	qcow2RefTRes    = uint64(0x1ff)
-
 	qcow2Subclusters = 32
 
 	// chunkBytes is the unit read from the stream (at least a cluster).
@@ -278,10 +270,10 @@ func (d *qcow2Decoder) parseL1(b []byte) error {
 	perL1 := d.l2Entries * d.cs
 	for i := uint64(0); i < uint64(d.h.L1Size); i++ {
 		e := binary.BigEndian.Uint64(b[i*8:])
-		if e&qcow2L1Reserved != 0 {
+		if e&format.QCOW2L1Reserved != 0 {
 			return fmt.Errorf("qcow2: L1 entry %d (%#x) has reserved bits set: %w", i, e, errdefs.ErrInvalidImage)
 		}
-		off := e & qcow2OffsetMask
+		off := e & format.QCOW2EntryOffsetMask
 		guest := i * perL1
 		if off == 0 {
 			d.out.zero(int64(guest), int64(min(perL1, d.vsize-guest)))
@@ -309,7 +301,7 @@ func (d *qcow2Decoder) parseRefTable(b []byte) error {
 		if e == 0 {
 			continue
 		}
-		if e&qcow2RefTRes != 0 || e%d.cs != 0 {
+		if e&format.QCOW2RefTableReserved != 0 || e%d.cs != 0 {
 			return fmt.Errorf("qcow2: refcount table entry %d (%#x) is malformed: %w", i, e, errdefs.ErrInvalidImage)
 		}
 		end := e + d.cs
@@ -353,24 +345,24 @@ func (d *qcow2Decoder) parseL2(l1Index uint64, b []byte) error {
 		if d.h.ExtendedL2 {
 			bitmap = binary.BigEndian.Uint64(raw[8:])
 		}
-		if e&qcow2Compressed != 0 {
+		if e&format.QCOW2EntryCompressed != 0 {
 			if err := d.addCompressed(cluster, e, bitmap, guest, glen); err != nil {
 				return err
 			}
 			continue
 		}
-		if e&qcow2L2Reserved != 0 {
+		if e&format.QCOW2L2Reserved != 0 {
 			return fmt.Errorf("qcow2: L2 entry for cluster %d (%#x) has reserved bits set: %w", cluster, e, errdefs.ErrInvalidImage)
 		}
-		if e&qcow2ZeroFlag != 0 && d.h.QCOW2Version < 3 {
+		if e&format.QCOW2EntryZero != 0 && d.h.QCOW2Version < 3 {
 			return fmt.Errorf("qcow2: L2 entry for cluster %d has the zero flag in a version 2 image: %w", cluster, errdefs.ErrInvalidImage)
 		}
-		off := e & qcow2OffsetMask
+		off := e & format.QCOW2EntryOffsetMask
 		if off%d.cs != 0 {
 			return fmt.Errorf("qcow2: L2 entry for cluster %d: data offset %#x not cluster aligned: %w", cluster, off, errdefs.ErrInvalidImage)
 		}
 		if !d.h.ExtendedL2 {
-			if off == 0 || e&qcow2ZeroFlag != 0 {
+			if off == 0 || e&format.QCOW2EntryZero != 0 {
 				zero(guest, glen)
 				continue
 			}
@@ -379,7 +371,7 @@ func (d *qcow2Decoder) parseL2(l1Index uint64, b []byte) error {
 			}
 			continue
 		}
-		if e&qcow2ZeroFlag != 0 {
+		if e&format.QCOW2EntryZero != 0 {
 			// Reserved with extended L2 entries; what it means is not
 			// ours to guess.
 			return fmt.Errorf("qcow2: L2 entry for cluster %d has bit 0 set with extended L2 entries: %w", cluster, errdefs.ErrNotStreamable)
@@ -427,7 +419,7 @@ func (d *qcow2Decoder) addSubclusters(cluster, off, bitmap uint64, guest, glen i
 }
 
 func (d *qcow2Decoder) addCompressed(cluster, e, bitmap uint64, guest, glen int64) error {
-	if e&qcow2Copied != 0 {
+	if e&format.QCOW2EntryCopied != 0 {
 		return fmt.Errorf("qcow2: L2 entry for cluster %d: compressed cluster with the copied flag: %w", cluster, errdefs.ErrInvalidImage)
 	}
 	if bitmap != 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
 )
 
 // Internal snapshots of a qcow2 are not decoded (only the active layer
@@ -102,7 +103,7 @@ func (d *qcow2Decoder) nextSnapshot(end uint64) error {
 // only they map, are not read.
 func (d *qcow2Decoder) snapL1(r *region, b []byte) error {
 	for j := uint64(0); j < uint64(len(b))/8; j++ {
-		off := binary.BigEndian.Uint64(b[j*8:]) & qcow2OffsetMask
+		off := binary.BigEndian.Uint64(b[j*8:]) & format.QCOW2EntryOffsetMask
 		if off == 0 {
 			continue
 		}
