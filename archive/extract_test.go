@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -16,27 +15,19 @@ import (
 
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
-
-func randomBytes(n int, seed uint64) []byte {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	return b
-}
 
 // SampleTree is the archive the tests extract: every supported member
 // type, varied modes and times, a sparse-looking file, implicit parents.
 func sampleTree() []member {
 	t0 := time.Date(2020, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
-	sparse := append(append(randomBytes(5000, 1), make([]byte, 3<<20)...), []byte("tail after a hole")...)
+	sparse := append(append(testimg.RandomBytes(5000, 1), make([]byte, 3<<20)...), []byte("tail after a hole")...)
 	return []member{
 		{Name: "./", Type: tar.TypeDir, Mode: 0o755, MTime: t0},
 		{Name: "dir/", Type: tar.TypeDir, Mode: 0o750, MTime: t0.Add(time.Hour), UID: 1234, GID: 2345},
 		{Name: "dir/sub/", Type: tar.TypeDir, Mode: 0o555, MTime: t0.Add(2 * time.Hour)},
-		{Name: "dir/sub/data.bin", Type: tar.TypeReg, Body: randomBytes(200_000, 2), Mode: 0o600, MTime: t0.Add(3 * time.Hour), UID: 1234, GID: 2345},
+		{Name: "dir/sub/data.bin", Type: tar.TypeReg, Body: testimg.RandomBytes(200_000, 2), Mode: 0o600, MTime: t0.Add(3 * time.Hour), UID: 1234, GID: 2345},
 		{Name: "dir/exec.sh", Type: tar.TypeReg, Body: []byte("#!/bin/sh\necho hi\n"), Mode: 0o755, MTime: t0.Add(4 * time.Hour)},
 		{Name: "top.txt", Type: tar.TypeReg, Body: []byte("first version\n"), Mode: 0o644},
 		{Name: "top.txt", Type: tar.TypeReg, Body: []byte("second version wins\n"), Mode: 0o640, MTime: t0.Add(5 * time.Hour)},
@@ -138,11 +129,11 @@ func TestExtractEmptyAndDamaged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, archive.Stats{}, stats)
 
-	data := buildTar(t, []member{{Name: "big", Type: tar.TypeReg, Body: randomBytes(100_000, 3)}})
+	data := buildTar(t, []member{{Name: "big", Type: tar.TypeReg, Body: testimg.RandomBytes(100_000, 3)}})
 	_, err = archive.Extract(context.Background(), bytes.NewReader(data[:50_000]), dest, archive.Options{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 
-	garbage := randomBytes(4096, 4)
+	garbage := testimg.RandomBytes(4096, 4)
 	_, err = archive.Extract(context.Background(), bytes.NewReader(garbage), t.TempDir(), archive.Options{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 }

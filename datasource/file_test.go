@@ -16,6 +16,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 func TestFileRegular(t *testing.T) {
@@ -90,24 +91,9 @@ func TestFileContextCancel(t *testing.T) {
 }
 
 func TestFileBlockDevice(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to attach a loop device")
-	}
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed")
-	}
 	data := testImage(t, 2<<20)
 	p := writeTemp(t, data)
-	out, err := exec.Command("losetup", "--find", "--show", "--read-only", p).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot attach loop device: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Logf("detaching %s: %v: %s", dev, err, out)
-		}
-	})
+	dev := testimg.AttachLoop(t, p, "--read-only")
 	st, got, err := readAll(t, datasource.NewFile(dev))
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), st.Size)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/sandbox"
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -117,22 +118,10 @@ func TestConvertPreallocateFile(t *testing.T) {
 // attachLoop makes a loop device of size bytes backed by a sparse file.
 func attachLoop(t *testing.T, size int64) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("loop devices need root")
-	}
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed")
-	}
 	backing := filepath.Join(t.TempDir(), "loop.img")
 	require.NoError(t, os.WriteFile(backing, nil, 0o600))
 	require.NoError(t, os.Truncate(backing, size))
-	out, err := exec.Command("losetup", "-f", "--show", backing).CombinedOutput()
-	if err != nil {
-		t.Skipf("losetup failed (no loop support?): %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
-	return dev
+	return testimg.AttachLoop(t, backing)
 }
 
 func TestConvertToBlockDevice(t *testing.T) {

@@ -5,9 +5,7 @@ package blockdev_test
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,29 +14,14 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 func newLoop(t *testing.T, size int64, content byte) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for loop devices")
-	}
-	if _, err := exec.LookPath("losetup"); err != nil {
-		t.Skip("losetup not installed")
-	}
 	backing := filepath.Join(t.TempDir(), "backing.img")
 	require.NoError(t, os.WriteFile(backing, bytes.Repeat([]byte{content}, int(size)), 0o600))
-	out, err := exec.Command("losetup", "-f", "--show", "--direct-io=on", backing).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot attach loop device: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("detach %s: %v: %s", dev, err, out)
-		}
-	})
-	return dev
+	return testimg.AttachLoop(t, backing, "--direct-io=on")
 }
 
 func TestIsBlockDevice(t *testing.T) {

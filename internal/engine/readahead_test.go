@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // countingAt counts the reads that reach the object, and can fail them.
@@ -30,21 +32,12 @@ func (c *countingAt) ReadAt(p []byte, off int64) (int, error) {
 	return c.r.ReadAt(p, off)
 }
 
-func randomBytes(n int, seed uint64) []byte {
-	b := make([]byte, n)
-	rng := rand.New(rand.NewPCG(seed, 7))
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	return b
-}
-
 // Small reads in file order, many at once and out of order within a few
 // windows (qemu-img's coroutines), give the object's bytes and reach the
 // object in far fewer requests than reads.
 func TestReadAheadConcurrentRuns(t *testing.T) {
 	size := 5*raWindowSize + 12345 // a short last window
-	data := randomBytes(size, 1)
+	data := testimg.RandomBytes(size, 1)
 	src := &countingAt{r: bytes.NewReader(data)}
 	ra := newReadAhead(src, int64(size))
 	const piece = 20000 // odd, so pieces cross window boundaries
@@ -83,7 +76,7 @@ func TestReadAheadConcurrentRuns(t *testing.T) {
 // the object: a window would fetch megabytes for them.
 func TestReadAheadLeavesRandomAndBigReads(t *testing.T) {
 	size := 64 << 20
-	data := randomBytes(size, 2)
+	data := testimg.RandomBytes(size, 2)
 	src := &countingAt{r: bytes.NewReader(data)}
 	ra := newReadAhead(src, int64(size))
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -110,7 +103,7 @@ func TestReadAheadLeavesRandomAndBigReads(t *testing.T) {
 // and is fetched again by the next read.
 func TestReadAheadErrorIsNotCached(t *testing.T) {
 	size := 3 * raWindowSize
-	data := randomBytes(size, 5)
+	data := testimg.RandomBytes(size, 5)
 	src := &countingAt{r: bytes.NewReader(data)}
 	ra := newReadAhead(src, int64(size))
 	p := make([]byte, 4096)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // pieces returns at most a random small number of bytes per Read, as a
@@ -34,17 +35,8 @@ func (p *pieces) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-func randomBytes(n int, seed uint64) []byte {
-	b := make([]byte, n)
-	rnd := rand.New(rand.NewPCG(seed, 1))
-	for i := range b {
-		b[i] = byte(rnd.Uint32())
-	}
-	return b
-}
-
 func TestReadAheadContent(t *testing.T) {
-	want := randomBytes(5<<20+123, 1)
+	want := testimg.RandomBytes(5<<20+123, 1)
 	a := iostage.NewReadAhead(&pieces{data: want, rnd: rand.New(rand.NewPCG(2, 3)), err: io.EOF}, 256<<10, 4)
 	defer a.Close()
 	var got bytes.Buffer
@@ -68,7 +60,7 @@ func TestReadAheadContent(t *testing.T) {
 // comes out, then its very error (not wrapped, not turned into EOF).
 func TestReadAheadErrorAfterData(t *testing.T) {
 	boom := errors.New("connection reset")
-	want := randomBytes(1<<20+7, 6)
+	want := testimg.RandomBytes(1<<20+7, 6)
 	a := iostage.NewReadAhead(&pieces{data: want, rnd: rand.New(rand.NewPCG(7, 8)), err: boom}, 64<<10, 3)
 	defer a.Close()
 	got, err := io.ReadAll(a)
@@ -80,7 +72,7 @@ func TestReadAheadErrorAfterData(t *testing.T) {
 // source may be read directly (the engine drains it after the decoder):
 // the race detector checks nothing else touches it then.
 func TestReadAheadSourceFreeAfterEOF(t *testing.T) {
-	src := &pieces{data: randomBytes(300<<10, 9), rnd: rand.New(rand.NewPCG(1, 1)), err: io.EOF}
+	src := &pieces{data: testimg.RandomBytes(300<<10, 9), rnd: rand.New(rand.NewPCG(1, 1)), err: io.EOF}
 	a := iostage.NewReadAhead(src, 64<<10, 2)
 	_, err := io.Copy(io.Discard, a)
 	require.NoError(t, err)

@@ -57,6 +57,19 @@ func Raw(t testing.TB, dir, name string, size int64, seed uint64) string {
 	return p
 }
 
+// RandomBytes returns n pseudo-random bytes, the same for the same seed.
+func RandomBytes(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := rng.Uint64()
+		for k := 0; k < 8 && i+k < n; k++ {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+	return b
+}
+
 // Run runs a command and fails the test with its output on error.
 func Run(t testing.TB, name string, args ...string) {
 	t.Helper()
@@ -140,9 +153,23 @@ func LoopDevice(t testing.TB, dir string, size int64) string {
 		}
 	}
 	f.Close()
-	out, err := exec.Command("losetup", "-f", "--show", "--direct-io=on", backing).Output()
+	return AttachLoop(t, backing, "--direct-io=on")
+}
+
+// AttachLoop attaches a loop device over the file backing, with losetup's
+// flags (such as --direct-io=on or --read-only), and detaches it when the
+// test ends. It skips when not root, without losetup, or when no loop
+// device can be attached.
+func AttachLoop(t testing.TB, backing string, flags ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	Need(t, "losetup")
+	args := append(append([]string{"-f", "--show"}, flags...), backing)
+	out, err := exec.Command("losetup", args...).CombinedOutput()
 	if err != nil {
-		t.Skipf("losetup failed (no free loop device?): %v", err)
+		t.Skipf("losetup failed (no free loop device?): %v: %s", err, out)
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() {

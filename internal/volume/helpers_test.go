@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 const mib = 1 << 20
@@ -82,18 +84,7 @@ func newLoop(t testing.TB, size int64, fill func(f *os.File), extra ...string) s
 		fill(f)
 	}
 	require.NoError(t, f.Close())
-	args := append([]string{"-f", "--show", "--direct-io=on"}, extra...)
-	out, err := exec.Command("losetup", append(args, backing)...).CombinedOutput()
-	if err != nil {
-		t.Skipf("cannot attach loop device: %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("detach %s: %v: %s", dev, err, out)
-		}
-	})
-	return dev
+	return testimg.AttachLoop(t, backing, append([]string{"--direct-io=on"}, extra...)...)
 }
 
 // fillRandom writes pseudo-random "old tenant" data over the whole file.

@@ -7,13 +7,13 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // TestZeroMethods forces each way of zeroing a run on a loop device full of
@@ -26,12 +26,7 @@ func TestZeroMethods(t *testing.T) {
 	for _, method := range []int{zeroByPunchHole, zeroByIoctl, zeroByFallocate, zeroByWriting} {
 		backing := filepath.Join(t.TempDir(), "b.img")
 		require.NoError(t, os.WriteFile(backing, bytes.Repeat([]byte{0x5A}, size), 0o600))
-		out, err := exec.Command("losetup", "-f", "--show", "--direct-io=on", backing).CombinedOutput()
-		if err != nil {
-			t.Skipf("cannot attach loop device: %v: %s", err, out)
-		}
-		dev := strings.TrimSpace(string(out))
-		t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
+		dev := testimg.AttachLoop(t, backing, "--direct-io=on")
 
 		img := bytes.Repeat([]byte("data"), size/4-1000) // ends 4000 bytes short of the device
 		clear(img[0:4096])
