@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"unsafe"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/volume"
@@ -89,21 +88,13 @@ func newDeviceSinkSized(ctx context.Context, w *volume.DeviceWriter, zeroing, ma
 	}
 	s.idle = sync.NewCond(&s.mu)
 	for range buffers {
-		s.free <- alignedBlock(int(s.bufSize), int(lbs))
+		s.free <- volume.AlignedBuf(int(s.bufSize), int(lbs))
 	}
 	s.workers.Add(writers)
 	for range writers {
 		go s.writer()
 	}
 	return s
-}
-
-// alignedBlock returns n bytes starting at an address aligned to a (a
-// power of two), as O_DIRECT needs.
-func alignedBlock(n, a int) []byte {
-	b := make([]byte, n+a)
-	skip := (a - int(uintptr(unsafe.Pointer(&b[0]))&uintptr(a-1))) & (a - 1)
-	return b[skip : skip+n : skip+n]
 }
 
 // WriteAt copies p into the extent being gathered.

@@ -46,7 +46,7 @@ func readDevice(t testing.TB, dev string, size int64) []byte {
 	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_DIRECT, 0)
 	require.NoError(t, err)
 	defer f.Close()
-	buf := alignedBlock(int(size), 4096)
+	buf := volume.AlignedBuf(int(size), 4096)
 	_, err = f.ReadAt(buf, 0)
 	require.NoError(t, err)
 	return buf

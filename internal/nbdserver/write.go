@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"syscall"
-	"unsafe"
+
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // WritableExport is what a writable export serves. Its methods are called
@@ -94,8 +95,4 @@ func (s *Server) inBounds(off uint64, n uint32) bool {
 const bufAlign = 4096
 
 // alignedBuf returns an n-byte slice starting on a bufAlign boundary.
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+bufAlign)
-	skip := (bufAlign - int(uintptr(unsafe.Pointer(&b[0]))&(bufAlign-1))) & (bufAlign - 1)
-	return b[skip : skip+n : skip+n]
-}
+func alignedBuf(n int) []byte { return volume.AlignedBuf(n, bufAlign) }

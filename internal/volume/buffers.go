@@ -22,10 +22,14 @@ const (
 	maxZeroRun = 256 << 20
 )
 
-// alignedBuf returns an n-byte slice whose first byte is aligned to
-// alignment. It lives on the Go heap; the over-allocation is at most 4 KiB.
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+alignment)
-	skip := (alignment - int(uintptr(unsafe.Pointer(&b[0]))&(alignment-1))) & (alignment - 1)
+// AlignedBuf returns an n-byte slice whose first byte is aligned to align
+// (a power of two), as O_DIRECT needs. It lives on the Go heap; the
+// over-allocation is at most align bytes.
+func AlignedBuf(n, align int) []byte {
+	b := make([]byte, n+align)
+	skip := (align - int(uintptr(unsafe.Pointer(&b[0]))&uintptr(align-1))) & (align - 1)
 	return b[skip : skip+n : skip+n]
 }
+
+// alignedBuf is AlignedBuf at the alignment of every buffer of this package.
+func alignedBuf(n int) []byte { return AlignedBuf(n, alignment) }
