@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/ctxio"
@@ -32,9 +33,9 @@ func (s *fileSource) Open(ctx context.Context) (*Transfer, error) {
 	f, err := os.Open(s.path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("source file %s does not exist: %w", s.path, errdefs.ErrSourceUnreachable)
+			return nil, errdefs.Markf(errdefs.ErrSourceUnreachable, "source file %s does not exist%s", s.path, registryHint(s.path))
 		}
-		return nil, fmt.Errorf("opening source file %s: %w: %w", s.path, errdefs.ErrSourceUnreachable, err)
+		return nil, errdefs.Markf(errdefs.ErrSourceUnreachable, "opening source file %s: %w", s.path, err)
 	}
 	size, local, err := s.describe(f)
 	if err != nil {
@@ -91,4 +92,18 @@ func (s *fileSource) describe(f *os.File) (int64, string, error) {
 		// FIFOs, character devices, sockets: readable once, size unknown.
 		return -1, "", nil
 	}
+}
+
+// registryRef matches what reads as an image in a registry: a host with a
+// dot, a port or "localhost", a path, and a tag or digest
+// ("quay.io/containerdisks/fedora:40", "localhost:5000/disk@sha256:...").
+var registryRef = regexp.MustCompile(`^([a-z0-9-]+\.[a-z0-9.-]+|localhost)(:[0-9]+)?/[a-z0-9._/-]+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$`)
+
+// registryHint is the hint a missing path that reads as a registry
+// reference gets: the transport it lacks.
+func registryHint(path string) string {
+	if !registryRef.MatchString(path) {
+		return ""
+	}
+	return " (an image in a registry is docker://" + path + ")"
 }

@@ -240,5 +240,5 @@ func (s *httpSource) requestError(parent, reqCtx context.Context, err error) err
 	if errors.Is(err, errdefs.ErrSourceRefused) {
 		return fmt.Errorf("GET %s: %w", s.redacted, err)
 	}
-	return fmt.Errorf("GET %s: %w: %w", s.redacted, errdefs.ErrSourceUnreachable, err)
+	return errdefs.Markf(errdefs.ErrSourceUnreachable, "GET %s: %w", s.redacted, err)
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/internal/retry"
 )
 
@@ -44,7 +43,7 @@ func (b *httpBody) wait(cause error, hint time.Duration) error {
 	if err != nil && b.life.Err() != nil {
 		// Ended by the caller's context or by Close.
 		if perr := b.parent.Err(); perr != nil {
-			return ctxio.Cancelled("reading "+b.src.redacted, perr)
+			return &errdefs.CancelledError{What: "reading " + b.src.redacted, Context: perr, Last: cause}
 		}
 		return errdefs.ErrClosed
 	}

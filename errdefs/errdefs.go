@@ -5,8 +5,11 @@
 package errdefs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
 
 	"github.com/diskimport/engine/internal/units"
 )
@@ -68,7 +71,14 @@ type HTTPStatusError struct {
 }
 
 func (e *HTTPStatusError) Error() string {
-	return fmt.Sprintf("expected status code 200, got %d. Status: %s (GET %s)", e.StatusCode, e.Status, e.URL)
+	status := e.Status
+	if status == "" {
+		status = strconv.Itoa(e.StatusCode)
+		if text := http.StatusText(e.StatusCode); text != "" {
+			status += " " + text
+		}
+	}
+	return fmt.Sprintf("the server answered %s for %s", status, e.URL)
 }
 
 // Is makes errors.Is(err, ErrSourceRefused) true for HTTP status errors.
@@ -87,12 +97,12 @@ func (e *SizeError) Error() string {
 	if what == "" {
 		what = "virtual image size"
 	}
-	image := units.Bytes(e.ImageSize)
+	sizes := fmt.Sprintf("%s for %s, %d bytes short", units.Bytes(e.ImageSize), units.Bytes(e.TargetSize), e.ImageSize-e.TargetSize)
 	if what == "image data" { // a stream of unknown length, cut where it passed the end
-		image = "more than " + units.Bytes(e.TargetSize)
+		sizes = "more than " + units.Bytes(e.TargetSize) + " for " + units.Bytes(e.TargetSize)
 	}
-	return fmt.Sprintf("%s %d is larger than the reported available storage %d (%s for %s): a larger volume is required",
-		what, e.ImageSize, e.TargetSize, image, units.Bytes(e.TargetSize))
+	return fmt.Sprintf("%s %d is larger than the reported available storage %d (%s): a larger volume is required",
+		what, e.ImageSize, e.TargetSize, sizes)
 }
 
 // Is makes errors.Is(err, ErrTargetTooSmall) true.
@@ -117,3 +127,62 @@ func (e *VerifyError) Error() string {
 
 // Is makes errors.Is(err, ErrVerifyMismatch) true.
 func (e *VerifyError) Is(target error) bool { return target == ErrVerifyMismatch }
+
+// Mark returns err matching kind with errors.Is while its text stays err's
+// own: the kind is for programs, the words for people, and "GET url:
+// connection refused" needs no ": source unreachable" in the middle.
+func Mark(kind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &markedError{kind: kind, err: err}
+}
+
+// Markf is Mark(kind, fmt.Errorf(format, args...)).
+func Markf(kind error, format string, args ...any) error {
+	return Mark(kind, fmt.Errorf(format, args...))
+}
+
+type markedError struct{ kind, err error }
+
+func (e *markedError) Error() string   { return e.err.Error() }
+func (e *markedError) Unwrap() []error { return []error{e.kind, e.err} }
+
+// CancelledError: work stopped because its context ended. It matches
+// ErrCancelled and the context's error (context.Canceled or
+// context.DeadlineExceeded), and reads "WHAT cancelled" or "WHAT timed
+// out". Last is the failure being retried when the context ended (the
+// connection refused behind a timeout): kept in the text and the chain.
+type CancelledError struct {
+	What    string
+	Context error
+	Last    error
+	// Detail is what the stopped work returned (a killed child's exit, a
+	// read cut short): in the chain for errors.Is and errors.As, never
+	// in the text, since it only restates the cancellation.
+	Detail error
+}
+
+func (e *CancelledError) Error() string {
+	s := "cancelled"
+	if errors.Is(e.Context, context.DeadlineExceeded) {
+		s = "timed out"
+	}
+	if e.What != "" {
+		s = e.What + " " + s
+	}
+	if e.Last != nil {
+		s += " while retrying after: " + e.Last.Error()
+	}
+	return s
+}
+
+func (e *CancelledError) Unwrap() []error {
+	errs := []error{ErrCancelled, e.Context}
+	for _, err := range []error{e.Last, e.Detail} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -183,7 +184,7 @@ func TestQCOW2BackingAndDataFileRefused(t *testing.T) {
 	run(t, "qemu-img", "create", "-f", "qcow2", "-b", base, "-F", "qcow2", child)
 	_, err := ParseHeader(QCOW2, readHead(t, child))
 	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
-	require.ErrorContains(t, err, "backing file")
+	require.ErrorContains(t, err, "backing file "+strconv.Quote(base)+" (flatten it first", "the backing file is named by its path")
 
 	withData := filepath.Join(dir, "data.qcow2")
 	run(t, "qemu-img", "create", "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "data.raw"), withData, "1M")

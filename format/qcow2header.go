@@ -3,6 +3,8 @@ package format
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"strconv"
 )
 
 // qcow2 header layout (big endian), from the qcow2 specification.
@@ -45,7 +47,8 @@ func parseQCOW2Header(head []byte) (Header, error) {
 	}
 	backingOff := be.Uint64(head[8:])
 	if backingOff != 0 {
-		return Header{}, unsafef(f, "image has a backing file (backing_file_offset %#x)", backingOff)
+		return Header{}, unsafef(f, "image has a backing file %s (flatten it first: qemu-img convert -O qcow2 IMAGE FLAT.qcow2)",
+			qcow2BackingName(head, backingOff, be.Uint32(head[16:])))
 	}
 	h.ClusterBits = be.Uint32(head[20:])
 	if h.ClusterBits < qcow2MinClusterBits || h.ClusterBits > qcow2MaxClusterBits {
@@ -185,4 +188,13 @@ func checkQCOW2Extensions(head []byte, off, clusterSize uint64) error {
 		}
 		off = next
 	}
+}
+
+// qcow2BackingName is the backing file's path as the header names it,
+// quoted; the offset when the name lies beyond the bytes read.
+func qcow2BackingName(head []byte, off uint64, size uint32) string {
+	if size == 0 || size > 1023 || off > uint64(len(head)) || uint64(len(head))-off < uint64(size) {
+		return fmt.Sprintf("(backing_file_offset %#x)", off)
+	}
+	return strconv.Quote(string(head[off : off+uint64(size)]))
 }

@@ -2,6 +2,7 @@ package importer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/diskimport/engine/datasource"
@@ -30,7 +31,18 @@ func Import(ctx context.Context, o Options) (*Result, error) {
 		return &Result{Target: o.Target}, err
 	}
 	res, err := engine.Import(ctx, r)
-	return (*Result)(res), err
+	return (*Result)(res), cancelled(ctx, err)
+}
+
+// cancelled is err as the caller who cancelled ctx wants to read it:
+// "import cancelled", not the killed child's or the cut read's text
+// (which stay in the chain). A timeout keeps its text, which names what
+// was being waited for and the failure being retried.
+func cancelled(ctx context.Context, err error) error {
+	if err == nil || !errors.Is(ctx.Err(), context.Canceled) {
+		return err
+	}
+	return &errdefs.CancelledError{What: "import", Context: ctx.Err(), Detail: err}
 }
 
 // request checks the options and resolves them for the engine: the source
@@ -129,10 +141,14 @@ func request(o Options) (engine.Request, error) {
 // through. An upload body handed in by the caller is a stream of its own.
 func newSource(o Options) (datasource.Source, error) {
 	if o.Source == "-" && o.SourceReader != nil {
-		if o.SourceReaderSize > 0 {
-			return datasource.NewSizedReader("upload", o.SourceReader, o.SourceReaderSize), nil
+		name := o.SourceReaderName
+		if name == "" {
+			name = "standard input"
 		}
-		return datasource.NewReader("upload", o.SourceReader), nil
+		if o.SourceReaderSize > 0 {
+			return datasource.NewSizedReader(name, o.SourceReader, o.SourceReaderSize), nil
+		}
+		return datasource.NewReader(name, o.SourceReader), nil
 	}
 	c, err := sourceConfig(o)
 	if err != nil {

@@ -47,6 +47,7 @@ func Inspect(ctx context.Context, o Options) (*Inspection, error) {
 		return nil, err
 	}
 	in, err := engine.Inspect(ctx, r)
+	err = cancelled(ctx, err)
 	if in == nil {
 		return nil, err
 	}

@@ -204,7 +204,7 @@ func TestTarOfARawDiskTooBigRefusedBeforeWriting(t *testing.T) {
 	var se *importer.SizeError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, int64(3<<20), se.ImageSize)
-	assert.Contains(t, err.Error(), "(3.0 MiB for 2.0 MiB)")
+	assert.Contains(t, err.Error(), "(3.0 MiB for 2.0 MiB, 1048576 bytes short)")
 	assert.NotContains(t, res.Phases, importer.PhaseTransferDataFile, "refused in Info")
 	assert.Zero(t, res.BytesWritten)
 	assert.NoFileExists(t, target)

@@ -20,6 +20,9 @@ type Options struct {
 	Source string
 	// SourceReader supplies the image for Source "-" (an upload stream).
 	SourceReader io.Reader
+	// SourceReaderName is what messages call SourceReader's stream
+	// ("reading the header of NAME"); "standard input" when empty.
+	SourceReaderName string
 	// SourceReaderSize, when positive, is how many bytes SourceReader
 	// holds: a target too small for them is refused before a byte is
 	// written, and ExactSize can be checked up front. The reader must

@@ -121,7 +121,7 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 				assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
 			} else {
 				assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, res.Phases)
-				assert.Contains(t, err.Error(), "from upload")
+				assert.Contains(t, err.Error(), "from standard input")
 				assert.Contains(t, err.Error(), "bytes of scratch space")
 			}
 			if block {

@@ -102,7 +102,7 @@ func filePart(r *http.Request) (*multipart.Part, error) {
 func (h *Handler) importOptions(body io.Reader) importer.Options {
 	o := h.opts.Import
 	o.Source = "-"
-	o.SourceReader = body
+	o.SourceReader, o.SourceReaderName = body, "the upload"
 	return o
 }
 

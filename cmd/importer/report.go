@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/units"
@@ -25,7 +26,7 @@ func (r reporter) writeLog(res *importer.Result, err error) error {
 	if r.terminationLog == "" {
 		return nil
 	}
-	msg := cdi.NewTerminationMessage(res, err).JSON()
+	msg := cdi.CLIMessage(res, err).JSON()
 	if werr := os.WriteFile(r.terminationLog, append(msg, '\n'), 0o600); werr != nil {
 		fmt.Fprintln(r.stderr, "importer: writing termination log:", werr)
 		return werr
@@ -40,10 +41,14 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 		return cdi.ExitFailed
 	}
 	if r.json {
-		fmt.Fprintln(r.stdout, string(cdi.NewTerminationMessage(res, err).JSON()))
+		fmt.Fprintln(r.stdout, string(cdi.CLIMessage(res, err).JSON()))
 	}
 	if err != nil {
-		fmt.Fprintf(r.stderr, "importer: %s: %v\n", failed, err)
+		if _, stopped := err.(*errdefs.CancelledError); stopped {
+			fmt.Fprintf(r.stderr, "importer: %v\n", err) // "import cancelled" is the whole story
+		} else {
+			fmt.Fprintf(r.stderr, "importer: %s: %v\n", failed, err)
+		}
 		return cdi.CLIExitCode(err)
 	}
 	if !r.quiet {

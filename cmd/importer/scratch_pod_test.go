@@ -65,6 +65,7 @@ func TestPodFailureLeavesText(t *testing.T) {
 	})
 	assert.Equal(t, cdi.ExitFailed, code)
 	text := failureText(t, log)
-	assert.Regexp(t, `^Unable to process data: .*404 Not Found`, text)
+	assert.Equal(t, "Unable to process data: expected status code 200, got 404. Status: 404 Not Found (GET "+base+"missing.img)", text,
+		"env mode keeps CDI's words, which its controller shows")
 	assert.Empty(t, dirEntries(t, data))
 }

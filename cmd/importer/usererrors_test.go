@@ -78,7 +78,7 @@ func TestCLITooBigRawNamesBothSizes(t *testing.T) {
 
 	code, _, stderr := runCLI(t, nil, env(nil), "--size", "2Mi", srv.URL+"/disk.raw", filepath.Join(dir, "out.img"))
 	assert.Equal(t, cdi.ExitFailed, code)
-	assert.Contains(t, stderr, "image size 3145728 is larger than the reported available storage 2097152 (3.0 MiB for 2.0 MiB)")
+	assert.Contains(t, stderr, "image size 3145728 is larger than the reported available storage 2097152 (3.0 MiB for 2.0 MiB, 1048576 bytes short): a larger volume is required")
 	assert.NotContains(t, stderr, "PVC")
 
 	code, _, stderr = runCLI(t, data, env(nil), "--size", "2Mi", "-", filepath.Join(dir, "out.img"))

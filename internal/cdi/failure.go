@@ -2,7 +2,10 @@ package cdi
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+
+	"github.com/diskimport/engine/errdefs"
 )
 
 // Texts CDI's importer writes as the whole termination message of a failed
@@ -49,6 +52,10 @@ func asPlain(err error) error {
 func FailureText(kind Kind, err error) string {
 	text := err.Error()
 	var plain *plainFailure
+	var status *errdefs.HTTPStatusError
+	if errors.As(err, &status) {
+		text = strings.Replace(text, status.Error(), httpStatusText(status), 1)
+	}
 	switch {
 	case errors.As(err, &plain):
 	case kind == Blank:
@@ -59,6 +66,13 @@ func FailureText(kind Kind, err error) string {
 	// Kubernetes keeps the message, CDI keeps one line of it.
 	text = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(text)
 	return cutText(text, maxTerminationMessage)
+}
+
+// httpStatusText is CDI's importer's sentence for a refused HTTP request,
+// whose words ("expected status code 200, got 404") CDI's controller
+// shows; it takes the place of the user's words in the failure's text.
+func httpStatusText(e *errdefs.HTTPStatusError) string {
+	return fmt.Sprintf("expected status code 200, got %d. Status: %s (GET %s)", e.StatusCode, e.Status, e.URL)
 }
 
 // cutText shortens s to at most limit bytes on a rune boundary, marking the

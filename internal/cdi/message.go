@@ -94,6 +94,17 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 	return m
 }
 
+// CLIMessage is the result JSON a command-line run prints: the
+// termination message's fields with the failure in the user's words
+// (CDI's "Unable to process data: " is for its controller, in env mode).
+func CLIMessage(r *importer.Result, err error) TerminationMessage {
+	m := NewTerminationMessage(r, err)
+	if err != nil {
+		m.Message = err.Error()
+	}
+	return m
+}
+
 // JSON renders the message on one line of at most 4096 bytes (Kubernetes
 // truncates a longer termination message, and a CDI controller then cannot
 // parse it). When it does not fit, the cause comes first: the message text

@@ -5,7 +5,6 @@ package ctxio
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
@@ -50,8 +49,5 @@ func (c *Reader) Close() error {
 // Cancelled wraps a context error so that callers can match either it or
 // errdefs.ErrCancelled; what, when not "", prefixes the message.
 func Cancelled(what string, ctxErr error) error {
-	if what == "" {
-		return fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctxErr)
-	}
-	return fmt.Errorf("%s: %w: %w", what, errdefs.ErrCancelled, ctxErr)
+	return &errdefs.CancelledError{What: what, Context: ctxErr}
 }

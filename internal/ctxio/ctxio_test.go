@@ -46,5 +46,7 @@ func TestReaderWithoutClose(t *testing.T) {
 	assert.NoError(t, r.Close())
 	cancel()
 	_, err = r.Read(make([]byte, 1))
-	assert.Equal(t, "import cancelled: context canceled", err.Error())
+	assert.Equal(t, "cancelled", err.Error())
+	assert.ErrorIs(t, err, errdefs.ErrCancelled)
+	assert.ErrorIs(t, err, context.Canceled)
 }

@@ -29,12 +29,9 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	src := a.req.Source
 	st, err := src.Open(ctx)
 	if err != nil {
-		if !isURL(src.String()) {
-			// A local path: its error says what is wrong with it ("source
-			// file X does not exist"); there was nothing to connect to.
-			return nil, err
-		}
-		return nil, fmt.Errorf("unable to connect to data source %s: %w", src, err)
+		// Each source's error names it once ("GET URL: ...", "source
+		// file X does not exist").
+		return nil, err
 	}
 	r := &sourceReader{source: src, body: st.Body}
 	a.source = r
