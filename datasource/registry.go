@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
@@ -92,7 +93,7 @@ func (r *Registry) opener(endpoint string) (Opener, error) {
 			return o, nil
 		}
 		if m[2] != "" {
-			return nil, fmt.Errorf("%s:// sources are not supported yet: %w", scheme, errdefs.ErrInvalidOptions)
+			return nil, fmt.Errorf("%s:// sources are not supported (the sources are %s): %w", scheme, r.schemes(), errdefs.ErrInvalidOptions)
 		}
 		// Otherwise a colon in a file name ("disk:1.img").
 	}
@@ -103,10 +104,23 @@ func (r *Registry) opener(endpoint string) (Opener, error) {
 	return o, nil
 }
 
+// schemes lists the registered schemes for a message: "docker://,
+// file://, ..., a local path or - for standard input".
+func (r *Registry) schemes() string {
+	var names []string
+	for k := range r.openers {
+		if k != PathKey && k != StdinKey {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ") + ", a local path or - for standard input"
+}
+
 // New builds the source of an endpoint with the built-in Registry.
 func New(endpoint string, c Config) (Source, error) { return Builtin().New(endpoint, c) }
 
-func openStdin(string, Config) (Source, error) { return NewReader("stdin", os.Stdin), nil }
+func openStdin(string, Config) (Source, error) { return NewReader("standard input", os.Stdin), nil }
 
 func openPath(path string, _ Config) (Source, error) { return NewFile(path), nil }
 

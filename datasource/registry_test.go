@@ -40,7 +40,7 @@ func TestRegistryRoutesByScheme(t *testing.T) {
 	// The package-level New knows only the built-ins.
 	_, err = datasource.New("mem://hello", datasource.Config{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	assert.Contains(t, err.Error(), "not supported yet")
+	assert.Equal(t, "mem:// sources are not supported (the sources are docker://, file://, gs+http://, gs+https://, gs://, http://, https://, oci-archive:, oci:, s3+http://, s3+https://, s3://, a local path or - for standard input): invalid options", err.Error())
 }
 
 func TestRegistryOpaqueSchemesAndPaths(t *testing.T) {
@@ -68,4 +68,26 @@ func TestRegistryOpaqueSchemesAndPaths(t *testing.T) {
 func TestFileURLNeedsAnAbsolutePath(t *testing.T) {
 	_, err := datasource.New("file://relative/x.img", datasource.Config{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+}
+
+// A missing path that reads as a registry reference is told the transport
+// it lacks; a missing file name is not.
+func TestMissingPathThatLooksLikeARegistryReferenceGetsAHint(t *testing.T) {
+	for ref, hint := range map[string]bool{
+		"quay.io/containerdisks/fedora:latest":                   true,
+		"localhost:5000/disk@sha256:" + strings.Repeat("ab", 32): true,
+		"disk.qcow2":             false,
+		"images/disk.qcow2":      false,
+		"/var/tmp/fedora:latest": false,
+	} {
+		src, err := datasource.New(ref, datasource.Config{})
+		require.NoError(t, err)
+		_, err = src.Open(context.Background())
+		require.ErrorIs(t, err, errdefs.ErrSourceUnreachable, ref)
+		if hint {
+			assert.Equal(t, "source file "+ref+" does not exist (an image in a registry is docker://"+ref+")", err.Error())
+		} else {
+			assert.Equal(t, "source file "+ref+" does not exist", err.Error())
+		}
+	}
 }

@@ -68,10 +68,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Short: "Import a VM disk image onto a block device or into a file",
 		Long: `Import a VM disk image onto a block device or into a file.
 
-SOURCE is an http(s) URL, an s3://bucket/key or gs://bucket/object, a local file or block device, or - for standard input.
+SOURCE is an http(s) URL, an s3://bucket/key or gs://bucket/object, a
+container disk image in a registry (docker://quay.io/containerdisks/fedora:40),
+an OCI archive or layout (oci-archive:disk.tar, oci:/dir:tag), a local file
+or block device, or - for standard input.
 DEST is a block device, a file, or an existing directory (DEST/disk.img).
-gz, xz and zstd are removed on the fly; raw and iso are streamed straight to
-DEST; qcow2, vmdk, vhd, vhdx and vdi are converted with qemu-img.
+gz, xz, zstd and lz4 are removed on the fly; raw and iso are streamed
+straight to DEST; qcow2, streamOptimized vmdk, vhd, vdi and vhdx are decoded
+as they arrive, and qemu-img converts the layouts the decoder does not take
+(from a ranged HTTP source or scratch space).
+
+Examples:
+  importer https://example.org/disk.qcow2.xz /dev/sdb
+  importer --size 20Gi docker://quay.io/containerdisks/fedora:40 disk.img
+  curl -sL URL | importer - disk.img
+  importer inspect disk.vmdk
 
 With no arguments (CDI's pods pass only -v=N), importer is the CDI pod its
 environment describes, and says so in its first log line: the importer with
@@ -91,7 +102,12 @@ reports to /dev/termination-log.`,
 				var err error
 				code, err = runPodRole(ctx, getenv, f.verbose, f.quiet, stdout, stderr)
 				return err
-			case 1:
+			}
+			if err := misspelledCommand(cmd, args[0]); err != nil {
+				code = cdi.ExitUsage
+				return err
+			}
+			if len(args) == 1 {
 				code = cdi.ExitUsage
 				return errors.New("DEST is required")
 			}
@@ -111,27 +127,14 @@ reports to /dev/termination-log.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a Kubernetes quantity such as 10Gi; a file DEST is grown to it (less --filesystem-overhead)")
 	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2 (block devices are always raw)")
-	fl.StringVar(&f.formatIn, "format-in", "", "the source's format: detected by default (a text page, an archive or a compression not decompressed is refused); raw takes the bytes, once gz/xz/zst/lz4 are removed, as a raw disk whatever they look like")
 	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
 	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
-	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https: every PEM certificate in every non-hidden file")
-	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate")
-	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")
-	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth USER:PASSWORD; for s3:// the ACCESS_KEY_ID:SECRET_KEY")
-	fl.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3-compatible server of s3:// sources, http(s)://host[:port] (path style; default AWS, or AWS_ENDPOINT_URL_S3)")
-	fl.StringVar(&f.s3Region, "s3-region", "", "signing region of S3 sources (default: from the host name, AWS_REGION or ~/.aws/config, else us-east-1)")
-	fl.StringVar(&f.gcsEndpoint, "gcs-endpoint", "", "server of gs:// sources, http(s)://host[:port] (default storage.googleapis.com, or STORAGE_EMULATOR_HOST)")
 	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
 	fl.StringVar(&f.mode, "mode", "", "permission bits of a new DEST file, in octal (default: 0666 less the umask)")
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
-	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
-	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
 	fl.BoolVar(&f.noStreamDecode, "no-stream-decode", false, "put a streamed qcow2, streamOptimized vmdk, dynamic vhd, vdi or vhdx in scratch for qemu-img instead of decoding it straight onto DEST")
 	fl.StringVar(&f.maxSpill, "max-spill", "", "cap the scratch the stream decoder may spill clusters that arrive before their tables to (bytes or a quantity such as 2Gi; it never exceeds the image's virtual size anyway)")
-	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
-	fl.IntVar(&f.connections, "connections", datasource.DefaultConnections, fmt.Sprintf("read an http(s), s3 or gs object over this many connections at once (1 to %d), in order, when the server serves byte ranges of an object of known size; 1: one GET", datasource.MaxConnections))
-	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
 	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
 	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fl.CountVarP(&f.verbose, "verbose", "v", "log the engine's phases and findings (-vv: debug)")
@@ -146,13 +149,13 @@ reports to /dev/termination-log.`,
 	fl.BoolVar(&f.zeroTarget, "zero-target", false, "zero a block DEST first (BLKZEROOUT) so zero blocks of SOURCE need not be written")
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
-	addRegistryFlags(fl, &f)
-	addEgressFlags(fl, &f)
+	addSourceFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdin, stdout, &code))
 	addVersion(ctx, cmd, stdout)
 	cmd.AddCommand(newInspectCommand(ctx, stdin, stdout, stderr, &code))
 	cmd.AddCommand(newManCommand())
 	registerValueCompletions(cmd)
+	cmd.SetFlagErrorFunc(suggestFlag)
 	cmd.SetArgs(args)
 	cmd.SetIn(stdin)
 	cmd.SetOut(stdout)

@@ -79,14 +79,8 @@ digest as contentDigest and checks it with --expect-content-digest.`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&content, "content", false, "print the content digest of SOURCE's disk (any source), not a manifest digest")
-	addRegistryFlags(fl, &f)
-	addEgressFlags(fl, &f)
-	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates (*.crt, *.pem) to trust")
-	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the server's certificate; allow plain http to a registry")
-	fl.StringVar(&f.creds, "creds", "", "registry or HTTP USER:PASSWORD")
-	fl.StringArrayVar(&f.headers, "header", nil, "with --content: extra HTTP header 'Name: value'; repeatable")
+	addSourceFlags(fl, &f)
 	fl.StringVar(&f.scratch, "scratch", "", "with --content: where the stream decoder spills, and where an image it cannot read in one pass is imported to be hashed (default: the system temp dir)")
-	fl.IntVar(&f.retries, "retries", 10, "with --content: as for an import")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", true, "only warnings and errors")
 	return cmd

@@ -57,16 +57,8 @@ cannot be read.`,
 	fl := cmd.Flags()
 	fl.BoolVar(&asJSON, "json", false, "print the inspection as JSON")
 	fl.StringVar(&f.format, "format", "raw", "format a file DEST would get (raw or qcow2): qcow2 always converts")
-	fl.StringVar(&f.formatIn, "format-in", "", "as for an import: raw takes the source as a raw disk (nothing refused as not an image)")
-	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https")
-	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate")
-	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")
-	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth USER:PASSWORD")
-	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "plan as the import would with --no-ranged-read")
-	fl.IntVar(&f.retries, "retries", 10, "as for an import")
 	fl.CountVarP(&f.verbose, "verbose", "v", "log what the engine does")
-	addRegistryFlags(fl, &f)
-	addEgressFlags(fl, &f)
+	addSourceFlags(fl, &f)
 	registerValueCompletions(cmd)
 	return cmd
 }

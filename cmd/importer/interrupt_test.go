@@ -42,7 +42,8 @@ func TestBinarySIGINTExits130(t *testing.T) {
 
 func TestInterruptedCode(t *testing.T) {
 	assert.Equal(t, 130, interruptedCode(1, true, os.Interrupt))
-	assert.Equal(t, 1, interruptedCode(1, true, syscall.SIGTERM))
+	assert.Equal(t, 143, interruptedCode(1, true, syscall.SIGTERM))
+	assert.Equal(t, 0, interruptedCode(0, true, syscall.SIGTERM), "CDI's scratch-space-required result stays 0")
 	assert.Equal(t, 0, interruptedCode(0, true, os.Interrupt), "finished before the signal landed")
 	assert.Equal(t, 1, interruptedCode(1, false, nil))
 }

@@ -13,9 +13,13 @@ import (
 	"github.com/diskimport/engine/internal/cdi"
 )
 
-// exitInterrupted is the shell's code for a command ended by SIGINT
-// (128 + 2): Ctrl-C at a terminal.
-const exitInterrupted = 130
+// Exit codes of a run stopped by a signal, as the shell gives them (128 +
+// the signal's number): SIGINT is Ctrl-C at a terminal, SIGTERM what
+// kill, systemd and the kubelet send.
+const (
+	exitInterrupted = 130
+	exitTerminated  = 143
+)
 
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -33,12 +37,19 @@ func main() {
 }
 
 // interruptedCode is the exit code of a run that may have been stopped by
-// a signal: 130 for a failure after SIGINT (temporary files are already
-// removed by then); SIGTERM keeps the run's code (CDI's pods read 0 or
-// not 0).
+// a signal: 130 after SIGINT, 143 after SIGTERM (temporary files are
+// already removed by then). A run that exited 0 keeps it: it finished
+// before the signal landed, or it is one of CDI's results read from the
+// termination message (CDI's pods tell only 0 from not 0).
 func interruptedCode(code int, stopped bool, sig os.Signal) int {
-	if stopped && sig == os.Interrupt && code != cdi.ExitOK {
+	if !stopped || code == cdi.ExitOK {
+		return code
+	}
+	switch sig {
+	case os.Interrupt:
 		return exitInterrupted
+	case syscall.SIGTERM:
+		return exitTerminated
 	}
 	return code
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // SIGTERM in the middle of a slow download: the binary stops within a few
-// seconds, exits 1, says "cancelled", leaves no target and no scratch file.
+// seconds, exits 143 (128 + SIGTERM), says "cancelled", leaves no target and no scratch file.
 func TestBinarySIGTERMMidImport(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -74,7 +74,7 @@ func TestBinarySIGTERMMidImport(t *testing.T) {
 			assert.Less(t, stopped, 3*time.Second)
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee)
-			assert.Equal(t, 1, ee.ExitCode())
+			assert.Equal(t, exitTerminated, ee.ExitCode())
 			msg := decode(t, stdout.Bytes())
 			assert.Contains(t, msg.Message, "cancelled")
 			ents, _ := os.ReadDir(scratch)

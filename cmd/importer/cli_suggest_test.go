@@ -1,0 +1,67 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+// `importer inspct x` is a misspelled subcommand, not an import of the file
+// "inspct"; a file of that name is still imported.
+func TestCLIMisspelledSubcommandIsSuggested(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runCLI(t, nil, env(nil), "inspct", filepath.Join(dir, "x"))
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Equal(t, "importer: unknown command \"inspct\": did you mean \"inspect\"? (a source that is a file must exist; see importer --help)\n", stderr)
+	assert.NoFileExists(t, filepath.Join(dir, "x"))
+
+	t.Chdir(dir)
+	testimg.Raw(t, dir, "inspct", 1<<20, 3)
+	code, _, _ = runCLI(t, nil, env(nil), "-q", "inspct", "out.img")
+	assert.Equal(t, cdi.ExitOK, code, "an existing file is a source")
+	assert.FileExists(t, filepath.Join(dir, "out.img"))
+}
+
+// An unknown flag near a known one is offered it, on the root and on a
+// subcommand.
+func TestCLIUnknownFlagDidYouMean(t *testing.T) {
+	code, _, stderr := runCLI(t, nil, env(nil), "--sise", "1Gi", "a", "b")
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Equal(t, "importer: unknown flag: --sise: did you mean --size?\n", stderr)
+	_, _, stderr = runCLI(t, nil, env(nil), "inspect", "--s3-endpoit", "http://h", "s3://b/k")
+	assert.Equal(t, "importer: unknown flag: --s3-endpoit: did you mean --s3-endpoint?\n", stderr)
+	_, _, stderr = runCLI(t, nil, env(nil), "--zzzzzz", "a", "b")
+	assert.Equal(t, "importer: unknown flag: --zzzzzz (see importer --help)\n", stderr)
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{{"inspct", "inspect", 1}, {"sise", "size", 1}, {"", "abc", 3}, {"digest", "digest", 0}, {"blnak", "blank", 2}} {
+		assert.Equal(t, tc.want, editDistance(tc.a, tc.b), tc)
+	}
+}
+
+// inspect and digest take every flag that says how to read a source, as
+// an import does (--s3-endpoint was unknown to inspect).
+func TestCLIInspectTakesTheImportsSourceFlags(t *testing.T) {
+	code, _, stderr := runCLI(t, nil, env(nil), "inspect", "--s3-endpoint", "http://127.0.0.1:1", "--s3-region", "eu-west-1",
+		"--stall-timeout", "10s", "--retry-max-elapsed", "1s", "s3://bucket/disk.qcow2")
+	assert.Equal(t, cdi.ExitFailed, code, "read, not refused as usage")
+	assert.Contains(t, stderr, "GET http://127.0.0.1:1/bucket/disk.qcow2: ")
+	assert.Contains(t, stderr, "connection refused")
+}
+
+// --help names every kind of SOURCE, registry and OCI ones included.
+func TestCLIHelpNamesEverySourceForm(t *testing.T) {
+	code, stdout, _ := runCLI(t, nil, env(nil), "--help")
+	assert.Equal(t, cdi.ExitOK, code)
+	for _, form := range []string{"http(s) URL", "s3://", "gs://", "docker://", "oci-archive:", "oci:", "standard input", "Examples:"} {
+		assert.Contains(t, stdout, form)
+	}
+}

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/diskimport/engine/datasource"
+)
+
+// addSourceFlags adds the flags that say how to read a source: every
+// command that reads one (an import, inspect, digest) takes all of them,
+// from this one list.
+func addSourceFlags(fl *pflag.FlagSet, f *cliFlags) {
+	fl.StringVar(&f.formatIn, "format-in", "", "the source's format: detected by default (a text page, an archive or a compression not decompressed is refused); raw takes the bytes, once gz/xz/zst/lz4 are removed, as a raw disk whatever they look like")
+	fl.StringVar(&f.certDir, "cert-dir", "", "directory of CA certificates to trust for https: every PEM certificate in every non-hidden file")
+	fl.BoolVar(&f.insecureTLS, "insecure-tls", false, "do not verify the https server's certificate (for a registry: allow plain http too)")
+	fl.StringArrayVar(&f.headers, "header", nil, "extra HTTP header 'Name: value'; repeatable")
+	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth or registry USER:PASSWORD; for s3:// the ACCESS_KEY_ID:SECRET_KEY")
+	fl.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3-compatible server of s3:// sources, http(s)://host[:port] (path style; default AWS, or AWS_ENDPOINT_URL_S3)")
+	fl.StringVar(&f.s3Region, "s3-region", "", "signing region of S3 sources (default: from the host name, AWS_REGION or ~/.aws/config, else us-east-1)")
+	fl.StringVar(&f.gcsEndpoint, "gcs-endpoint", "", "server of gs:// sources, http(s)://host[:port] (default storage.googleapis.com, or STORAGE_EMULATOR_HOST)")
+	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
+	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
+	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
+	fl.IntVar(&f.connections, "connections", datasource.DefaultConnections, fmt.Sprintf("read an http(s), s3 or gs object over this many connections at once (1 to %d), in order, when the server serves byte ranges of an object of known size; 1: one GET", datasource.MaxConnections))
+	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
+	addRegistryFlags(fl, f)
+	addEgressFlags(fl, f)
+}
