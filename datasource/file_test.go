@@ -128,7 +128,7 @@ func TestReaderContextCancel(t *testing.T) {
 func TestNewDispatch(t *testing.T) {
 	src, err := datasource.New("-", datasource.Config{})
 	require.NoError(t, err)
-	assert.Equal(t, "stdin", src.String())
+	assert.Equal(t, "standard input", src.String())
 
 	src, err = datasource.New("https://example.com/a.qcow2", datasource.Config{})
 	require.NoError(t, err)
