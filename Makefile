@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build test test-short demo deps bench fuzz vet tidy-check clean image image-test man e2e-build e2e-cdi-build e2e-cluster e2e-down e2e
+.PHONY: build install test test-short demo deps bench fuzz vet tidy-check clean image image-test man e2e-build e2e-cdi-build e2e-cluster e2e-down e2e
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -19,6 +19,16 @@ LDFLAGS := -s -w -X main.buildVersion=$(VERSION) -X main.buildCommit=$(COMMIT)
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/importer ./cmd/importer
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/cdi-containerimage-server ./cmd/cdi-containerimage-server
+
+# Installs bin/importer and its man pages under PREFIX (DESTDIR for a
+# staged install, as packagers use it).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+install: build man
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
+	install -m 0755 bin/importer $(DESTDIR)$(BINDIR)/importer
+	install -m 0644 man/man1/*.1 $(DESTDIR)$(MANDIR)/man1/
 
 # Man pages of importer and its subcommands, generated from the cobra
 # commands (github.com/spf13/cobra/doc) into man/man1.
