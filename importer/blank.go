@@ -34,6 +34,7 @@ type BlankOptions struct {
 // where the device supports it, written zeros otherwise). It runs the
 // phases Info, Resize (the disk at its size), Commit and Complete.
 func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
+	o.Logger = orDiscard(o.Logger)
 	res, err := engine.CreateBlank(ctx, engine.BlankRequest(o))
 	return (*Result)(res), err
 }

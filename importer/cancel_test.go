@@ -3,9 +3,11 @@ package importer_test
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -66,4 +68,27 @@ func TestImportCancelledReadsCancelled(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, err, importer.ErrCancelled)
 	assert.Equal(t, "import cancelled", err.Error())
+}
+
+// With no Logger the library logs nothing: not to slog's default logger
+// (the caller's program's own log) either.
+func TestImportWithoutLoggerLogsNothing(t *testing.T) {
+	var logs bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	dir := t.TempDir()
+	src := filepath.Join(dir, "disk.raw")
+	disk := bytes.Repeat([]byte{0xeb, 0x3c, 0x90}, 1<<20)
+	disk[510], disk[511] = 0x55, 0xaa
+	require.NoError(t, os.WriteFile(src, disk, 0o644))
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: filepath.Join(dir, "disk.img")})
+	require.NoError(t, err)
+	assert.True(t, res.Complete)
+	got, err := os.ReadFile(filepath.Join(dir, "disk.img"))
+	require.NoError(t, err)
+	assert.Equal(t, disk, got)
+	_, err = importer.Import(context.Background(), importer.Options{Source: filepath.Join(dir, "nope"), Target: filepath.Join(dir, "x.img")})
+	require.Error(t, err)
+	assert.Empty(t, logs.String())
 }

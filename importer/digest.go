@@ -47,7 +47,7 @@ func ContentDigest(ctx context.Context, o Options) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	res, err := engine.ContentDigest(ctx, engine.DigestRequest{Source: src, SpillDir: o.ScratchDir, Logger: o.Logger})
+	res, err := engine.ContentDigest(ctx, engine.DigestRequest{Source: src, SpillDir: o.ScratchDir, Logger: o.logger()})
 	if err == nil {
 		return res.Digest.String(), nil
 	}

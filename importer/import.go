@@ -130,7 +130,7 @@ func request(o Options) (engine.Request, error) {
 		Mode:                    o.Mode,
 		Progress:                progress,
 		Events:                  events,
-		Logger:                  o.Logger,
+		Logger:                  o.logger(),
 		Qemu:                    o.Qemu,
 		Wrap:                    o.wrapPhase,
 	}, nil
@@ -172,7 +172,7 @@ func sourceConfig(o Options) (datasource.Config, error) {
 		Egress:          o.Egress,
 		RetryBackoff:    o.RetryBackoff,
 		RetryMaxElapsed: o.RetryMaxElapsed,
-		Logger:          o.Logger,
+		Logger:          o.logger(),
 		Arch:            o.Arch,
 		AuthFile:        o.AuthFile,
 		RegistriesConf:  o.RegistriesConf,

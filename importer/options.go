@@ -172,7 +172,8 @@ type Options struct {
 	// Progress, when set, is called about once a second from a goroutine of
 	// its own, and once more when the import ends.
 	Progress func(Progress)
-	// Logger receives the phase log; default slog.Default().
+	// Logger receives the phase log; nil logs nothing (a library says
+	// nothing unless asked).
 	Logger *slog.Logger
 	// Qemu runs qemu-img; nil uses qemu-img from PATH, sandboxed, with the
 	// package's default limits.
@@ -213,3 +214,14 @@ type Progress struct {
 // EgressPolicy is the allow and deny lists of networks (Options.Egress);
 // datasource.DefaultEgressDeny and datasource.ParseEgressList build them.
 type EgressPolicy = datasource.EgressPolicy
+
+// logger is o.Logger, or one that drops everything.
+func (o Options) logger() *slog.Logger { return orDiscard(o.Logger) }
+
+// orDiscard is l, or a logger that drops every record when l is nil.
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
