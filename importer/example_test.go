@@ -31,9 +31,9 @@ func ExampleImport() {
 	case err != nil:
 		fmt.Println("import failed:", err)
 	default:
-		fmt.Println(res.SourceFormat, res.VirtualSize, res.Phases)
+		fmt.Println(res.SourceFormat, res.VirtualSize, res.TargetSize, res.Phases)
 	}
-	// Output: raw 1048576 [Info TransferDataFile Resize Commit Complete]
+	// Output: raw 512 1048576 [Info TransferDataFile Resize Commit Complete]
 }
 
 // Make an empty 64 MiB sparse disk in a file.
