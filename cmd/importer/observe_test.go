@@ -23,7 +23,7 @@ import (
 // A server that waited for a last scrape would have answered one with 100.
 func TestFinishStopsMetricsBeforeTheFinalValue(t *testing.T) {
 	o := &progressOutputs{tracker: cdi.NewProgressTracker()}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	o.start(cdi.MetricsConfig{Listen: "127.0.0.1:0", OwnerUID: "owner"}, log, log, true)
 	require.NotNil(t, o.server, "the metrics server started")
 	addr := o.server.Addr()
@@ -71,12 +71,4 @@ func TestFinishStopsMetricsBeforeTheFinalValue(t *testing.T) {
 	assert.NotContains(t, seen, "100", "a scrape read the final value: the server outlived it")
 	_, err := net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "the metrics port is closed when finish returns")
-}
-
-// testWriter sends log lines to the test's log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
 }
