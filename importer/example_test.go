@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 )
 
@@ -120,4 +122,45 @@ func ExampleImport_notADiskImage() {
 	// Output:
 	// true
 	// raw <nil>
+}
+
+// Import from a source of the program's own: a scheme registered on the
+// built-in registry ("mem://" here, a map of disks), or a datasource.Source
+// value handed in whole.
+func ExampleOptions_registry() {
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	disks := map[string][]byte{"mem://boot": bootSector()}
+
+	reg := datasource.Builtin()
+	reg.Register("mem://", func(endpoint string, _ datasource.Config) (datasource.Source, error) {
+		b, ok := disks[endpoint]
+		if !ok {
+			return nil, fmt.Errorf("no disk %s: %w", endpoint, importer.ErrInvalidOptions)
+		}
+		return datasource.NewSizedReader(endpoint, bytes.NewReader(b), int64(len(b))), nil
+	})
+	res, err := importer.Import(context.Background(), importer.Options{
+		Source:   "mem://boot",
+		Registry: reg,
+		Target:   filepath.Join(dir, "disk.img"),
+	})
+	if err != nil {
+		fmt.Println("import failed:", err)
+		return
+	}
+	fmt.Println(res.SourceFormat, res.BytesWritten)
+
+	res, err = importer.Import(context.Background(), importer.Options{
+		CustomSource: datasource.NewFile(filepath.Join(dir, "disk.img")),
+		Target:       filepath.Join(dir, "copy.img"),
+	})
+	if err != nil {
+		fmt.Println("import failed:", err)
+		return
+	}
+	fmt.Println(res.SourceFormat, res.BytesWritten)
+	// Output:
+	// raw 512
+	// raw 512
 }

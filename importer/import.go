@@ -48,7 +48,7 @@ func cancelled(ctx context.Context, err error) error {
 // request checks the options and resolves them for the engine: the source
 // built through the datasource registry, the checksums parsed.
 func request(o Options) (engine.Request, error) {
-	if o.Source == "" || o.Target == "" {
+	if (o.Source == "" && o.CustomSource == nil) || o.Target == "" {
 		return engine.Request{}, fmt.Errorf("source and target are required: %w", errdefs.ErrInvalidOptions)
 	}
 	switch o.Format {
@@ -150,9 +150,15 @@ func newSource(o Options) (datasource.Source, error) {
 		}
 		return datasource.NewReader(name, o.SourceReader), nil
 	}
+	if o.CustomSource != nil {
+		return o.CustomSource, nil
+	}
 	c, err := sourceConfig(o)
 	if err != nil {
 		return nil, err
+	}
+	if o.Registry != nil {
+		return o.Registry.New(o.Source, c)
 	}
 	return datasource.New(o.Source, c)
 }

@@ -20,6 +20,14 @@ type Options struct {
 	Source string
 	// SourceReader supplies the image for Source "-" (an upload stream).
 	SourceReader io.Reader
+	// CustomSource, when set, is the source itself: a caller's own
+	// datasource.Source, opened again to restart or verify as the built-in
+	// ones are. Source then only names it and may be empty.
+	CustomSource datasource.Source
+	// Registry, when set, builds the source Source names instead of the
+	// built-in one: datasource.Builtin() with the caller's own schemes
+	// registered on it.
+	Registry *datasource.Registry
 	// SourceReaderName is what messages call SourceReader's stream
 	// ("reading the header of NAME"); "standard input" when empty.
 	SourceReaderName string
