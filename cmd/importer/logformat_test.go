@@ -66,3 +66,37 @@ func TestBlankLogFormatJSON(t *testing.T) {
 	code, _, _ = runCLI(t, nil, env(nil), "blank", "--log-format", "xml", "--size", "1Mi", dest+"2")
 	assert.Equal(t, cdi.ExitUsage, code)
 }
+
+// Under --log-format json every line of standard error is JSON: the
+// summary is an INFO record with the result's numbers, the failure an
+// ERROR record with the error and its reason.
+func TestCLILogFormatJSONEndsInRecords(t *testing.T) {
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "disk.raw", 1<<20, 4)
+	records := func(stderr string) []map[string]any {
+		var recs []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+			var rec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &rec), "not a JSON log line: %q", l)
+			recs = append(recs, rec)
+		}
+		return recs
+	}
+	code, _, stderr := runCLI(t, nil, env(nil), "--log-format", "json", src, filepath.Join(dir, "out.img"))
+	require.Equal(t, cdi.ExitOK, code)
+	recs := records(stderr)
+	last := recs[len(recs)-1]
+	assert.Equal(t, "Import complete", last["msg"])
+	assert.Equal(t, "raw", last["sourceFormat"])
+	assert.EqualValues(t, 1<<20, last["virtualSize"])
+	assert.EqualValues(t, 1<<20, last["bytesRead"])
+
+	code, _, stderr = runCLI(t, nil, env(nil), "--log-format", "json", filepath.Join(dir, "nope.raw"), filepath.Join(dir, "x.img"))
+	require.Equal(t, cdi.ExitFailed, code)
+	recs = records(stderr)
+	last = recs[len(recs)-1]
+	assert.Equal(t, "ERROR", last["level"])
+	assert.Equal(t, "import failed", last["msg"])
+	assert.Equal(t, "source file "+filepath.Join(dir, "nope.raw")+" does not exist", last["error"])
+	assert.Equal(t, "SourceUnreachable", last["reason"])
+}

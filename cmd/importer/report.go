@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
@@ -19,6 +21,11 @@ type reporter struct {
 	terminationLog string
 	json, quiet    bool
 	stdout, stderr io.Writer
+	// records, under --log-format json, gets the cause and the summary as
+	// log records (an ERROR with error and reason, an INFO "Import
+	// complete" with the result's numbers) in place of the plain lines,
+	// so that every line of standard error is JSON.
+	records *slog.Logger
 }
 
 // writeLog writes the result JSON to the termination log, when one is set.
@@ -43,6 +50,9 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 	if r.json {
 		fmt.Fprintln(r.stdout, string(cdi.CLIMessage(res, err).JSON()))
 	}
+	if r.records != nil {
+		return r.reportRecords(res, err, failed)
+	}
 	if err != nil {
 		if _, stopped := err.(*errdefs.CancelledError); stopped {
 			fmt.Fprintf(r.stderr, "importer: %v\n", err) // "import cancelled" is the whole story
@@ -53,6 +63,20 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 	}
 	if !r.quiet {
 		fmt.Fprintln(r.stderr, summary)
+	}
+	return cdi.ExitOK
+}
+
+// reportRecords is report's ending as JSON log records.
+func (r reporter) reportRecords(res *importer.Result, err error, failed string) int {
+	if err != nil {
+		r.records.Error(failed, "error", err.Error(), "reason", importer.Reason(err), "httpStatus", cdi.HTTPStatus(err))
+		return cdi.CLIExitCode(err)
+	}
+	if !r.quiet && res != nil {
+		r.records.Info("Import complete", "target", res.Target, "sourceFormat", res.SourceFormat,
+			"compression", strings.Join(res.Compressions, ","), "virtualSize", res.VirtualSize, "targetSize", res.TargetSize,
+			"bytesRead", res.BytesRead, "dataBytes", res.DataBytes, "durationSeconds", res.Duration.Seconds())
 	}
 	return cdi.ExitOK
 }

@@ -32,6 +32,9 @@ func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stde
 	res, err := importer.Import(ctx, o)
 	progress.finish(res, err)
 	r := reporter{terminationLog: f.terminationLog, json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
+	if f.logFormat == logFormatJSON {
+		r.records = lines
+	}
 	return r.report(res, err, "import failed", importSummary(res))
 }
 
