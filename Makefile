@@ -39,10 +39,10 @@ man:
 # with a reason otherwise.
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -count=1 -timeout 40m ./...; status=$$?; ./scripts/test-skips.sh; exit $$status
 
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 ./...; status=$$?; ./scripts/test-skips.sh; exit $$status
 
 # Installs qemu-utils and friends when missing (needs root and apt), builds,
 # and imports a small qcow2.xz served on 127.0.0.1.
