@@ -113,32 +113,24 @@ func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
 		dev = testimg.LoopDevice(t, dir, imageSize)
 	}
 	for _, name := range []string{"raw", "qcow2", "qcow2.xz"} {
-		for _, tgt := range []string{"file", "block"} {
-			t.Run(name+"/"+tgt, func(t *testing.T) {
-				target := filepath.Join(t.TempDir(), "disk.img")
-				if tgt == "block" {
-					if dev == "" {
-						t.Skip("loop devices need root")
-					}
-					target = dev
-				}
-				res, err := importer.Import(context.Background(), importer.Options{Source: c[name], Target: target,
-					ScratchDir: t.TempDir(), Logger: testLogger(t), ExpectContentDigest: wrong})
-				require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
-				assert.False(t, res.Complete)
-				assert.Equal(t, rawContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
-				if tgt == "file" {
-					_, statErr := os.Stat(target)
-					assert.ErrorIs(t, statErr, os.ErrNotExist, "no target file is left")
-					entries, _ := os.ReadDir(filepath.Dir(target))
-					assert.Empty(t, entries, "no temporary file is left")
-					return
-				}
-				// Whatever the route, the image's first MiB is not on the
-				// device: never written (streamed) or wiped (converted).
-				assert.NotEqual(t, testimg.Digest(t, raw, 1<<20), testimg.Digest(t, dev, 1<<20), "the device does not hold the image's head")
-			})
-		}
+		testimg.ForEachTarget(t, name, dev, func(t *testing.T, tg testimg.Target) {
+			target := tg.Path
+			res, err := importer.Import(context.Background(), importer.Options{Source: c[name], Target: target,
+				ScratchDir: t.TempDir(), Logger: testLogger(t), ExpectContentDigest: wrong})
+			require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
+			assert.False(t, res.Complete)
+			assert.Equal(t, rawContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
+			if !tg.Block {
+				_, statErr := os.Stat(target)
+				assert.ErrorIs(t, statErr, os.ErrNotExist, "no target file is left")
+				entries, _ := os.ReadDir(filepath.Dir(target))
+				assert.Empty(t, entries, "no temporary file is left")
+				return
+			}
+			// Whatever the route, the image's first MiB is not on the
+			// device: never written (streamed) or wiped (converted).
+			assert.NotEqual(t, testimg.Digest(t, raw, 1<<20), testimg.Digest(t, dev, 1<<20), "the device does not hold the image's head")
+		})
 	}
 }
 

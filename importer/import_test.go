@@ -98,47 +98,39 @@ func TestImportMatrix(t *testing.T) {
 			},
 		}
 		for srcName, mk := range sources {
-			for _, tgtName := range []string{"file", "block"} {
-				t.Run(c.name+"/"+srcName+"/"+tgtName, func(t *testing.T) {
-					if tgtName == "block" && loop == "" {
-						t.Skip("loop devices need root")
-					}
-					o := mk()
-					o.Logger = testLogger(t)
-					o.ScratchDir = t.TempDir()
-					o.Target = filepath.Join(t.TempDir(), "disk.img")
-					if tgtName == "block" {
-						o.Target = loop
-					}
-					res, err := importer.Import(context.Background(), o)
-					require.NoError(t, err)
-					require.True(t, res.Complete)
-					assert.Equal(t, c.format, res.SourceFormat)
-					assert.Equal(t, importer.PhaseComplete, res.Phases[len(res.Phases)-1])
-					// qemu-img reads a local file in place, and an HTTP
-					// object that serves ranges through our NBD export
-					// (ranged.go) unless it is a streamOptimized vmdk,
-					// which is decoded straight onto the target; stdin
-					// goes through scratch, but for the formats the
-					// stream decoder reads, which are decoded.
-					streamable := map[string]bool{"disk.qcow2": true, "stream.vmdk": true, "dynamic.vhd": true, "disk.vdi": true, "disk.vhdx": true}
-					decoded := srcName == "http" && c.name == "stream.vmdk" ||
-						srcName == "stdin" && streamable[c.name] ||
-						// A compact qcow2 over ranges, onto a file or a
-						// device, and a vhdx, are decoded as a stream
-						// (internal/engine/routechoice.go).
-						srcName == "http" && (c.name == "disk.qcow2" || c.name == "disk.vhdx")
-					assert.Equal(t, c.convert && !decoded, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
-					wantScratch := c.convert && srcName == "stdin" && !decoded
-					assert.Equal(t, wantScratch, res.ScratchUsed, "phases %v", res.Phases)
-					want := raw
-					if c.self {
-						want = img
-					}
-					expectImage(t, want, o.Target, tgtName == "block")
-					assertEmptyDir(t, o.ScratchDir)
-				})
-			}
+			testimg.ForEachTarget(t, c.name+"/"+srcName, loop, func(t *testing.T, tg testimg.Target) {
+				o := mk()
+				o.Logger = testLogger(t)
+				o.ScratchDir = t.TempDir()
+				o.Target = tg.Path
+				res, err := importer.Import(context.Background(), o)
+				require.NoError(t, err)
+				require.True(t, res.Complete)
+				assert.Equal(t, c.format, res.SourceFormat)
+				assert.Equal(t, importer.PhaseComplete, res.Phases[len(res.Phases)-1])
+				// qemu-img reads a local file in place, and an HTTP
+				// object that serves ranges through our NBD export
+				// (ranged.go) unless it is a streamOptimized vmdk,
+				// which is decoded straight onto the target; stdin
+				// goes through scratch, but for the formats the
+				// stream decoder reads, which are decoded.
+				streamable := map[string]bool{"disk.qcow2": true, "stream.vmdk": true, "dynamic.vhd": true, "disk.vdi": true, "disk.vhdx": true}
+				decoded := srcName == "http" && c.name == "stream.vmdk" ||
+					srcName == "stdin" && streamable[c.name] ||
+					// A compact qcow2 over ranges, onto a file or a
+					// device, and a vhdx, are decoded as a stream
+					// (internal/engine/routechoice.go).
+					srcName == "http" && (c.name == "disk.qcow2" || c.name == "disk.vhdx")
+				assert.Equal(t, c.convert && !decoded, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
+				wantScratch := c.convert && srcName == "stdin" && !decoded
+				assert.Equal(t, wantScratch, res.ScratchUsed, "phases %v", res.Phases)
+				want := raw
+				if c.self {
+					want = img
+				}
+				expectImage(t, want, o.Target, tg.Block)
+				assertEmptyDir(t, o.ScratchDir)
+			})
 		}
 	}
 }
@@ -162,27 +154,22 @@ func TestImportCompressed(t *testing.T) {
 		cases[filepath.Base(testimg.Compress(t, qcow, kind))] = []string{kind}
 	}
 	for name, comps := range cases {
-		for _, tgtName := range []string{"file", "block"} {
-			t.Run(name+"/"+tgtName, func(t *testing.T) {
-				if tgtName == "block" && loop == "" {
-					t.Skip("loop devices need root")
+		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
+			for i, src := range []string{base + name, filepath.Join(dir, name)} {
+				target := tg.Path
+				if i > 0 && !tg.Block {
+					target = filepath.Join(t.TempDir(), "disk.img") // a new file for each source
 				}
-				for _, src := range []string{base + name, filepath.Join(dir, name)} {
-					target := filepath.Join(t.TempDir(), "disk.img")
-					if tgtName == "block" {
-						target = loop
-					}
-					res, err := importer.Import(context.Background(), importer.Options{
-						Source: src, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
-						Checksums: []string{testimg.FileDigest(t, filepath.Join(dir, name))},
-					})
-					require.NoError(t, err, src)
-					assert.Equal(t, comps, res.Compressions)
-					assert.Len(t, res.Checksums, 1)
-					expectImage(t, raw, target, tgtName == "block")
-				}
-			})
-		}
+				res, err := importer.Import(context.Background(), importer.Options{
+					Source: src, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
+					Checksums: []string{testimg.FileDigest(t, filepath.Join(dir, name))},
+				})
+				require.NoError(t, err, src)
+				assert.Equal(t, comps, res.Compressions)
+				assert.Len(t, res.Checksums, 1)
+				expectImage(t, raw, target, tg.Block)
+			}
+		})
 	}
 }
 

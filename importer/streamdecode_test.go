@@ -47,38 +47,30 @@ func TestStreamDecodeRoute(t *testing.T) {
 	}
 	for name, want := range images {
 		for _, srcName := range []string{"http", "file"} {
-			for _, tgtName := range []string{"file", "block"} {
-				t.Run(name+"/"+srcName+"/"+tgtName, func(t *testing.T) {
-					if tgtName == "block" && loop == "" {
-						t.Skip("loop devices need root")
-					}
-					var logs bytes.Buffer
-					o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
-						Target: filepath.Join(t.TempDir(), "disk.img")}
-					if srcName == "file" {
-						o.Source = filepath.Join(dir, name)
-					}
-					if tgtName == "block" {
-						o.Target = loop
-					}
-					res, err := importer.Import(context.Background(), o)
-					if err != nil {
-						t.Log(logs.String())
-					}
-					require.NoError(t, err)
-					assert.True(t, res.Complete)
-					assert.False(t, res.ScratchUsed)
-					assert.Equal(t, streamDecodePhases, res.Phases)
-					assert.Contains(t, logs.String(), "decoded straight onto the target")
-					st, err := os.Stat(want)
-					require.NoError(t, err)
-					assert.Equal(t, st.Size(), res.VirtualSize)
-					assert.Equal(t, st.Size(), res.BytesWritten)
-					assert.Positive(t, res.DataBytes)
-					expectImage(t, want, o.Target, tgtName == "block")
-					assertEmptyDir(t, o.ScratchDir)
-				})
-			}
+			testimg.ForEachTarget(t, name+"/"+srcName, loop, func(t *testing.T, tg testimg.Target) {
+				var logs bytes.Buffer
+				o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+					Target: tg.Path}
+				if srcName == "file" {
+					o.Source = filepath.Join(dir, name)
+				}
+				res, err := importer.Import(context.Background(), o)
+				if err != nil {
+					t.Log(logs.String())
+				}
+				require.NoError(t, err)
+				assert.True(t, res.Complete)
+				assert.False(t, res.ScratchUsed)
+				assert.Equal(t, streamDecodePhases, res.Phases)
+				assert.Contains(t, logs.String(), "decoded straight onto the target")
+				st, err := os.Stat(want)
+				require.NoError(t, err)
+				assert.Equal(t, st.Size(), res.VirtualSize)
+				assert.Equal(t, st.Size(), res.BytesWritten)
+				assert.Positive(t, res.DataBytes)
+				expectImage(t, want, o.Target, tg.Block)
+				assertEmptyDir(t, o.ScratchDir)
+			})
 		}
 	}
 }
@@ -110,40 +102,32 @@ func TestStreamDecodeFallsBackToScratch(t *testing.T) {
 	if os.Geteuid() == 0 {
 		loop = testimg.LoopDevice(t, dir, 8<<20)
 	}
-	for _, tgtName := range []string{"file", "block"} {
-		t.Run(tgtName, func(t *testing.T) {
-			if tgtName == "block" && loop == "" {
-				t.Skip("loop devices need root")
+	testimg.ForEachTarget(t, "", loop, func(t *testing.T, tg testimg.Target) {
+		var logs bytes.Buffer
+		o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+			Target: tg.Path}
+		var phases []importer.Phase
+		o.Events = func(e importer.Event) {
+			if e.Kind == importer.EventPhaseStarted {
+				phases = append(phases, e.Phase)
 			}
-			var logs bytes.Buffer
-			o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
-				Target: filepath.Join(t.TempDir(), "disk.img")}
-			if tgtName == "block" {
-				o.Target = loop
-			}
-			var phases []importer.Phase
-			o.Events = func(e importer.Event) {
-				if e.Kind == importer.EventPhaseStarted {
-					phases = append(phases, e.Phase)
-				}
-			}
-			res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, 1))
-			if err != nil {
-				t.Log(logs.String())
-			}
-			require.NoError(t, err)
-			assert.True(t, res.ScratchUsed)
-			assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
-			assert.Contains(t, logs.String(), "cannot be decoded in one pass; starting the import over")
-			assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, phases[:3],
-				"the first attempt tried the decoder")
-			expectImage(t, want, o.Target, tgtName == "block")
-			assertEmptyDir(t, o.ScratchDir)
-			if tgtName == "file" {
-				assertOnly(t, filepath.Dir(o.Target), "disk.img")
-			}
-		})
-	}
+		}
+		res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, 1))
+		if err != nil {
+			t.Log(logs.String())
+		}
+		require.NoError(t, err)
+		assert.True(t, res.ScratchUsed)
+		assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
+		assert.Contains(t, logs.String(), "cannot be decoded in one pass; starting the import over")
+		assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, phases[:3],
+			"the first attempt tried the decoder")
+		expectImage(t, want, o.Target, tg.Block)
+		assertEmptyDir(t, o.ScratchDir)
+		if !tg.Block {
+			assertOnly(t, filepath.Dir(o.Target), "disk.img")
+		}
+	})
 }
 
 func assertOnly(t *testing.T, dir string, names ...string) {
@@ -219,31 +203,23 @@ func TestStreamDecodeTruncated(t *testing.T) {
 		loop = testimg.LoopDevice(t, dir, 8<<20)
 	}
 	for _, name := range []string{filepath.Base(cut), filepath.Base(cutXZ)} {
-		for _, tgtName := range []string{"file", "block"} {
-			t.Run(name+"/"+tgtName, func(t *testing.T) {
-				if tgtName == "block" && loop == "" {
-					t.Skip("loop devices need root")
-				}
-				var logs bytes.Buffer
-				o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
-					Target: filepath.Join(t.TempDir(), "disk.img")}
-				if tgtName == "block" {
-					o.Target = loop
-				}
-				res, err := importer.Import(context.Background(), o)
-				t.Log(err)
-				require.ErrorIs(t, err, errdefs.ErrInvalidImage)
-				assert.False(t, res.Complete)
-				assert.NotContains(t, res.Phases, importer.PhaseCommit)
-				assert.Contains(t, logs.String(), "decoded straight onto the target")
-				assertEmptyDir(t, o.ScratchDir)
-				if tgtName == "file" {
-					assertEmptyDir(t, filepath.Dir(o.Target))
-				} else {
-					assertHeadZeroed(t, loop)
-				}
-			})
-		}
+		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
+			var logs bytes.Buffer
+			o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+				Target: tg.Path}
+			res, err := importer.Import(context.Background(), o)
+			t.Log(err)
+			require.ErrorIs(t, err, errdefs.ErrInvalidImage)
+			assert.False(t, res.Complete)
+			assert.NotContains(t, res.Phases, importer.PhaseCommit)
+			assert.Contains(t, logs.String(), "decoded straight onto the target")
+			assertEmptyDir(t, o.ScratchDir)
+			if !tg.Block {
+				assertEmptyDir(t, filepath.Dir(o.Target))
+			} else {
+				assertHeadZeroed(t, loop)
+			}
+		})
 	}
 }
 
@@ -275,37 +251,29 @@ func TestStreamDecodeChecksum(t *testing.T) {
 }
 
 func streamDecodeChecksum(t *testing.T, url, img, raw, loop string) {
-	for _, tgtName := range []string{"file", "block"} {
-		t.Run(tgtName, func(t *testing.T) {
-			if tgtName == "block" && loop == "" {
-				t.Skip("loop devices need root")
-			}
-			target := filepath.Join(t.TempDir(), "disk.img")
-			if tgtName == "block" {
-				target = loop
-			}
-			// A mismatch first: writing began, so the device's old head is wiped.
-			o := importer.Options{Source: url, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
-				Checksums: []string{"sha256:" + string(bytes.Repeat([]byte("0"), 64))}}
-			res, err := importer.Import(context.Background(), o)
-			require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
-			assert.False(t, res.Complete)
-			assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, res.Phases)
-			if tgtName == "file" {
-				assertEmptyDir(t, filepath.Dir(target))
-			} else {
-				assertHeadZeroed(t, loop)
-			}
-			assertEmptyDir(t, o.ScratchDir)
+	testimg.ForEachTarget(t, "", loop, func(t *testing.T, tg testimg.Target) {
+		target := tg.Path
+		// A mismatch first: writing began, so the device's old head is wiped.
+		o := importer.Options{Source: url, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
+			Checksums: []string{"sha256:" + string(bytes.Repeat([]byte("0"), 64))}}
+		res, err := importer.Import(context.Background(), o)
+		require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
+		assert.False(t, res.Complete)
+		assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseError}, res.Phases)
+		if !tg.Block {
+			assertEmptyDir(t, filepath.Dir(target))
+		} else {
+			assertHeadZeroed(t, loop)
+		}
+		assertEmptyDir(t, o.ScratchDir)
 
-			o.Checksums = []string{testimg.FileDigest(t, img)}
-			res, err = importer.Import(context.Background(), o)
-			require.NoError(t, err)
-			assert.False(t, res.ScratchUsed)
-			assert.Equal(t, streamDecodePhases, res.Phases)
-			assert.Len(t, res.Checksums, 1)
-			expectImage(t, raw, target, tgtName == "block")
-			assertEmptyDir(t, o.ScratchDir)
-		})
-	}
+		o.Checksums = []string{testimg.FileDigest(t, img)}
+		res, err = importer.Import(context.Background(), o)
+		require.NoError(t, err)
+		assert.False(t, res.ScratchUsed)
+		assert.Equal(t, streamDecodePhases, res.Phases)
+		assert.Len(t, res.Checksums, 1)
+		expectImage(t, raw, target, tg.Block)
+		assertEmptyDir(t, o.ScratchDir)
+	})
 }

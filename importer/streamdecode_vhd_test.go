@@ -74,40 +74,32 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 		loop = testimg.LoopDevice(t, dir, 8<<20)
 	}
 	for name, want := range images {
-		for _, tgtName := range []string{"file", "block"} {
-			t.Run(name+"/"+tgtName, func(t *testing.T) {
-				if tgtName == "block" && loop == "" {
-					t.Skip("loop devices need root")
-				}
-				var logs bytes.Buffer
-				o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
-					Target: filepath.Join(t.TempDir(), "disk.img")}
-				if tgtName == "block" {
-					o.Target = loop
-				}
-				before := requests.Load()
-				res, err := importer.Import(context.Background(), o)
-				if err != nil {
-					t.Log(logs.String())
-				}
-				require.NoError(t, err)
-				assert.Positive(t, requests.Load()-before, "the image came from the server")
-				assert.True(t, res.Complete)
-				assert.False(t, res.ScratchUsed)
-				assert.Zero(t, res.ScratchBytes)
-				assert.Equal(t, streamDecodePhases, res.Phases)
-				assert.Contains(t, logs.String(), "decoded straight onto the target")
-				st, err := os.Stat(want)
-				require.NoError(t, err)
-				assert.Equal(t, st.Size(), res.VirtualSize)
-				assert.Positive(t, res.DataBytes)
-				expectImage(t, want, o.Target, tgtName == "block")
-				assertEmptyDir(t, o.ScratchDir)
-				if tgtName == "file" {
-					assertOnly(t, filepath.Dir(o.Target), "disk.img")
-				}
-			})
-		}
+		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
+			var logs bytes.Buffer
+			o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+				Target: tg.Path}
+			before := requests.Load()
+			res, err := importer.Import(context.Background(), o)
+			if err != nil {
+				t.Log(logs.String())
+			}
+			require.NoError(t, err)
+			assert.Positive(t, requests.Load()-before, "the image came from the server")
+			assert.True(t, res.Complete)
+			assert.False(t, res.ScratchUsed)
+			assert.Zero(t, res.ScratchBytes)
+			assert.Equal(t, streamDecodePhases, res.Phases)
+			assert.Contains(t, logs.String(), "decoded straight onto the target")
+			st, err := os.Stat(want)
+			require.NoError(t, err)
+			assert.Equal(t, st.Size(), res.VirtualSize)
+			assert.Positive(t, res.DataBytes)
+			expectImage(t, want, o.Target, tg.Block)
+			assertEmptyDir(t, o.ScratchDir)
+			if !tg.Block {
+				assertOnly(t, filepath.Dir(o.Target), "disk.img")
+			}
+		})
 	}
 }
 

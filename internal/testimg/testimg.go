@@ -297,3 +297,34 @@ func Tmpfs(t testing.TB, size int64) string {
 	})
 	return dir
 }
+
+// Target is where one run of an import test writes: a file, or a block
+// device.
+type Target struct {
+	Path  string // a new file's path in the subtest's temporary directory, or the loop device
+	Block bool   // Path is the loop device
+}
+
+// ForEachTarget runs f as the subtests name/file and name/block (just file
+// and block when name is ""): the first onto a file in a new temporary
+// directory, the second onto loop, skipped when loop is "" (no root for
+// loop devices).
+func ForEachTarget(t *testing.T, name, loop string, f func(t *testing.T, tg Target)) {
+	t.Helper()
+	for _, block := range []bool{false, true} {
+		sub := map[bool]string{false: "file", true: "block"}[block]
+		if name != "" {
+			sub = name + "/" + sub
+		}
+		t.Run(sub, func(t *testing.T) {
+			if !block {
+				f(t, Target{Path: filepath.Join(t.TempDir(), "disk.img")})
+				return
+			}
+			if loop == "" {
+				t.Skip("loop devices need root")
+			}
+			f(t, Target{Path: loop, Block: true})
+		})
+	}
+}
