@@ -38,6 +38,10 @@ type Header struct {
 	VHDDiskType uint32
 	// VDI only: 1 dynamic, 2 fixed.
 	VDIImageType uint32
+	// VDI only: where the block map and the blocks start, the size of a
+	// block and the number of block-map entries.
+	VDIBlockMapOffset, VDIDataOffset uint32
+	VDIBlockSize, VDIBlocks          uint32
 }
 
 // ParseHeader validates what can be validated from the first bytes of an

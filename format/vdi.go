@@ -57,5 +57,6 @@ func parseVDIHeader(head []byte) (Header, error) {
 	if offBlocks%512 != 0 || offData%512 != 0 || offBlocks < vdiHeaderEnd/2 {
 		return Header{}, invalidf(f, "block map at %d / data at %d", offBlocks, offData)
 	}
-	return Header{Format: f, VirtualSize: int64(diskSize), VDIImageType: typ}, nil
+	return Header{Format: f, VirtualSize: int64(diskSize), VDIImageType: typ,
+		VDIBlockMapOffset: offBlocks, VDIDataOffset: offData, VDIBlockSize: blockSize, VDIBlocks: blocks}, nil
 }

@@ -22,14 +22,12 @@ func CheckVDI(r io.ReaderAt, size int64) error {
 	if err := readHeadAt(VDI, r, head, size); err != nil {
 		return err
 	}
-	if _, err := parseVDIHeader(head); err != nil {
+	h, err := parseVDIHeader(head)
+	if err != nil {
 		return err
 	}
-	le := binary.LittleEndian
-	offBlocks := int64(le.Uint32(head[0x154:]))
-	offData := int64(le.Uint32(head[0x158:]))
-	blockSize := int64(le.Uint32(head[0x178:]))
-	blocks := int64(le.Uint32(head[0x180:]))
+	offBlocks, offData := int64(h.VDIBlockMapOffset), int64(h.VDIDataOffset)
+	blockSize, blocks := int64(h.VDIBlockSize), int64(h.VDIBlocks)
 	if offBlocks+4*blocks > size {
 		return invalidf(VDI, "block map of %d entries at offset %d lies past the end of the %d-byte file (truncated image?)", blocks, offBlocks, size)
 	}
@@ -39,7 +37,7 @@ func CheckVDI(r io.ReaderAt, size int64) error {
 		if _, err := io.ReadFull(br, e[:]); err != nil {
 			return fmt.Errorf("vdi: reading block map entry %d: %w", i, readFailure(err))
 		}
-		v := le.Uint32(e[:])
+		v := binary.LittleEndian.Uint32(e[:])
 		if v >= vdiUnallocated {
 			continue
 		}

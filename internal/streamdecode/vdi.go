@@ -52,14 +52,13 @@ func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 			return Stats{}, fmt.Errorf("vdi: the header names a %s image (UUID at %#x): %w", u.what, u.off, errdefs.ErrUnsafeImage)
 		}
 	}
-	le := binary.LittleEndian
-	offData := uint64(le.Uint32(head[0x158:]))
-	blockSize := uint64(le.Uint32(head[0x178:]))
+	offData := uint64(h.VDIDataOffset)
+	blockSize := uint64(h.VDIBlockSize)
 	// block_extra (0x17c) is not used: qemu places block k at
 	// offset_data + k*block_size whatever it says.
 	layout := blockLayout{vsize: uint64(h.VirtualSize), blockSize: blockSize}
-	mapOff := uint64(le.Uint32(head[0x154:]))
-	entries := uint64(le.Uint32(head[0x180:]))
+	mapOff := uint64(h.VDIBlockMapOffset)
+	entries := uint64(h.VDIBlocks)
 	m := blockMap{
 		name:      "vdi",
 		vsize:     layout.vsize,
@@ -71,7 +70,7 @@ func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 		parse: func(t [][]byte, blocks []blockExtent) (blockLayout, error) {
 			layout.blocks = blocks
 			for i := range entries {
-				if e := le.Uint32(t[0][4*i:]); e < vdiDiscarded {
+				if e := binary.LittleEndian.Uint32(t[0][4*i:]); e < vdiDiscarded {
 					layout.blocks = append(layout.blocks, blockExtent{start: offData + uint64(e)*blockSize, index: i})
 				}
 			}
