@@ -120,6 +120,7 @@ func request(o Options) (engine.Request, error) {
 		Preallocation:           o.Preallocation,
 		CacheMode:               o.CacheMode,
 		ExactSize:               o.ExactSize,
+		AllowSparseOvercommit:   o.AllowSparseOvercommit,
 		Verify:                  o.Verify,
 		ZeroTarget:              o.ZeroTarget,
 		NoRangedRead:            o.NoRangedRead,

@@ -82,6 +82,12 @@ type Options struct {
 	// where the target's filesystem accepts O_DIRECT (always for block
 	// devices), else writeback. Anything else is ErrInvalidOptions.
 	CacheMode string
+	// AllowSparseOvercommit lets an image larger than a file target's free
+	// space be written when it is sparse, as qemu-img convert does: the
+	// size check uses Size (when set), not the free space, and a write past
+	// the real space fails. Off by default: the image must fit the free
+	// space, so a full filesystem is found before a byte is written.
+	AllowSparseOvercommit bool
 
 	// Clone options, for a local file or block device source.
 	// ExactSize requires the target to be exactly the source's virtual size

@@ -26,6 +26,7 @@ type cliFlags struct {
 	headers            []string
 	creds              string
 	preallocation      bool
+	allowOvercommit    bool
 	filesystemOverhead float64
 	cacheMode          string
 	stallTimeout       time.Duration
@@ -130,6 +131,7 @@ reports to /dev/termination-log.`,
 	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
 	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
 	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
+	fl.BoolVar(&f.allowOvercommit, "allow-sparse-overcommit", false, "let a sparse image larger than a file DEST's free space be written (as qemu-img convert does; it fails if its data do not fit); default: the virtual size must fit the free space")
 	fl.StringVar(&f.mode, "mode", "", "permission bits of a new DEST file, in octal (default: 0666 less the umask)")
 	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
 	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
@@ -179,35 +181,36 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		return importer.Options{}, fmt.Errorf("--max-spill: %w", err)
 	}
 	o := importer.Options{
-		Source:              source,
-		Target:              dest,
-		Size:                size,
-		Format:              f.format,
-		ScratchDir:          f.scratch,
-		Checksums:           f.checksums,
-		CertDir:             f.certDir,
-		InsecureTLS:         f.insecureTLS,
-		Headers:             f.headers,
-		Preallocation:       f.preallocation,
-		FilesystemOverhead:  f.filesystemOverhead,
-		CacheMode:           f.cacheMode,
-		StallTimeout:        f.stallTimeout,
-		NoRangedRead:        f.noRangedRead,
-		NoStreamDecode:      f.noStreamDecode,
-		MaxSpill:            maxSpill,
-		FormatIn:            f.formatIn,
-		Retries:             &f.retries,
-		NoConnectRetry:      true,
-		Connections:         f.connections,
-		RetryMaxElapsed:     f.retryMaxElapsed,
-		ContentType:         f.contentType,
-		ExactSize:           f.exactSize,
-		Verify:              f.verify,
-		ExpectContentDigest: f.expectContent,
-		ZeroTarget:          f.zeroTarget,
-		Arch:                f.arch,
-		AuthFile:            f.authFile,
-		RegistriesConf:      f.registriesConf,
+		Source:                source,
+		Target:                dest,
+		Size:                  size,
+		Format:                f.format,
+		ScratchDir:            f.scratch,
+		Checksums:             f.checksums,
+		CertDir:               f.certDir,
+		InsecureTLS:           f.insecureTLS,
+		Headers:               f.headers,
+		Preallocation:         f.preallocation,
+		AllowSparseOvercommit: f.allowOvercommit,
+		FilesystemOverhead:    f.filesystemOverhead,
+		CacheMode:             f.cacheMode,
+		StallTimeout:          f.stallTimeout,
+		NoRangedRead:          f.noRangedRead,
+		NoStreamDecode:        f.noStreamDecode,
+		MaxSpill:              maxSpill,
+		FormatIn:              f.formatIn,
+		Retries:               &f.retries,
+		NoConnectRetry:        true,
+		Connections:           f.connections,
+		RetryMaxElapsed:       f.retryMaxElapsed,
+		ContentType:           f.contentType,
+		ExactSize:             f.exactSize,
+		Verify:                f.verify,
+		ExpectContentDigest:   f.expectContent,
+		ZeroTarget:            f.zeroTarget,
+		Arch:                  f.arch,
+		AuthFile:              f.authFile,
+		RegistriesConf:        f.registriesConf,
 	}
 	if source == "-" {
 		o.SourceReader = stdin

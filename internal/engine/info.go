@@ -29,6 +29,8 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		FilesystemOverhead: a.req.FilesystemOverhead,
 		Mode:               a.req.Mode,
 		Logger:             a.log,
+		// A file's capacity may pass its free space.
+		AllowSparseOvercommit: a.req.AllowSparseOvercommit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening target %s: %w", a.req.Target, err)

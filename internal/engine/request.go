@@ -43,9 +43,11 @@ type Request struct {
 	Preallocation       bool
 	CacheMode           string
 	ExactSize           bool
-	Verify              bool
-	ZeroTarget          bool
-	NoRangedRead        bool
+	// AllowSparseOvercommit: see volume.Options.AllowSparseOvercommit.
+	AllowSparseOvercommit bool
+	Verify                bool
+	ZeroTarget            bool
+	NoRangedRead          bool
 	// FormatIn "raw" takes the source, once decompressed, as a raw disk
 	// whatever its bytes look like; "" detects the format.
 	FormatIn string

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -64,8 +65,13 @@ type Options struct {
 	Scratch bool
 	// Mode is the permission bits of a new file target; 0 means 0660, as
 	// CDI leaves disk.img.
-	Mode   os.FileMode
-	Logger *slog.Logger
+	Mode os.FileMode
+	// AllowSparseOvercommit lets a file target's Capacity pass the
+	// filesystem's free space (RequestedSize, when set, still caps it), as
+	// qemu-img convert does: a sparse image may need far less than its
+	// virtual size, and a write past the real space fails with ENOSPC.
+	AllowSparseOvercommit bool
+	Logger                *slog.Logger
 }
 
 // Target is an opened import destination. It is not safe for concurrent use,
@@ -131,7 +137,7 @@ func Open(ctx context.Context, o Options) (*Target, error) {
 	if err == nil {
 		replaced = fi.Size()
 	}
-	t, err := openFile(path, replaced, o.RequestedSize, o.Mode, log)
+	t, err := openFile(path, replaced, o, log)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +169,8 @@ func openBlock(path string, log *slog.Logger) (*Target, error) {
 	return nil, err
 }
 
-func openFile(path string, replaced, requested int64, mode os.FileMode, log *slog.Logger) (*Target, error) {
+func openFile(path string, replaced int64, o Options, log *slog.Logger) (*Target, error) {
+	requested, mode := o.RequestedSize, o.Mode
 	dir := filepath.Dir(path)
 	di, err := os.Stat(dir)
 	if err != nil {
@@ -186,6 +193,9 @@ func openFile(path string, replaced, requested int64, mode os.FileMode, log *slo
 	// us (CDI measured free space with a stale disk.img in place and then
 	// reported "too small" in a loop).
 	capacity := int64(st.Bavail)*st.Bsize + replaced
+	if o.AllowSparseOvercommit {
+		capacity = math.MaxInt64
+	}
 	if requested > 0 && requested < capacity {
 		capacity = requested
 	}
