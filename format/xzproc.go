@@ -25,7 +25,7 @@ type childProc struct {
 	name   string // the codec, prefixed to errors
 	child  *sandbox.Child
 	stdout io.ReadCloser
-	stderr *boundedBuffer
+	stderr *sandbox.StderrBuffer
 	src    *sourceReader
 	fed    chan struct{} // closed when the feeder goroutine has returned
 	eof    bool          // the child finished cleanly and all output was read
@@ -152,7 +152,7 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	if !sp.pacedOutput {
 		stdout.target = 0
 	}
-	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: &boundedBuffer{max: 4096},
+	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: sandbox.NewStderrBuffer(4096, 0),
 		src: src, fed: make(chan struct{}), failed: sp.failed}
 	p.child, err = sandbox.Start(ctx, policy, sandbox.Stdio{Stdin: inR, Stdout: outW, Stderr: p.stderr})
 	// The child has its own copies of its ends now (or never will).
@@ -264,26 +264,4 @@ func (p *childProc) Close() error {
 		p.waitErr = errors.New(p.name + ": decoder closed")
 	}
 	return nil
-}
-
-// boundedBuffer keeps the first max bytes written to it (the child's stderr).
-type boundedBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *boundedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if room := w.max - len(w.b); room > 0 {
-		w.b = append(w.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (w *boundedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
 }

@@ -79,34 +79,6 @@ func (r *Runner) qemuImgPath() (string, error) {
 // image can make check print thousands of lines.
 const stderrKeep = 1024
 
-// headTailBuffer keeps the first and the last stderrKeep bytes written.
-type headTailBuffer struct {
-	head, tail []byte
-	dropped    int64
-}
-
-func (b *headTailBuffer) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := stderrKeep - len(b.head); room > 0 {
-		k := min(room, len(p))
-		b.head = append(b.head, p[:k]...)
-		p = p[k:]
-	}
-	b.tail = append(b.tail, p...)
-	if over := len(b.tail) - stderrKeep; over > 0 {
-		b.dropped += int64(over)
-		b.tail = append(b.tail[:0], b.tail[over:]...)
-	}
-	return n, nil
-}
-
-func (b *headTailBuffer) String() string {
-	if b.dropped == 0 {
-		return strings.TrimSpace(string(b.head) + string(b.tail))
-	}
-	return strings.TrimSpace(fmt.Sprintf("%s\n[... %d bytes omitted ...]\n%s", b.head, b.dropped, b.tail))
-}
-
 // runSpec describes one qemu-img invocation.
 type runSpec struct {
 	sub    string   // subcommand, for messages
@@ -146,7 +118,7 @@ func (r *Runner) run(ctx context.Context, s runSpec) (runResult, error) {
 	if err != nil {
 		return runResult{}, fmt.Errorf("qemu-img %s: %w", s.sub, err)
 	}
-	stderr := &headTailBuffer{}
+	stderr := sandbox.NewStderrBuffer(stderrKeep, stderrKeep)
 	log := r.logger().With("subcommand", s.sub)
 	log.Debug("running qemu-img", "args", s.args, "as", s.limits.AddressSpace, "cpu", s.limits.CPUSeconds, "sandbox", confinement)
 	start := time.Now()
