@@ -2,6 +2,7 @@
 # reading a claim's bytes on the host through its PV.
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 E2E_RESULTS=${E2E_RESULTS:-$E2E_ROOT/bin/e2e/results.md}
+mkdir -p "$(dirname "$E2E_RESULTS")"
 result() { # name PASS|FAIL|BLOCKED detail
 	printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$E2E_RESULTS"
 }
