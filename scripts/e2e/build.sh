@@ -12,9 +12,14 @@ export CGO_ENABLED=0
 
 t0=$(date +%s)
 cd "$ROOT/e2e/tools"
+# The version the binaries report (without it: v0.0.0-master+$Format:%H$).
+KVER=$("$GO" list -m -f '{{.Version}}' k8s.io/kubernetes)
+KMINOR=${KVER#v1.}; KMINOR=${KMINOR%%.*}
+VP=k8s.io/component-base/version
+KLDFLAGS="-s -w -X $VP.gitVersion=$KVER -X $VP.gitMajor=1 -X $VP.gitMinor=$KMINOR -X $VP.gitTreeState=clean"
 for c in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl; do
 	s=$(date +%s)
-	nice -n 19 "$GO" build -trimpath -ldflags "-s -w" -o "$OUT/$c" "k8s.io/kubernetes/cmd/$c"
+	nice -n 19 "$GO" build -trimpath -ldflags "$KLDFLAGS" -o "$OUT/$c" "k8s.io/kubernetes/cmd/$c"
 	echo "build: $c $(($(date +%s) - s)) s"
 done
 s=$(date +%s)

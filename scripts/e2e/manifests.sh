@@ -73,6 +73,11 @@ kubectl -n $NS create secret generic upload-token --from-literal=token="$TOKEN" 
 edit upload-server.yaml | kubectl -n $NS apply -f - >/dev/null
 if kubectl -n $NS wait --for=condition=ready pod/upload-server --timeout=120s >/dev/null; then
 	IP=$(kubectl -n $NS get service upload-server -o jsonpath='{.spec.clusterIP}')
+	# Ready is not yet routed: kube-proxy writes the Service's rules on its next sync.
+	for ((i = 0; i < 100; i++)); do
+		curl -fsS -o /dev/null --cacert "$W/tls.crt" --resolve "upload-server:443:$IP" https://upload-server/healthz 2>/dev/null && break
+		sleep 0.3
+	done
 	code=$(curl -sS -o "$W/upload.out" -w '%{http_code}' --cacert "$W/tls.crt" --resolve "upload-server:443:$IP" \
 		-H "Authorization: Bearer $TOKEN" -T "$W/disk.qcow2.xz" https://upload-server/v1beta1/upload)
 	kubectl -n $NS wait --for=jsonpath='{.status.phase}'=Succeeded pod/upload-server --timeout=120s >/dev/null
