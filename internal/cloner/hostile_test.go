@@ -131,9 +131,41 @@ func TestHostileSparseRecordsAreRefusedQuickly(t *testing.T) {
 			assert.False(t, serverStatus(t, p, s).Busy, "the server is still busy with the refused clone")
 		})
 	}
-	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 23)
+	cloneSucceeds(t, p, s, dst, 23, "a good clone after the hostile ones")
+}
+
+// leaveMidBody posts parts, Snappy-framed, as one sparse-v1 request of
+// session, waits until the server has received all of it, and goes away
+// without ending the body or reading the answer.
+func leaveMidBody(t *testing.T, p *pki, s *served, session string, parts ...[]byte) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		_, _, _ = postSparse(ctx, t, p, s.url(""), session, pr)
+	}()
+	var sent atomic.Int64
+	sw := s2.NewWriter(iostage.NewWriteCounter(pw, &sent))
+	for _, part := range parts {
+		_, err := sw.Write(part)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sw.Flush())
+	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.Load() })
+	cancel() // the client goes away, the body never ends
+	pw.CloseWithError(context.Canceled)
+	<-answered
+}
+
+// cloneSucceeds clones a new 2 MiB image (seeded) to the server and
+// checks it arrived at dst whole.
+func cloneSucceeds(t *testing.T, p *pki, s *served, dst string, seed uint64, what string) {
+	t.Helper()
+	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, seed)
 	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
-	require.NoError(t, err, "a good clone after the hostile ones")
+	require.NoError(t, err, what)
 	_, serr := s.wait(t)
 	require.NoError(t, serr)
 	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
@@ -146,33 +178,10 @@ func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
 	p := newPKI(t)
 	dst := filepath.Join(t.TempDir(), "disk.img")
 	s := startServer(t, p, importer.Options{Target: dst})
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	answered := make(chan struct{})
-	go func() {
-		defer close(answered)
-		_, _, _ = postSparse(ctx, t, p, s.url(""), "leaves", pr)
-	}()
-	var sent atomic.Int64
-	sw := s2.NewWriter(iostage.NewWriteCounter(pw, &sent))
 	data := bytes.Repeat([]byte{0x5a}, 64<<10)
-	for _, part := range [][]byte{record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data, record('Z', uint64(len(data)), math.MaxInt64-7)} {
-		_, err := sw.Write(part)
-		require.NoError(t, err)
-	}
-	require.NoError(t, sw.Flush())
-	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.Load() })
-	cancel() // the client goes away, the body never ends
-	pw.CloseWithError(context.Canceled)
-	<-answered
-
+	leaveMidBody(t, p, s, "leaves", record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data, record('Z', uint64(len(data)), math.MaxInt64-7))
 	waitStatus(t, p, s, "the server free after the client left", func(st uploadserver.Status) bool { return !st.Busy })
-	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 29)
-	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
-	require.NoError(t, err, "the next clone is refused")
-	_, serr := s.wait(t)
-	require.NoError(t, serr)
-	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
+	cloneSucceeds(t, p, s, dst, 29, "the next clone is refused")
 }
 
 // TestNewSparseSessionEndsAnInterruptedOne: a client that leaves in the
@@ -183,33 +192,11 @@ func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {
 	p := newPKI(t)
 	dst := filepath.Join(t.TempDir(), "disk.img")
 	s := startServer(t, p, importer.Options{Target: dst})
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	answered := make(chan struct{})
-	go func() {
-		defer close(answered)
-		_, _, _ = postSparse(ctx, t, p, s.url(""), "interrupted", pr)
-	}()
-	var sent atomic.Int64
-	sw := s2.NewWriter(iostage.NewWriteCounter(pw, &sent))
 	data := bytes.Repeat([]byte{0x3c}, 64<<10)
-	for _, part := range [][]byte{record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data} {
-		_, err := sw.Write(part)
-		require.NoError(t, err)
-	}
-	require.NoError(t, sw.Flush())
-	waitStatus(t, p, s, "the server to receive every record sent", func(st uploadserver.Status) bool { return st.Bytes >= sent.Load() })
-	cancel()
-	pw.CloseWithError(context.Canceled)
-	<-answered
+	leaveMidBody(t, p, s, "interrupted", record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data)
 	waitStatus(t, p, s, "the session kept for its resumption", func(st uploadserver.Status) bool { return st.Phase == "Interrupted" })
 
-	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, 43)
 	began := time.Now()
-	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
-	require.NoError(t, err, "the new session is refused while the interrupted one waits")
+	cloneSucceeds(t, p, s, dst, 43, "the new session is refused while the interrupted one waits")
 	assert.Less(t, time.Since(began), 10*time.Second)
-	_, serr := s.wait(t)
-	require.NoError(t, serr)
-	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
 }
