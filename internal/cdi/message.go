@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/diskimport/engine/importer"
@@ -28,25 +27,11 @@ type TerminationMessage struct {
 	Message       string `json:"message"`
 	// Reason names the failure's kind, one stable word per sentinel
 	// (Reason); HTTPStatus is the status code of a refused HTTP request.
-	Reason          string  `json:"reason,omitempty"`
-	HTTPStatus      int     `json:"httpStatus,omitempty"`
-	SourceFormat    string  `json:"sourceFormat,omitempty"`
-	Compression     string  `json:"compression,omitempty"`
-	VirtualSize     int64   `json:"virtualSize"`
-	TargetSize      int64   `json:"targetSize,omitempty"`
-	BytesWritten    int64   `json:"bytesWritten"`
-	DataBytes       int64   `json:"dataBytes,omitempty"`
-	BytesRead       int64   `json:"bytesRead"`
-	Checksum        string  `json:"checksum,omitempty"`
-	ScratchUsed     bool    `json:"scratchUsed"`
-	ScratchBytes    int64   `json:"scratchBytes,omitempty"`
-	DurationSeconds float64 `json:"durationSeconds"`
-	Retries         int     `json:"retries"`
-	Sandbox         string  `json:"sandbox,omitempty"`
-	Verified        bool    `json:"verified,omitempty"`
-	SourceDigest    string  `json:"sourceDigest,omitempty"`
-	TargetDigest    string  `json:"targetDigest,omitempty"`
-	ContentDigest   string  `json:"contentDigest,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+	HTTPStatus int    `json:"httpStatus,omitempty"`
+	// The result's numbers, as the command line's --json and
+	// importer.Result's JSON name them.
+	importer.ResultJSON
 }
 
 // NewTerminationMessage builds the result message for r and the import's
@@ -60,23 +45,7 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 		PreallocationApplied: r.PreallocationApplied,
 		Labels:               r.Labels,
 		Message:              MessageComplete,
-		SourceFormat:         r.SourceFormat,
-		Compression:          strings.Join(r.Compressions, ","),
-		VirtualSize:          r.VirtualSize,
-		TargetSize:           r.TargetSize,
-		BytesWritten:         r.BytesWritten,
-		DataBytes:            r.DataBytes,
-		BytesRead:            r.BytesRead,
-		Checksum:             strings.Join(r.Checksums, ","),
-		ScratchUsed:          r.ScratchUsed,
-		ScratchBytes:         r.ScratchBytes,
-		DurationSeconds:      float64(r.Duration.Milliseconds()) / 1000,
-		Retries:              r.Retries,
-		Sandbox:              r.Sandbox,
-		Verified:             r.Verified,
-		SourceDigest:         r.SourceDigest,
-		TargetDigest:         r.TargetDigest,
-		ContentDigest:        r.ContentDigest,
+		ResultJSON:           r.JSONFields(),
 		Reason:               Reason(err),
 		HTTPStatus:           HTTPStatus(err),
 	}
