@@ -31,20 +31,6 @@ const minHoleSkip = 1 << 20
 // inside a 256 MiB memory cgroup otherwise filled it with page cache (peak
 // 256 MiB, the limit).
 func SumFile(ctx context.Context, f *os.File, size int64, workers int) (Digest, error) {
-	return sumFile(ctx, f, size, workers, false)
-}
-
-// SumFileUncached is SumFile for a file only just written (a target read
-// back): each range read is dropped from the page cache at once, so the
-// read-back's page cache is not charged to a pod's memory cgroup (once,
-// cmd/importer's 256 MiB cgroup test of a 1 GiB qcow2 over ranges onto a
-// file peaked at the limit with the read-back cached, against 89 MiB in
-// other runs; uncached it stays at 89 MiB).
-func SumFileUncached(ctx context.Context, f *os.File, size int64, workers int) (Digest, error) {
-	return sumFile(ctx, f, size, workers, true)
-}
-
-func sumFile(ctx context.Context, f *os.File, size int64, workers int, uncached bool) (Digest, error) {
 	h := New(workers)
 	bufs := [2][]byte{make([]byte, readSize), make([]byte, readSize)}
 	cur := 0
@@ -85,9 +71,6 @@ func sumFile(ctx context.Context, f *os.File, size int64, workers int, uncached 
 				err = fmt.Errorf("%w: %w", io.ErrUnexpectedEOF, errdefs.ErrInvalidImage)
 			}
 			return Digest{}, fmt.Errorf("digest of %s: read %d bytes at %d: %w", f.Name(), n, off, err)
-		}
-		if uncached {
-			_ = unix.Fadvise(int(f.Fd()), off, int64(n), unix.FADV_DONTNEED) // advice: nothing to do if refused
 		}
 		_ = unix.Fadvise(int(f.Fd()), off, int64(n), unix.FADV_DONTNEED) // advisory: clean pages only
 		wait()

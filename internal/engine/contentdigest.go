@@ -181,7 +181,7 @@ func (a *attempt) convertedContentDigest(ctx context.Context, dev *targetExport)
 	case a.plan.OutputFormat == "raw":
 		var f *os.File
 		if f, err = os.Open(a.target.WritePath()); err == nil {
-			d, err = blkhash.SumFileUncached(ctx, f, a.result.VirtualSize, 0)
+			d, err = blkhash.SumFile(ctx, f, a.result.VirtualSize, 0)
 			f.Close()
 		}
 	default:
