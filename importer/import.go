@@ -158,10 +158,23 @@ func newSource(o Options) (datasource.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Registry != nil {
-		return o.Registry.New(o.Source, c)
+	endpoint, err := objectEndpoint(o)
+	if err != nil {
+		return nil, err
 	}
-	return datasource.New(o.Source, c)
+	if o.Registry != nil {
+		return o.Registry.New(endpoint, c)
+	}
+	return datasource.New(endpoint, c)
+}
+
+// objectEndpoint is o.Source addressed to o's S3 or GCS server.
+func objectEndpoint(o Options) (string, error) {
+	endpoint, err := datasource.S3URL(o.Source, o.S3Endpoint, o.S3Region)
+	if err != nil {
+		return "", err
+	}
+	return datasource.GCSURL(endpoint, o.GCSEndpoint)
 }
 
 // sourceConfig is the part of the options that configures a source.

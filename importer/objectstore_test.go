@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -233,4 +234,30 @@ func TestGCSImports(t *testing.T) {
 		put:      func(t *testing.T, object string, data []byte) { g.Upload(t, "bucket", object, data) },
 		opts:     func(*importer.Options) {},
 	})
+}
+
+// s3:// and gs:// sources reach a server of the caller's through the
+// Options' endpoint fields, as --s3-endpoint and --gcs-endpoint do.
+func TestObjectStoreEndpointOptions(t *testing.T) {
+	disk := append(bytes.Repeat([]byte{0x5a}, 1<<20-2), 0x55, 0xaa)
+	s := objtest.StartS3(t)
+	s.MakeBucket(t, "bucket")
+	s.Put(t, "bucket", "disk.img", disk)
+	target := filepath.Join(t.TempDir(), "s3.img")
+	_, err := importer.Import(context.Background(), importer.Options{Source: "s3://bucket/disk.img", S3Endpoint: s.URL, S3Region: "us-east-1",
+		Username: s.Access, Password: s.Secret, Target: target, Logger: testLogger(t)})
+	require.NoError(t, err)
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, disk, got)
+
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	g := objtest.StartGCS(t, "bucket")
+	g.Upload(t, "bucket", "disk.img", disk)
+	target = filepath.Join(t.TempDir(), "gcs.img")
+	_, err = importer.Import(context.Background(), importer.Options{Source: "gs://bucket/disk.img", GCSEndpoint: g.URL, Target: target, Logger: testLogger(t)})
+	require.NoError(t, err)
+	got, err = os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, disk, got)
 }

@@ -20,6 +20,12 @@ type Options struct {
 	Source string
 	// SourceReader supplies the image for Source "-" (an upload stream).
 	SourceReader io.Reader
+	// S3Endpoint is the S3-compatible server of an s3://bucket/key Source
+	// (http(s)://host[:port], path style; "" is AWS, or
+	// AWS_ENDPOINT_URL_S3), S3Region its signing region ("" derives it);
+	// GCSEndpoint the server of a gs://bucket/object Source ("" is
+	// storage.googleapis.com, or STORAGE_EMULATOR_HOST).
+	S3Endpoint, S3Region, GCSEndpoint string
 	// CustomSource, when set, is the source itself: a caller's own
 	// datasource.Source, opened again to restart or verify as the built-in
 	// ones are. Source then only names it and may be empty.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 )
@@ -215,12 +214,7 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 	if source == "-" {
 		o.SourceReader = stdin
 	}
-	if o.Source, err = datasource.S3URL(source, f.s3Endpoint, f.s3Region); err != nil {
-		return o, err
-	}
-	if o.Source, err = datasource.GCSURL(o.Source, f.gcsEndpoint); err != nil {
-		return o, err
-	}
+	o.S3Endpoint, o.S3Region, o.GCSEndpoint = f.s3Endpoint, f.s3Region, f.gcsEndpoint
 	if o.Mode, err = fileMode(f.mode); err != nil {
 		return o, err
 	}
