@@ -15,8 +15,11 @@ import (
 
 // Options describe one import. Source and Target are required.
 type Options struct {
-	// Source is an http(s) URL, a local file or block device path, or "-"
-	// for SourceReader (standard input when SourceReader is nil).
+	// Source names the image, as the command line's SOURCE does: an
+	// http(s) URL, s3://bucket/key or gs://bucket/object (see S3Endpoint),
+	// docker://, oci-archive: or oci: for a container disk, a local file
+	// or block device path, or "-" for SourceReader (standard input when
+	// SourceReader is nil).
 	Source string
 	// SourceReader supplies the image for Source "-" (an upload stream).
 	SourceReader io.Reader
