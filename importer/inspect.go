@@ -29,6 +29,8 @@ type Inspection struct {
 	// not); RefusedErr is that error, to branch on with errors.Is.
 	Refused    string `json:"refused,omitempty"`
 	RefusedErr error  `json:"-"`
+	// Reason is the refusal's word (Reason), as an import's JSON has it.
+	Reason string `json:"reason,omitempty"`
 }
 
 // inspectTarget stands in for the target an inspection does not have.
@@ -65,6 +67,7 @@ func Inspect(ctx context.Context, o Options) (*Inspection, error) {
 	}
 	if in.Refusal != nil {
 		out.Refused = in.Refusal.Error()
+		out.Reason = Reason(in.Refusal)
 	}
 	return out, err
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
@@ -64,4 +67,20 @@ func TestCLIHelpNamesEverySourceForm(t *testing.T) {
 	for _, form := range []string{"http(s) URL", "s3://", "gs://", "docker://", "oci-archive:", "oci:", "standard input", "Examples:"} {
 		assert.Contains(t, stdout, form)
 	}
+}
+
+// inspect --json gives a refused image's reason, as an import's JSON does.
+func TestInspectJSONHasTheRefusalsReason(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	base := testimg.Convert(t, testimg.Raw(t, dir, "base.raw", 1<<20, 5), filepath.Join(dir, "base.qcow2"), "qcow2")
+	child := filepath.Join(dir, "child.qcow2")
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", child).CombinedOutput()
+	require.NoError(t, err, string(out))
+	code, stdout, _ := runCLI(t, nil, env(nil), "inspect", "--json", child)
+	assert.Equal(t, cdi.ExitFailed, code)
+	var in map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &in))
+	assert.Equal(t, "UnsafeImage", in["reason"])
+	assert.Contains(t, in["refused"], "backing file \""+base+"\"")
 }
