@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -54,6 +55,9 @@ device supports it, written zeros otherwise).`,
 				Logger:             log,
 			})
 			r := reporter{terminationLog: terminationLog, json: asJSON, quiet: quiet, stdout: stdout, stderr: stderr}
+			if logFormat == logFormatJSON {
+				r.records, _ = newFormatLogger(stderr, logFormat, slog.LevelInfo)
+			}
 			*code = r.report(res, err, "blank disk failed", blankSummary(res))
 			return nil
 		},

@@ -51,7 +51,8 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 		fmt.Fprintln(r.stdout, string(cdi.CLIMessage(res, err).JSON()))
 	}
 	if r.records != nil {
-		return r.reportRecords(res, err, failed)
+		done, _, _ := strings.Cut(summary, ":") // "Import complete", "Blank disk created"
+		return r.reportRecords(res, err, failed, done)
 	}
 	if err != nil {
 		if _, stopped := err.(*errdefs.CancelledError); stopped {
@@ -68,13 +69,13 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 }
 
 // reportRecords is report's ending as JSON log records.
-func (r reporter) reportRecords(res *importer.Result, err error, failed string) int {
+func (r reporter) reportRecords(res *importer.Result, err error, failed, done string) int {
 	if err != nil {
 		r.records.Error(failed, "error", err.Error(), "reason", importer.Reason(err), "httpStatus", cdi.HTTPStatus(err))
 		return cdi.CLIExitCode(err)
 	}
 	if !r.quiet && res != nil {
-		r.records.Info("Import complete", "target", res.Target, "sourceFormat", res.SourceFormat,
+		r.records.Info(done, "target", res.Target, "sourceFormat", res.SourceFormat,
 			"compression", strings.Join(res.Compressions, ","), "virtualSize", res.VirtualSize, "targetSize", res.TargetSize,
 			"bytesRead", res.BytesRead, "dataBytes", res.DataBytes, "durationSeconds", res.Duration.Seconds())
 	}
