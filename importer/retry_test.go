@@ -112,7 +112,9 @@ func TestImportResumesAfterServerDies(t *testing.T) {
 			data, err := os.ReadFile(p)
 			require.NoError(t, err)
 			s := &dyingServer{data: data, etag: `"a1"`, drops: 3, cut: len(data) / 5}
-			res, err := retryImport(t, serveDying(t, s), importer.Options{Checksums: []string{testimg.FileDigest(t, p)}})
+			// One connection: this is the single stream's resume (parallel
+			// ranges resume per chunk: TestParallelRangesImportByteForByte).
+			res, err := retryImport(t, serveDying(t, s), importer.Options{Connections: 1, Checksums: []string{testimg.FileDigest(t, p)}})
 			require.NoError(t, err)
 			assert.True(t, res.Complete)
 			assert.Equal(t, 3, res.Retries)
