@@ -119,7 +119,7 @@ check "CDI DataVolume blank" "phase $PHASE; disk.img all zeros, $(stat -c %s "$(
 dv http-404 e2e-local "{http: {url: \"$SERVE_URL/no-such-disk.qcow2\"}}"
 msg=
 for ((i = 0; i < 240; i++)); do
-	msg=$(dv_message http-404 | grep -i '404\|not found' | head -1)
+	msg=$(dv_message http-404 | grep '^Running=False.*404' | head -1)
 	[ -n "$msg" ] && break; sleep 0.5
 done
 check "CDI DataVolume http 404" "condition: ${msg:-none after 120 s}" test -n "$msg"
@@ -137,12 +137,18 @@ dv upload e2e-local "{upload: {}}"
 for ((i = 0; i < 240; i++)); do
 	[ "$(kubectl -n $NS get dv upload -o jsonpath='{.status.phase}')" = UploadReady ] && break; sleep 0.5
 done
-IP=$(kubectl -n $NS get service cdi-upload-upload -o jsonpath='{.spec.clusterIP}' 2>/dev/null)
+# CDI's upload Service is headless on 8443: the proxy dials the pod's address by the Service's name.
 H=cdi-upload-upload.$NS.svc
+for ((i = 0; i < 100; i++)); do
+	IP=$(kubectl -n $NS get endpointslices -l kubernetes.io/service-name=cdi-upload-upload -o jsonpath='{.items[0].endpoints[0].addresses[0]}' 2>/dev/null)
+	[ -n "$IP" ] && curl -fs -o /dev/null --cacert "$C/server-signer.crt" --cert "$C/client.crt" --key "$C/client.key" \
+		--resolve "$H:8443:$IP" "https://$H:8443/healthz" && break
+	sleep 0.3
+done
 code=$(curl -sS -o "$W/upload.out" -w '%{http_code}' --cacert "$C/server-signer.crt" --cert "$C/client.crt" --key "$C/client.key" \
-	--resolve "$H:443:${IP:-0.0.0.0}" -T "$W/disk.qcow2.xz" "https://$H/v1beta1/upload" 2>"$W/curl.err")
+	--resolve "$H:8443:${IP:-0.0.0.0}" -T "$W/disk.qcow2.xz" "https://$H:8443/v1beta1/upload" 2>"$W/curl.err")
 watch_dv upload 300
-check "CDI DataVolume upload" "HTTP $code $(head -c 200 "$W/curl.err") via cluster IP ${IP:-none} with the client signer's certificate; phase $PHASE" \
+check "CDI DataVolume upload" "HTTP $code $(head -c 200 "$W/curl.err") to https://$H:8443 (pod ${IP:-none}) with the client signer's certificate; phase $PHASE" \
 	eval 'succeeded && [ "$code" = 200 ] && disk_ok upload'
 
 # 6. host-assisted clone: the HTTP DataVolume's PVC to the other storage class

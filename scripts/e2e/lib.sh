@@ -33,7 +33,7 @@ serve() {
 	python3 -m http.server --bind "$E2E_GATEWAY" --directory "$1" "$port" >"$1/.http.log" 2>&1 &
 	SERVE_PID=$!
 	SERVE_URL=http://$E2E_GATEWAY:$port
-	for ((i = 0; i < 50; i++)); do curl -fsS -o /dev/null "$SERVE_URL/" && return 0; sleep 0.1; done
+	for ((i = 0; i < 50; i++)); do curl -fs -o /dev/null "$SERVE_URL/" && return 0; sleep 0.1; done
 	return 1
 }
 # make_disk DIR MB: DIR/disk.raw (random data, MB MiB) and disk.qcow2.xz.

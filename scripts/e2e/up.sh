@@ -106,7 +106,7 @@ start kube-apiserver "$E2E_BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2
 	--bind-address=127.0.0.1 --advertise-address="$NODE_IP" --secure-port=6443 \
 	--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
 	--token-auth-file="$P/tokens.csv" --authorization-mode=AlwaysAllow --allow-privileged=true \
-	--service-cluster-ip-range="$E2E_SERVICE_CIDR" \
+	--service-cluster-ip-range="$E2E_SERVICE_CIDR" --kubelet-preferred-address-types=InternalIP \
 	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
 	--service-account-signing-key-file="$P/sa.key" --cert-dir="$E2E_STATE/apiserver"
 wait_for 90 kube-apiserver kubectl get --raw /readyz

@@ -1,6 +1,8 @@
 // Command clusterdns answers the e2e cluster's pods for the names of its
 // Services: an A query for <service>.<namespace>.svc.<domain> gets the
-// Service's cluster IP, read from the API server on each query. Every other
+// Service's cluster IP, or for a headless Service (CDI's upload Service is
+// one) the addresses of its ready endpoints, read from the API server on
+// each query. Every other
 // name in the domain is NXDOMAIN and names outside it are REFUSED: the
 // cluster's pods reach nothing off the node. It stands in for CoreDNS,
 // which the cluster cannot pull.
@@ -89,13 +91,15 @@ func (r resolver) answer(ctx context.Context, query []byte) ([]byte, error) {
 	}
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired})
 	b.EnableCompression()
-	ip, rcode := r.lookup(ctx, strings.ToLower(q.Name.String()))
+	ips, rcode := r.lookup(ctx, strings.ToLower(q.Name.String()))
 	b.StartQuestions()
 	b.Question(q)
 	if rcode == dnsmessage.RCodeSuccess && q.Type == dnsmessage.TypeA && q.Class == dnsmessage.ClassINET {
 		b.StartAnswers()
-		if err := b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: ip.As4()}); err != nil {
-			return nil, fmt.Errorf("answer: %w", err)
+		for _, ip := range ips {
+			if err := b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: ip.As4()}); err != nil {
+				return nil, fmt.Errorf("answer: %w", err)
+			}
 		}
 	}
 	msg, err := b.Finish()
@@ -106,25 +110,45 @@ func (r resolver) answer(ctx context.Context, query []byte) ([]byte, error) {
 	return msg, nil
 }
 
-// lookup maps <service>.<namespace>.svc.<domain>. to the Service's cluster IP.
-func (r resolver) lookup(ctx context.Context, name string) (netip.Addr, dnsmessage.RCode) {
+// lookup maps <service>.<namespace>.svc.<domain>. to the Service's cluster
+// IP, or a headless Service's ready endpoint addresses.
+func (r resolver) lookup(ctx context.Context, name string) ([]netip.Addr, dnsmessage.RCode) {
 	if !strings.HasSuffix(name, r.suffix) {
 		if strings.HasSuffix(name, strings.TrimPrefix(r.suffix, ".svc")) {
-			return netip.Addr{}, dnsmessage.RCodeNameError
+			return nil, dnsmessage.RCodeNameError
 		}
-		return netip.Addr{}, dnsmessage.RCodeRefused
+		return nil, dnsmessage.RCodeRefused
 	}
 	parts := strings.Split(strings.TrimSuffix(name, r.suffix), ".")
 	if len(parts) != 2 {
-		return netip.Addr{}, dnsmessage.RCodeNameError
+		return nil, dnsmessage.RCodeNameError
 	}
 	svc, err := r.client.CoreV1().Services(parts[1]).Get(ctx, parts[0], metav1.GetOptions{})
 	if err != nil {
-		return netip.Addr{}, dnsmessage.RCodeNameError
+		return nil, dnsmessage.RCodeNameError
 	}
-	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || !ip.Is4() {
-		return netip.Addr{}, dnsmessage.RCodeNameError
+	if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && ip.Is4() {
+		return []netip.Addr{ip}, dnsmessage.RCodeSuccess
 	}
-	return ip, dnsmessage.RCodeSuccess
+	slices, err := r.client.DiscoveryV1().EndpointSlices(parts[1]).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + parts[0]})
+	if err != nil {
+		return nil, dnsmessage.RCodeServerFailure
+	}
+	var ips []netip.Addr
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil && ip.Is4() {
+					ips = append(ips, ip)
+				}
+			}
+		}
+	}
+	if len(ips) == 0 {
+		return nil, dnsmessage.RCodeNameError
+	}
+	return ips, dnsmessage.RCodeSuccess
 }
