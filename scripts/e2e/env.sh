@@ -21,7 +21,7 @@ export KUBECONFIG=$E2E_STATE/pki/admin.kubeconfig
 kubectl() { "$E2E_BIN/kubectl" "$@"; }
 ctr() { command ctr --address "$E2E_CONTAINERD_SOCK" -n k8s.io "$@"; }
 # Block PVs: loop devices on sparse files, and filesystem PVs: directories.
-E2E_FS_PVS=${E2E_FS_PVS:-12}
+E2E_FS_PVS=${E2E_FS_PVS:-24}
 E2E_BLOCK_PVS=${E2E_BLOCK_PVS:-6}
 E2E_PV_SIZE=${E2E_PV_SIZE:-2Gi}
 E2E_BLOCK_SIZE_MB=${E2E_BLOCK_SIZE_MB:-1024}
