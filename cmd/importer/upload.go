@@ -68,7 +68,11 @@ CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log := newLogger(stderr, f.verbose, f.quiet)
+			log, err := newFormatLogger(stderr, f.logFormat, logLevel(f.verbose, f.quiet))
+			if err != nil {
+				*code = cdi.ExitUsage
+				return err
+			}
 			if len(args) == 0 {
 				if getenv("TLS_CERT_FILE") == "" && getenv("DESTINATION") == "" {
 					*code = cdi.ExitUsage
@@ -98,8 +102,15 @@ CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
 				_ = writeUploadMessage(f.terminationLog, res, err, srv.Cloned(), stderr)
 			}
 			r := reporter{json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
+			if f.logFormat == logFormatJSON {
+				r.records, _ = newFormatLogger(stderr, f.logFormat, slog.LevelInfo)
+			}
 			if errors.Is(err, errdefs.ErrDeadlinePassed) {
-				fmt.Fprintln(stderr, "importer: upload-server:", err)
+				if r.records != nil {
+					r.records.Warn("upload-server", "error", err.Error(), "reason", importer.Reason(err))
+				} else {
+					fmt.Fprintln(stderr, "importer: upload-server:", err)
+				}
 				*code = cdi.ExitOK // as CDI: the message says it, the pod succeeded
 				return nil
 			}
@@ -132,6 +143,7 @@ CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
 	fl.BoolVar(&f.json, "json", false, "print the final result JSON on standard output")
 	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors")
+	fl.StringVar(&f.logFormat, "log-format", logFormatText, "log lines as text or json; with json the final summary or error is a record too")
 	// CDI's upload pod passes klog's flag; accepted and ignored.
 	fl.Bool("alsologtostderr", false, "accepted for CDI's pod arguments; ignored")
 	_ = fl.MarkHidden("alsologtostderr")
