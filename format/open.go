@@ -180,7 +180,7 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 			h, err := ParseHeaderMax(f, head, o.MaxVirtualSize)
 			if err != nil {
 				s.Close()
-				return nil, err
+				return nil, &HeaderError{Format: f, Compressions: s.Compressions, Err: err}
 			}
 			s.Reader = ctxio.NewReader(ctx, "format", br)
 			s.Format, s.Header = f, h
@@ -201,6 +201,18 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 		cur = d
 	}
 }
+
+// HeaderError is the refusal of an image's header; it names the format
+// and the compression layers found before it, so that the refusal can
+// still tell what the image is.
+type HeaderError struct {
+	Format       Format
+	Compressions []Compression
+	Err          error
+}
+
+func (e *HeaderError) Error() string { return e.Err.Error() }
+func (e *HeaderError) Unwrap() error { return e.Err }
 
 // Close stops the decoders (and an external xz process). Stopping early is
 // not an error; Close reports only a failure to stop.

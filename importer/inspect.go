@@ -17,6 +17,9 @@ type Inspection struct {
 	// when it does not say.
 	VirtualSize int64 `json:"virtualSize"`
 	SourceSize  int64 `json:"sourceSize"`
+	// AllocatedSize is what a local image occupies on disk (holes
+	// excluded), -1 for a source that is not a local file.
+	AllocatedSize int64 `json:"allocatedSize"`
 	// ScratchNeeded: the import would decompress the image into scratch
 	// space before converting it.
 	ScratchNeeded bool `json:"scratchNeeded"`
@@ -55,7 +58,7 @@ func Inspect(ctx context.Context, o Options) (*Inspection, error) {
 	}
 	out := &Inspection{
 		Source: in.Source, SourceFormat: in.SourceFormat, Compressions: in.Compressions,
-		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, ScratchNeeded: in.ScratchNeeded(),
+		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, AllocatedSize: in.AllocatedSize, ScratchNeeded: in.ScratchNeeded(),
 		RefusedErr: in.Refusal,
 	}
 	if o.SourceReader != nil {

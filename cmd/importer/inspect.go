@@ -82,6 +82,9 @@ func inspectionText(in *importer.Inspection) string {
 	row("format", f)
 	row("virtual size", sizeText(in.VirtualSize, "known only after a full read"))
 	row("source size", sizeText(in.SourceSize, "not given by the source"))
+	if in.AllocatedSize >= 0 {
+		row("allocated", sizeText(in.AllocatedSize, ""))
+	}
 	if in.Refused != "" {
 		row("refused", in.Refused)
 		return b.String()

@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -86,3 +89,50 @@ func TestInspect(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// inspect names what a local image occupies on disk (as du -B1 counts
+// it), and a refused image's JSON still names the format found with the
+// reason.
+func TestInspectAllocatedSizeAndRefusedFormat(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz", "du")
+	dir := t.TempDir()
+	sparse := filepath.Join(dir, "sparse.raw")
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "raw", sparse, "8M")
+	testimg.Run(t, "dd", "if=/dev/urandom", "of="+sparse, "bs=64k", "count=3", "seek=20", "conv=notrunc", "status=none")
+	out, err := exec.Command("du", "-B1", sparse).Output()
+	require.NoError(t, err)
+	du := strings.Fields(string(out))[0]
+	code, in := inspectJSON(t, sparse)
+	require.Equal(t, cdi.ExitOK, code)
+	assert.Equal(t, du, strconv.FormatInt(in.AllocatedSize, 10))
+	assert.EqualValues(t, 8<<20, in.SourceSize)
+	assert.Less(t, in.AllocatedSize, in.SourceSize)
+	_, stdout, _ := runCLI(t, nil, env(nil), "inspect", sparse)
+	assert.Contains(t, stdout, "allocated     ")
+	assert.Contains(t, stdout, "("+du+" bytes)")
+
+	// A qcow2 header with 2^40-byte clusters is refused.
+	bad := filepath.Join(dir, "bad.qcow2")
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", bad, "4M")
+	f, err := os.OpenFile(bad, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0, 0, 0, 40}, 20) // cluster_bits
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	badXZ := testimg.Compress(t, bad, "xz")
+	for _, c := range []struct {
+		src          string
+		compressions []string
+	}{{bad, nil}, {badXZ, []string{"xz"}}} {
+		code, stdout, _ := runCLI(t, nil, env(nil), "inspect", "--json", c.src)
+		assert.Equal(t, cdi.ExitFailed, code, c.src)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(stdout), &m), stdout)
+		assert.Equal(t, "qcow2", m["sourceFormat"], stdout)
+		assert.NotEmpty(t, m["reason"], stdout)
+		assert.NotEmpty(t, m["refused"], stdout)
+		var in importer.Inspection
+		require.NoError(t, json.Unmarshal([]byte(stdout), &in))
+		assert.Equal(t, c.compressions, in.Compressions, stdout)
+	}
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
 )
 
 // Inspection is what Inspect found out about a source without importing
@@ -19,6 +20,9 @@ type Inspection struct {
 	// (-1 when it does not say).
 	VirtualSize int64
 	SourceSize  int64
+	// AllocatedSize is what a local image occupies on disk (its holes
+	// excluded, at most its size); -1 for a source that is not a file.
+	AllocatedSize int64
 	// Plan is the import's plan (nil when the image is refused): its route
 	// and phases, and whether it needs scratch space.
 	Plan *Plan
@@ -39,9 +43,16 @@ func (i *Inspection) ScratchNeeded() bool { return i.Plan != nil && i.Plan.Route
 func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	a := newAttempt(r)
 	defer a.cleanup()
-	in := &Inspection{Source: r.Source.String(), VirtualSize: -1, SourceSize: -1}
+	in := &Inspection{Source: r.Source.String(), VirtualSize: -1, SourceSize: -1, AllocatedSize: -1}
 	st, err := a.openSource(ctx)
 	in.SourceFormat, in.Compressions = a.result.SourceFormat, a.result.Compressions
+	var refusedHeader *format.HeaderError
+	if errors.As(err, &refusedHeader) {
+		in.SourceFormat, in.Compressions = string(refusedHeader.Format), nil
+		for _, c := range refusedHeader.Compressions {
+			in.Compressions = append(in.Compressions, string(c))
+		}
+	}
 	if err != nil {
 		return in, refusal(in, err)
 	}
@@ -53,6 +64,9 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 		in.VirtualSize = st.Size
 	}
 	a.localPath = datasource.LocalPath(st)
+	if a.localPath != "" {
+		in.AllocatedSize = allocatedSize(a.localPath)
+	}
 	out := "raw"
 	if r.Format == "qcow2" {
 		out = "qcow2"
