@@ -20,6 +20,9 @@ type Inspection struct {
 	// AllocatedSize is what a local image occupies on disk (holes
 	// excluded), -1 for a source that is not a local file.
 	AllocatedSize int64 `json:"allocatedSize"`
+	// UncompressedSize is an .xz's content size from its index (a local
+	// file or a URL read over ranges), -1 when not known.
+	UncompressedSize int64 `json:"uncompressedSize"`
 	// ScratchNeeded: the import would decompress the image into scratch
 	// space before converting it.
 	ScratchNeeded bool `json:"scratchNeeded"`
@@ -58,7 +61,7 @@ func Inspect(ctx context.Context, o Options) (*Inspection, error) {
 	}
 	out := &Inspection{
 		Source: in.Source, SourceFormat: in.SourceFormat, Compressions: in.Compressions,
-		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, AllocatedSize: in.AllocatedSize, ScratchNeeded: in.ScratchNeeded(),
+		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, AllocatedSize: in.AllocatedSize, UncompressedSize: in.UncompressedSize, ScratchNeeded: in.ScratchNeeded(),
 		RefusedErr: in.Refusal,
 	}
 	if o.SourceReader != nil {

@@ -85,6 +85,9 @@ func inspectionText(in *importer.Inspection) string {
 	if in.AllocatedSize >= 0 {
 		row("allocated", sizeText(in.AllocatedSize, ""))
 	}
+	if in.UncompressedSize >= 0 {
+		row("uncompressed", sizeText(in.UncompressedSize, ""))
+	}
 	if in.Refused != "" {
 		row("refused", in.Refused)
 		return b.String()

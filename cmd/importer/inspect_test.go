@@ -136,3 +136,50 @@ func TestInspectAllocatedSizeAndRefusedFormat(t *testing.T) {
 		assert.Equal(t, c.compressions, in.Compressions, stdout)
 	}
 }
+
+// inspect reads an .xz's uncompressed size from its index, locally and
+// over HTTP ranges, as xz --robot --list tells it; for a raw.xz that is
+// the virtual size.
+func TestInspectXZUncompressedSizeFromIndex(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	www := t.TempDir()
+	raw := testimg.Raw(t, www, "disk.raw", 3<<20+4096, 43)
+	multi := filepath.Join(www, "multi.raw.xz") // several blocks
+	out, err := exec.Command("xz", "-T2", "--block-size=1MiB", "-c", raw).Output()
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(multi, out, 0o644))
+	qcow := testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
+	qcowXZ := testimg.Compress(t, qcow, "xz")
+	listed := func(path string) (blocks, uncompressed string) {
+		out, err := exec.Command("xz", "--robot", "--list", path).Output()
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(out), "\n") {
+			if f := strings.Split(l, "\t"); f[0] == "totals" {
+				return f[2], f[4]
+			}
+		}
+		t.Fatalf("no totals in %s", out)
+		return "", ""
+	}
+	blocks, _ := listed(multi)
+	require.NotEqual(t, "1", blocks)
+	url := testimg.Serve(t, www)
+	for _, c := range []struct{ src, file, format string }{
+		{multi, multi, "raw"}, {url + "/multi.raw.xz", multi, "raw"},
+		{qcowXZ, qcowXZ, "qcow2"}, {url + "/disk.qcow2.xz", qcowXZ, "qcow2"},
+	} {
+		_, want := listed(c.file)
+		code, in := inspectJSON(t, c.src)
+		require.Equal(t, cdi.ExitOK, code, c.src)
+		assert.Equal(t, want, strconv.FormatInt(in.UncompressedSize, 10), c.src)
+		if c.format == "raw" {
+			assert.EqualValues(t, 3<<20+4096, in.VirtualSize, c.src)
+		}
+	}
+	_, stdout, _ := runCLI(t, nil, env(nil), "inspect", multi)
+	assert.Contains(t, stdout, "uncompressed  3.0 MiB (3149824 bytes)\n")
+
+	code, in := inspectJSON(t, raw)
+	require.Equal(t, cdi.ExitOK, code)
+	assert.EqualValues(t, -1, in.UncompressedSize)
+}

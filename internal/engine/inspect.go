@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"os"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -23,6 +24,9 @@ type Inspection struct {
 	// AllocatedSize is what a local image occupies on disk (its holes
 	// excluded, at most its size); -1 for a source that is not a file.
 	AllocatedSize int64
+	// UncompressedSize is the size of an .xz's content, from the index at
+	// its end (a local file, or a URL read over ranges); -1 when unknown.
+	UncompressedSize int64
 	// Plan is the import's plan (nil when the image is refused): its route
 	// and phases, and whether it needs scratch space.
 	Plan *Plan
@@ -43,7 +47,7 @@ func (i *Inspection) ScratchNeeded() bool { return i.Plan != nil && i.Plan.Route
 func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	a := newAttempt(r)
 	defer a.cleanup()
-	in := &Inspection{Source: r.Source.String(), VirtualSize: -1, SourceSize: -1, AllocatedSize: -1}
+	in := &Inspection{Source: r.Source.String(), VirtualSize: -1, SourceSize: -1, AllocatedSize: -1, UncompressedSize: -1}
 	st, err := a.openSource(ctx)
 	in.SourceFormat, in.Compressions = a.result.SourceFormat, a.result.Compressions
 	var refusedHeader *format.HeaderError
@@ -66,6 +70,12 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	a.localPath = datasource.LocalPath(st)
 	if a.localPath != "" {
 		in.AllocatedSize = allocatedSize(a.localPath)
+	}
+	if len(img.Compressions) > 0 && img.Compressions[0] == format.XZ {
+		in.UncompressedSize = a.xzUncompressedSize(ctx, st)
+		if in.VirtualSize < 0 && len(img.Compressions) == 1 && img.Format == format.Raw {
+			in.VirtualSize = in.UncompressedSize
+		}
 	}
 	out := "raw"
 	if r.Format == "qcow2" {
@@ -96,4 +106,32 @@ func refusal(in *Inspection, err error) error {
 		return nil
 	}
 	return err
+}
+
+// xzUncompressedSize reads the index at the end of an .xz source (a local
+// file, or over ranges) for its uncompressed size; -1 when the source
+// cannot be read that way or its index does not add up.
+func (a *attempt) xzUncompressedSize(ctx context.Context, st *datasource.Transfer) int64 {
+	var n int64
+	var err error
+	if a.localPath != "" {
+		var f *os.File
+		if f, err = os.Open(a.localPath); err == nil {
+			n, err = format.XZUncompressedSize(f, st.Size)
+			f.Close()
+		}
+	} else if ranged := datasource.Ranges(st); ranged != nil {
+		var rr *datasource.RangeReader
+		if rr, err = ranged.Open(ctx); err == nil {
+			n, err = format.XZUncompressedSize(rr, rr.Size())
+			rr.Close()
+		}
+	} else {
+		return -1
+	}
+	if err != nil {
+		a.log.Debug("xz index not read", "error", err)
+		return -1
+	}
+	return n
 }
