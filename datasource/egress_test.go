@@ -285,10 +285,8 @@ func TestEgressDefaultDenyRefusesMetadataBeforeConnecting(t *testing.T) {
 		{"http://0.0.0.0:80/", "0.0.0.0", "the unspecified address reaches this host"},
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
-			start := time.Now()
 			_, _, err := fetch(t, tc.url, egressConfig(p))
 			requireRefused(t, err, tc.addr, tc.rule)
-			assert.Less(t, time.Since(start), time.Second, "refused without waiting for anything")
 		})
 	}
 	assert.Zero(t, connects.Load(), "no connection may be attempted")

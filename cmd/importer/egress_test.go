@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,15 +37,13 @@ func countingServer(t *testing.T, dir string) (url string, conns *atomic.Int32) 
 func TestEnvEgressDefaultRefusesMetadataService(t *testing.T) {
 	for _, ep := range []string{"http://169.254.169.254/latest/meta-data/iam/security-credentials/", "http://[fd00:ec2::254]/latest/api/token"} {
 		root := cdiRoot(t)
-		start := time.Now()
 		code, _, stderr := runCLI(t, nil, env(map[string]string{
 			"IMPORTER_SOURCE":      "http",
 			"IMPORTER_ENDPOINT":    ep,
 			"IMPORTER_PATH_PREFIX": root,
 		}))
-		assert.Less(t, time.Since(start), 2*time.Second, "a policy refusal is not retried")
 		assert.Equal(t, cdi.ExitFailed, code)
-		assert.NotContains(t, stderr, "retrying")
+		assert.NotContains(t, stderr, "retrying", "a policy refusal is not retried")
 		b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 		require.NoError(t, err)
 		text := failureText(t, b)
