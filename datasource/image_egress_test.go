@@ -75,12 +75,10 @@ func TestRegistryPullUnderEgressPolicy(t *testing.T) {
 	assert.Positive(t, connects.Load(), "the pull's connections are made by the policy's dialer")
 
 	p, connects = countingPolicy("127.0.0.0/8")
-	start := time.Now()
 	s, _, err := readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
 	requireEgressRefused(t, err, "127.0.0.1", "deny 127.0.0.0/8")
 	assert.Zero(t, connects.Load())
 	assert.Zero(t, Retries(s))
-	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
 // A registry that redirects its blobs to another host (as registries do
