@@ -21,23 +21,8 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/regtest"
+	"github.com/diskimport/engine/internal/testimg"
 )
-
-// serveOn serves h on ip:0 until the test ends and counts connections.
-func serveOn(t *testing.T, ip string, h http.Handler) (addr string, conns *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", ip+":0")
-	require.NoError(t, err)
-	conns = new(atomic.Int32)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String(), conns
-}
 
 // countingPolicy is p dialling with a Control that counts connect(2)s.
 func countingPolicy(deny string) (*EgressPolicy, *atomic.Int32) {
@@ -88,8 +73,8 @@ func TestRegistryBlobRedirectToDeniedAddress(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	ref, _, data := pushResumeImage(t, reg)
 	upstream := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host})
-	blobs, blobConns := serveOn(t, "127.0.0.3", upstream)
-	front, _ := serveOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	blobs, blobConns := testimg.ServeOn(t, "127.0.0.3", upstream)
+	front, _ := testimg.ServeOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
 			http.Redirect(w, r, "http://"+blobs+r.URL.Path, http.StatusTemporaryRedirect)
 			return
@@ -117,7 +102,7 @@ func TestEgressRelayRefusesOtherClients(t *testing.T) {
 	r, err := startEgressRelay(&EgressPolicy{})
 	require.NoError(t, err)
 	t.Cleanup(r.close)
-	target, conns := serveOn(t, "127.0.0.2", http.NotFoundHandler())
+	target, conns := testimg.ServeOn(t, "127.0.0.2", http.NotFoundHandler())
 	for _, u := range []*url.URL{
 		{Scheme: "socks5", User: url.UserPassword("importer", "guess"), Host: r.ln.Addr().String()},
 		{Scheme: "socks5", Host: r.ln.Addr().String()},
@@ -168,8 +153,8 @@ func TestRegistryPullThroughEnvironmentProxyUnderEgressPolicy(t *testing.T) {
 		}
 		forward.ServeHTTP(w, r)
 	})
-	allowed, allowedConns := serveOn(t, "127.0.0.2", proxyHandler)
-	denied, deniedConns := serveOn(t, "127.0.0.3", proxyHandler)
+	allowed, allowedConns := testimg.ServeOn(t, "127.0.0.2", proxyHandler)
+	denied, deniedConns := testimg.ServeOn(t, "127.0.0.3", proxyHandler)
 	run := func(proxy string, extra ...string) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestRegistryPullThroughEnvironmentProxyUnderEgressPolicy$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "DATASOURCE_EGRESS_PROXY_CHILD_REF="+ref,

@@ -20,22 +20,6 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 )
 
-// serveAlias serves h on ip:0 until the test ends, counting connections.
-func serveAlias(t *testing.T, ip string, h http.Handler) (base string, conns *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", ip+":0")
-	require.NoError(t, err)
-	conns = new(atomic.Int32)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String(), conns
-}
-
 // The ranged route's reads (qemu-img through our NBD export of HTTP
 // ranges) are connections of the policy too: they are made by its dialer,
 // and a range read redirected to a denied address fails the import with
@@ -48,10 +32,10 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 	require.NoError(t, os.Mkdir(www, 0o755))
 	testimg.Convert(t, raw, filepath.Join(www, "disk.vdi"), "vdi")
 	files := http.FileServer(http.Dir(www))
-	other, otherConns := serveAlias(t, "127.0.0.3", files)
-	base, _ := serveAlias(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	other, otherConns := testimg.ServeOn(t, "127.0.0.3", files)
+	base, _ := testimg.ServeOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/moved.vdi" && r.Header.Get("Range") != "" && !strings.HasPrefix(r.Header.Get("Range"), "bytes=0-") {
-			http.Redirect(w, r, other+"/disk.vdi", http.StatusFound)
+			http.Redirect(w, r, "http://"+other+"/disk.vdi", http.StatusFound)
 			return
 		}
 		r.URL.Path = "/disk.vdi"
@@ -63,7 +47,7 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 	policy := &importer.EgressPolicy{Deny: deny, Dialer: &net.Dialer{Timeout: 5 * time.Second,
 		Control: func(string, string, syscall.RawConn) error { connects.Add(1); return nil }}}
 
-	o := importer.Options{Source: base + "/disk.vdi", Target: filepath.Join(t.TempDir(), "disk.img"),
+	o := importer.Options{Source: "http://" + base + "/disk.vdi", Target: filepath.Join(t.TempDir(), "disk.img"),
 		ScratchDir: t.TempDir(), Logger: testLogger(t), Egress: policy}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
@@ -71,7 +55,7 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 	expectImage(t, raw, o.Target, false)
 	assert.GreaterOrEqual(t, connects.Load(), int32(2), "the first GET and the range reads dial through the policy")
 
-	o.Source, o.Target = base+"/moved.vdi", filepath.Join(t.TempDir(), "disk.img")
+	o.Source, o.Target = "http://"+base+"/moved.vdi", filepath.Join(t.TempDir(), "disk.img")
 	start := time.Now()
 	res, err = importer.Import(context.Background(), o)
 	require.ErrorIs(t, err, importer.ErrEgressDenied)

@@ -136,20 +136,6 @@ func assertPattern(t *testing.T, dev string, off, n int64) {
 	require.True(t, bytes.Equal(buf, bytes.Repeat([]byte{0xA5}, int(n))), "the device's old data at %d..%d was overwritten", off, off+n)
 }
 
-// assertHeadZeroed fails unless dev's first MiB is all zeros: a device an
-// import failed on after it began writing has its old head wiped, so it holds
-// neither image's head.
-func assertHeadZeroed(t *testing.T, dev string) {
-	t.Helper()
-	f, err := os.Open(dev)
-	require.NoError(t, err)
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	_, err = f.ReadAt(buf, 0)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(buf, make([]byte, len(buf))), "the device's first MiB is not zeroed after a failed import")
-}
-
 func TestEmptySourceRefused(t *testing.T) {
 	testimg.Need(t, "zstd", "gzip", "xz", "pzstd")
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,8 +19,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Raw writes a raw image of size bytes (a multiple of 512) to dir/name:
@@ -202,6 +205,26 @@ func Digest(t testing.TB, path string, n int64) string {
 // FileDigest returns "sha256:<hex>" of a whole file, for --checksum.
 func FileDigest(t testing.TB, path string) string {
 	return "sha256:" + Digest(t, path, -1)
+}
+
+// ServeOn serves h on ip (a 127.0.0.x alias, say) at a port the OS picks
+// until the test ends, and counts the connections it accepts. It returns
+// host:port.
+func ServeOn(t testing.TB, ip string, h http.Handler) (addr string, conns *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = new(atomic.Int32)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), conns
 }
 
 // AssertZeros fails unless path holds only zero bytes in [off, off+n).
