@@ -140,6 +140,12 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 		// The import outlives this request when the clone resumes.
 		sess.tgt = h.startSparseTarget(h.opts.BaseContext, rec.Size)
 		if err := sess.tgt.opened(ctx); err != nil {
+			if ctx.Err() != nil {
+				// The client left while the import opened the target: a
+				// transport failure, so the session waits for its
+				// resumption.
+				return nil, fmt.Errorf("receiving the clone: %w", err)
+			}
 			return nil, &targetError{err}
 		}
 	} else if rec.Offset != sess.tgt.offset || rec.Size != sess.tgt.size {
