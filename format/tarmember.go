@@ -99,7 +99,7 @@ func openTarMember(r io.Reader, peek int) (*tarLayer, error) {
 // compression, or binary data that is neither text, a tar nor another
 // known non-image. It returns the member's reader, its head peeked.
 func (l *tarLayer) diskMember(hdr *tar.Header) (bool, *bufio.Reader, error) {
-	if !isRegular(hdr) || hdr.Size == 0 {
+	if !isRegular(hdr) || hdr.Size == 0 || hdr.Name == "" { // an import names the member it took
 		return false, nil, nil
 	}
 	if l.ovfDisk != "" {
