@@ -185,12 +185,11 @@ func (uf uploadFlags) server(opts importer.Options, log *slog.Logger) (*uploadse
 
 // runEnvUploadServer is CDI's upload-server pod: its environment, its
 // termination message (Upload Complete, Clone Complete or Deadline
-// Passed) and its exit codes.
+// Passed), its exit codes and its last log line.
 func runEnvUploadServer(ctx context.Context, getenv func(string) string, log *slog.Logger, stderr io.Writer) int {
 	c, err := cdi.UploadServerFromEnv(getenv)
 	if err != nil {
-		fmt.Fprintln(stderr, "importer: upload-server:", err)
-		return cdi.ExitFailed
+		return envUploadServerFailed(c.TerminationLog, err, log, stderr)
 	}
 	for _, w := range c.Warnings {
 		log.Warn(w)
@@ -215,14 +214,29 @@ func runEnvUploadServer(ctx context.Context, getenv func(string) string, log *sl
 	}
 	res, err := srv.Run(ctx)
 	if err != nil && !errors.Is(err, errdefs.ErrDeadlinePassed) {
-		fmt.Fprintln(stderr, "importer: upload-server:", err)
-		_ = writeUploadMessage(c.TerminationLog, res, err, srv.Cloned(), stderr)
-		return cdi.ExitFailed
+		return envUploadServerFailed(c.TerminationLog, err, log, stderr)
 	}
 	if werr := writeUploadMessage(c.TerminationLog, res, err, srv.Cloned(), stderr); werr != nil {
-		return cdi.ExitFailed
+		return envUploadServerFailed(c.TerminationLog, fmt.Errorf("writing the termination message: %w", werr), log, stderr)
 	}
+	log.Info(cdi.UploadServerSucceeded)
 	return cdi.ExitOK
+}
+
+// envUploadServerFailed ends an upload-server pod that failed as CDI's
+// does: exit 1 and "UploadServer failed: CAUSE" as the last log line. The
+// same line is the termination message, plain text as after any non-zero
+// exit (CDI's controller parses JSON only from a pod that exited 0), so
+// the controller shows the cause without falling back to the log.
+func envUploadServerFailed(terminationLog string, err error, log *slog.Logger, stderr io.Writer) int {
+	text := cdi.UploadServerFailureText(err)
+	if terminationLog != "" {
+		if werr := os.WriteFile(terminationLog, []byte(text), 0o600); werr != nil {
+			fmt.Fprintln(stderr, "importer: writing termination log:", werr)
+		}
+	}
+	log.Error(text)
+	return cdi.ExitFailed
 }
 
 // writeUploadMessage writes the upload server's termination message (no

@@ -63,7 +63,29 @@ func FailureText(kind Kind, err error) string {
 	default:
 		text = processFailedPrefix + text
 	}
-	// Kubernetes keeps the message, CDI keeps one line of it.
+	return oneLine(text)
+}
+
+// uploadServerFailedPrefix is what CDI's upload server logs last before it
+// exits 1 (cmd/cdi-uploadserver: "UploadServer failed: %s"); it writes no
+// termination message then, so its pod's FallbackToLogsOnError shows that
+// line.
+const uploadServerFailedPrefix = "UploadServer failed: "
+
+// UploadServerSucceeded is the last line CDI's upload server logs after it
+// wrote its termination message and before it exits 0.
+const UploadServerSucceeded = "UploadServer successfully exited"
+
+// UploadServerFailureText is the plain-text ending of an upload-server pod
+// that exits 1: CDI's last log line, which its controller shows, as one
+// line of at most 4096 bytes.
+func UploadServerFailureText(err error) string {
+	return oneLine(uploadServerFailedPrefix + err.Error())
+}
+
+// oneLine is text as a termination message: Kubernetes keeps the message,
+// CDI keeps one line of it, cut at its end past 4096 bytes.
+func oneLine(text string) string {
 	text = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(text)
 	return cutText(text, maxTerminationMessage)
 }
