@@ -46,6 +46,9 @@
 //	IMPORTER_CONNECTIONS     (ours) connections an http, s3 or gcs object
 //	                         is read over when its server serves ranges
 //	                         (default 8; 1: one GET)
+//	IMPORTER_MAX_SPILL       (ours) cap of the scratch the stream decoder
+//	                         spills early clusters to, a quantity (default:
+//	                         the image's virtual size)
 //	FILESYSTEM_OVERHEAD      fraction of a filesystem volume kept free
 //	PREALLOCATION            true: allocate the whole target
 //	CACHE_MODE               TRYNONE: qemu-img tries O_DIRECT, falls back

@@ -169,6 +169,9 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 	if o.Connections, err = envInt(getenv, "IMPORTER_CONNECTIONS"); err != nil {
 		return o, err
 	}
+	if o.MaxSpill, err = envQuantity(getenv, "IMPORTER_MAX_SPILL"); err != nil {
+		return o, err
+	}
 	if o.FilesystemOverhead, err = envFloat(getenv, "FILESYSTEM_OVERHEAD"); err != nil {
 		return o, err
 	}

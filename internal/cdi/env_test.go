@@ -58,6 +58,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		"IMPORTER_EXTRA_HEADER_0": "A: 1",
 		"IMPORTER_EXTRA_HEADER_7": "B: 2",
 		"IMPORTER_CONNECTIONS":    "3",
+		"IMPORTER_MAX_SPILL":      "2Gi",
 	}), p)
 	require.NoError(t, err)
 	assert.Equal(t, Import, req.Kind)
@@ -67,6 +68,7 @@ func TestReadEnvHTTP(t *testing.T) {
 		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
 		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"}, ExpectContentDigest: "blk-sha256:11",
 		Egress: &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()}, Connections: 3,
+		MaxSpill: 2 << 30,
 	}, req.Import)
 }
 
@@ -142,6 +144,7 @@ func TestReadEnvRefuses(t *testing.T) {
 		"bool":               {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "INSECURE_TLS": "yes please"}, "INSECURE_TLS"},
 		"overhead":           {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "FILESYSTEM_OVERHEAD": "6%"}, "FILESYSTEM_OVERHEAD"},
 		"connections":        {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "IMPORTER_CONNECTIONS": "many"}, "IMPORTER_CONNECTIONS"},
+		"max spill":          {map[string]string{"IMPORTER_SOURCE": "http", "IMPORTER_ENDPOINT": "http://h/d", "IMPORTER_MAX_SPILL": "lots"}, "IMPORTER_MAX_SPILL"},
 		"relative clone":     {map[string]string{"IMPORTER_SOURCE": "clone", "IMPORTER_ENDPOINT": "dev/sdb"}, "must be an absolute path"},
 		"clone verify value": {map[string]string{"IMPORTER_SOURCE": "clone", "IMPORTER_ENDPOINT": "/dev/sdb", "IMPORTER_VERIFY": "maybe"}, "IMPORTER_VERIFY"},
 	} {
