@@ -18,10 +18,10 @@ type meter struct {
 	phase          atomic.Value // string; set by the machine's events
 	counter        atomic.Pointer[iostage.Counter]
 	sourceSize     atomic.Int64
-	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
-	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's or the stream decoder's, onto a device
-	decodedFile    atomic.Pointer[countingSink]        // the stream decoder's, onto a file
-	convertPercent atomic.Uint64                       // math.Float64bits
+	writer         atomic.Pointer[volume.Writer]          // the streamed copy's
+	deviceWriter   atomic.Pointer[volume.DeviceWriter]    // qemu-img's or the stream decoder's, onto a device
+	decodedFile    atomic.Pointer[volume.PacedFileWriter] // the stream decoder's, onto a file
+	convertPercent atomic.Uint64                          // math.Float64bits
 	// rangedRead counts the ranged route's range reads, which cover the
 	// head the counter saw again.
 	rangedRead rangeCount
@@ -88,7 +88,7 @@ func (m *meter) snapshot() Progress {
 	if d := m.deviceWriter.Load(); d != nil { // qemu-img writing a device
 		p.BytesWritten = d.Written()
 	} else if f := m.decodedFile.Load(); f != nil {
-		p.BytesWritten = f.written.Load()
+		p.BytesWritten = f.Written()
 	} else if w := m.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
 	}

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -72,9 +69,9 @@ func (s *streamDecode) run(ctx context.Context) error {
 	var (
 		sink   streamdecode.Sink
 		dev    *volume.DeviceWriter
-		stage  *deviceSink
+		stage  *volume.BatchedDeviceWriter
 		file   *os.File
-		counts *countingSink
+		counts *volume.PacedFileWriter
 	)
 	if a.target.Kind() == volume.Block {
 		w, err := a.target.NewDeviceWriter(ctx, volume.DeviceWriterOptions{KeepAllocated: a.req.Preallocation})
@@ -83,15 +80,17 @@ func (s *streamDecode) run(ctx context.Context) error {
 		}
 		dev = w
 		a.meter.deviceWriter.Store(w)
-		// Gathered into large writes, several in flight (devicesink.go);
-		// Close waits for them on every path, so nothing writes the
-		// device after the attempt returns.
+		// Gathered into large writes, several in flight; Close waits for
+		// them on every path, so nothing writes the device after the
+		// attempt returns.
 		if a.targetZeroed {
-			stage = newDeviceSink(ctx, w, false, false)
-			sink = plainDeviceSink{stage} // the device reads zeros already: holes are skipped
+			stage = volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{})
+			// Its ZeroAt hidden: the device reads zeros already, so the
+			// decoder skips holes and all-zero clusters.
+			sink = struct{ streamdecode.Sink }{stage}
 		} else {
-			stage = newDeviceSink(ctx, w, true, !a.req.Preallocation)
-			sink = zeroingDeviceSink{stage}
+			stage = volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: !a.req.Preallocation})
+			sink = stage // a streamdecode.ZeroSink: the device may hold old data
 		}
 		defer stage.Close()
 	} else {
@@ -101,7 +100,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 		}
 		defer f.Close()
 		file = f
-		counts = &countingSink{f: f}
+		counts = volume.NewPacedFileWriter(f)
 		a.meter.decodedFile.Store(counts)
 		sink = counts
 	}
@@ -232,43 +231,3 @@ func (e *overflowError) Error() string {
 }
 
 func (e *overflowError) Unwrap() error { return errdefs.ErrScratchSpaceRequired }
-
-// decodeWritebackWindow is how much a file target may gather dirty before
-// its writeback is started; the batch before is waited for then, so about
-// two windows are dirty or under writeback at once.
-const decodeWritebackWindow = 32 << 20
-
-// countingSink writes a file target through the page cache, counts the
-// bytes for progress and paces writeback: the decoder writes at any
-// offset, so each window starts writeback of the whole file after waiting
-// for the window before, and drops the pages already written (nothing
-// reads them again). Dirty page cache is what gets a small pod
-// OOM-killed. The decoder calls WriteAt from one goroutine.
-type countingSink struct {
-	f       *os.File
-	written atomic.Int64
-	pending int64 // bytes written since writeback was last started
-}
-
-func (c *countingSink) WriteAt(p []byte, off int64) (int, error) {
-	n, err := c.f.WriteAt(p, off)
-	c.written.Add(int64(n))
-	c.pending += int64(n)
-	if err == nil && c.pending >= decodeWritebackWindow {
-		c.pending = 0
-		err = c.writeback()
-	}
-	return n, err
-}
-
-func (c *countingSink) writeback() error {
-	fd := int(c.f.Fd())
-	if err := unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE); err != nil {
-		return fmt.Errorf("sync_file_range %s: %w", c.f.Name(), err)
-	}
-	_ = unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED) // advisory: clean pages only
-	if err := unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE); err != nil {
-		return fmt.Errorf("sync_file_range %s: %w", c.f.Name(), err)
-	}
-	return nil
-}

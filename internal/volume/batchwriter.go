@@ -1,44 +1,43 @@
-package engine
+//go:build linux
+
+package volume
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/volume"
 )
 
-// deviceSink is the stream decoder's sink for a block target. The decoder
-// hands over one cluster (64 KiB for a qcow2) per call, in stream order,
-// from one goroutine; written through as it comes that is one small
-// O_DIRECT pwrite at a time, at queue depth 1, several times slower than
-// the device (measured: 11,458 pwrites for a 752 MB qcow2). So contiguous
-// writes are copied into a large buffer laid out like the device (a
-// buffer's first byte sits at a block boundary, so DeviceWriter writes it
-// without bouncing) and a buffer is handed to a few writer goroutines when
-// it is full or the next request does not continue it; adjacent zero
-// ranges are gathered the same way. Memory is bounded by the pool.
+// BatchedDeviceWriter gathers small writes at random offsets (the stream
+// decoder's, one cluster per call, from one goroutine) into large writes
+// of a DeviceWriter, several in flight. Written through as they come, the
+// decoder's 64 KiB clusters are one small O_DIRECT pwrite at a time, at
+// queue depth 1, several times slower than the device (measured: 11,458
+// pwrites for a 752 MB qcow2). So contiguous writes are copied into a
+// large buffer laid out like the device (a buffer's first byte sits at a
+// block boundary, so the DeviceWriter writes it without bouncing) and a
+// buffer is handed to a few writer goroutines when it is full or the next
+// request does not continue it; adjacent zero ranges are gathered the same
+// way. Memory is bounded by the pool.
 //
-// The decoder writes each guest range once, but not always: a vmdk's
-// whole disk is zeroed first and its grains land on it afterwards. So a
-// request is started only when no request in flight shares a device block
-// with it; disjoint requests may complete in any order.
+// A guest range may be written more than once: a vmdk's whole disk is
+// zeroed first and its grains land on it afterwards. So a request is
+// started only when no request in flight shares a device block with it;
+// disjoint requests may complete in any order.
 //
-// The first error stops the stage: later calls and Flush return it.
-type deviceSink struct {
-	ctx     context.Context
-	w       *volume.DeviceWriter
-	lbs     int64
-	bufSize int64
-	free    chan []byte // the pool: buffers not being filled nor written
-	jobs    chan sinkJob
-	workers sync.WaitGroup
-	// zeroing: the device may hold old data, so ZeroAt is honoured and
-	// all-zero data becomes a zero range, as DeviceWriter itself would
-	// do with a cluster-sized write; mayDeallocate is passed to ZeroAt.
-	zeroing       bool
-	mayDeallocate bool
+// The first error stops the writer: later calls and Flush return it.
+type BatchedDeviceWriter struct {
+	ctx                    context.Context
+	w                      *DeviceWriter
+	lbs                    int64
+	bufSize                int64
+	free                   chan []byte // the pool: buffers not being filled nor written
+	jobs                   chan batchJob
+	workers                sync.WaitGroup
+	zeroing, mayDeallocate bool // BatchOptions.Zeroing, MayDeallocate
 
 	// The extent being gathered (only the caller's goroutine touches it):
 	// data in buf, whose byte 0 is device offset base, from bufStart to
@@ -50,45 +49,60 @@ type deviceSink struct {
 
 	mu       sync.Mutex
 	idle     *sync.Cond // signalled when a request completes
-	inflight []sinkJob
+	inflight []batchJob
 	err      error
 	closed   bool
 }
 
-// sinkJob is one request to the device: data (buf non-nil, p the part
+// batchJob is one request to the device: data (buf non-nil, p the part
 // to write) or a zero range.
-type sinkJob struct {
+type batchJob struct {
 	off, n int64
 	p      []byte
 	buf    []byte // returned to the pool after the write
 }
 
-// Pool shape (24 MiB), measured onto a direct-io loop device with
-// BenchmarkDeviceSink (256 MiB of 64 KiB clusters, 3 runs x 3, MB/s):
-// the DeviceWriter alone 740-980; 1 MiB x 8, 4 writers 1260-2060; 2 MiB
-// x 8, 4 writers 1130-1670; 4 MiB x 6, 4 writers 1830-2190; 4 MiB x 8,
-// 6 writers 1210-2070: no better for more memory.
+// The default pool shape (24 MiB), measured onto a direct-io loop device
+// with BenchmarkBatchedDeviceWriter (256 MiB of 64 KiB clusters, 3 runs x
+// 3, MB/s): the DeviceWriter alone 740-980; 1 MiB x 8, 4 writers
+// 1260-2060; 2 MiB x 8, 4 writers 1130-1670; 4 MiB x 6, 4 writers
+// 1830-2190; 4 MiB x 8, 6 writers 1210-2070: no better for more memory.
 const (
-	deviceSinkBuffer  = 4 << 20
-	deviceSinkBuffers = 6
-	deviceSinkWriters = 4
+	DefaultBatchBuffer  = 4 << 20
+	DefaultBatchBuffers = 6
+	DefaultBatchWriters = 4
 )
 
-func newDeviceSink(ctx context.Context, w *volume.DeviceWriter, zeroing, mayDeallocate bool) *deviceSink {
-	return newDeviceSinkSized(ctx, w, zeroing, mayDeallocate, deviceSinkBuffer, deviceSinkBuffers, deviceSinkWriters)
+// BatchOptions shape a BatchedDeviceWriter. Zero sizes take the defaults.
+type BatchOptions struct {
+	// Zeroing: the device may hold old data, so ZeroAt is honoured and
+	// all-zero data becomes a zero range, as the DeviceWriter itself does
+	// with a cluster-sized write. Without it the caller writes only data
+	// onto a device that reads zeros already.
+	Zeroing bool
+	// MayDeallocate is passed to DeviceWriter.ZeroAt.
+	MayDeallocate bool
+	// BufferSize, Buffers and Writers are the pool: Buffers buffers of
+	// BufferSize bytes (rounded up to the block size), Writers goroutines.
+	BufferSize, Buffers, Writers int
 }
 
-func newDeviceSinkSized(ctx context.Context, w *volume.DeviceWriter, zeroing, mayDeallocate bool, bufSize, buffers, writers int) *deviceSink {
+// NewBatchedDeviceWriter starts the writer goroutines over w. Close stops
+// them on every path.
+func NewBatchedDeviceWriter(ctx context.Context, w *DeviceWriter, o BatchOptions) *BatchedDeviceWriter {
+	bufSize := cmp.Or(o.BufferSize, DefaultBatchBuffer)
+	buffers := cmp.Or(o.Buffers, DefaultBatchBuffers)
+	writers := cmp.Or(o.Writers, DefaultBatchWriters)
 	lbs := max(w.BlockSize(), 512)
-	s := &deviceSink{
-		ctx: ctx, w: w, lbs: lbs, zeroing: zeroing, mayDeallocate: mayDeallocate,
+	s := &BatchedDeviceWriter{
+		ctx: ctx, w: w, lbs: lbs, zeroing: o.Zeroing, mayDeallocate: o.MayDeallocate,
 		bufSize: (int64(bufSize) + lbs - 1) / lbs * lbs,
 		free:    make(chan []byte, buffers),
-		jobs:    make(chan sinkJob, buffers+writers),
+		jobs:    make(chan batchJob, buffers+writers),
 	}
 	s.idle = sync.NewCond(&s.mu)
 	for range buffers {
-		s.free <- volume.AlignedBuf(int(s.bufSize), int(lbs))
+		s.free <- AlignedBuf(int(s.bufSize), int(lbs))
 	}
 	s.workers.Add(writers)
 	for range writers {
@@ -98,11 +112,11 @@ func newDeviceSinkSized(ctx context.Context, w *volume.DeviceWriter, zeroing, ma
 }
 
 // WriteAt copies p into the extent being gathered.
-func (s *deviceSink) WriteAt(p []byte, off int64) (int, error) {
+func (s *BatchedDeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	if s.zeroing && volume.IsZero(p) {
+	if s.zeroing && IsZero(p) {
 		if err := s.ZeroAt(off, int64(len(p))); err != nil {
 			return 0, err
 		}
@@ -138,7 +152,7 @@ func (s *deviceSink) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // ZeroAt extends the zero range being gathered, or starts one.
-func (s *deviceSink) ZeroAt(off, n int64) error {
+func (s *BatchedDeviceWriter) ZeroAt(off, n int64) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -165,7 +179,7 @@ func (s *deviceSink) ZeroAt(off, n int64) error {
 
 // Flush writes what is gathered, waits for every request in flight and
 // returns the first error.
-func (s *deviceSink) Flush() error {
+func (s *BatchedDeviceWriter) Flush() error {
 	var err error
 	if s.buf != nil {
 		err = s.sendData()
@@ -185,7 +199,7 @@ func (s *deviceSink) Flush() error {
 
 // Close stops the writers after the requests already started; what is
 // still gathered is dropped (Flush first to keep it). Safe to call twice.
-func (s *deviceSink) Close() {
+func (s *BatchedDeviceWriter) Close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -201,12 +215,12 @@ func (s *deviceSink) Close() {
 	}
 }
 
-// check returns the stage's error, or the context's.
-func (s *deviceSink) check() error {
+// check returns the writer's first error, or the context's.
+func (s *BatchedDeviceWriter) check() error {
 	s.mu.Lock()
 	err := s.err
 	if err == nil && s.closed {
-		err = fmt.Errorf("device sink for the stream decoder already closed: %w", errdefs.ErrClosed)
+		err = fmt.Errorf("batched device writer already closed: %w", errdefs.ErrClosed)
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -219,7 +233,7 @@ func (s *deviceSink) check() error {
 }
 
 // takeBuffer waits for a free buffer and starts an extent at off in it.
-func (s *deviceSink) takeBuffer(off int64) error {
+func (s *BatchedDeviceWriter) takeBuffer(off int64) error {
 	select {
 	case b := <-s.free:
 		s.buf = b
@@ -231,21 +245,21 @@ func (s *deviceSink) takeBuffer(off int64) error {
 	return nil
 }
 
-func (s *deviceSink) sendData() error {
-	j := sinkJob{off: s.base + s.bufStart, n: s.bufEnd - s.bufStart, p: s.buf[s.bufStart:s.bufEnd], buf: s.buf}
+func (s *BatchedDeviceWriter) sendData() error {
+	j := batchJob{off: s.base + s.bufStart, n: s.bufEnd - s.bufStart, p: s.buf[s.bufStart:s.bufEnd], buf: s.buf}
 	s.buf = nil
 	return s.start(j)
 }
 
-func (s *deviceSink) sendZeros() error {
-	j := sinkJob{off: s.zOff, n: s.zLen}
+func (s *BatchedDeviceWriter) sendZeros() error {
+	j := batchJob{off: s.zOff, n: s.zLen}
 	s.zLen = 0
 	return s.start(j)
 }
 
 // start hands j to the writers once no request in flight shares a block
 // with it.
-func (s *deviceSink) start(j sinkJob) error {
+func (s *BatchedDeviceWriter) start(j batchJob) error {
 	s.mu.Lock()
 	for s.err == nil && s.overlapsInflight(j) {
 		s.idle.Wait()
@@ -265,7 +279,7 @@ func (s *deviceSink) start(j sinkJob) error {
 	return nil
 }
 
-func (s *deviceSink) overlapsInflight(j sinkJob) bool {
+func (s *BatchedDeviceWriter) overlapsInflight(j batchJob) bool {
 	lo, hi := j.off/s.lbs, (j.off+j.n+s.lbs-1)/s.lbs
 	for _, f := range s.inflight {
 		if flo, fhi := f.off/s.lbs, (f.off+f.n+s.lbs-1)/s.lbs; flo < hi && lo < fhi {
@@ -275,7 +289,7 @@ func (s *deviceSink) overlapsInflight(j sinkJob) bool {
 	return false
 }
 
-func (s *deviceSink) writer() {
+func (s *BatchedDeviceWriter) writer() {
 	defer s.workers.Done()
 	for j := range s.jobs {
 		s.mu.Lock()
@@ -303,7 +317,7 @@ func (s *deviceSink) writer() {
 	}
 }
 
-func (s *deviceSink) do(j sinkJob) error {
+func (s *BatchedDeviceWriter) do(j batchJob) error {
 	if err := s.ctx.Err(); err != nil {
 		return fmt.Errorf("writing the decoded image: %w: %w", errdefs.ErrCancelled, err)
 	}
@@ -318,13 +332,3 @@ func (s *deviceSink) do(j sinkJob) error {
 	}
 	return nil
 }
-
-// zeroingDeviceSink is the stage for a device that may hold old data: the
-// decoder tells it every range that must read as zeros (ZeroSink).
-type zeroingDeviceSink struct{ *deviceSink }
-
-// plainDeviceSink is the stage for a device zeroed whole by Info: without
-// ZeroAt the decoder skips holes and all-zero clusters.
-type plainDeviceSink struct{ s *deviceSink }
-
-func (d plainDeviceSink) WriteAt(p []byte, off int64) (int, error) { return d.s.WriteAt(p, off) }

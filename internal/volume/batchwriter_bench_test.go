@@ -1,23 +1,26 @@
-package engine
+//go:build linux
+
+package volume_test
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/streamdecode"
+	"github.com/diskimport/engine/internal/volume"
 )
 
-// BenchmarkDeviceSink writes 256 MiB as the qcow2 decoder does (64 KiB
-// clusters in guest order, every third range a hole) onto a direct-io
-// loop device: straight through the DeviceWriter, as before deviceSink,
-// and through the stage in a few pool shapes (buffer size x buffers x
+// BenchmarkBatchedDeviceWriter writes 256 MiB as the qcow2 decoder does
+// (64 KiB clusters in guest order, every third range a hole) onto a
+// direct-io loop device: straight through the DeviceWriter, and through
+// the BatchedDeviceWriter in a few pool shapes (buffer size x buffers x
 // writers). Root only.
 //
-//	go test -run '^$' -bench DeviceSink -benchtime 3x ./internal/engine
-func BenchmarkDeviceSink(b *testing.B) {
+//	go test -run '^$' -bench BatchedDeviceWriter -benchtime 3x ./internal/volume
+func BenchmarkBatchedDeviceWriter(b *testing.B) {
 	const size = 256 << 20
 	const cluster = 64 << 10
 	data := make([]byte, cluster)
@@ -42,10 +45,10 @@ func BenchmarkDeviceSink(b *testing.B) {
 				b.StopTimer()
 				ctx := context.Background()
 				_, w := sinkDevice(b, ctx, size)
-				var sink streamdecode.Sink = w
-				var stage *deviceSink
+				var sink io.WriterAt = w
+				var stage *volume.BatchedDeviceWriter
 				if sh.buf > 0 {
-					stage = newDeviceSinkSized(ctx, w, false, false, sh.buf, sh.buffers, sh.writers)
+					stage = volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{BufferSize: sh.buf, Buffers: sh.buffers, Writers: sh.writers})
 					sink = stage
 				}
 				b.StartTimer()

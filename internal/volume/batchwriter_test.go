@@ -1,11 +1,12 @@
-package engine
+//go:build linux
+
+package volume_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,8 +17,6 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/volume"
 )
-
-const sinkMiB = 1 << 20
 
 // sinkReq is one call the decoder might make: data at off, or zeros.
 type sinkReq struct {
@@ -37,19 +36,6 @@ func sinkDevice(t testing.TB, ctx context.Context, size int64) (string, *volume.
 	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{})
 	require.NoError(t, err)
 	return dev, w
-}
-
-// readDevice reads the whole device with O_DIRECT: no page cached before
-// the writes can stand in for what they wrote.
-func readDevice(t testing.TB, dev string, size int64) []byte {
-	t.Helper()
-	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_DIRECT, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	buf := volume.AlignedBuf(int(size), 4096)
-	_, err = f.ReadAt(buf, 0)
-	require.NoError(t, err)
-	return buf
 }
 
 // sinkImage is a guest image of size bytes: runs of random data, runs of
@@ -91,7 +77,7 @@ func sinkImage(seed uint64, size int64) ([]byte, []sinkReq) {
 	return img, reqs
 }
 
-func playRequests(t *testing.T, s *deviceSink, img []byte, reqs []sinkReq) {
+func playRequests(t *testing.T, s *volume.BatchedDeviceWriter, img []byte, reqs []sinkReq) {
 	t.Helper()
 	for _, r := range reqs {
 		if r.zero {
@@ -114,15 +100,15 @@ var sinkShapes = []struct {
 	name                  string
 	buf, buffers, writers int
 }{
-	{"4MiBx6", deviceSinkBuffer, deviceSinkBuffers, deviceSinkWriters},
+	{"4MiBx6", volume.DefaultBatchBuffer, volume.DefaultBatchBuffers, volume.DefaultBatchWriters},
 	{"96KiBx3", 96 << 10, 3, 2},
 }
 
 // In guest order and shuffled, data, zero ranges and all-zero clusters
 // through the stage reach the device byte for byte, the first MiB
 // included (held by the DeviceWriter until Finish, written across).
-func TestDeviceSinkWritesImage(t *testing.T) {
-	const size = 24 * sinkMiB
+func TestBatchedDeviceWriterWritesImage(t *testing.T) {
+	const size = 24 * mib
 	for _, shape := range sinkShapes {
 		for _, order := range []string{"guest", "shuffled"} {
 			t.Run(shape.name+"/"+order, func(t *testing.T) {
@@ -132,14 +118,13 @@ func TestDeviceSinkWritesImage(t *testing.T) {
 				if order == "shuffled" {
 					rand.New(rand.NewPCG(1, 2)).Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
 				}
-				s := newDeviceSinkSized(ctx, w, true, true, shape.buf, shape.buffers, shape.writers)
+				s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: shape.buf, Buffers: shape.buffers, Writers: shape.writers})
 				defer s.Close()
 				playRequests(t, s, img, reqs)
 				require.NoError(t, s.Flush())
 				s.Close()
 				require.NoError(t, w.Finish(ctx))
-				got := readDevice(t, dev, size)
-				require.True(t, bytes.Equal(img, got), "device differs from the image at byte %d", firstDiff(img, got))
+				requireSameBytes(t, img, readDev(t, dev, 0, size))
 			})
 		}
 	}
@@ -147,14 +132,14 @@ func TestDeviceSinkWritesImage(t *testing.T) {
 
 // A vmdk zeroes the whole disk first and writes its grains over it: each
 // grain must land after the zeroing, though both are in flight at once.
-func TestDeviceSinkOrdersOverlappingRequests(t *testing.T) {
-	const size = 64 * sinkMiB
+func TestBatchedDeviceWriterOrdersOverlappingRequests(t *testing.T) {
+	const size = 64 * mib
 	ctx := context.Background()
 	dev, w := sinkDevice(t, ctx, size)
 	img, reqs := sinkImage(11, size)
 	// One-block buffers: each write is started at once, racing the
 	// zeroing unless it waits.
-	s := newDeviceSinkSized(ctx, w, true, false, 4096, 8, 8)
+	s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, BufferSize: 4096, Buffers: 8, Writers: 8})
 	defer s.Close()
 	require.NoError(t, s.ZeroAt(0, size))
 	var data []sinkReq
@@ -168,17 +153,16 @@ func TestDeviceSinkOrdersOverlappingRequests(t *testing.T) {
 	playRequests(t, s, img, data)
 	require.NoError(t, s.Flush())
 	require.NoError(t, w.Finish(ctx))
-	got := readDevice(t, dev, size)
-	require.True(t, bytes.Equal(img, got), "device differs from the image at byte %d", firstDiff(img, got))
+	requireSameBytes(t, img, readDev(t, dev, 0, size))
 }
 
 // A write the device refuses (past its end) is gathered without error;
 // Flush returns the failure, and so does every later call.
-func TestDeviceSinkWriteFailureSurfaces(t *testing.T) {
-	const size = 8 * sinkMiB
+func TestBatchedDeviceWriterWriteFailureSurfaces(t *testing.T) {
+	const size = 8 * mib
 	ctx := context.Background()
 	_, w := sinkDevice(t, ctx, size)
-	s := newDeviceSink(ctx, w, true, true)
+	s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true})
 	defer s.Close()
 	p := bytes.Repeat([]byte{1}, 64<<10)
 	for off := int64(size - 128<<10); off < size+128<<10; off += int64(len(p)) {
@@ -188,40 +172,31 @@ func TestDeviceSinkWriteFailureSurfaces(t *testing.T) {
 	err := s.Flush()
 	require.Error(t, err)
 	assert.ErrorIs(t, err, unix.ENOSPC)
-	_, err = s.WriteAt(p, 2*sinkMiB)
+	_, err = s.WriteAt(p, 2*mib)
 	assert.ErrorIs(t, err, unix.ENOSPC)
-	assert.ErrorIs(t, s.ZeroAt(2*sinkMiB, 4096), unix.ENOSPC)
+	assert.ErrorIs(t, s.ZeroAt(2*mib, 4096), unix.ENOSPC)
 	assert.ErrorIs(t, s.Flush(), unix.ENOSPC)
 }
 
 // Once the context ends, calls fail with ErrCancelled and nothing more
 // reaches the device; Close returns with no writer left.
-func TestDeviceSinkCancelled(t *testing.T) {
-	const size = 16 * sinkMiB
+func TestBatchedDeviceWriterCancelled(t *testing.T) {
+	const size = 16 * mib
 	ctx, cancel := context.WithCancel(context.Background())
 	dev, w := sinkDevice(t, ctx, size)
-	before := readDevice(t, dev, size)
-	s := newDeviceSinkSized(ctx, w, true, true, 64<<10, 2, 2)
+	before := readDev(t, dev, 0, size)
+	s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: 64 << 10, Buffers: 2, Writers: 2})
 	p := bytes.Repeat([]byte{7}, 32<<10)
-	_, err := s.WriteAt(p, 4*sinkMiB) // gathered only
+	_, err := s.WriteAt(p, 4*mib) // gathered only
 	require.NoError(t, err)
 	cancel()
-	_, err = s.WriteAt(p, 4*sinkMiB+32<<10)
+	_, err = s.WriteAt(p, 4*mib+32<<10)
 	assert.ErrorIs(t, err, errdefs.ErrCancelled)
-	assert.ErrorIs(t, s.ZeroAt(8*sinkMiB, sinkMiB), errdefs.ErrCancelled)
+	assert.ErrorIs(t, s.ZeroAt(8*mib, mib), errdefs.ErrCancelled)
 	assert.ErrorIs(t, s.Flush(), errdefs.ErrCancelled)
 	s.Close()
 	s.Close()
 	_, err = s.WriteAt(p, 0)
 	assert.True(t, errors.Is(err, errdefs.ErrClosed) || errors.Is(err, errdefs.ErrCancelled), "%v", err)
-	assert.True(t, bytes.Equal(before, readDevice(t, dev, size)), "nothing written after the cancel")
-}
-
-func firstDiff(a, b []byte) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
+	assert.True(t, bytes.Equal(before, readDev(t, dev, 0, size)), "nothing written after the cancel")
 }
