@@ -93,6 +93,17 @@ func playRequests(t *testing.T, s *volume.BatchedDeviceWriter, img []byte, reqs 
 	}
 }
 
+// playAndCompare plays reqs through s, flushes it, finishes w (the held
+// head written across) and compares the whole device with img.
+func playAndCompare(t *testing.T, ctx context.Context, s *volume.BatchedDeviceWriter, w *volume.DeviceWriter, dev string, img []byte, reqs []sinkReq) {
+	t.Helper()
+	playRequests(t, s, img, reqs)
+	require.NoError(t, s.Flush())
+	s.Close()
+	require.NoError(t, w.Finish(ctx))
+	requireSameBytes(t, img, readDev(t, dev, 0, int64(len(img))))
+}
+
 // sinkShapes: the production pool, and a tiny one whose buffers fill
 // every few clusters, so extents are cut often and requests queue behind
 // each other.
@@ -120,11 +131,7 @@ func TestBatchedDeviceWriterWritesImage(t *testing.T) {
 				}
 				s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: shape.buf, Buffers: shape.buffers, Writers: shape.writers})
 				defer s.Close()
-				playRequests(t, s, img, reqs)
-				require.NoError(t, s.Flush())
-				s.Close()
-				require.NoError(t, w.Finish(ctx))
-				requireSameBytes(t, img, readDev(t, dev, 0, size))
+				playAndCompare(t, ctx, s, w, dev, img, reqs)
 			})
 		}
 	}
@@ -150,10 +157,7 @@ func TestBatchedDeviceWriterOrdersOverlappingRequests(t *testing.T) {
 	}
 	// Far from the start first, where the zeroing reaches last.
 	rand.New(rand.NewPCG(5, 5)).Shuffle(len(data), func(i, j int) { data[i], data[j] = data[j], data[i] })
-	playRequests(t, s, img, data)
-	require.NoError(t, s.Flush())
-	require.NoError(t, w.Finish(ctx))
-	requireSameBytes(t, img, readDev(t, dev, 0, size))
+	playAndCompare(t, ctx, s, w, dev, img, data)
 }
 
 // A write the device refuses (past its end) is gathered without error;
