@@ -8,7 +8,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -30,12 +29,7 @@ const (
 // is returned.
 func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, error) {
 	o = o.withDefaults()
-	head := make([]byte, vdiHeadLen)
-	n, _, err := iostage.ReadChunk(r, head)
-	if err != nil {
-		return Stats{}, fmt.Errorf("vdi: read header: %w", err)
-	}
-	h, err := format.ParseHeaderMax(format.VDI, head[:n], o.MaxVirtualSize)
+	head, h, err := readHeader(r, format.VDI, vdiHeadLen, o.MaxVirtualSize)
 	if err != nil {
 		return Stats{}, err
 	}

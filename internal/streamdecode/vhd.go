@@ -8,7 +8,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Dynamic VHD layout (Microsoft "Virtual Hard Disk Image Format
@@ -33,12 +32,7 @@ const (
 // The sink may have received writes when an error is returned.
 func DecodeVHD(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, error) {
 	o = o.withDefaults()
-	head := make([]byte, vhdHeadLen)
-	n, _, err := iostage.ReadChunk(r, head)
-	if err != nil {
-		return Stats{}, fmt.Errorf("vhd: read header: %w", err)
-	}
-	h, err := format.ParseHeaderMax(format.VHD, head[:n], o.MaxVirtualSize)
+	head, h, err := readHeader(r, format.VHD, vhdHeadLen, o.MaxVirtualSize)
 	if err != nil {
 		return Stats{}, err
 	}

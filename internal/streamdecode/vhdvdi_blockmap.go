@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -38,6 +39,29 @@ type blockMap struct {
 	// parse reads the gathered tables into a layout whose blocks are
 	// appended to blocks, of capacity maxBlocks (charged in full).
 	parse func(tables [][]byte, blocks []blockExtent) (blockLayout, error)
+}
+
+// readHead reads the first size bytes of a block-map image, the header the
+// decoder parses before any table: head is zero-padded past the n bytes a
+// short stream holds. name prefixes the message.
+func readHead(r io.Reader, name string, size int) (head []byte, n int, err error) {
+	head = make([]byte, size)
+	n, _, err = iostage.ReadChunk(r, head)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: read header: %w", name, err)
+	}
+	return head, n, nil
+}
+
+// readHeader reads the first size bytes of a VHD or VDI (zero-padded past
+// a short stream's end) and parses them as format f.
+func readHeader(r io.Reader, f format.Format, size int, maxVirtualSize int64) ([]byte, format.Header, error) {
+	head, n, err := readHead(r, string(f), size)
+	if err != nil {
+		return nil, format.Header{}, err
+	}
+	h, err := format.ParseHeaderMax(f, head[:n], maxVirtualSize)
+	return head, h, err
 }
 
 // span is a named byte range of the file.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -79,10 +78,9 @@ func guid(s string) [16]byte {
 // The sink may have received writes when an error is returned.
 func DecodeVHDX(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, error) {
 	o = o.withDefaults()
-	head := make([]byte, vhdxHeadLen)
-	n, _, err := iostage.ReadChunk(r, head)
+	head, n, err := readHead(r, "vhdx", vhdxHeadLen)
 	if err != nil {
-		return Stats{}, fmt.Errorf("vhdx: read header: %w", err)
+		return Stats{}, err
 	}
 	if n < vhdxHeadLen {
 		return Stats{}, fmt.Errorf("vhdx: the %d-byte stream ends inside the first MiB (truncated image?): %w", n, errdefs.ErrInvalidImage)
