@@ -209,15 +209,11 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	if rel == "" {
 		return fmt.Errorf("archive member %q names the destination itself as a file: %w", hdr.Name, errdefs.ErrUnsafeImage)
 	}
-	parents, base := splitParent(rel)
-	pfd, err := x.openParent(parents, true)
+	pfd, base, err := x.openSlot(rel)
 	if err != nil {
 		return err
 	}
 	defer closeParent(x, pfd)
-	if err := x.clearSlot(pfd, rel, base); err != nil {
-		return err
-	}
 	if err := x.checkRoom(hdr.Name, hdr.Size); err != nil {
 		return err
 	}
@@ -276,15 +272,11 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	if !x.opts.AllowOutsideSymlinks && !symlinkStaysInside(rel, hdr.Linkname) {
 		return fmt.Errorf("archive member %q is a symlink to %q, outside the destination: %w", hdr.Name, hdr.Linkname, errdefs.ErrUnsafeImage)
 	}
-	parents, base := splitParent(rel)
-	pfd, err := x.openParent(parents, true)
+	pfd, base, err := x.openSlot(rel)
 	if err != nil {
 		return err
 	}
 	defer closeParent(x, pfd)
-	if err := x.clearSlot(pfd, rel, base); err != nil {
-		return err
-	}
 	if err := unix.Symlinkat(hdr.Linkname, pfd, base); err != nil {
 		return fmt.Errorf("creating symlink %q: %w", rel, err)
 	}
@@ -324,21 +316,33 @@ func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return fmt.Errorf("hard link %q to directory %q: %w", hdr.Name, hdr.Linkname, errdefs.ErrInvalidImage)
 	}
-	parents, base := splitParent(rel)
-	pfd, err := x.openParent(parents, true)
+	pfd, base, err := x.openSlot(rel)
 	if err != nil {
 		return err
 	}
 	defer closeParent(x, pfd)
-	if err := x.clearSlot(pfd, rel, base); err != nil {
-		return err
-	}
 	// Flags 0: a symlink source is linked itself, never followed.
 	if err := unix.Linkat(ofd, obase, pfd, base, 0); err != nil {
 		return fmt.Errorf("creating hard link %q to %q: %w", rel, old, err)
 	}
 	x.stats.HardLinks++
 	return nil
+}
+
+// openSlot opens the directory that will hold the non-directory member
+// rel (creating missing parents) and clears its name there (clearSlot);
+// the caller closes pfd with closeParent.
+func (x *extractor) openSlot(rel string) (pfd int, base string, err error) {
+	parents, base := splitParent(rel)
+	pfd, err = x.openParent(parents, true)
+	if err != nil {
+		return -1, "", err
+	}
+	if err := x.clearSlot(pfd, rel, base); err != nil {
+		closeParent(x, pfd)
+		return -1, "", err
+	}
+	return pfd, base, nil
 }
 
 // clearSlot makes room for a non-directory member: a later member replaces
