@@ -24,7 +24,7 @@ type meter struct {
 	convertPercent atomic.Uint64                          // math.Float64bits
 	// rangedRead counts the ranged route's range reads, which cover the
 	// head the counter saw again.
-	rangedRead rangeCount
+	rangedRead iostage.RangeCounter
 	// inPlaceSize is what qemu-img reads of a local image on the in-place
 	// route (its allocated bytes), read as its conversion goes on.
 	inPlaceSize atomic.Int64
@@ -41,7 +41,7 @@ func (m *meter) bytesRead() int64 {
 	if c := m.counter.Load(); c != nil {
 		n = c.Count()
 	}
-	n = m.rangedRead.distinct(n)
+	n = m.rangedRead.Distinct(n)
 	if total := m.inPlaceSize.Load(); total > 0 {
 		done := int64(float64(total) * math.Float64frombits(m.convertPercent.Load()) / 100)
 		n = max(n, min(done, total))

@@ -12,6 +12,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/nbdserver"
 )
 
@@ -76,14 +77,14 @@ type rangedExport struct {
 }
 
 // startRangedExport opens the range reader and starts the NBD server,
-// which serves small reads from read-ahead windows (readahead.go).
-func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *rangeCount, log *slog.Logger) (*rangedExport, error) {
+// which serves small reads from read-ahead windows (iostage.WindowReaderAt).
+func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *iostage.RangeCounter, log *slog.Logger) (*rangedExport, error) {
 	return startRangedExportWith(ctx, r, wire, log, true)
 }
 
 // startRangedExportWith is startRangedExport, with read-ahead or without
 // (to measure it: BenchmarkRangedConvert).
-func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *rangeCount, log *slog.Logger, readAhead bool) (*rangedExport, error) {
+func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *iostage.RangeCounter, log *slog.Logger, readAhead bool) (*rangedExport, error) {
 	e := &rangedExport{}
 	u, err := serveUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
 		rr, err := r.Open(ctx)
@@ -91,10 +92,10 @@ func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *r
 			return nil, err
 		}
 		e.reader = rr
-		e.counted = countReaderAt(rr, wire)
+		e.counted = iostage.CountReaderAt(rr, wire)
 		served := e.counted
 		if readAhead {
-			served = newReadAhead(e.counted, rr.Size())
+			served = iostage.NewWindowReaderAt(e.counted, rr.Size())
 		}
 		return nbdserver.New(served, rr.Size(), log), nil
 	})

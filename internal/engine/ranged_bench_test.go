@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/qemu"
 )
@@ -93,7 +94,7 @@ func convertRanged(b *testing.B, runner *qemu.Runner, url, out string, ahead boo
 	if r == nil {
 		b.Fatal("no ranges")
 	}
-	wire := &rangeCount{}
+	wire := &iostage.RangeCounter{}
 	e, err := startRangedExportWith(ctx, r, wire, log, ahead)
 	if err != nil {
 		b.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 )
 
@@ -85,7 +86,7 @@ func (a *attempt) preferRanged(ctx context.Context, st *datasource.Transfer, img
 		return true, "opening the range reader: " + err.Error()
 	}
 	defer rr.Close()
-	lay, err := readQCOW2Layout(ctx, countReaderAt(rr, &a.meter.rangedRead), img.Header, rr.Size())
+	lay, err := readQCOW2Layout(ctx, iostage.CountReaderAt(rr, &a.meter.rangedRead), img.Header, rr.Size())
 	switch {
 	case errors.Is(err, errLayoutTooBig):
 		return true, "tables too large to read up front; ranges never need a restart"

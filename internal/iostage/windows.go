@@ -1,4 +1,4 @@
-package engine
+package iostage
 
 import (
 	"errors"
@@ -6,31 +6,32 @@ import (
 	"sync"
 )
 
-// readAhead serves the small reads of a run through a remote object from
-// larger aligned windows, each fetched with one range request, and fetches
-// the next window while the current one is read. qemu-img reads a
+// WindowReaderAt serves the small reads of a run through a remote object
+// from larger aligned windows, each fetched with one range request, and
+// fetches the next window while the current one is read. qemu-img reads a
 // compressed qcow2 one cluster (a few KiB) at a time, in file order across
 // its coroutines: without windows every cluster is an HTTP request and a
-// round trip. Reads of at least smallRead go straight through (qemu-img
-// reads runs of plain clusters 2 MiB at a time), and so does a small read
-// that is not near the last one (an L2 table of a sparse image): a window
-// then would fetch a megabyte for a few kilobytes.
+// round trip (BenchmarkRangedConvert in internal/engine measures both).
+// Reads of at least windowSmallRead go straight through (qemu-img reads
+// runs of plain clusters 2 MiB at a time), and so does a small read that
+// is not near the last one (an L2 table of a sparse image): a window then
+// would fetch a megabyte for a few kilobytes.
 //
 // It is safe for concurrent use; readers of a window being fetched wait
 // for that one request.
-type readAhead struct {
+type WindowReaderAt struct {
 	r      io.ReaderAt
 	size   int64
 	window int64
 	max    int // windows kept
 
 	mu      sync.Mutex
-	wins    []*raWindow
+	wins    []*readWindow
 	tick    int64
 	lastEnd int64 // end of the last small read
 }
 
-type raWindow struct {
+type readWindow struct {
 	off  int64
 	buf  []byte
 	done chan struct{}
@@ -39,17 +40,18 @@ type raWindow struct {
 }
 
 const (
-	raWindowSize = 4 << 20
-	raWindows    = 8 // memory: raWindows × raWindowSize
-	raSmallRead  = 1 << 20
+	windowSize      = 4 << 20
+	windowsKept     = 8 // memory: windowsKept × windowSize
+	windowSmallRead = 1 << 20
 )
 
-func newReadAhead(r io.ReaderAt, size int64) *readAhead {
-	return &readAhead{r: r, size: size, window: raWindowSize, max: raWindows, lastEnd: -1}
+// NewWindowReaderAt serves r, an object of size bytes, through windows.
+func NewWindowReaderAt(r io.ReaderAt, size int64) *WindowReaderAt {
+	return &WindowReaderAt{r: r, size: size, window: windowSize, max: windowsKept, lastEnd: -1}
 }
 
-func (ra *readAhead) ReadAt(p []byte, off int64) (int, error) {
-	if off < 0 || off >= ra.size || len(p) >= raSmallRead {
+func (ra *WindowReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off >= ra.size || len(p) >= windowSmallRead {
 		return ra.r.ReadAt(p, off)
 	}
 	n := 0
@@ -75,7 +77,7 @@ func (ra *readAhead) ReadAt(p []byte, off int64) (int, error) {
 
 // windowFor returns the window holding at, starting its fetch (and the
 // next window's) when needed; nil means read directly.
-func (ra *readAhead) windowFor(at, off int64, n int) *raWindow {
+func (ra *WindowReaderAt) windowFor(at, off int64, n int) *readWindow {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	start := at - at%ra.window
@@ -105,7 +107,7 @@ func (ra *readAhead) windowFor(at, off int64, n int) *raWindow {
 	return w
 }
 
-func (ra *readAhead) find(start int64) *raWindow {
+func (ra *WindowReaderAt) find(start int64) *readWindow {
 	for _, w := range ra.wins {
 		if w.off == start {
 			return w
@@ -117,7 +119,7 @@ func (ra *readAhead) find(start int64) *raWindow {
 // start begins fetching the window at start, evicting the least recently
 // used finished window when all are taken; nil when every window is still
 // being fetched.
-func (ra *readAhead) start(start int64) *raWindow {
+func (ra *WindowReaderAt) start(start int64) *readWindow {
 	if len(ra.wins) >= ra.max {
 		victim := -1
 		for i, w := range ra.wins {
@@ -134,7 +136,7 @@ func (ra *readAhead) start(start int64) *raWindow {
 		}
 		ra.wins = append(ra.wins[:victim], ra.wins[victim+1:]...)
 	}
-	w := &raWindow{off: start, done: make(chan struct{})}
+	w := &readWindow{off: start, done: make(chan struct{})}
 	ra.tick++
 	w.used = ra.tick
 	ra.wins = append(ra.wins, w)
@@ -153,7 +155,7 @@ func (ra *readAhead) start(start int64) *raWindow {
 }
 
 // drop forgets a failed window, so a later read asks again.
-func (ra *readAhead) drop(w *raWindow) {
+func (ra *WindowReaderAt) drop(w *readWindow) {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	for i, x := range ra.wins {

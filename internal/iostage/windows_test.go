@@ -1,4 +1,4 @@
-package engine
+package iostage
 
 import (
 	"bytes"
@@ -35,11 +35,11 @@ func (c *countingAt) ReadAt(p []byte, off int64) (int, error) {
 // Small reads in file order, many at once and out of order within a few
 // windows (qemu-img's coroutines), give the object's bytes and reach the
 // object in far fewer requests than reads.
-func TestReadAheadConcurrentRuns(t *testing.T) {
-	size := 5*raWindowSize + 12345 // a short last window
+func TestWindowReaderAtConcurrentRuns(t *testing.T) {
+	size := 5*windowSize + 12345 // a short last window
 	data := testimg.RandomBytes(size, 1)
 	src := &countingAt{r: bytes.NewReader(data)}
-	ra := newReadAhead(src, int64(size))
+	ra := NewWindowReaderAt(src, int64(size))
 	const piece = 20000 // odd, so pieces cross window boundaries
 	offs := make(chan int)
 	var wg sync.WaitGroup
@@ -74,11 +74,11 @@ func TestReadAheadConcurrentRuns(t *testing.T) {
 
 // A lone small read far from the last one, and a big read, go straight to
 // the object: a window would fetch megabytes for them.
-func TestReadAheadLeavesRandomAndBigReads(t *testing.T) {
+func TestWindowReaderAtLeavesRandomAndBigReads(t *testing.T) {
 	size := 64 << 20
 	data := testimg.RandomBytes(size, 2)
 	src := &countingAt{r: bytes.NewReader(data)}
-	ra := newReadAhead(src, int64(size))
+	ra := NewWindowReaderAt(src, int64(size))
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 20 {
 		off := rng.IntN(size - 65536)
@@ -101,11 +101,11 @@ func TestReadAheadLeavesRandomAndBigReads(t *testing.T) {
 
 // A failed window fails the reads waiting for it with the object's error,
 // and is fetched again by the next read.
-func TestReadAheadErrorIsNotCached(t *testing.T) {
-	size := 3 * raWindowSize
+func TestWindowReaderAtErrorIsNotCached(t *testing.T) {
+	size := 3 * windowSize
 	data := testimg.RandomBytes(size, 5)
 	src := &countingAt{r: bytes.NewReader(data)}
-	ra := newReadAhead(src, int64(size))
+	ra := NewWindowReaderAt(src, int64(size))
 	p := make([]byte, 4096)
 	_, err := ra.ReadAt(p, 0) // starts the run
 	require.NoError(t, err)
