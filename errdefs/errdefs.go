@@ -60,6 +60,10 @@ var (
 	// cluster used twice, an unknown feature): the image itself may be
 	// fine, and the caller falls back to scratch + qemu-img.
 	ErrNotStreamable = errors.New("image layout not streamable")
+	// ErrNoDeltaBase: a delta clone's target is no base for the source
+	// (another size, unreadable, not the base digest named): the caller
+	// clones in full instead.
+	ErrNoDeltaBase = errors.New("the target is no base for a delta clone")
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx

@@ -116,6 +116,15 @@ type Options struct {
 	// blocks of the source can be skipped; where the device cannot, zero
 	// blocks are written as without it.
 	ZeroTarget bool
+	// Delta makes the clone a delta pass when Target already holds an
+	// earlier copy of Source (same size; a file or device source of raw
+	// bytes): only the 64 KiB blocks that differ are written, in place,
+	// and Result.Delta reports the pass. A target that is no base (none,
+	// another size, unreadable, not DeltaBase) gets a full clone instead.
+	Delta bool
+	// DeltaBase, when set, is the content digest the target must have to
+	// be the base of a delta pass: the last pass's Result.ContentDigest.
+	DeltaBase string
 
 	// HTTP options.
 	Username, Password string

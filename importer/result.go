@@ -62,4 +62,9 @@ type Result struct {
 	// Empty for archives and qcow2 file targets, and when a converter's
 	// writes could not be placed (logged; an expected digest then fails).
 	ContentDigest string
+
+	// Delta reports a delta pass (Options.Delta, a clone-source --delta
+	// received): the blocks changed and sent, and whether the pass was
+	// final. Nil for a full import or clone, a delta's fallback included.
+	Delta *DeltaPass
 }

@@ -10,23 +10,24 @@ import (
 // CDI's termination message carries the same fields after its own, so
 // there is one copy of each name.
 type ResultJSON struct {
-	SourceFormat    string  `json:"sourceFormat,omitempty"`
-	Compression     string  `json:"compression,omitempty"`
-	VirtualSize     int64   `json:"virtualSize"`
-	TargetSize      int64   `json:"targetSize,omitempty"`
-	BytesWritten    int64   `json:"bytesWritten"`
-	DataBytes       int64   `json:"dataBytes,omitempty"`
-	BytesRead       int64   `json:"bytesRead"`
-	Checksum        string  `json:"checksum,omitempty"`
-	ScratchUsed     bool    `json:"scratchUsed"`
-	ScratchBytes    int64   `json:"scratchBytes,omitempty"`
-	DurationSeconds float64 `json:"durationSeconds"`
-	Retries         int     `json:"retries"`
-	Sandbox         string  `json:"sandbox,omitempty"`
-	Verified        bool    `json:"verified,omitempty"`
-	SourceDigest    string  `json:"sourceDigest,omitempty"`
-	TargetDigest    string  `json:"targetDigest,omitempty"`
-	ContentDigest   string  `json:"contentDigest,omitempty"`
+	SourceFormat    string     `json:"sourceFormat,omitempty"`
+	Compression     string     `json:"compression,omitempty"`
+	VirtualSize     int64      `json:"virtualSize"`
+	TargetSize      int64      `json:"targetSize,omitempty"`
+	BytesWritten    int64      `json:"bytesWritten"`
+	DataBytes       int64      `json:"dataBytes,omitempty"`
+	BytesRead       int64      `json:"bytesRead"`
+	Checksum        string     `json:"checksum,omitempty"`
+	ScratchUsed     bool       `json:"scratchUsed"`
+	ScratchBytes    int64      `json:"scratchBytes,omitempty"`
+	DurationSeconds float64    `json:"durationSeconds"`
+	Retries         int        `json:"retries"`
+	Sandbox         string     `json:"sandbox,omitempty"`
+	Verified        bool       `json:"verified,omitempty"`
+	SourceDigest    string     `json:"sourceDigest,omitempty"`
+	TargetDigest    string     `json:"targetDigest,omitempty"`
+	ContentDigest   string     `json:"contentDigest,omitempty"`
+	Delta           *DeltaPass `json:"delta,omitempty"`
 }
 
 // JSONFields is r as ResultJSON.
@@ -49,6 +50,7 @@ func (r *Result) JSONFields() ResultJSON {
 		SourceDigest:    r.SourceDigest,
 		TargetDigest:    r.TargetDigest,
 		ContentDigest:   r.ContentDigest,
+		Delta:           r.Delta,
 	}
 }
 

@@ -104,6 +104,18 @@ func importSummary(res *importer.Result) string {
 		moved += ", " + units.Bytes(res.DataBytes) + " written"
 		rates += ", " + units.Rate(averageRate(res.DataBytes, res.Duration)) + " written"
 	}
+	if d := res.Delta; d != nil {
+		return fmt.Sprintf("Delta pass complete: %s, %s (%d of %d blocks changed, %s sent, %s as zeros) in %.1f s, %s", res.Target, size,
+			d.BlocksChanged, d.Blocks, units.Bytes(d.DataBytes), units.Bytes(d.ZeroBytes), res.Duration.Seconds(), deltaKind(d))
+	}
 	return fmt.Sprintf("Import complete: %s, %s (%s%s, %s) in %.1f s, %s", res.Target, size,
 		res.SourceFormat, compressionSuffix(res.Compressions), moved, res.Duration.Seconds(), rates)
+}
+
+// deltaKind says whether a delta pass was final.
+func deltaKind(d *importer.DeltaPass) string {
+	if d.Final {
+		return "final (the source did not change during the pass)"
+	}
+	return "warm (the source changed during the pass: run another once it is quiesced)"
 }

@@ -31,7 +31,23 @@ const minHoleSkip = 1 << 20
 // inside a 256 MiB memory cgroup otherwise filled it with page cache (peak
 // 256 MiB, the limit).
 func SumFile(ctx context.Context, f *os.File, size int64, workers int) (Digest, error) {
+	return hashFile(ctx, f, size, New(workers))
+}
+
+// BlockSums is SumFile that also returns the hash of every block, in
+// order (32 bytes per 64 KiB: what a delta clone compares).
+func BlockSums(ctx context.Context, f *os.File, size int64, workers int) (Digest, []Sum, error) {
 	h := New(workers)
+	h.recording = true
+	h.blocks = make([]Sum, 0, (size+BlockSize-1)/BlockSize)
+	d, err := hashFile(ctx, f, size, h)
+	if err != nil {
+		return Digest{}, nil, err
+	}
+	return d, h.blocks, nil
+}
+
+func hashFile(ctx context.Context, f *os.File, size int64, h *Hash) (Digest, error) {
 	bufs := [2][]byte{make([]byte, readSize), make([]byte, readSize)}
 	cur := 0
 	wait := func() {}

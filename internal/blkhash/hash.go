@@ -18,7 +18,16 @@ type Hash struct {
 	n       int    // bytes in pending
 	sums    [][Size]byte
 	done    bool
+	// blocks, when recording, holds every block's hash in order.
+	recording bool
+	blocks    []Sum
 }
+
+// Sum is the hash of one block.
+type Sum = [Size]byte
+
+// ZeroBlockSum is the hash of a whole block of zeros.
+func ZeroBlockSum() Sum { return zeroBlockSum }
 
 // New returns a Hash that hashes on workers goroutines (0: GOMAXPROCS).
 func New(workers int) *Hash {
@@ -103,6 +112,11 @@ func (h *Hash) Zero(n int64) {
 		}
 	}
 	foldZeroBlocks(h.outer, n/BlockSize)
+	if h.recording {
+		for range n / BlockSize {
+			h.blocks = append(h.blocks, zeroBlockSum)
+		}
+	}
 	if rest := int(n % BlockSize); rest > 0 {
 		clear(h.pending[:rest])
 		h.n = rest
@@ -128,7 +142,34 @@ func foldZeroBlocks(outer hash.Hash, k int64) {
 	}
 }
 
-func (h *Hash) fold(sum [Size]byte) { h.outer.Write(sum[:]) }
+func (h *Hash) fold(sum [Size]byte) {
+	h.outer.Write(sum[:])
+	if h.recording {
+		h.blocks = append(h.blocks, sum)
+	}
+}
+
+// DigestOfSums is the digest of a disk of length bytes whose blocks hash
+// to sums, in order (what Sum gives for those bytes).
+func DigestOfSums(sums []Sum, length int64) Digest {
+	outer := sha256.New()
+	for i := 0; i < len(sums); i += 256 {
+		outer.Write(sumBytes(sums[i:min(i+256, len(sums))]))
+	}
+	outer.Write(binary.LittleEndian.AppendUint64(nil, uint64(length)))
+	var d Digest
+	outer.Sum(d[:0])
+	return d
+}
+
+// sumBytes is sums as one byte slice, for one hash update per 256.
+func sumBytes(sums []Sum) []byte {
+	b := make([]byte, 0, len(sums)*Size)
+	for i := range sums {
+		b = append(b, sums[i][:]...)
+	}
+	return b
+}
 
 // Sum finishes the hash: the pending short block, then the length. Call
 // it once; h takes nothing after it.
@@ -144,4 +185,21 @@ func (h *Hash) Sum() Digest {
 	var d Digest
 	h.outer.Sum(d[:0])
 	return d
+}
+
+// SumBlocks returns the hash of every block of p, in order (the last may
+// be short), hashed on workers goroutines (0: GOMAXPROCS).
+func SumBlocks(p []byte, workers int) []Sum {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	full := len(p) / BlockSize
+	sums := make([]Sum, full, full+1)
+	if full > 0 {
+		sumBlocks(p[:full*BlockSize], sums, workers).Wait()
+	}
+	if tail := p[full*BlockSize:]; len(tail) > 0 {
+		sums = append(sums, blockSum(tail))
+	}
+	return sums
 }

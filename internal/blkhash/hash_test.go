@@ -2,7 +2,11 @@ package blkhash
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -157,4 +161,32 @@ func pattern(n int, seed uint64) []byte {
 		p[i] = byte(x)
 	}
 	return p
+}
+
+func TestBlockSumsGiveTheFileDigest(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "d.raw")
+	data := make([]byte, 5*BlockSize+1234)
+	copy(data[BlockSize:], bytes.Repeat([]byte{7}, BlockSize+99))
+	data[len(data)-1] = 1
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d, sums, err := BlockSums(context.Background(), f, int64(len(data)), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(1)
+	h.Write(data)
+	if want := h.Sum(); d != want || DigestOfSums(sums, int64(len(data))) != want {
+		t.Fatalf("digest %s, of sums %s, want %s", d, DigestOfSums(sums, int64(len(data))), want)
+	}
+	if len(sums) != 6 || sums[0] != ZeroBlockSum() || sums[3] != ZeroBlockSum() || sums[5] != sha256.Sum256(data[5*BlockSize:]) {
+		t.Fatalf("block sums wrong: %d of them", len(sums))
+	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/diskimport/engine/internal/delta"
 	"log/slog"
 	"os"
 	"time"
@@ -110,6 +111,7 @@ type Result struct {
 	SourceDigest         string
 	TargetDigest         string
 	ContentDigest        string
+	Delta                *delta.Pass
 }
 
 // Progress is importer.Progress, field for field.

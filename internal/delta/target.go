@@ -1,0 +1,275 @@
+//go:build linux
+
+package delta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/blockdev"
+)
+
+// heldSize is how much of each end of the target a pass holds in memory
+// until it is complete: a partition table, a boot sector and a backup GPT
+// all lie within it, as the import's wipe of a device's head assumes.
+const heldSize = 1 << 20
+
+// zeros is written where a target cannot punch or zero out a range.
+var zeros = make([]byte, MaxRun)
+
+// Target is a delta pass's receiving end: the volume written in place.
+// Its methods are for one goroutine.
+type Target struct {
+	f     *os.File
+	path  string
+	block bool
+	size  int64
+	sig   *Signature
+	// held are the target's two ends, in memory from the first write to
+	// Finish, while the target holds zeros there.
+	held []held
+	// offset: every run before it was applied (a resumed pass goes on
+	// from there); written counts the bytes the runs carried.
+	offset, written int64
+	finished        bool
+}
+
+type held struct {
+	off int64
+	buf []byte
+}
+
+// OpenTarget opens the existing volume at path (a device, claimed
+// exclusively, or a file, locked) to take a delta pass of a source of
+// size bytes. A target of another size, or none, is no base
+// (errdefs.ErrNoDeltaBase).
+func OpenTarget(path string, size int64) (*Target, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("delta target %s: %w: %w", path, err, errdefs.ErrNoDeltaBase)
+	}
+	t := &Target{path: path, size: size, block: fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0}
+	switch {
+	case t.block:
+		t.f, err = blockdev.OpenExclusive(path, unix.O_RDWR)
+	case fi.Mode().IsRegular():
+		t.f, err = os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err == nil {
+			if err = unix.Flock(int(t.f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				t.f.Close()
+				err = fmt.Errorf("delta target %s is being written by another pass: %w", path, errdefs.ErrTargetBusy)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("delta target %s is neither a block device nor a regular file: %w", path, errdefs.ErrNoDeltaBase)
+	}
+	if err != nil {
+		if errors.Is(err, errdefs.ErrTargetBusy) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("opening delta target %s: %w: %w", path, err, errdefs.ErrNoDeltaBase)
+	}
+	have, err := t.f.Seek(0, io.SeekEnd)
+	if err == nil && have != size {
+		err = fmt.Errorf("delta target %s has %d bytes, the source %d: %w", path, have, size, errdefs.ErrNoDeltaBase)
+	}
+	if err != nil {
+		t.f.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Size is the volume's size.
+func (t *Target) Size() int64 { return t.size }
+
+// Offset is where a resumed pass goes on: every run before it was
+// applied.
+func (t *Target) Offset() int64 { return t.offset }
+
+// Written counts the bytes the runs applied so far carried.
+func (t *Target) Written() int64 { return t.written }
+
+// Sign reads the target and returns its signature; a target that cannot
+// be read is no base.
+func (t *Target) Sign(ctx context.Context) (*Signature, error) {
+	s, err := Sign(ctx, t.f, t.size)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("signing delta target %s: %w: %w", t.path, err, errdefs.ErrNoDeltaBase)
+	}
+	t.sig = &Signature{Size: s.Size, Sums: append([]blkhash.Sum(nil), s.Sums...), Digest: s.Digest}
+	return s, nil
+}
+
+// hold reads the target's ends into memory and zeroes them on the target,
+// durably, before the first write of a pass.
+func (t *Target) hold() error {
+	if t.held != nil {
+		return nil
+	}
+	head := min(heldSize, t.size)
+	ends := []held{{0, make([]byte, head)}}
+	if tail := max(head, t.size-heldSize); tail < t.size {
+		ends = append(ends, held{tail, make([]byte, t.size-tail)})
+	}
+	for _, h := range ends {
+		if _, err := t.f.ReadAt(h.buf, h.off); err != nil {
+			return fmt.Errorf("reading %d bytes of delta target %s at %d: %w", len(h.buf), t.path, h.off, err)
+		}
+	}
+	for _, h := range ends {
+		if err := t.zeroRange(h.off, int64(len(h.buf))); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
+		return fmt.Errorf("fsync delta target %s after zeroing its ends: %w", t.path, err)
+	}
+	t.held = ends
+	return nil
+}
+
+// check refuses a run the pass cannot take: out of order, not on block
+// boundaries, past the end.
+func (t *Target) check(off, n int64) error {
+	switch {
+	case t.sig == nil || t.finished:
+		return fmt.Errorf("delta run at %d on a target not signed or already finished: %w", off, errdefs.ErrInvalidImage)
+	case off < t.offset || off%BlockSize != 0 || n <= 0 || n > t.size-off:
+		return fmt.Errorf("delta run of %d bytes at %d (applied up to %d of %d): %w", n, off, t.offset, t.size, errdefs.ErrInvalidImage)
+	case n%BlockSize != 0 && off+n != t.size:
+		return fmt.Errorf("delta run of %d bytes at %d ends inside a block: %w", n, off, errdefs.ErrInvalidImage)
+	}
+	return t.hold()
+}
+
+// Data writes the source's bytes p at off.
+func (t *Target) Data(off int64, p []byte) error {
+	if err := t.check(off, int64(len(p))); err != nil {
+		return err
+	}
+	copy(t.sig.Sums[off/BlockSize:], blkhash.SumBlocks(p, 0))
+	for _, r := range t.split(off, int64(len(p)), p) {
+		if _, err := t.f.WriteAt(p[r.Off-off:r.Off-off+r.Len], r.Off); err != nil {
+			return fmt.Errorf("writing delta target %s at %d: %w", t.path, r.Off, err)
+		}
+	}
+	t.offset, t.written = off+int64(len(p)), t.written+int64(len(p))
+	return nil
+}
+
+// Zero makes the n bytes at off zeros.
+func (t *Target) Zero(off, n int64) error {
+	if err := t.check(off, n); err != nil {
+		return err
+	}
+	zero := blkhash.ZeroBlockSum()
+	for b := off / BlockSize; b < Blocks(off+n); b++ {
+		t.sig.Sums[b] = zero
+	}
+	if last := Blocks(off+n) - 1; off+n == t.size && t.size%BlockSize != 0 {
+		t.sig.Sums[last] = blkhash.SumBlocks(make([]byte, t.size%BlockSize), 1)[0]
+	}
+	for _, r := range t.split(off, n, nil) {
+		if err := t.zeroRange(r.Off, r.Len); err != nil {
+			return err
+		}
+	}
+	t.offset, t.written = off+n, t.written+n
+	return nil
+}
+
+// split applies the part of the run [off, off+n) that falls in the held
+// ends to memory (the bytes of p, or zeros when p is nil) and returns the
+// parts left for the target.
+func (t *Target) split(off, n int64, p []byte) []Run {
+	rest := []Run{{Off: off, Len: n}}
+	for _, h := range t.held {
+		end := h.off + int64(len(h.buf))
+		var next []Run
+		for _, r := range rest {
+			lo, hi := max(r.Off, h.off), min(r.Off+r.Len, end)
+			if lo >= hi {
+				next = append(next, r)
+				continue
+			}
+			if p != nil {
+				copy(h.buf[lo-h.off:hi-h.off], p[lo-off:hi-off])
+			} else {
+				clear(h.buf[lo-h.off : hi-h.off])
+			}
+			if r.Off < lo {
+				next = append(next, Run{Off: r.Off, Len: lo - r.Off})
+			}
+			if hi < r.Off+r.Len {
+				next = append(next, Run{Off: hi, Len: r.Off + r.Len - hi})
+			}
+		}
+		rest = next
+	}
+	return rest
+}
+
+// zeroRange makes [off, off+n) zeros on the target: a hole punched in a
+// file, a zero-out on a device, written zeros where neither works.
+func (t *Target) zeroRange(off, n int64) error {
+	var err error
+	if t.block {
+		err = blockdev.ZeroOut(t.f, off, n)
+	} else {
+		err = unix.Fallocate(int(t.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	}
+	if err == nil {
+		return nil
+	}
+	for k := int64(0); k < n; k += MaxRun {
+		if _, err := t.f.WriteAt(zeros[:min(MaxRun, n-k)], off+k); err != nil {
+			return fmt.Errorf("zeroing delta target %s at %d: %w", t.path, off+k, err)
+		}
+	}
+	return nil
+}
+
+// Finish completes the pass: the target's digest (its hashes, those of
+// the runs applied) must be want, the source's as sent; then the rest is
+// synced, the held ends written and synced. Only then is the target a
+// copy of the source.
+func (t *Target) Finish(want blkhash.Digest) (blkhash.Digest, error) {
+	if t.sig == nil {
+		return blkhash.Digest{}, fmt.Errorf("finishing a delta target that was not signed: %w", errdefs.ErrInvalidOptions)
+	}
+	got := blkhash.DigestOfSums(t.sig.Sums, t.size)
+	if got != want {
+		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, want)}
+	}
+	t.finished = true
+	if t.held == nil {
+		return got, nil // nothing written
+	}
+	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
+		return got, fmt.Errorf("fsync delta target %s: %w", t.path, err)
+	}
+	for _, h := range t.held {
+		if _, err := t.f.WriteAt(h.buf, h.off); err != nil {
+			return got, fmt.Errorf("writing the ends of delta target %s: %w", t.path, err)
+		}
+	}
+	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
+		return got, fmt.Errorf("fsync delta target %s: %w", t.path, err)
+	}
+	return got, nil
+}
+
+// Close releases the target. Before Finish, writing may have begun: its
+// ends are then left zeroed, so it is no copy anything takes for done.
+func (t *Target) Close() error { return t.f.Close() }
