@@ -78,7 +78,8 @@ func isSelf(name string, self []string) bool {
 // export's socket.
 func selfNames(src string, export *rangedExport) []string {
 	if export != nil {
-		return []string{src, "nbd+unix://?socket=" + export.sock, "nbd+unix:///?socket=" + export.sock}
+		sock := export.unix.SocketPath()
+		return []string{src, "nbd+unix://?socket=" + sock, "nbd+unix:///?socket=" + sock}
 	}
 	names := []string{src}
 	if abs, err := filepath.Abs(src); err == nil {

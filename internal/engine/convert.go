@@ -81,7 +81,7 @@ func (c *conversion) run(ctx context.Context) error {
 func (c *conversion) finishDevice(ctx context.Context, dev *targetExport) error {
 	a := c.a
 	dev.stop(a.log)
-	if err := dev.server.Err(); err != nil {
+	if err := dev.unix.Err(); err != nil {
 		return fmt.Errorf("writing %s: %w", a.target.Path(), err)
 	}
 	if err := dev.writer.Finish(ctx); err != nil {

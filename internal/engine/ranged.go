@@ -69,7 +69,7 @@ func streamOptimized(img *format.Image) bool {
 // retries); qemu-img never talks HTTP itself (its curl driver hangs now and
 // then on qemu 7.2).
 type rangedExport struct {
-	*unixExport
+	unix   *nbdserver.UnixExport
 	reader *datasource.RangeReader
 	// counted is reader counting into the meter's wire bytes: what
 	// qemu-img and our checks read is what crossed the wire.
@@ -86,7 +86,7 @@ func startRangedExport(ctx context.Context, r *datasource.RangedURL, wire *iosta
 // (to measure it: BenchmarkRangedConvert).
 func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *iostage.RangeCounter, log *slog.Logger, readAhead bool) (*rangedExport, error) {
 	e := &rangedExport{}
-	u, err := serveUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
+	u, err := nbdserver.ServeUnix(ctx, "importer-nbd-*", "image.sock", "reading the image over HTTP", func(ctx context.Context) (*nbdserver.Server, error) {
 		rr, err := r.Open(ctx)
 		if err != nil {
 			return nil, err
@@ -102,7 +102,7 @@ func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *i
 	if err != nil {
 		return nil, err
 	}
-	e.unixExport = u
+	e.unix = u
 	return e, nil
 }
 
@@ -110,7 +110,7 @@ func startRangedExportWith(ctx context.Context, r *datasource.RangedURL, wire *i
 // qemu-img from opening any backing file the image might name, even if it
 // served a different header to our own check.
 func (e *rangedExport) spec() string {
-	b, _ := json.Marshal(map[string]any{"backing": nil, "file": e.nbdFile()})
+	b, _ := json.Marshal(map[string]any{"backing": nil, "file": e.unix.QemuNode()})
 	return "json:" + string(b)
 }
 
@@ -120,7 +120,7 @@ func (e *rangedExport) cause(err error) error {
 	if e == nil {
 		return err
 	}
-	return e.unixExport.cause(err)
+	return e.unix.Cause(err)
 }
 
 // stop ends the server, aborts reads in flight and removes the socket
@@ -129,7 +129,7 @@ func (e *rangedExport) stop(log *slog.Logger) {
 	if e == nil {
 		return
 	}
-	e.unixExport.stop(log, func() { e.reader.Close() })
+	e.unix.Stop(log, func() { e.reader.Close() })
 }
 
 // startExport serves the remote image, hands the export to in (qemu-img

@@ -16,7 +16,7 @@ import (
 // succeeded and the rest is on disk. Killing qemu-img, or us (qemu-img
 // then dies by Pdeathsig), at any moment leaves no bootable-looking device.
 type targetExport struct {
-	*unixExport
+	unix   *nbdserver.UnixExport
 	writer *volume.DeviceWriter
 	hash   *hashingExport // the content digest of what qemu-img writes
 }
@@ -44,18 +44,18 @@ func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool
 	// aligns them when told the minimum.
 	srv.MinBlock = uint32(w.BlockSize())
 	srv.MaxRequest = exportMaxRequest
-	u, err := serveUnix(ctx, "importer-target-*", "target.sock", "writing the target", func(context.Context) (*nbdserver.Server, error) {
+	u, err := nbdserver.ServeUnix(ctx, "importer-target-*", "target.sock", "writing the target", func(context.Context) (*nbdserver.Server, error) {
 		return srv, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &targetExport{unixExport: u, writer: w, hash: hashed}, nil
+	return &targetExport{unix: u, writer: w, hash: hashed}, nil
 }
 
 // spec is the qemu-img destination: raw data on the NBD export.
 func (e *targetExport) spec() string {
-	b, _ := json.Marshal(map[string]any{"driver": "raw", "file": e.nbdFile()})
+	b, _ := json.Marshal(map[string]any{"driver": "raw", "file": e.unix.QemuNode()})
 	return "json:" + string(b)
 }
 
@@ -65,7 +65,7 @@ func (e *targetExport) cause(err error) error {
 	if e == nil {
 		return err
 	}
-	return e.unixExport.cause(err)
+	return e.unix.Cause(err)
 }
 
 // stop ends the server, waits for requests in flight and removes the
@@ -74,5 +74,5 @@ func (e *targetExport) stop(log *slog.Logger) {
 	if e == nil {
 		return
 	}
-	e.unixExport.stop(log, nil)
+	e.unix.Stop(log, nil)
 }

@@ -89,7 +89,7 @@ func convertThroughExport(b *testing.B, runner *qemu.Runner, src, dev string, op
 		b.Fatal(e.cause(err))
 	}
 	e.stop(log)
-	if err := e.server.Err(); err != nil {
+	if err := e.unix.Err(); err != nil {
 		b.Fatal(err)
 	}
 	if err := e.writer.Finish(ctx); err != nil {

@@ -1,4 +1,4 @@
-package engine
+package nbdserver
 
 import (
 	"context"
@@ -8,26 +8,24 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/diskimport/engine/internal/nbdserver"
 )
 
-// unixExport runs one NBD server for qemu-img on a Unix socket in a private
-// directory (mode 0700): the plumbing the ranged export (ranged.go) and the
-// target export (targetexport.go) share.
-type unixExport struct {
+// UnixExport runs one Server for a local client (qemu-img) on a Unix
+// socket in a private directory (mode 0700, as os.MkdirTemp makes it), so
+// no other user can connect to the export.
+type UnixExport struct {
 	what   string // for logs and error messages: "reading the image over HTTP", "writing the target"
 	dir    string
 	sock   string
-	server *nbdserver.Server
+	server *Server
 	cancel context.CancelFunc
 	done   chan error
 }
 
-// serveUnix makes the socket directory (pattern as for os.MkdirTemp),
-// listens on name in it, builds the server with a context that stop
-// cancels, and serves it.
-func serveUnix(ctx context.Context, pattern, name, what string, newServer func(ctx context.Context) (*nbdserver.Server, error)) (*unixExport, error) {
+// ServeUnix makes the socket directory (pattern as for os.MkdirTemp),
+// listens on name in it, builds the server with a context that Stop
+// cancels, and serves it. what names the export in logs and errors.
+func ServeUnix(ctx context.Context, pattern, name, what string, newServer func(ctx context.Context) (*Server, error)) (*UnixExport, error) {
 	parent := ""
 	if len(os.TempDir()) > 60 {
 		// A Unix socket path must fit in 108 bytes.
@@ -37,7 +35,7 @@ func serveUnix(ctx context.Context, pattern, name, what string, newServer func(c
 	if err != nil {
 		return nil, fmt.Errorf("creating the NBD socket directory: %w", err)
 	}
-	e := &unixExport{what: what, dir: dir, sock: filepath.Join(dir, name), done: make(chan error, 1)}
+	e := &UnixExport{what: what, dir: dir, sock: filepath.Join(dir, name), done: make(chan error, 1)}
 	ln, err := net.Listen("unix", e.sock)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -55,15 +53,22 @@ func serveUnix(ctx context.Context, pattern, name, what string, newServer func(c
 	return e, nil
 }
 
-// nbdFile is the qemu-img protocol node of the export.
-func (e *unixExport) nbdFile() map[string]any {
+// SocketPath is the export's socket.
+func (e *UnixExport) SocketPath() string { return e.sock }
+
+// QemuNode is the qemu-img protocol node of the export, for a json:
+// filename.
+func (e *UnixExport) QemuNode() map[string]any {
 	return map[string]any{"driver": "nbd", "server": map[string]any{"type": "unix", "path": e.sock}}
 }
 
-// cause prefers the export's own I/O error (what actually went wrong on our
-// side: the HTTP read, ENOSPC, a device error, a cancel) over qemu-img's
-// bare errno message.
-func (e *unixExport) cause(err error) error {
+// Err is the server's first export I/O error.
+func (e *UnixExport) Err() error { return e.server.Err() }
+
+// Cause prefers the export's own I/O error (what actually went wrong on our
+// side: the HTTP read, ENOSPC, a device error, a cancel) over the client's
+// bare errno message. Safe on nil.
+func (e *UnixExport) Cause(err error) error {
 	if e == nil || err == nil {
 		return err
 	}
@@ -73,9 +78,10 @@ func (e *unixExport) cause(err error) error {
 	return err
 }
 
-// stop ends the server, runs abort (to end reads in flight), waits for
-// the server and removes the socket directory. Safe to call more than once.
-func (e *unixExport) stop(log *slog.Logger, abort func()) {
+// Stop ends the server, runs abort (to end reads in flight; may be nil),
+// waits for the server (at most 30 s) and removes the socket directory.
+// Safe to call more than once and on nil.
+func (e *UnixExport) Stop(log *slog.Logger, abort func()) {
 	if e == nil || e.cancel == nil {
 		return
 	}
