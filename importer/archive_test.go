@@ -35,7 +35,9 @@ func TestImportArchive(t *testing.T) {
 				dest := t.TempDir()
 				require.NoError(t, os.Mkdir(filepath.Join(dest, "lost+found"), 0o700))
 				res, err := importer.Import(context.Background(), importer.Options{
-					Source: src, Target: dest, ContentType: importer.ContentTypeArchive,
+					Source: src, Target: dest, TargetOptions: importer.TargetOptions{
+						ContentType: importer.ContentTypeArchive,
+					},
 					Checksums: []string{testimg.FileDigest(t, path)},
 					Logger:    testLogger(t),
 				})
@@ -61,7 +63,9 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 	t.Run("checksum", func(t *testing.T) {
 		dest := t.TempDir()
 		_, err := importer.Import(context.Background(), importer.Options{
-			Source: tarPath, Target: dest, ContentType: importer.ContentTypeArchive,
+			Source: tarPath, Target: dest, TargetOptions: importer.TargetOptions{
+				ContentType: importer.ContentTypeArchive,
+			},
 			Checksums: []string{"sha256:" + "00000000000000000000000000000000000000000000000000000000000000ff"},
 			Logger:    testLogger(t),
 		})
@@ -71,7 +75,9 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 	t.Run("not-a-tar", func(t *testing.T) {
 		dest := t.TempDir()
 		_, err := importer.Import(context.Background(), importer.Options{
-			Source: raw, Target: dest, ContentType: importer.ContentTypeArchive, Logger: testLogger(t)})
+			Source: raw, Target: dest, TargetOptions: importer.TargetOptions{
+				ContentType: importer.ContentTypeArchive,
+			}, Logger: testLogger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 		assertEmptyDir(t, dest)
 	})
@@ -79,14 +85,18 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 		f := filepath.Join(t.TempDir(), "file")
 		require.NoError(t, os.WriteFile(f, []byte("keep"), 0o644))
 		_, err := importer.Import(context.Background(), importer.Options{
-			Source: tarPath, Target: f, ContentType: importer.ContentTypeArchive, Logger: testLogger(t)})
+			Source: tarPath, Target: f, TargetOptions: importer.TargetOptions{
+				ContentType: importer.ContentTypeArchive,
+			}, Logger: testLogger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 		b, _ := os.ReadFile(f)
 		assert.Equal(t, "keep", string(b))
 	})
 	t.Run("unknown-content-type", func(t *testing.T) {
 		_, err := importer.Import(context.Background(), importer.Options{
-			Source: tarPath, Target: t.TempDir(), ContentType: "tarball", Logger: testLogger(t)})
+			Source: tarPath, Target: t.TempDir(), TargetOptions: importer.TargetOptions{
+				ContentType: "tarball",
+			}, Logger: testLogger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	})
 	t.Run("truncated", func(t *testing.T) {
@@ -96,7 +106,9 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 		require.NoError(t, os.WriteFile(short, b[:len(b)/2], 0o644))
 		dest := t.TempDir()
 		_, err = importer.Import(context.Background(), importer.Options{
-			Source: short, Target: dest, ContentType: importer.ContentTypeArchive, Logger: testLogger(t)})
+			Source: short, Target: dest, TargetOptions: importer.TargetOptions{
+				ContentType: importer.ContentTypeArchive,
+			}, Logger: testLogger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 		assertEmptyDir(t, dest)
 	})
@@ -114,7 +126,9 @@ func TestImportArchiveHostile(t *testing.T) {
 			dest := filepath.Join(base, "dest-"+name)
 			require.NoError(t, os.Mkdir(dest, 0o755))
 			_, err := importer.Import(context.Background(), importer.Options{
-				Source: gz, Target: dest, ContentType: importer.ContentTypeArchive, Logger: testLogger(t)})
+				Source: gz, Target: dest, TargetOptions: importer.TargetOptions{
+					ContentType: importer.ContentTypeArchive,
+				}, Logger: testLogger(t)})
 			require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 			assertEmptyDir(t, dest)
 			entries, err := os.ReadDir(outside)

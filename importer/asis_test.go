@@ -30,7 +30,9 @@ func TestAsIsCopiesTheBytesUnchanged(t *testing.T) {
 		dst := filepath.Join(t.TempDir(), "disk.img")
 		res, err := importer.Import(context.Background(), importer.Options{
 			Source: "-", SourceReader: bytes.NewReader(data), SourceReaderSize: int64(len(data)),
-			Target: dst, ContentType: importer.ContentTypeAsIs, Logger: testLogger(t),
+			Target: dst, TargetOptions: importer.TargetOptions{
+				ContentType: importer.ContentTypeAsIs,
+			}, Logger: testLogger(t),
 		})
 		require.NoError(t, err, src)
 		assert.Equal(t, "raw", res.SourceFormat, src)
@@ -45,7 +47,9 @@ func TestAsIsCopiesTheBytesUnchanged(t *testing.T) {
 	require.NoError(t, err)
 	_, err = importer.Import(context.Background(), importer.Options{
 		Source: "-", SourceReader: bytes.NewReader(data), SourceReaderSize: int64(len(data)),
-		Target: dev, ContentType: importer.ContentTypeAsIs, Logger: testLogger(t),
+		Target: dev, TargetOptions: importer.TargetOptions{
+			ContentType: importer.ContentTypeAsIs,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
 	assert.Contains(t, err.Error(), "source size")

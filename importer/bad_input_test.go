@@ -156,7 +156,7 @@ func TestImageLargerThanDevice(t *testing.T) {
 	before := testimg.Digest(t, loop, 1<<20)
 	for _, src := range []string{q, raw, base + "big.qcow2", base + "big.raw", base + "big.raw.zst", zst} {
 		t.Run(filepath.Base(src), func(t *testing.T) {
-			o := importer.Options{Source: src, Target: loop, ScratchDir: t.TempDir(), Logger: testLogger(t)}
+			o := importer.Options{Source: src, Target: loop, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)}
 			res, err := importer.Import(context.Background(), o)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)
@@ -179,7 +179,7 @@ func TestFileTargetTooSmallForRequestedSize(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 8)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	for _, src := range []string{raw, q} {
-		err := importFails(t, importer.Options{Source: src, Size: 2 << 20}, importer.ErrTargetTooSmall)
+		err := importFails(t, importer.Options{Source: src, TargetOptions: importer.TargetOptions{Size: 2 << 20}}, importer.ErrTargetTooSmall)
 		var se *importer.SizeError
 		require.True(t, errors.As(err, &se))
 		assert.Contains(t, err.Error(), "2097152")

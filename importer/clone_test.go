@@ -49,7 +49,10 @@ func TestCloneFileToFileVerifiedAndSparse(t *testing.T) {
 
 	dest := filepath.Join(t.TempDir(), "clone.img")
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: raw, Target: dest, ExactSize: true, Verify: true, Logger: testLogger(t),
+		Source: raw, Target: dest, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+			Verify:    true,
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err)
 	assert.True(t, res.Complete)
@@ -77,7 +80,9 @@ func TestCloneFileToBlock(t *testing.T) {
 	raw := testimg.Raw(t, dir, "src.raw", 6<<20, 32)
 	dev := testimg.LoopDevice(t, dir, 8<<20)
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: raw, Target: dev, Verify: true, Logger: testLogger(t),
+		Source: raw, Target: dev, TargetOptions: importer.TargetOptions{
+			Verify: true,
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err)
 	sameBytes(t, raw, dev, 6<<20)
@@ -102,7 +107,10 @@ func TestCloneBlockToFile(t *testing.T) {
 
 	dest := filepath.Join(t.TempDir(), "clone.img")
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: dev, Target: dest, ExactSize: true, Verify: true, Logger: testLogger(t),
+		Source: dev, Target: dest, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+			Verify:    true,
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err)
 	st, err := os.Stat(dest)
@@ -124,7 +132,11 @@ func TestCloneBlockToBlockExactZeroTarget(t *testing.T) {
 	// ZeroTarget: the destination (0xA5 everywhere) is zeroed first, then
 	// the source's zero blocks are skipped; they must still read as zeros.
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: src, Target: dst, ExactSize: true, Verify: true, ZeroTarget: true, Logger: testLogger(t),
+		Source: src, Target: dst, TargetOptions: importer.TargetOptions{
+			ExactSize:  true,
+			Verify:     true,
+			ZeroTarget: true,
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err)
 	sameBytes(t, raw, dst, 8<<20)
@@ -141,7 +153,9 @@ func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
 	q := testimg.Convert(t, raw, filepath.Join(dir, "src.qcow2"), "qcow2")
 	dev := testimg.LoopDevice(t, dir, 8<<20)
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: q, Target: dev, Verify: true, Logger: testLogger(t),
+		Source: q, Target: dev, TargetOptions: importer.TargetOptions{
+			Verify: true,
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "qcow2", res.SourceFormat)
@@ -156,7 +170,9 @@ func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
 
 	// ExactSize with the 8 MiB device and the 4 MiB qcow2: refused.
 	_, err = importer.Import(context.Background(), importer.Options{
-		Source: q, Target: dev, ExactSize: true, Logger: testLogger(t),
+		Source: q, Target: dev, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 }
@@ -170,7 +186,11 @@ func TestCloneQCOW2XZToFileVerified(t *testing.T) {
 	dest := filepath.Join(t.TempDir(), "clone.img")
 	scratch := t.TempDir()
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: qxz, Target: dest, Verify: true, ExactSize: true, ScratchDir: scratch, Logger: testLogger(t),
+		Source: qxz, Target: dest, TargetOptions: importer.TargetOptions{
+			Verify:     true,
+			ExactSize:  true,
+			ScratchDir: scratch,
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err)
 	assert.True(t, res.ScratchUsed)
@@ -194,7 +214,9 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 
 	// Device larger than the source.
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: small, Target: dev, ExactSize: true, Logger: testLogger(t),
+		Source: small, Target: dev, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "exact size")
@@ -204,7 +226,9 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 
 	// Device smaller than the source.
 	_, err = importer.Import(context.Background(), importer.Options{
-		Source: big, Target: dev, ExactSize: true, Logger: testLogger(t),
+		Source: big, Target: dev, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 8<<20), readPrefix(t, dev, 8<<20))
@@ -212,7 +236,10 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 	// A file that Resize would grow past the source's size.
 	dest := filepath.Join(t.TempDir(), "clone.img")
 	_, err = importer.Import(context.Background(), importer.Options{
-		Source: small, Target: dest, ExactSize: true, Size: 64 << 20, Logger: testLogger(t),
+		Source: small, Target: dest, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+			Size:      64 << 20,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	_, serr := os.Stat(dest)
@@ -224,7 +251,9 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 	testimg.Need(t, "zstd")
 	zst := testimg.Compress(t, small, "zst")
 	_, err = importer.Import(context.Background(), importer.Options{
-		Source: zst, Target: dev, ExactSize: true, Logger: testLogger(t),
+		Source: zst, Target: dev, TargetOptions: importer.TargetOptions{
+			ExactSize: true,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 8<<20), readPrefix(t, dev, 8<<20))
@@ -234,7 +263,9 @@ func TestCloneSameDeviceRefused(t *testing.T) {
 	dir := t.TempDir()
 	dev := testimg.LoopDevice(t, dir, 4<<20)
 	_, err := importer.Import(context.Background(), importer.Options{
-		Source: dev, Target: dev, ZeroTarget: true, Logger: testLogger(t),
+		Source: dev, Target: dev, TargetOptions: importer.TargetOptions{
+			ZeroTarget: true,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 4<<20), readPrefix(t, dev, 4<<20))
@@ -247,7 +278,9 @@ func TestCloneVerifyMismatchFails(t *testing.T) {
 	raw := testimg.Raw(t, dir, "src.raw", 4<<20, 39)
 	dev := testimg.LoopDevice(t, dir, 4<<20)
 	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
-		Source: raw, Target: dev, Verify: true, Logger: testLogger(t),
+		Source: raw, Target: dev, TargetOptions: importer.TargetOptions{
+			Verify: true,
+		}, Logger: testLogger(t),
 	}, corruptAfter(t, importer.PhaseTransferDataFile, dev, 2<<20, 'X')))
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.False(t, res.Complete)
@@ -263,7 +296,9 @@ func TestCloneVerifyNeedsLocalSource(t *testing.T) {
 	data, err := os.ReadFile(raw)
 	require.NoError(t, err)
 	_, err = importer.Import(context.Background(), importer.Options{
-		Source: "-", SourceReader: bytes.NewReader(data), Target: filepath.Join(t.TempDir(), "x.img"), Verify: true, Logger: testLogger(t),
+		Source: "-", SourceReader: bytes.NewReader(data), Target: filepath.Join(t.TempDir(), "x.img"), TargetOptions: importer.TargetOptions{
+			Verify: true,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 }
@@ -277,7 +312,9 @@ func TestCloneVerifyCompareMismatchFails(t *testing.T) {
 	q := testimg.Convert(t, raw, filepath.Join(dir, "src.qcow2"), "qcow2")
 	dev := testimg.LoopDevice(t, dir, 4<<20)
 	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
-		Source: q, Target: dev, Verify: true, Logger: testLogger(t),
+		Source: q, Target: dev, TargetOptions: importer.TargetOptions{
+			Verify: true,
+		}, Logger: testLogger(t),
 	}, corruptAfter(t, importer.PhaseConvert, dev, 1<<20, 'Y')))
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.Contains(t, err.Error(), "qemu-img compare")

@@ -77,7 +77,9 @@ func TestContentDigestIsTheSameForOneDiskInEveryContainerAndRoute(t *testing.T) 
 					src = base + filepath.Base(path)
 				}
 				res, err := importer.Import(context.Background(), importer.Options{Source: src,
-					Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: t.TempDir(), Logger: testLogger(t)})
+					Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+						ScratchDir: t.TempDir(),
+					}, Logger: testLogger(t)})
 				require.NoError(t, err)
 				assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
 				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, imageSize), "the bytes written")
@@ -95,7 +97,10 @@ func TestContentDigestOfAnImportOntoALoopDevice(t *testing.T) {
 	for _, name := range []string{"raw", "qcow2", "qcow2.xz", "vhdx.gz"} {
 		t.Run(name, func(t *testing.T) {
 			res, err := importer.Import(context.Background(), importer.Options{Source: c[name], Target: dev,
-				ScratchDir: t.TempDir(), Logger: testLogger(t), ExpectContentDigest: want})
+				TargetOptions: importer.TargetOptions{
+					ScratchDir:          t.TempDir(),
+					ExpectContentDigest: want,
+				}, Logger: testLogger(t)})
 			require.NoError(t, err)
 			assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
 			assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dev, imageSize))
@@ -116,7 +121,10 @@ func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
 		testimg.ForEachTarget(t, name, dev, func(t *testing.T, tg testimg.Target) {
 			target := tg.Path
 			res, err := importer.Import(context.Background(), importer.Options{Source: c[name], Target: target,
-				ScratchDir: t.TempDir(), Logger: testLogger(t), ExpectContentDigest: wrong})
+				TargetOptions: importer.TargetOptions{
+					ScratchDir:          t.TempDir(),
+					ExpectContentDigest: wrong,
+				}, Logger: testLogger(t)})
 			require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
 			assert.False(t, res.Complete)
 			assert.Equal(t, rawContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
@@ -136,7 +144,9 @@ func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
 
 func TestExpectContentDigestIsCheckedBeforeAnything(t *testing.T) {
 	_, err := importer.Import(context.Background(), importer.Options{Source: "x.raw", Target: filepath.Join(t.TempDir(), "d"),
-		ExpectContentDigest: "sha256:00"})
+		TargetOptions: importer.TargetOptions{
+			ExpectContentDigest: "sha256:00",
+		}})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
 
@@ -154,7 +164,7 @@ func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 					src = base + filepath.Base(path)
 				}
 				scratch := t.TempDir()
-				got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, ScratchDir: scratch, Logger: testLogger(t)})
+				got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, TargetOptions: importer.TargetOptions{ScratchDir: scratch}, Logger: testLogger(t)})
 				require.NoError(t, err)
 				assert.Equal(t, want, got)
 				entries, _ := os.ReadDir(scratch)

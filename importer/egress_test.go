@@ -48,7 +48,9 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 		Control: func(string, string, syscall.RawConn) error { connects.Add(1); return nil }}}
 
 	o := importer.Options{Source: "http://" + base + "/disk.vdi", Target: filepath.Join(t.TempDir(), "disk.img"),
-		ScratchDir: t.TempDir(), Logger: testLogger(t), Egress: policy}
+		TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t), Egress: policy}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
 	require.Contains(t, res.Phases, importer.PhaseConvert, "the ranged route")

@@ -32,8 +32,11 @@ func TestEventsOfAStreamedConversion(t *testing.T) {
 	committed := false
 	progressSawCompleteEarly := false
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: "-", SourceReader: f, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: t.TempDir(),
-		Logger: testLogger(t), NoStreamDecode: true, // the conversion's events, not the decoder's
+		Source: "-", SourceReader: f, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+			ScratchDir:     t.TempDir(),
+			NoStreamDecode: true,
+		},
+		Logger: testLogger(t), // the conversion's events, not the decoder's
 		Events: func(e importer.Event) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -24,7 +24,9 @@ func ExampleImport() {
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: src,
 		Target: filepath.Join(dir, "disk.img"),
-		Size:   1 << 20,
+		TargetOptions: importer.TargetOptions{
+			Size: 1 << 20,
+		},
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	switch {

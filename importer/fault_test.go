@@ -95,7 +95,7 @@ func TestScratchMissingOrFull(t *testing.T) {
 
 	t.Run("missing", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "no-such-dir")
-		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: missing, Logger: testLogger(t), NoStreamDecode: true}
+		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{ScratchDir: missing, NoStreamDecode: true}, Logger: testLogger(t)}
 		res, err := importer.Import(context.Background(), o)
 		require.Error(t, err)
 		t.Logf("error: %v", err)
@@ -108,15 +108,15 @@ func TestScratchMissingOrFull(t *testing.T) {
 		// NoScratch: not the temp dir either (the default it replaces).
 		tmp := t.TempDir()
 		t.Setenv("TMPDIR", tmp)
-		err := importFails(t, importer.Options{Source: gz, NoScratch: true, NoStreamDecode: true}, importer.ErrScratchSpaceRequired)
+		err := importFails(t, importer.Options{Source: gz, TargetOptions: importer.TargetOptions{NoScratch: true, NoStreamDecode: true}}, importer.ErrScratchSpaceRequired)
 		assert.Contains(t, err.Error(), "no scratch space")
 		assertEmptyDir(t, tmp)
-		_, err = importer.Import(context.Background(), importer.Options{Source: gz, Target: filepath.Join(tmp, "disk.img"), NoScratch: true, ScratchDir: tmp})
+		_, err = importer.Import(context.Background(), importer.Options{Source: gz, Target: filepath.Join(tmp, "disk.img"), TargetOptions: importer.TargetOptions{NoScratch: true, ScratchDir: tmp}})
 		assert.ErrorIs(t, err, importer.ErrInvalidOptions, "NoScratch with a ScratchDir")
 	})
 	t.Run("full", func(t *testing.T) {
 		fs := testimg.Tmpfs(t, 2<<20)
-		err := importFails(t, importer.Options{Source: gz, ScratchDir: fs, NoStreamDecode: true}, importer.ErrScratchSpaceRequired)
+		err := importFails(t, importer.Options{Source: gz, TargetOptions: importer.TargetOptions{ScratchDir: fs, NoStreamDecode: true}}, importer.ErrScratchSpaceRequired)
 		assert.Contains(t, err.Error(), fs)
 	})
 }

@@ -199,7 +199,7 @@ func importRefusedOpts(t *testing.T, o importer.Options, cause string) {
 func importEqualsQemu(t *testing.T, source, want string) {
 	t.Helper()
 	target := filepath.Join(t.TempDir(), "disk.img")
-	res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: target, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)})
 	require.NoError(t, err)
 	require.True(t, res.Complete)
 	expectImage(t, want, target, false)

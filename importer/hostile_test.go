@@ -277,7 +277,7 @@ func TestHostileImages(t *testing.T) {
 			for _, src := range []string{img, base + filepath.Base(img)} {
 				peak := peakRSS(t)
 				start := time.Now()
-				err := importFails(t, importer.Options{Source: src, Size: c.size}, c.want)
+				err := importFails(t, importer.Options{Source: src, TargetOptions: importer.TargetOptions{Size: c.size}}, c.want)
 				if c.msg != "" {
 					assert.Contains(t, err.Error(), c.msg)
 				}

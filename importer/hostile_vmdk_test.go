@@ -228,7 +228,7 @@ func TestHostileVMDKs(t *testing.T) {
 				}
 			})
 			t.Run("scratch-xz", func(t *testing.T) {
-				importVMDKFails(t, importer.Options{Source: srv.URL + "/" + filepath.Base(xz), Target: target(), NoStreamDecode: true}, c.want, c.msg)
+				importVMDKFails(t, importer.Options{Source: srv.URL + "/" + filepath.Base(xz), Target: target(), TargetOptions: importer.TargetOptions{NoStreamDecode: true}}, c.want, c.msg)
 			})
 			t.Run("stream-decode-xz", func(t *testing.T) {
 				importVMDKFails(t, importer.Options{Source: srv.URL + "/" + filepath.Base(xz), Target: target()}, c.want, c.decodedMsg())
@@ -292,7 +292,7 @@ func TestRealVMDKs(t *testing.T) {
 			want := filepath.Join(t.TempDir(), "want.raw")
 			testimg.Run(t, "qemu-img", "convert", "-f", "vmdk", "-O", "raw", img, want)
 			dst := filepath.Join(t.TempDir(), "disk.img")
-			res, err := importer.Import(context.Background(), importer.Options{Source: img, Target: dst, ScratchDir: t.TempDir(), Logger: testLogger(t)})
+			res, err := importer.Import(context.Background(), importer.Options{Source: img, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)})
 			require.NoError(t, err)
 			require.True(t, res.Complete)
 			// Byte for byte, holes skipped where both files have them

@@ -113,29 +113,14 @@ func request(o Options) (engine.Request, error) {
 	if o.Events != nil {
 		events = func(e engine.Event) { o.Events(Event(e)) }
 	}
+	settings := engine.Settings(o.TargetOptions)
+	settings.ExpectContentDigest = expect
 	return engine.Request{
 		Source:                  src,
 		Target:                  o.Target,
-		ContentType:             o.ContentType,
-		Size:                    o.Size,
-		FilesystemOverhead:      o.FilesystemOverhead,
-		Format:                  o.Format,
-		ScratchDir:              o.ScratchDir,
-		NoScratch:               o.NoScratch,
 		Checksums:               sums,
-		ExpectContentDigest:     expect,
-		Preallocation:           o.Preallocation,
-		CacheMode:               o.CacheMode,
-		ExactSize:               o.ExactSize,
-		AllowSparseOvercommit:   o.AllowSparseOvercommit,
-		Verify:                  o.Verify,
-		ZeroTarget:              o.ZeroTarget,
-		NoRangedRead:            o.NoRangedRead,
-		FormatIn:                o.FormatIn,
-		NoStreamDecode:          o.NoStreamDecode,
+		Settings:                settings,
 		StreamDecodeMaxBuffered: o.streamDecodeMaxBuffered,
-		StreamDecodeMaxSpill:    o.MaxSpill,
-		Mode:                    o.Mode,
 		Progress:                progress,
 		Events:                  events,
 		Logger:                  o.logger(),

@@ -161,7 +161,9 @@ func TestImportCompressed(t *testing.T) {
 					target = filepath.Join(t.TempDir(), "disk.img") // a new file for each source
 				}
 				res, err := importer.Import(context.Background(), importer.Options{
-					Source: src, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
+					Source: src, Target: target, TargetOptions: importer.TargetOptions{
+						ScratchDir: t.TempDir(),
+					}, Logger: testLogger(t),
 					Checksums: []string{testimg.FileDigest(t, filepath.Join(dir, name))},
 				})
 				require.NoError(t, err, src)

@@ -34,7 +34,7 @@ func TestLZ4Decoded(t *testing.T) {
 		for kind, target := range targets {
 			for _, via := range []string{"http", "stdin"} {
 				t.Run(c.file+"/"+via+"/"+kind, func(t *testing.T) {
-					o := importer.Options{Source: base + c.file, Target: target(t), ScratchDir: t.TempDir(), Logger: testLogger(t)}
+					o := importer.Options{Source: base + c.file, Target: target(t), TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)}
 					if via == "stdin" {
 						f, err := os.Open(filepath.Join(dir, c.file))
 						require.NoError(t, err)

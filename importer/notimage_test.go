@@ -95,7 +95,7 @@ func TestNotADiskImageRefused(t *testing.T) {
 				assert.Equal(t, c.reason, cdi.Reason(err))
 			}
 			target := filepath.Join(t.TempDir(), "disk.img")
-			res, err := importer.Import(context.Background(), importer.Options{Source: base + c.file, Target: target, FormatIn: "raw", Logger: testLogger(t)})
+			res, err := importer.Import(context.Background(), importer.Options{Source: base + c.file, Target: target, TargetOptions: importer.TargetOptions{FormatIn: "raw"}, Logger: testLogger(t)})
 			require.NoError(t, err)
 			assert.Equal(t, "raw", res.SourceFormat)
 			want, err := os.ReadFile(filepath.Join(dir, c.file))
@@ -112,7 +112,7 @@ func TestNotADiskImageRefused(t *testing.T) {
 		assert.Contains(t, err.Error(), "the source is text, not a disk image")
 	})
 	t.Run("only raw can be forced", func(t *testing.T) {
-		importFails(t, importer.Options{Source: filepath.Join(dir, "disk.raw"), FormatIn: "qcow2"}, importer.ErrInvalidOptions)
+		importFails(t, importer.Options{Source: filepath.Join(dir, "disk.raw"), TargetOptions: importer.TargetOptions{FormatIn: "qcow2"}}, importer.ErrInvalidOptions)
 	})
 }
 
@@ -149,7 +149,7 @@ func TestTarOfOneDiskImportsTheDisk(t *testing.T) {
 			for kind, target := range targets {
 				t.Run(c.name+"/"+kind, func(t *testing.T) {
 					dst := target(t)
-					res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: dst, ScratchDir: t.TempDir(), Logger: testLogger(t)})
+					res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)})
 					require.NoError(t, err, src)
 					require.True(t, res.Complete)
 					assert.Equal(t, c.format, res.SourceFormat)
@@ -200,7 +200,7 @@ func TestTarOfARawDiskTooBigRefusedBeforeWriting(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "image.tar"), testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)}), 0o644))
 	src := testimg.Compress(t, filepath.Join(dir, "image.tar"), "gz")
 	target := filepath.Join(t.TempDir(), "disk.img")
-	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, Size: 2 << 20, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{Size: 2 << 20}, Logger: testLogger(t)})
 	var se *importer.SizeError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, int64(3<<20), se.ImageSize)

@@ -95,8 +95,12 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 					target = loop
 				}
 				o := importer.Options{
-					Source: st.endpoint(st.host, "images/"+c.object), Target: target, ScratchDir: t.TempDir(),
-					NoRangedRead: c.noRanged, NoStreamDecode: c.noDecode, Logger: testLogger(t),
+					Source: st.endpoint(st.host, "images/"+c.object), Target: target, TargetOptions: importer.TargetOptions{
+						ScratchDir:     t.TempDir(),
+						NoRangedRead:   c.noRanged,
+						NoStreamDecode: c.noDecode,
+					},
+					Logger: testLogger(t),
 				}
 				// A checksum needs every byte in order, so the ranged case
 				// goes without one.
@@ -132,7 +136,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 	t.Run("checksum mismatch", func(t *testing.T) {
 		o := importer.Options{
 			Source: st.endpoint(st.host, "images/disk.raw.xz"), Target: filepath.Join(t.TempDir(), "disk.img"),
-			ScratchDir: t.TempDir(), Logger: testLogger(t),
+			TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: testLogger(t),
 			Checksums: []string{"sha256:" + strings.Repeat("0", 64)},
 		}
 		st.opts(&o)
@@ -144,7 +150,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 	t.Run("missing object", func(t *testing.T) {
 		o := importer.Options{
 			Source: st.endpoint(st.host, "images/absent.img"), Target: filepath.Join(t.TempDir(), "disk.img"),
-			ScratchDir: t.TempDir(), Logger: testLogger(t), RetryBackoff: time.Second,
+			TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: testLogger(t), RetryBackoff: time.Second,
 		}
 		st.opts(&o)
 		start := time.Now()
@@ -158,7 +166,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			p := objtest.StartProxy(t, st.host, &objtest.Proxy{DropAfter: 300 << 10})
 			o := importer.Options{
 				Source: st.endpoint(p.Addr, "images/"+c.object), Target: filepath.Join(t.TempDir(), "disk.img"),
-				ScratchDir: t.TempDir(), Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
+				TargetOptions: importer.TargetOptions{
+					ScratchDir: t.TempDir(),
+				}, Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
 				Checksums: []string{"sha256:" + fileSHA256(t, files[c.object])},
 			}
 			st.opts(&o)
@@ -178,7 +188,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 		objtest.StartProxy(t, st.host, p)
 		o := importer.Options{
 			Source: st.endpoint(p.Addr, "images/replaced.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
-			ScratchDir: t.TempDir(), Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
+			TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
 		}
 		st.opts(&o)
 		_, err = importer.Import(context.Background(), o)

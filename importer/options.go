@@ -48,74 +48,13 @@ type Options struct {
 	// Target is a block device, a file, or an existing directory (the image
 	// then goes to DIR/disk.img).
 	Target string
-	// ContentType is "kubevirt" (default: a disk image), "archive": a tar
-	// stream extracted into the Target directory, or "as-is": the source's
-	// bytes copied onto the target unchanged, nothing sniffed or
-	// decompressed (a raw volume's clone).
-	ContentType string
 
-	// Size is the requested volume size in bytes (0: none). A file target is
-	// grown, never shrunk, to Size less FilesystemOverhead.
-	Size int64
-	// FilesystemOverhead is the fraction of a filesystem volume kept free
-	// (CDI's rule: usable = round down to 1 MiB of Size/(1+overhead)).
-	FilesystemOverhead float64
-	// Mode is the permission bits of a new file target; 0 means 0660, as
-	// CDI leaves disk.img (the importer command line passes what the umask
-	// allows, or --mode).
-	Mode os.FileMode
-	// Format of a file target: "raw" (default) or "qcow2". Block targets are
-	// always raw.
-	Format string
-	// FormatIn is the source's format: "" (default) detects it, and refuses
-	// what is not a disk image (a text page, an archive, a compression the
-	// engine does not remove); "raw" takes the bytes, once gzip, xz, zstd
-	// and lz4 are removed, as a raw disk whatever they look like.
-	FormatIn string
-	// ScratchDir receives the decompressed image when a format needs random
-	// access and the source is a stream. Default: os.TempDir().
-	ScratchDir string
-	// NoScratch gives the import no scratch space at all (ScratchDir must
-	// be empty): an image that needs it fails with ErrScratchSpaceRequired
-	// before a byte reaches the target, and the stream decoder spills
-	// nothing. CDI's pods set it when no scratch volume is mounted.
-	NoScratch bool
 	// Checksums are expected digests ("sha256:hex", md5, sha1, sha512) of
 	// the bytes as received; all are verified before success is reported.
 	Checksums []string
-	// Preallocation allocates the whole file target (falloc, falling back to
-	// full for qemu-img; fallocate for streamed files).
-	Preallocation bool
-	// CacheMode for qemu-img convert's target: "none" (O_DIRECT) or
-	// "writeback" (the page cache); "" (the default) and "trynone" mean none
-	// where the target's filesystem accepts O_DIRECT (always for block
-	// devices), else writeback. Anything else is ErrInvalidOptions.
-	CacheMode string
-	// AllowSparseOvercommit lets an image larger than a file target's free
-	// space be written when it is sparse, as qemu-img convert does: the
-	// size check uses Size (when set), not the free space, and a write past
-	// the real space fails. Off by default: the image must fit the free
-	// space, so a full filesystem is found before a byte is written.
-	AllowSparseOvercommit bool
+	// TargetOptions: how the image is written.
+	TargetOptions
 
-	// Clone options, for a local file or block device source.
-	// ExactSize requires the target to be exactly the source's virtual size
-	// (a storage migration): a device of that size, or a file that ends up
-	// that size; anything else is refused before a byte is written.
-	ExactSize bool
-	// Verify re-reads source and target after the copy and compares them
-	// (sha256 digests for raw copies, qemu-img compare for converted
-	// images); a difference fails the import with ErrVerifyMismatch.
-	Verify bool
-	// ExpectContentDigest fails the import with ErrChecksumMismatch,
-	// before it completes and with the target removed, when the content
-	// digest of the disk written (Result.ContentDigest) is another one:
-	// "blk-sha256:HEX" or the HEX blksum prints.
-	ExpectContentDigest string
-	// ZeroTarget zeroes a whole block target first (BLKZEROOUT) so zero
-	// blocks of the source can be skipped; where the device cannot, zero
-	// blocks are written as without it.
-	ZeroTarget bool
 	// Delta makes the clone a delta pass when Target already holds an
 	// earlier copy of Source (same size; a file or device source of raw
 	// bytes): only the 64 KiB blocks that differ are written, in place,
@@ -180,26 +119,6 @@ type Options struct {
 	Arch           string // platform picked from an image index; default this machine's
 	AuthFile       string // auth.json / docker config.json; "" = containers/image's default places
 	RegistriesConf string // registries.conf to use; "" = the system's
-	// NoRangedRead always copies a convertible image from HTTP to scratch,
-	// even when the server serves byte ranges and qemu-img could read it in
-	// place (through an NBD export of our own range reader).
-	NoRangedRead bool
-	// NoStreamDecode copies a streamed qcow2, streamOptimized vmdk,
-	// dynamic VHD, VDI or VHDX to scratch and converts it with qemu-img,
-	// instead of decoding it straight onto a raw target in one pass.
-	// Without it the decoder is used for every source, stdin and uploads
-	// included: what arrives before the tables that map it is held in
-	// memory up to a bound and spilled to ScratchDir past it (ScratchUsed
-	// and ScratchBytes then say so). A layout the decoder cannot follow at
-	// all starts the import over through scratch when the source can be
-	// read again, and fails otherwise.
-	NoStreamDecode bool
-	// MaxSpill caps the stream decoder's spill file in ScratchDir (0: no
-	// cap). The spill never exceeds the image's virtual size either, the
-	// most a legitimate image needs held; an image that needs more is
-	// taken through scratch and qemu-img when the source can be read
-	// again, and refused otherwise.
-	MaxSpill int64
 
 	// Progress, when set, is called about once a second from a goroutine of
 	// its own, and once more when the import ends.
@@ -221,6 +140,100 @@ type Options struct {
 	// streamDecodeMaxBuffered bounds the stream decoder's buffer of
 	// clusters that precede their table (export_test.go).
 	streamDecodeMaxBuffered int64
+}
+
+// TargetOptions say how the image is written: the target's size, format and
+// mode, the clone checks, the scratch space and the route's switches. The
+// engine receives them as they are (Options embeds them; the conversion to
+// the engine's copy of the struct fails to compile when a field is missing
+// on either side).
+type TargetOptions struct {
+	// ContentType is "kubevirt" (default: a disk image), "archive": a tar
+	// stream extracted into the Target directory, or "as-is": the source's
+	// bytes copied onto the target unchanged, nothing sniffed or
+	// decompressed (a raw volume's clone).
+	ContentType string
+
+	// Size is the requested volume size in bytes (0: none). A file target is
+	// grown, never shrunk, to Size less FilesystemOverhead.
+	Size int64
+	// FilesystemOverhead is the fraction of a filesystem volume kept free
+	// (CDI's rule: usable = round down to 1 MiB of Size/(1+overhead)).
+	FilesystemOverhead float64
+	// Mode is the permission bits of a new file target; 0 means 0660, as
+	// CDI leaves disk.img (the importer command line passes what the umask
+	// allows, or --mode).
+	Mode os.FileMode
+	// Format of a file target: "raw" (default) or "qcow2". Block targets are
+	// always raw.
+	Format string
+	// FormatIn is the source's format: "" (default) detects it, and refuses
+	// what is not a disk image (a text page, an archive, a compression the
+	// engine does not remove); "raw" takes the bytes, once gzip, xz, zstd
+	// and lz4 are removed, as a raw disk whatever they look like.
+	FormatIn string
+	// ScratchDir receives the decompressed image when a format needs random
+	// access and the source is a stream. Default: os.TempDir().
+	ScratchDir string
+	// NoScratch gives the import no scratch space at all (ScratchDir must
+	// be empty): an image that needs it fails with ErrScratchSpaceRequired
+	// before a byte reaches the target, and the stream decoder spills
+	// nothing. CDI's pods set it when no scratch volume is mounted.
+	NoScratch bool
+	// Preallocation allocates the whole file target (falloc, falling back to
+	// full for qemu-img; fallocate for streamed files).
+	Preallocation bool
+	// CacheMode for qemu-img convert's target: "none" (O_DIRECT) or
+	// "writeback" (the page cache); "" (the default) and "trynone" mean none
+	// where the target's filesystem accepts O_DIRECT (always for block
+	// devices), else writeback. Anything else is ErrInvalidOptions.
+	CacheMode string
+	// AllowSparseOvercommit lets an image larger than a file target's free
+	// space be written when it is sparse, as qemu-img convert does: the
+	// size check uses Size (when set), not the free space, and a write past
+	// the real space fails. Off by default: the image must fit the free
+	// space, so a full filesystem is found before a byte is written.
+	AllowSparseOvercommit bool
+
+	// Clone options, for a local file or block device source.
+	// ExactSize requires the target to be exactly the source's virtual size
+	// (a storage migration): a device of that size, or a file that ends up
+	// that size; anything else is refused before a byte is written.
+	ExactSize bool
+	// Verify re-reads source and target after the copy and compares them
+	// (sha256 digests for raw copies, qemu-img compare for converted
+	// images); a difference fails the import with ErrVerifyMismatch.
+	Verify bool
+	// ExpectContentDigest fails the import with ErrChecksumMismatch,
+	// before it completes and with the target removed, when the content
+	// digest of the disk written (Result.ContentDigest) is another one:
+	// "blk-sha256:HEX" or the HEX blksum prints.
+	ExpectContentDigest string
+	// ZeroTarget zeroes a whole block target first (BLKZEROOUT) so zero
+	// blocks of the source can be skipped; where the device cannot, zero
+	// blocks are written as without it.
+	ZeroTarget bool
+
+	// NoRangedRead always copies a convertible image from HTTP to scratch,
+	// even when the server serves byte ranges and qemu-img could read it in
+	// place (through an NBD export of our own range reader).
+	NoRangedRead bool
+	// NoStreamDecode copies a streamed qcow2, streamOptimized vmdk,
+	// dynamic VHD, VDI or VHDX to scratch and converts it with qemu-img,
+	// instead of decoding it straight onto a raw target in one pass.
+	// Without it the decoder is used for every source, stdin and uploads
+	// included: what arrives before the tables that map it is held in
+	// memory up to a bound and spilled to ScratchDir past it (ScratchUsed
+	// and ScratchBytes then say so). A layout the decoder cannot follow at
+	// all starts the import over through scratch when the source can be
+	// read again, and fails otherwise.
+	NoStreamDecode bool
+	// MaxSpill caps the stream decoder's spill file in ScratchDir (0: no
+	// cap). The spill never exceeds the image's virtual size either, the
+	// most a legitimate image needs held; an image that needs more is
+	// taken through scratch and qemu-img when the source can be read
+	// again, and refused otherwise.
+	MaxSpill int64
 }
 
 // Progress is a snapshot of a running import.

@@ -46,7 +46,7 @@ func TestImportSparseOvercommitIsAskedFor(t *testing.T) {
 	require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 	assert.NoFileExists(t, target)
 
-	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, AllowSparseOvercommit: true, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{AllowSparseOvercommit: true}, Logger: testLogger(t)})
 	require.NoError(t, err)
 	assert.EqualValues(t, 64<<20, res.VirtualSize)
 	got, err := os.ReadFile(target)

@@ -70,7 +70,9 @@ func TestParallelRangesImportByteForByte(t *testing.T) {
 				t.Cleanup(func() { s.Close() })
 				o := importer.Options{
 					Source: s.URL + "/disk." + name, Target: filepath.Join(t.TempDir(), "disk.img"),
-					ScratchDir: t.TempDir(), Logger: testLogger(t), Connections: conns,
+					TargetOptions: importer.TargetOptions{
+						ScratchDir: t.TempDir(),
+					}, Logger: testLogger(t), Connections: conns,
 				}
 				res, err := importer.Import(context.Background(), o)
 				require.NoError(t, err)

@@ -23,7 +23,9 @@ func TestProgressPercentNeverGoesBack(t *testing.T) {
 	var mu sync.Mutex
 	var seen []importer.Progress
 	_, err := importer.Import(context.Background(), importer.Options{
-		Source: xz, Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: t.TempDir(), Logger: testLogger(t),
+		Source: xz, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t),
 		Progress: func(p importer.Progress) { mu.Lock(); seen = append(seen, p); mu.Unlock() },
 	})
 	require.NoError(t, err)

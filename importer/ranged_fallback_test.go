@@ -52,8 +52,10 @@ func TestRangedFallsBackWhenServerIgnoresRanges(t *testing.T) {
 	var logs bytes.Buffer
 	o := importer.Options{
 		Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
-		ScratchDir: t.TempDir(),
-		Logger:     slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	res, err := importer.Import(context.Background(), o)
 	t.Log(logs.String())

@@ -84,7 +84,10 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 			before, beforeAll := rc.ranges.Load(), rc.all.Load()
 			o := importer.Options{
 				Source: srv.URL + "/" + c.file, Target: filepath.Join(t.TempDir(), "disk.img"),
-				ScratchDir: t.TempDir(), Logger: testLogger(t), NoStreamDecode: c.noDecode,
+				TargetOptions: importer.TargetOptions{
+					ScratchDir:     t.TempDir(),
+					NoStreamDecode: c.noDecode,
+				}, Logger: testLogger(t),
 				// The counts below are the route's requests: a stream on
 				// one GET (parallel ranges have tests of their own).
 				Connections: 1,
@@ -122,7 +125,10 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 	t.Run("opt-out", func(t *testing.T) {
 		o := importer.Options{
 			Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
-			ScratchDir: t.TempDir(), Logger: testLogger(t), NoRangedRead: true,
+			TargetOptions: importer.TargetOptions{
+				ScratchDir:   t.TempDir(),
+				NoRangedRead: true,
+			}, Logger: testLogger(t),
 			Connections: 1, // and one GET: no range request at all
 		}
 		before := rc.ranges.Load()
@@ -164,7 +170,9 @@ func TestRangedTruncatedImagesRefused(t *testing.T) {
 			before := rc.ranges.Load()
 			o := importer.Options{
 				Source: srv.URL + "/disk." + f, Target: filepath.Join(t.TempDir(), "disk.img"),
-				ScratchDir: t.TempDir(), Logger: testLogger(t),
+				TargetOptions: importer.TargetOptions{
+					ScratchDir: t.TempDir(),
+				}, Logger: testLogger(t),
 			}
 			res, err := importer.Import(context.Background(), o)
 			require.Error(t, err)
@@ -206,9 +214,12 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 
 	o := importer.Options{
 		Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
-		ScratchDir: t.TempDir(), Logger: testLogger(t),
+		TargetOptions: importer.TargetOptions{
+			ScratchDir:     t.TempDir(),
+			NoStreamDecode: true,
+		}, Logger: testLogger(t),
 		Username: "bob", Password: "hunter2", Headers: []string{"X-Tenant: blue"}, CertDir: certDir,
-		NoStreamDecode: true, // the ranged route's reads are the ones under test
+		// the ranged route's reads are the ones under test
 	}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
@@ -241,7 +252,9 @@ func TestRangedReadFailureNamesCause(t *testing.T) {
 	t.Cleanup(srv.Close)
 	o := importer.Options{
 		Source: srv.URL + "/disk.vmdk", Target: filepath.Join(t.TempDir(), "disk.img"),
-		ScratchDir: t.TempDir(), Logger: testLogger(t),
+		TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t),
 	}
 	_, err := importer.Import(context.Background(), o)
 	require.Error(t, err)

@@ -125,10 +125,12 @@ func importAndCheck(t *testing.T, lib *imageLibrary, img realImage, src string, 
 		tooBig = want.size > freeSpace(t, targetDir)
 	}
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: src, Target: target, ScratchDir: scratch, Logger: testLogger(t),
+		Source: src, Target: target, TargetOptions: importer.TargetOptions{
+			ScratchDir:     scratch,
+			NoStreamDecode: path == pathRanged && !img.streamOptimized,
+		}, Logger: testLogger(t),
 		// The ranged path is what http-ranged tests: onto a file the
 		// engine would decode most qcow2 as a stream (routechoice.go).
-		NoStreamDecode: path == pathRanged && !img.streamOptimized,
 	})
 	assertEmptyDir(t, scratch)
 	switch {
@@ -215,7 +217,9 @@ func importToLoop(t *testing.T, lib *imageLibrary, img realImage) {
 	want := lib.reference(t, img)
 	dev := testimg.LoopDevice(t, t.TempDir(), (want.size+(1<<20)-1)/(1<<20)*(1<<20)+(4<<20))
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: lib.local(t, img.stored), Target: dev, ScratchDir: t.TempDir(), Logger: testLogger(t),
+		Source: lib.local(t, img.stored), Target: dev, TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t),
 	})
 	require.NoError(t, err, "%s", img)
 	require.True(t, res.Complete)
@@ -239,7 +243,9 @@ func importArchives(t *testing.T, lib *imageLibrary) {
 			for _, src := range []string{local, lib.storedPath(stored)} { // plain and as stored (xz)
 				got := t.TempDir()
 				res, err := importer.Import(context.Background(), importer.Options{
-					Source: src, Target: got, ContentType: importer.ContentTypeArchive, Logger: testLogger(t),
+					Source: src, Target: got, TargetOptions: importer.TargetOptions{
+						ContentType: importer.ContentTypeArchive,
+					}, Logger: testLogger(t),
 				})
 				require.NoError(t, err, src)
 				require.True(t, res.Complete)
@@ -257,7 +263,9 @@ func importRegistryTars(t *testing.T, lib *imageLibrary) {
 		targetDir := t.TempDir()
 		res, err := importer.Import(context.Background(), importer.Options{
 			Source: "oci-archive:" + lib.local(t, "cdi/bootc-registry-image.tar.xz"), Target: filepath.Join(targetDir, "disk.img"),
-			ScratchDir: t.TempDir(), Logger: testLogger(t),
+			TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: testLogger(t),
 		})
 		img := realImage{stored: "cdi/bootc-registry-image.tar.xz", refuse: errUnsafe, cause: `bootc|bootable`,
 			why: "a bootable container image (containers.bootc=1), not a containerdisk"}
@@ -274,7 +282,9 @@ func importRegistryTars(t *testing.T, lib *imageLibrary) {
 		targetDir := t.TempDir()
 		res, err := importer.Import(context.Background(), importer.Options{
 			Source: "oci-archive:" + lib.local(t, "cdi/kubevirt-vm-oci-image.tar.xz"), Target: filepath.Join(targetDir, "disk.img"),
-			ScratchDir: t.TempDir(), Logger: testLogger(t),
+			TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: testLogger(t),
 		})
 		img := realImage{stored: "cdi/kubevirt-vm-oci-image.tar.xz", refuse: errUnsupported, cause: `artifact`,
 			why: "an OCI artifact (KubeVirt VM export), not a containerdisk"}

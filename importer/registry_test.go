@@ -38,7 +38,9 @@ func diskLayer(t *testing.T, comp, name, path string) v1.Layer {
 func regOpts(t *testing.T, source, target string) importer.Options {
 	conf, auth := regtest.Hermetic(t)
 	return importer.Options{Source: source, Target: target, RegistriesConf: conf, AuthFile: auth,
-		InsecureTLS: true, ScratchDir: t.TempDir(), Logger: testLogger(t)}
+		InsecureTLS: true, TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t)}
 }
 
 func assertSameDisk(t *testing.T, raw, target string) {

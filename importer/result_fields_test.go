@@ -76,7 +76,9 @@ func TestTooSmallReportsVirtualSize(t *testing.T) {
 	for name, src := range map[string]string{"raw": raw, "qcow2": qcow} {
 		t.Run(name, func(t *testing.T) {
 			res, err := importer.Import(context.Background(), importer.Options{
-				Source: src, Target: filepath.Join(t.TempDir(), "disk.img"), Size: 2 << 20, Logger: testLogger(t),
+				Source: src, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+					Size: 2 << 20,
+				}, Logger: testLogger(t),
 			})
 			require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 			assert.EqualValues(t, 3<<20, res.VirtualSize)

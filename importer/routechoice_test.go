@@ -76,7 +76,9 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 			}
 			o := importer.Options{
 				Source: srv.URL + "/" + c.file, Target: target,
-				ScratchDir: t.TempDir(), Logger: testLogger(t),
+				TargetOptions: importer.TargetOptions{
+					ScratchDir: t.TempDir(),
+				}, Logger: testLogger(t),
 			}
 			if c.maxHeld > 0 {
 				o = importer.WithStreamDecodeBuffer(o, c.maxHeld)

@@ -53,8 +53,11 @@ func TestStreamDecodeSpillLimit(t *testing.T) {
 	filler, fillerWant := lateL2QCOW2(t, t.TempDir(), 32<<20)
 	late, lateWant := lateL2QCOW2(t, dir, 0)
 	run := func(t *testing.T, src string, maxSpill int64) (*importer.Result, error, string) {
-		o := importer.Options{Source: "-", SourceReader: pipeOf(t, src), ScratchDir: t.TempDir(),
-			Target: filepath.Join(t.TempDir(), "disk.img"), MaxSpill: maxSpill, Logger: testLogger(t)}
+		o := importer.Options{Source: "-", SourceReader: pipeOf(t, src), TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+			MaxSpill:   maxSpill,
+		},
+			Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t)}
 		res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
 		assertEmptyDir(t, o.ScratchDir)
 		return res, err, o.Target
@@ -81,7 +84,9 @@ func TestStreamDecodeSpillLimit(t *testing.T) {
 	})
 	t.Run("filler-over-http", func(t *testing.T) {
 		base := testimg.Serve(t, filepath.Dir(filler))
-		o := importer.Options{Source: base + filepath.Base(filler), ScratchDir: t.TempDir(),
+		o := importer.Options{Source: base + filepath.Base(filler), TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		},
 			Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t)}
 		res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
 		require.NoError(t, err)
@@ -90,7 +95,7 @@ func TestStreamDecodeSpillLimit(t *testing.T) {
 		assertEmptyDir(t, o.ScratchDir)
 	})
 	t.Run("negative-cap", func(t *testing.T) {
-		_, err := importer.Import(context.Background(), importer.Options{Source: late, Target: filepath.Join(t.TempDir(), "d.img"), MaxSpill: -1})
+		_, err := importer.Import(context.Background(), importer.Options{Source: late, Target: filepath.Join(t.TempDir(), "d.img"), TargetOptions: importer.TargetOptions{MaxSpill: -1}})
 		assert.ErrorIs(t, err, importer.ErrInvalidOptions)
 	})
 }

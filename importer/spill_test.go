@@ -41,7 +41,9 @@ func TestStreamDecodeSpills(t *testing.T) {
 				t.Skip("loop devices need root")
 			}
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+			o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}
 			if block {
 				o.Target = loop
@@ -100,7 +102,9 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			}
 			srcName = strings.TrimSuffix(srcName, "-block")
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: filepath.Join(t.TempDir(), "none"), Logger: logTo(t, &logs),
+			o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+				ScratchDir: filepath.Join(t.TempDir(), "none"),
+			}, Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}
 			if block {
 				o.Target = loop
@@ -156,7 +160,9 @@ func TestStreamDecodeSnapshots(t *testing.T) {
 		for _, bound := range []int64{0, spillBound} {
 			t.Run(srcName+"/"+map[bool]string{true: "spill", false: "memory"}[bound > 0], func(t *testing.T) {
 				var logs bytes.Buffer
-				o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+				o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+					ScratchDir: t.TempDir(),
+				}, Logger: logTo(t, &logs),
 					Target: filepath.Join(t.TempDir(), "disk.img")}
 				if srcName == "stdin" {
 					o.Source, o.SourceReader = "-", pipeOf(t, gz)

@@ -49,7 +49,9 @@ func TestStreamDecodeRoute(t *testing.T) {
 		for _, srcName := range []string{"http", "file"} {
 			testimg.ForEachTarget(t, name+"/"+srcName, loop, func(t *testing.T, tg testimg.Target) {
 				var logs bytes.Buffer
-				o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+				o := importer.Options{Source: base + name, TargetOptions: importer.TargetOptions{
+					ScratchDir: t.TempDir(),
+				}, Logger: logTo(t, &logs),
 					Target: tg.Path}
 				if srcName == "file" {
 					o.Source = filepath.Join(dir, name)
@@ -104,7 +106,9 @@ func TestStreamDecodeFallsBackToScratch(t *testing.T) {
 	}
 	testimg.ForEachTarget(t, "", loop, func(t *testing.T, tg testimg.Target) {
 		var logs bytes.Buffer
-		o := importer.Options{Source: base + filepath.Base(gz), ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+		o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: logTo(t, &logs),
 			Target: tg.Path}
 		var phases []importer.Phase
 		o.Events = func(e importer.Event) {
@@ -153,7 +157,9 @@ func TestStreamDecodeOneTimeStreams(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	var logs bytes.Buffer
-	o := importer.Options{Source: "-", SourceReader: f, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+	o := importer.Options{Source: "-", SourceReader: f, TargetOptions: importer.TargetOptions{
+		ScratchDir: t.TempDir(),
+	}, Logger: logTo(t, &logs),
 		Target: filepath.Join(t.TempDir(), "disk.img")}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
@@ -171,8 +177,11 @@ func TestStreamDecodeSwitchOff(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 45)
 	xz := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
-	o := importer.Options{Source: testimg.Serve(t, dir) + filepath.Base(xz), ScratchDir: t.TempDir(), Logger: testLogger(t),
-		Target: filepath.Join(t.TempDir(), "disk.img"), NoStreamDecode: true}
+	o := importer.Options{Source: testimg.Serve(t, dir) + filepath.Base(xz), TargetOptions: importer.TargetOptions{
+		ScratchDir:     t.TempDir(),
+		NoStreamDecode: true,
+	}, Logger: testLogger(t),
+		Target: filepath.Join(t.TempDir(), "disk.img")}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
 	assert.True(t, res.ScratchUsed)
@@ -205,7 +214,9 @@ func TestStreamDecodeTruncated(t *testing.T) {
 	for _, name := range []string{filepath.Base(cut), filepath.Base(cutXZ)} {
 		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+			o := importer.Options{Source: base + name, TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: logTo(t, &logs),
 				Target: tg.Path}
 			res, err := importer.Import(context.Background(), o)
 			t.Log(err)
@@ -254,7 +265,9 @@ func streamDecodeChecksum(t *testing.T, url, img, raw, loop string) {
 	testimg.ForEachTarget(t, "", loop, func(t *testing.T, tg testimg.Target) {
 		target := tg.Path
 		// A mismatch first: writing began, so the device's old head is wiped.
-		o := importer.Options{Source: url, Target: target, ScratchDir: t.TempDir(), Logger: testLogger(t),
+		o := importer.Options{Source: url, Target: target, TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t),
 			Checksums: []string{"sha256:" + string(bytes.Repeat([]byte("0"), 64))}}
 		res, err := importer.Import(context.Background(), o)
 		require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)

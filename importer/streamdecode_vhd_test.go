@@ -76,7 +76,9 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 	for name, want := range images {
 		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + name, ScratchDir: t.TempDir(), Logger: logTo(t, &logs),
+			o := importer.Options{Source: base + name, TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: logTo(t, &logs),
 				Target: tg.Path}
 			before := requests.Load()
 			res, err := importer.Import(context.Background(), o)
@@ -116,8 +118,11 @@ func TestStreamDecodeVHDXTooBig(t *testing.T) {
 	base := serveWhole(t, dir, &requests)
 	for _, tgtName := range []string{"file", "block"} {
 		t.Run(tgtName, func(t *testing.T) {
-			o := importer.Options{Source: base + filepath.Base(vhdx), ScratchDir: t.TempDir(),
-				Target: filepath.Join(t.TempDir(), "disk.img"), Size: 8 << 20}
+			o := importer.Options{Source: base + filepath.Base(vhdx), TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+				Size:       8 << 20,
+			},
+				Target: filepath.Join(t.TempDir(), "disk.img")}
 			if tgtName == "block" {
 				if os.Geteuid() != 0 {
 					t.Skip("loop devices need root")

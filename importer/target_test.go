@@ -24,7 +24,10 @@ func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 	for _, src := range []string{raw, q} {
 		out := t.TempDir() // a directory target: DIR/disk.img
 		res, err := importer.Import(context.Background(), importer.Options{
-			Source: src, Target: out, Size: 64 << 20, FilesystemOverhead: 0.06, Logger: testLogger(t),
+			Source: src, Target: out, TargetOptions: importer.TargetOptions{
+				Size:               64 << 20,
+				FilesystemOverhead: 0.06,
+			}, Logger: testLogger(t),
 		})
 		require.NoError(t, err)
 		target := filepath.Join(out, "disk.img")
@@ -50,7 +53,10 @@ func TestPreallocationAllocatesFile(t *testing.T) {
 	for _, src := range []string{raw, q} {
 		target := filepath.Join(t.TempDir(), "disk.img")
 		res, err := importer.Import(context.Background(), importer.Options{
-			Source: src, Target: target, Size: 16 << 20, Preallocation: true, Logger: testLogger(t),
+			Source: src, Target: target, TargetOptions: importer.TargetOptions{
+				Size:          16 << 20,
+				Preallocation: true,
+			}, Logger: testLogger(t),
 		})
 		require.NoError(t, err)
 		assert.True(t, res.PreallocationApplied)
@@ -68,7 +74,10 @@ func TestQCOW2FileTarget(t *testing.T) {
 	for _, src := range []string{vmdk, rawxz} {
 		target := filepath.Join(t.TempDir(), "disk.qcow2")
 		res, err := importer.Import(context.Background(), importer.Options{
-			Source: src, Target: target, Format: "qcow2", Size: 32 << 20, Logger: testLogger(t),
+			Source: src, Target: target, TargetOptions: importer.TargetOptions{
+				Format: "qcow2",
+				Size:   32 << 20,
+			}, Logger: testLogger(t),
 		})
 		require.NoError(t, err)
 		assert.EqualValues(t, 32<<20, res.TargetSize)

@@ -75,7 +75,9 @@ func TestConvertOntoDeviceReportsProgress(t *testing.T) {
 	var seen []importer.Progress
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: srv.URL + "/disk.qcow2", Target: loop, Logger: testLogger(t),
-		NoStreamDecode: true, // a plain qcow2 is otherwise decoded as a stream (routechoice.go)
+		TargetOptions: importer.TargetOptions{
+			NoStreamDecode: true,
+		}, // a plain qcow2 is otherwise decoded as a stream (routechoice.go)
 		Progress: func(p importer.Progress) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -48,8 +48,8 @@ func TestZstdClusterPastClusterSizeRefused(t *testing.T) {
 		{"stream-decode", importer.Options{Source: base + filepath.Base(zst)}, importer.ErrInvalidImage},
 		{"upload", importer.Options{Source: "-", SourceReader: pipeOf(t, img)}, importer.ErrInvalidImage},
 		{"in-place", importer.Options{Source: img}, nil},
-		{"ranged", importer.Options{Source: base + filepath.Base(img), NoStreamDecode: true}, nil},
-		{"scratch", importer.Options{Source: base + filepath.Base(zst), NoStreamDecode: true}, nil},
+		{"ranged", importer.Options{Source: base + filepath.Base(img), TargetOptions: importer.TargetOptions{NoStreamDecode: true}}, nil},
+		{"scratch", importer.Options{Source: base + filepath.Base(zst), TargetOptions: importer.TargetOptions{NoStreamDecode: true}}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := importFailsWith(t, c.o)

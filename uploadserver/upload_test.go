@@ -42,7 +42,7 @@ func makeImages(t *testing.T) images {
 }
 
 func fileTarget(t *testing.T) importer.Options {
-	return importer.Options{Target: filepath.Join(t.TempDir(), "disk.img"), ScratchDir: t.TempDir()}
+	return importer.Options{Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}}
 }
 
 func TestUploadFormatsAndModes(t *testing.T) {
@@ -228,7 +228,7 @@ func TestUploadArchive(t *testing.T) {
 		for _, form := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/form=%v", filepath.Base(p), form), func(t *testing.T) {
 				dest := t.TempDir()
-				_, base := serve(t, uploadserver.Options{Import: importer.Options{Target: dest, ContentType: importer.ContentTypeArchive}})
+				_, base := serve(t, uploadserver.Options{Import: importer.Options{Target: dest, TargetOptions: importer.TargetOptions{ContentType: importer.ContentTypeArchive}}})
 				path := uploadserver.PathUpload
 				if form {
 					path = uploadserver.PathUploadForm
@@ -246,7 +246,7 @@ func TestUploadArchive(t *testing.T) {
 		t.Run("hostile/"+name, func(t *testing.T) {
 			p := testtar.Write(t, dir, name+".tar", ms)
 			dest := t.TempDir()
-			_, base := serve(t, uploadserver.Options{Import: importer.Options{Target: dest, ContentType: importer.ContentTypeArchive}})
+			_, base := serve(t, uploadserver.Options{Import: importer.Options{Target: dest, TargetOptions: importer.TargetOptions{ContentType: importer.ContentTypeArchive}}})
 			code, body := post(t, base+uploadserver.PathUpload, p, "", false)
 			assert.Equal(t, http.StatusBadRequest, code, body)
 			assert.Contains(t, body, "unsafe image")

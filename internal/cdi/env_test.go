@@ -63,12 +63,19 @@ func TestReadEnvHTTP(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Import, req.Kind)
 	assert.Equal(t, importer.Options{
-		Source: "https://example.org/disk.qcow2", Target: p.DataFile, NoScratch: true, // no volume mounted at p.Scratch
-		Size: 1 << 30, Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
-		Preallocation: true, Checksums: []string{"sha256:00"}, FilesystemOverhead: 0.055,
-		CacheMode: "trynone", Headers: []string{"A: 1", "B: 2"}, ExpectContentDigest: "blk-sha256:11",
-		Egress: &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()}, Connections: 3,
-		MaxSpill: 2 << 30,
+		Source: "https://example.org/disk.qcow2", Target: p.DataFile, TargetOptions: importer.TargetOptions{
+			NoScratch:           true,
+			Size:                1 << 30,
+			Preallocation:       true,
+			FilesystemOverhead:  0.055,
+			CacheMode:           "trynone",
+			ExpectContentDigest: "blk-sha256:11",
+			MaxSpill:            2 << 30,
+		}, // no volume mounted at p.Scratch
+		Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
+		Checksums: []string{"sha256:00"},
+		Headers:   []string{"A: 1", "B: 2"},
+		Egress:    &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()}, Connections: 3,
 	}, req.Import)
 }
 

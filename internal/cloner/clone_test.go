@@ -89,7 +89,7 @@ func TestCloneBlockToBlock(t *testing.T) {
 	t.Run("exact size refuses a larger device", func(t *testing.T) {
 		dst := testimg.LoopDevice(t, t.TempDir(), 12*mib)
 		before := testimg.Digest(t, dst, -1)
-		s := startServer(t, p, importer.Options{Target: dst, ExactSize: true})
+		s := startServer(t, p, importer.Options{Target: dst, TargetOptions: importer.TargetOptions{ExactSize: true}})
 		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, src, cloner.ProtocolAuto)
 		require.Error(t, err)
 		assert.Equal(t, before, testimg.Digest(t, dst, -1), "the target was written")
@@ -252,13 +252,13 @@ func TestCloneExpectContentDigest(t *testing.T) {
 	p := newPKI(t)
 	for _, protocol := range []string{cloner.ProtocolSparseV1, cloner.ProtocolSnappy} {
 		dst := filepath.Join(t.TempDir(), "disk.img")
-		s := startServer(t, p, importer.Options{Target: dst, ExpectContentDigest: "blk-sha256:" + strings.Repeat("0", 64)})
+		s := startServer(t, p, importer.Options{Target: dst, TargetOptions: importer.TargetOptions{ExpectContentDigest: "blk-sha256:" + strings.Repeat("0", 64)}})
 		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, protocol)
 		require.Error(t, err, protocol)
 		assert.Contains(t, err.Error(), errdefs.ErrChecksumMismatch.Error(), protocol)
 		assert.NoFileExists(t, dst, protocol)
 
-		s = startServer(t, p, importer.Options{Target: dst, ExpectContentDigest: want})
+		s = startServer(t, p, importer.Options{Target: dst, TargetOptions: importer.TargetOptions{ExpectContentDigest: want}})
 		_, err = send(t, p, s.url(""), cloner.ContentTypeBlock, img, protocol)
 		require.NoError(t, err, protocol)
 		res, serr := s.wait(t)

@@ -27,43 +27,16 @@ const FormatInRaw = "raw"
 
 // Request is one import as the facade (package importer) resolved it from
 // its Options: the source built, the checksums parsed, the options checked.
-// The field meanings are importer.Options'.
 type Request struct {
-	Source             datasource.Source
-	Target             string
-	ContentType        string
-	Size               int64
-	FilesystemOverhead float64
-	Format             string
-	ScratchDir         string // "" = os.TempDir(), unless NoScratch
-	NoScratch          bool   // no scratch space at all (ScratchDir is empty)
-	Checksums          []iostage.Checksum
-	// ExpectContentDigest is the content digest the image must have
-	// ("blk-sha256:hex", checked by the facade); "" checks nothing.
-	ExpectContentDigest string
-	Preallocation       bool
-	CacheMode           string
-	ExactSize           bool
-	// AllowSparseOvercommit: see volume.Options.AllowSparseOvercommit.
-	AllowSparseOvercommit bool
-	Verify                bool
-	ZeroTarget            bool
-	NoRangedRead          bool
-	// FormatIn "raw" takes the source, once decompressed, as a raw disk
-	// whatever its bytes look like; "" detects the format.
-	FormatIn string
-	// NoStreamDecode keeps a streamed qcow2 or streamOptimized vmdk on the
-	// scratch route instead of decoding it straight onto the target. The
-	// restart loop sets it when the decoder found a layout it cannot stream.
-	NoStreamDecode bool
+	Source    datasource.Source
+	Target    string
+	Checksums []iostage.Checksum
+	// Settings are importer.TargetOptions, converted as they are.
+	Settings
 	// StreamDecodeMaxBuffered bounds what the stream decoder holds for
 	// clusters that arrive before their table (0: its default); tests set
 	// it small.
 	StreamDecodeMaxBuffered int64
-	// StreamDecodeMaxSpill caps the stream decoder's spill file (0: only
-	// the image's virtual size bounds it).
-	StreamDecodeMaxSpill int64
-	Mode                 os.FileMode
 
 	Progress func(Progress)
 	Events   func(Event)
@@ -71,6 +44,32 @@ type Request struct {
 	Qemu     *qemu.Runner
 	// Wrap decorates the step of a phase (tests inject faults with it).
 	Wrap func(Phase, Step) Step
+}
+
+// Settings is importer.TargetOptions, field for field (the facade
+// converts it; the documentation is there). ScratchDir "" is os.TempDir()
+// unless NoScratch; ExpectContentDigest is "blk-sha256:hex" or "" (the
+// facade normalizes it); NoStreamDecode is also set by the restart loop
+// when the decoder found a layout it cannot stream.
+type Settings struct {
+	ContentType           string
+	Size                  int64
+	FilesystemOverhead    float64
+	Mode                  os.FileMode
+	Format                string
+	FormatIn              string
+	ScratchDir            string
+	NoScratch             bool
+	Preallocation         bool
+	CacheMode             string
+	AllowSparseOvercommit bool
+	ExactSize             bool
+	Verify                bool
+	ExpectContentDigest   string
+	ZeroTarget            bool
+	NoRangedRead          bool
+	NoStreamDecode        bool
+	MaxSpill              int64
 }
 
 // BlankRequest is one blank disk; the field meanings are

@@ -117,7 +117,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	spill := a.spillDir()
 	st, err := streamdecode.Decode(ctx, in, img.Format, sink, streamdecode.Options{
-		MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill, MaxSpill: a.req.StreamDecodeMaxSpill,
+		MaxBuffered: a.req.StreamDecodeMaxBuffered, SpillDir: spill, MaxSpill: a.req.MaxSpill,
 		TargetSize: a.target.Capacity(),
 	})
 	a.noteSpill(st)
