@@ -154,6 +154,7 @@ reports to /dev/termination-log.`,
 	fl.StringVar(&f.deltaBase, "delta-base", "", "with --delta: the content digest DEST must have to be the base (the last pass's contentDigest); another gets a full clone")
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
+	cmd.AddCommand(newUploadClientCommand(ctx, stdin, stdout, stderr, &code))
 	addSourceFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdin, stdout, &code))
 	addVersion(ctx, cmd, stdout)

@@ -76,15 +76,28 @@ func ClonerTLS(certPEM, keyPEM, serverCAPEM []byte) (*tls.Config, error) {
 	if len(certPEM) == 0 || len(keyPEM) == 0 || len(serverCAPEM) == 0 {
 		return nil, fmt.Errorf("CLIENT_CERT, CLIENT_KEY and SERVER_CA_CERT are all required (mutual TLS): %w", errdefs.ErrInvalidOptions)
 	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("CLIENT_CERT/CLIENT_KEY: %w: %w", err, errdefs.ErrInvalidOptions)
+	return ClientTLS(certPEM, keyPEM, serverCAPEM)
+}
+
+// ClientTLS is the TLS configuration of a client of an upload server from
+// PEM text: the certificate and key it presents (both or neither) and the
+// CA that signed the server's (none: the system's pool).
+func ClientTLS(certPEM, keyPEM, serverCAPEM []byte) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if len(certPEM) > 0 || len(keyPEM) > 0 {
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate and key: %w: %w", err, errdefs.ErrInvalidOptions)
+		}
+		c.Certificates = []tls.Certificate{pair}
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(serverCAPEM) {
-		return nil, fmt.Errorf("SERVER_CA_CERT holds no PEM certificate: %w", errdefs.ErrInvalidOptions)
+	if len(serverCAPEM) > 0 {
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(serverCAPEM) {
+			return nil, fmt.Errorf("the server CA holds no PEM certificate: %w", errdefs.ErrInvalidOptions)
+		}
 	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return c, nil
 }
 
 // NewCloneMetricsHandler serves the cloner's progress (a percentage from
