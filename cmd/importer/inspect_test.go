@@ -150,17 +150,7 @@ func TestInspectXZUncompressedSizeFromIndex(t *testing.T) {
 	require.NoError(t, os.WriteFile(multi, out, 0o644))
 	qcow := testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
 	qcowXZ := testimg.Compress(t, qcow, "xz")
-	listed := func(path string) (blocks, uncompressed string) {
-		out, err := exec.Command("xz", "--robot", "--list", path).Output()
-		require.NoError(t, err)
-		for _, l := range strings.Split(string(out), "\n") {
-			if f := strings.Split(l, "\t"); f[0] == "totals" {
-				return f[2], f[4]
-			}
-		}
-		t.Fatalf("no totals in %s", out)
-		return "", ""
-	}
+	listed := func(path string) (blocks, uncompressed string) { return xzListed(t, path) }
 	blocks, _ := listed(multi)
 	require.NotEqual(t, "1", blocks)
 	url := testimg.Serve(t, www)
@@ -182,4 +172,51 @@ func TestInspectXZUncompressedSizeFromIndex(t *testing.T) {
 	code, in := inspectJSON(t, raw)
 	require.Equal(t, cdi.ExitOK, code)
 	assert.EqualValues(t, -1, in.UncompressedSize)
+}
+
+// xzListed is what xz --robot --list totals for path: its blocks and its
+// uncompressed bytes.
+func xzListed(t *testing.T, path string) (blocks, uncompressed string) {
+	t.Helper()
+	out, err := exec.Command("xz", "--robot", "--list", path).Output()
+	require.NoError(t, err)
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Split(l, "\t"); f[0] == "totals" {
+			return f[2], f[4]
+		}
+	}
+	t.Fatalf("no totals in %s", out)
+	return "", ""
+}
+
+// inspect of several xz streams one after the other (cat a.xz b.xz, as
+// pixz and parallel compressors make them) gives the whole file's
+// uncompressed size from every stream's index, locally and over HTTP
+// ranges, as xz --robot --list sums it; for a raw.xz that is the virtual
+// size, which the import then writes.
+func TestInspectConcatenatedXZStreams(t *testing.T) {
+	testimg.Need(t, "xz")
+	www := t.TempDir()
+	first := testimg.Raw(t, t.TempDir(), "a.raw", 2<<20, 51)
+	second := testimg.Raw(t, t.TempDir(), "b.raw", 1<<20+8192, 52)
+	var whole []byte
+	for _, part := range []string{first, second} {
+		out, err := exec.Command("xz", "-T1", "-c", part).Output()
+		require.NoError(t, err)
+		whole = append(whole, out...)
+	}
+	cat := filepath.Join(www, "cat.raw.xz")
+	require.NoError(t, os.WriteFile(cat, whole, 0o644))
+	out, err := exec.Command("xz", "--robot", "--list", cat).Output()
+	require.NoError(t, err)
+	require.Contains(t, string(out), "totals\t2\t", "xz lists two streams")
+	_, want := xzListed(t, cat)
+	require.Equal(t, strconv.Itoa(3<<20+8192), want)
+	url := testimg.Serve(t, www)
+	for _, src := range []string{cat, url + "/cat.raw.xz"} {
+		code, in := inspectJSON(t, src)
+		require.Equal(t, cdi.ExitOK, code, src)
+		assert.Equal(t, want, strconv.FormatInt(in.UncompressedSize, 10), src)
+		assert.EqualValues(t, 3<<20+8192, in.VirtualSize, src)
+	}
 }
