@@ -4,6 +4,10 @@ set -euo pipefail
 declare -A pkg=(
 	[/usr/bin/time]=time [qemu-img]=qemu-utils [xz]=xz-utils [zstd]=zstd [pigz]=pigz
 	[gzip]=gzip [curl]=curl [losetup]=mount [blkdiscard]=util-linux [dd]=coreutils
+	[igzip]=isal [unshare]=util-linux
+	# CDI's importer starts nbdkit's curl plugin (in the nbdkit package) for
+	# an HTTP source.
+	[nbdkit]=nbdkit
 )
 missing=()
 for cmd in "${!pkg[@]}"; do

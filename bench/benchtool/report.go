@@ -15,9 +15,10 @@ import (
 // The runs file (written by bench.sh) has tab-separated lines:
 //
 //	M label run seconds rss_kib virtual_bytes exit_code   one measured run
-//	K label seconds virtual_bytes                         a quoted constant (CDI's times)
 //	C ours_label ref_label min_ratio target_text          one table row
 //	X label key value                                     an extra per-run number
+//	P case cdi_label env_label cli_label limit_label target   one row of the pod table
+//	N text                                                a note printed under the pod table
 //
 // Our imports carry the extras scratch_peak (bytes allocated under the
 // --scratch directory at most, sampled by benchtool dirpeak), scratchUsed
@@ -32,7 +33,6 @@ type measure struct {
 	RSSKiB  []int64   `json:"rss_kib,omitempty"`
 	Bytes   int64     `json:"virtual_bytes"`
 	Failed  int       `json:"failed_runs"`
-	Quoted  bool      `json:"quoted,omitempty"`
 
 	Median  float64            `json:"median_s"`
 	Min     float64            `json:"min_s"`
@@ -57,7 +57,6 @@ type comparison struct {
 	OursMBps     float64 `json:"ours_mb_per_s"`
 	RefMedian    float64 `json:"ref_median_s"`
 	RefMBps      float64 `json:"ref_mb_per_s"`
-	RefQuoted    bool    `json:"ref_quoted,omitempty"`
 	PeakRSSKiB   int64   `json:"ours_peak_rss_kib,omitempty"`
 	ScratchPeak  *int64  `json:"ours_scratch_peak_bytes,omitempty"`
 	ScratchUsed  *bool   `json:"ours_scratch_used,omitempty"`
@@ -97,6 +96,8 @@ func runReport(args []string) error {
 		return m
 	}
 	var comps []comparison
+	var pods []podRow
+	var notes []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		c := strings.Split(sc.Text(), "\t")
@@ -111,13 +112,12 @@ func runReport(args []string) error {
 			}
 			m.Seconds = append(m.Seconds, num(3))
 			m.RSSKiB = append(m.RSSKiB, int64(num(4)))
-		case c[0] == "K" && len(c) >= 4:
-			m := get(c[1])
-			m.Quoted = true
-			m.Seconds = []float64{num(2)}
-			m.Bytes = int64(num(3))
 		case c[0] == "C" && len(c) >= 5:
 			comps = append(comps, comparison{Ours: c[1], Ref: c[2], MinRatio: num(3), Target: c[4]})
+		case c[0] == "P" && len(c) >= 7:
+			pods = append(pods, podRow{Case: c[1], CDI: c[2], OursEnv: c[3], OursCLI: c[4], Limit: c[5], Target: num(6)})
+		case c[0] == "N" && len(c) >= 2:
+			notes = append(notes, c[1])
 		case c[0] == "X" && len(c) >= 4:
 			m := get(c[1])
 			m.extras[c[2]] = append(m.extras[c[2]], num(3))
@@ -162,7 +162,7 @@ func runReport(args []string) error {
 			}
 		}
 		if r != nil {
-			comps[i].RefMedian, comps[i].RefMBps, comps[i].RefQuoted = r.Median, r.MBps, r.Quoted
+			comps[i].RefMedian, comps[i].RefMBps = r.Median, r.MBps
 		}
 		if o == nil || r == nil || o.MBps == 0 || r.MBps == 0 {
 			continue
@@ -189,16 +189,13 @@ func runReport(args []string) error {
 			c.Ref, secs(r), mbps(r), ratio(c.Ratio), verdict)
 	}
 	tw.Flush()
-	fmt.Println("(scratch MB: peak allocated under --scratch, sampled every 10 ms; \"used\": the result's scratchUsed;" +
-		" \"reported\": its scratch byte count. CDI rows are quoted from issue 14, scaled to this disk's size.)")
-	for _, m := range byLabel {
-		if m.Quoted && m.Bytes != 2<<30 {
-			// CDI's times were measured on the 2 GiB disk; scaled down, they
-			// drop its fixed costs, while ours keep them.
-			fmt.Println("(this disk is not 2 GiB: the ratios to CDI's quoted times are indicative only.)")
-			break
-		}
+	fmt.Println("(scratch MB: peak allocated under --scratch (or the pod's /scratch), sampled every 10 ms; \"used\": the result's scratchUsed;" +
+		" \"reported\": its scratch byte count.)")
+	fillPodRows(pods, byLabel)
+	if m := byLabel[podSetupLabel]; m != nil && len(m.Seconds) > 0 {
+		notes = append(notes, fmt.Sprintf("the pod's namespace, mounts and cgroup alone (/bin/true in it): %.2f s, part of every env row", m.Median))
 	}
+	printPodTable(os.Stdout, pods, notes)
 
 	fmt.Println()
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
@@ -222,7 +219,7 @@ func runReport(args []string) error {
 	for _, l := range order {
 		ms = append(ms, byLabel[l])
 	}
-	out, err := json.MarshalIndent(map[string]any{"machine": meta, "comparisons": comps, "measurements": ms}, "", "  ")
+	out, err := json.MarshalIndent(map[string]any{"machine": meta, "comparisons": comps, "pods": pods, "notes": notes, "measurements": ms}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -237,7 +234,7 @@ func mbps(m *measure) string {
 }
 
 func pct(m *measure) string {
-	if m.Quoted || len(m.Seconds) < 2 {
+	if len(m.Seconds) < 2 {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f%%", m.Spread*100)
@@ -268,9 +265,6 @@ func ratio(r float64) string {
 func secs(m *measure) string {
 	if len(m.Seconds) == 0 {
 		return "-"
-	}
-	if m.Quoted {
-		return fmt.Sprintf("%.2fq", m.Median)
 	}
 	return fmt.Sprintf("%.2f", m.Median)
 }

@@ -76,31 +76,6 @@ func needPods(t *testing.T) string {
 	return bin
 }
 
-// podScript makes the pod's root at $1 and execs the importer in it; $2
-// counts the plain directories that follow, then the volumes come as
-// pairs: pod path, host path.
-const podScript = `set -e
-R=$1; shift
-ndirs=$1; shift
-mount -t tmpfs -o mode=755 pod-root "$R"
-for d in bin sbin lib lib32 lib64 libx32 usr etc proc sys; do
-	[ -e "/$d" ] || continue
-	if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$R/$d"; continue; fi
-	mkdir "$R/$d"; mount --rbind "/$d" "$R/$d"
-done
-mkdir "$R/dev" "$R/tmp"
-mount -t tmpfs -o mode=755 pod-dev "$R/dev"
-mount -t tmpfs -o mode=1777 pod-tmp "$R/tmp"
-for n in null zero full random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
-while [ "$ndirs" -gt 0 ]; do mkdir -p "$R$1"; shift; ndirs=$((ndirs - 1)); done
-while [ $# -gt 0 ]; do
-	in=$R$1 host=$2; shift 2
-	if [ -d "$host" ]; then mkdir -p "$in"; else mkdir -p "$(dirname "$in")"; touch "$in"; fi
-	mount --bind "$host" "$in"
-done
-exec chroot "$R" /importer
-`
-
 // startPod starts p; the test's cleanup kills it if it still runs.
 func startPod(t *testing.T, p pod) *runningPod {
 	t.Helper()
@@ -120,7 +95,7 @@ func startPod(t *testing.T, p pod) *runningPod {
 		paths = append(paths, in)
 	}
 	sort.Strings(paths)
-	args := []string{"--mount", "--propagation", "private", "sh", "-c", podScript, "pod", root, strconv.Itoa(len(p.dirs))}
+	args := []string{"--mount", "--propagation", "private", "sh", "-c", testimg.PodScript, "pod", root, strconv.Itoa(len(p.dirs))}
 	args = append(args, p.dirs...)
 	for _, in := range paths {
 		args = append(args, in, vols[in])

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+)
+
+// podRow is one case of the pod table (a P line of the runs file): CDI's
+// importer and ours in env mode, ours on the command line, and the case's
+// limit (its decoder alone on this machine).
+type podRow struct {
+	Case     string  `json:"case"`
+	CDI      string  `json:"cdi"`
+	OursEnv  string  `json:"ours_env"`
+	OursCLI  string  `json:"ours_cli"`
+	Limit    string  `json:"limit"`
+	Target   float64 `json:"target_speedup"`
+	CDIS     float64 `json:"cdi_median_s,omitempty"`
+	EnvS     float64 `json:"ours_env_median_s,omitempty"`
+	CLIS     float64 `json:"ours_cli_median_s,omitempty"`
+	LimitS   float64 `json:"limit_median_s,omitempty"`
+	Speedup  float64 `json:"speedup,omitempty"`
+	Met      *bool   `json:"met,omitempty"`
+	ToLimit  float64 `json:"ours_env_to_limit,omitempty"` // limit s / ours s: 1 is at the limit
+	EnvPeak  int64   `json:"ours_env_cgroup_peak_bytes,omitempty"`
+	CDIPeak  int64   `json:"cdi_cgroup_peak_bytes,omitempty"`
+	EnvOOM   int64   `json:"ours_env_oom_kills,omitempty"`
+	CDIOOM   int64   `json:"cdi_oom_kills,omitempty"`
+	Verdict  string  `json:"verdict"`
+	EnvRSSKi int64   `json:"ours_env_peak_rss_kib,omitempty"`
+}
+
+// podSetupLabel is bench/pods.sh's row of an empty pod (/bin/true).
+const podSetupLabel = "pod setup alone (/bin/true)"
+
+// maxExtra is the largest value of an extra over the runs (peaks are
+// reported as the worst run, not the median).
+func maxExtra(m *measure, k string) int64 {
+	if m == nil || len(m.extras[k]) == 0 {
+		return 0
+	}
+	return int64(slices.Max(m.extras[k]))
+}
+
+// fillPodRows reads each row's numbers from the measurements and says, in
+// one line, whether the row is at its target or why its limit stops it: the
+// target needs CDI/target seconds, and a decoder that alone takes longer
+// makes the target unreachable on this machine.
+func fillPodRows(rows []podRow, byLabel map[string]*measure) {
+	med := func(l string) float64 {
+		if m := byLabel[l]; m != nil && len(m.Seconds) > 0 {
+			return m.Median
+		}
+		return 0
+	}
+	for i := range rows {
+		r := &rows[i]
+		r.CDIS, r.EnvS, r.CLIS, r.LimitS = med(r.CDI), med(r.OursEnv), med(r.OursCLI), med(r.Limit)
+		env, cdi := byLabel[r.OursEnv], byLabel[r.CDI]
+		r.EnvPeak, r.EnvOOM = maxExtra(env, "cg_peak"), maxExtra(env, "cg_oom_kills")
+		r.CDIPeak, r.CDIOOM = maxExtra(cdi, "cg_peak"), maxExtra(cdi, "cg_oom_kills")
+		if env != nil {
+			r.EnvRSSKi = env.PeakRSS
+		}
+		if r.EnvS > 0 && r.LimitS > 0 {
+			r.ToLimit = r.LimitS / r.EnvS
+		}
+		switch {
+		case r.EnvS == 0:
+			r.Verdict = "ours failed or not run"
+		case r.CDIS == 0:
+			r.Verdict = "no CDI run"
+		default:
+			r.Speedup = r.CDIS / r.EnvS
+			met := r.Speedup >= r.Target
+			r.Met = &met
+			need := r.CDIS / r.Target
+			switch {
+			case met:
+				r.Verdict = "ok"
+			case r.LimitS > need:
+				r.Verdict = fmt.Sprintf("limit: %s alone takes %.2f s, the target needs %.2f s", r.Limit, r.LimitS, need)
+			default:
+				r.Verdict = fmt.Sprintf("MISSED: the target needs %.2f s, the limit %.2f s", need, r.LimitS)
+			}
+		}
+		if r.ToLimit > 0 && r.ToLimit < 0.9 && r.Met != nil && !*r.Met {
+			r.Verdict += fmt.Sprintf("; ours at %.2f× its limit (goal ≥0.9×)", r.ToLimit)
+		}
+	}
+}
+
+func printPodTable(w io.Writer, rows []podRow, notes []string) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nAs a pod: CDI's env contract, /dev/cdi-block-volume, 256 MiB memory cgroup each")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "case\tCDI s\tours env s\tspeedup\ttarget\tours CLI s\tlimit\tlimit s\tenv/limit\tcg peak MiB ours\tcg peak MiB CDI\tverdict\t")
+	for _, r := range rows {
+		target := fmt.Sprintf("≥%g×", r.Target)
+		if r.Met != nil {
+			target += map[bool]string{true: " ok", false: " MISSED"}[*r.Met]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Case, sec(r.CDIS), sec(r.EnvS), ratio(r.Speedup), target,
+			sec(r.CLIS), r.Limit, sec(r.LimitS), ratio(r.ToLimit), peakMiB(r.EnvPeak, r.EnvOOM), peakMiB(r.CDIPeak, r.CDIOOM), r.Verdict)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(speedup: CDI s / ours env s; env/limit: limit s / ours env s. cg peak: memory.max_usage_in_bytes of the pod's"+
+		" cgroup, the worst run, page cache included (reclaimed at the limit); \"OOM\": the kernel killed a process of it.)")
+	for _, n := range notes {
+		fmt.Fprintln(w, "("+n+")")
+	}
+}
+
+func sec(s float64) string {
+	if s == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", s)
+}
+
+func peakMiB(b, oom int64) string {
+	if b == 0 {
+		return "-"
+	}
+	s := fmt.Sprintf("%.0f", float64(b)/(1<<20))
+	if oom > 0 {
+		s += fmt.Sprintf(" OOM×%d", oom)
+	}
+	return s
+}

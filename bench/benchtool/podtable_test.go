@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPodRowVerdicts(t *testing.T) {
+	m := func(l string, s float64, peaks ...float64) *measure {
+		return &measure{Label: l, Seconds: []float64{s}, Median: s, extras: map[string][]float64{"cg_peak": peaks}}
+	}
+	byLabel := map[string]*measure{}
+	for _, x := range []*measure{
+		m("cdi a", 6, 200<<20, 210<<20), m("env a", 1.5, 60<<20, 70<<20), m("lim a", 0.5),
+		m("cdi b", 10), m("env b", 4), m("lim b", 3.8), // the decoder alone needs more than 10/3.5 s
+		m("cdi c", 10), m("env c", 4), m("lim c", 1),
+	} {
+		byLabel[x.Label] = x
+	}
+	rows := []podRow{
+		{Case: "a", CDI: "cdi a", OursEnv: "env a", Limit: "lim a", Target: 3},
+		{Case: "b", CDI: "cdi b", OursEnv: "env b", Limit: "lim b", Target: 3.5},
+		{Case: "c", CDI: "cdi c", OursEnv: "env c", Limit: "lim c", Target: 3},
+		{Case: "d", CDI: "cdi d", OursEnv: "env a", Limit: "lim a", Target: 3},
+	}
+	fillPodRows(rows, byLabel)
+	if r := rows[0]; r.Verdict != "ok" || r.Speedup != 4 || r.EnvPeak != 70<<20 || r.CDIPeak != 210<<20 {
+		t.Errorf("row a: %+v", r)
+	}
+	if r := rows[1]; !strings.HasPrefix(r.Verdict, "limit: lim b alone takes 3.80 s, the target needs 2.86 s") {
+		t.Errorf("row b: %q", r.Verdict)
+	}
+	if r := rows[2]; !strings.HasPrefix(r.Verdict, "MISSED") || !strings.Contains(r.Verdict, "0.25× its limit") {
+		t.Errorf("row c: %q", r.Verdict)
+	}
+	if r := rows[3]; r.Verdict != "no CDI run" || r.Met != nil {
+		t.Errorf("row d: %+v", r)
+	}
+}

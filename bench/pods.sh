@@ -1,0 +1,112 @@
+# pods.sh: the pod rows of `make bench` (issue 24 §2, §5), sourced by
+# bench.sh after its fixtures and measure/with_scratch_peak helpers.
+#
+# CDI's importer (cmd/cdi-importer of CDI v1.66.0, built from CDI's public
+# source by scripts/e2e/cdi-build.sh importer, or BENCH_CDI_IMPORTER=/path)
+# and ours run as a pod runs them: no arguments, CDI's environment
+# (IMPORTER_SOURCE=http, IMPORTER_ENDPOINT, IMPORTER_CONTENTTYPE=kubevirt,
+# IMPORTER_IMAGE_SIZE, ...), the loop device at /dev/cdi-block-volume and an
+# empty /scratch, in a private mount namespace (internal/testimg/pod.sh, as
+# the pod tests run ours), each inside a
+# fresh 256 MiB memory cgroup (v1) whose peak (memory.max_usage_in_bytes,
+# page cache included, which the kernel reclaims at the limit) and OOM
+# kills are recorded. BENCH_CDI=0 leaves CDI's rows out; without a CDI
+# binary they are left out with a note.
+
+cdi_version=v1.66.0
+cdi_bin="" cdi_note=""
+cg_root="" cg_limit=$((256 << 20))
+# cdi_resolve: sets cdi_bin (or cdi_note when there is none).
+cdi_resolve() {
+	if [[ ${BENCH_CDI:-1} == 0 ]]; then
+		cdi_note="BENCH_CDI=0"
+	elif [[ -n ${BENCH_CDI_IMPORTER:-} ]]; then
+		if [[ -x $BENCH_CDI_IMPORTER ]]; then cdi_bin=$BENCH_CDI_IMPORTER; else cdi_note="BENCH_CDI_IMPORTER=$BENCH_CDI_IMPORTER is not executable"; fi
+	else
+		local b=$cache/bin/cdi-importer-$cdi_version
+		if [[ ! -x $b ]]; then
+			echo "bench: building CDI's importer $cdi_version (scripts/e2e/cdi-build.sh importer)" >&2
+			if E2E_CDI_VERSION=$cdi_version scripts/e2e/cdi-build.sh importer "$b.$$" >"$work/logs/cdi-build.log" 2>&1; then
+				mv "$b.$$" "$b"
+			else
+				rm -f "$b.$$"
+				cdi_note="could not build CDI's importer $cdi_version: $(tail -c 200 "$work/logs/cdi-build.log" | tr '\n' ' ') (E2E_CDI_GIT=<git dir or URL> or BENCH_CDI_IMPORTER=/path)"
+			fi
+		fi
+		[[ -x $b ]] && cdi_bin=$b
+	fi
+	if [[ -n $cdi_bin ]]; then
+		# A private copy: a rebuild during the run must not change what is timed.
+		cp "$cdi_bin" "$work/cdi-importer"
+		cdi_bin=$work/cdi-importer
+	else
+		echo "bench: CDI's importer rows left out: $cdi_note" >&2
+		printf 'N\t%s\n' "CDI's importer rows left out: $cdi_note" >>"$tsv"
+	fi
+	nbdkit curl --dump-plugin >/dev/null 2>&1 || echo "bench: nbdkit's curl plugin is missing: CDI's importer runs without it (apt-get install nbdkit)" >&2
+}
+
+# cg_setup: the memory cgroup (v1) parent of the pods' cgroups.
+cg_setup() {
+	local m=/sys/fs/cgroup/memory
+	if [[ ! -w $m/cgroup.procs ]]; then
+		echo "bench: no memory cgroup v1 at $m: the pods run without a memory limit" >&2
+		return 0
+	fi
+	cg_root=$m/diskimport-bench-$stamp
+	mkdir "$cg_root"
+}
+# cg_remove DIR: kills what is left in the cgroup (only pods of this run
+# are put there) and removes it.
+cg_remove() {
+	local d=$1 p
+	[[ -d $d ]] || return 0
+	for _ in 1 2 3 4 5; do
+		[[ -s $d/cgroup.procs ]] || break
+		while read -r p; do kill -9 "$p" 2>/dev/null; done <"$d/cgroup.procs"
+		sleep 0.2
+	done
+	rmdir "$d" || echo "bench: could not remove cgroup $d" >&2
+}
+cg_cleanup() {
+	[[ -n $cg_root ]] || return 0
+	cg_remove "$cg_root/pod"
+	cg_remove "$cg_root"
+}
+
+# pod_import LABEL BIN FILE [PREP]: one import of $url/FILE onto the loop
+# device by BIN as CDI's importer pod, measured, with its scratch peak and
+# its cgroup's memory peak.
+pod_import() {
+	local label=$1 bin=$2 file=$3 prep=${4:-reset_loop} cg=""
+	if [[ -n $cg_root ]]; then
+		cg=$cg_root/pod
+		mkdir "$cg"
+		echo "$cg_limit" >"$cg/memory.limit_in_bytes"
+	fi
+	mkdir -p "$work/podroot"
+	# The measured shell joins the cgroup, then becomes the pod.
+	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }exec env -i \
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/$file \
+IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench \
+unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
+/dev/cdi-block-volume $loop /importer $bin /scratch $scratch"
+	if [[ -n $cg ]]; then
+		extra "$label" cg_peak "$(cat "$cg/memory.max_usage_in_bytes")"
+		extra "$label" cg_oom_kills "$(awk '$1=="oom_kill"{print $2}' "$cg/memory.oom_control")"
+		cg_remove "$cg"
+	fi
+}
+pod_label() { echo "$1 $2 env→loop (pod)"; }
+
+# pod_round CASE: CDI's importer and ours in env mode, one run each.
+pod_round() {
+	local c=$1
+	[[ -n $cdi_bin ]] && pod_import "$(pod_label CDI "$c")" "$cdi_bin" "disk.$c"
+	pod_import "$(pod_label ours "$c")" "$work/importer" "disk.$c"
+}
+# pod_setup_round: what the pod's namespace, mounts and cgroup cost alone
+# (/bin/true in the same pod), to read the short rows against.
+pod_setup_round() {
+	pod_import "pod setup alone (/bin/true)" /bin/true disk.raw reset_none
+}
