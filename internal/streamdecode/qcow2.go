@@ -269,18 +269,14 @@ func (d *qcow2Decoder) submitCompressed(r *region) error {
 func (d *qcow2Decoder) parseL1(b []byte) error {
 	perL1 := d.l2Entries * d.cs
 	for i := uint64(0); i < uint64(d.h.L1Size); i++ {
-		e := binary.BigEndian.Uint64(b[i*8:])
-		if e&format.QCOW2L1Reserved != 0 {
-			return fmt.Errorf("qcow2: L1 entry %d (%#x) has reserved bits set: %w", i, e, errdefs.ErrInvalidImage)
+		off, err := format.QCOW2L1Entry(d.h, i, binary.BigEndian.Uint64(b[i*8:]))
+		if err != nil {
+			return err
 		}
-		off := e & format.QCOW2EntryOffsetMask
 		guest := i * perL1
 		if off == 0 {
 			d.out.zero(int64(guest), int64(min(perL1, d.vsize-guest)))
 			continue
-		}
-		if off%d.cs != 0 {
-			return fmt.Errorf("qcow2: L1 entry %d: L2 table offset %#x not cluster aligned: %w", i, off, errdefs.ErrInvalidImage)
 		}
 		if j, dup := d.l2Seen[off]; dup {
 			return fmt.Errorf("qcow2: L1 entries %d and %d share the L2 table at %#x: %w", j, i, off, errdefs.ErrInvalidImage)
@@ -301,8 +297,8 @@ func (d *qcow2Decoder) parseRefTable(b []byte) error {
 		if e == 0 {
 			continue
 		}
-		if e&format.QCOW2RefTableReserved != 0 || e%d.cs != 0 {
-			return fmt.Errorf("qcow2: refcount table entry %d (%#x) is malformed: %w", i, e, errdefs.ErrInvalidImage)
+		if err := format.QCOW2RefTableEntry(d.h, i, e); err != nil {
+			return err
 		}
 		end := e + d.cs
 		d.refBlockEnd = max(d.refBlockEnd, end)
@@ -339,44 +335,25 @@ func (d *qcow2Decoder) parseL2(l1Index uint64, b []byte) error {
 		cluster := first + j
 		guest := int64(cluster * d.cs)
 		glen := int64(min(d.cs, d.vsize-uint64(guest)))
-		raw := b[j*d.entrySize:]
-		e := binary.BigEndian.Uint64(raw)
-		var bitmap uint64
-		if d.h.ExtendedL2 {
-			bitmap = binary.BigEndian.Uint64(raw[8:])
+		c, err := format.QCOW2L2Entry(d.h, cluster, b[j*d.entrySize:])
+		if err != nil {
+			return err
 		}
-		if e&format.QCOW2EntryCompressed != 0 {
-			if err := d.addCompressed(cluster, e, bitmap, guest, glen); err != nil {
-				return err
-			}
-			continue
-		}
-		if e&format.QCOW2L2Reserved != 0 {
-			return fmt.Errorf("qcow2: L2 entry for cluster %d (%#x) has reserved bits set: %w", cluster, e, errdefs.ErrInvalidImage)
-		}
-		if e&format.QCOW2EntryZero != 0 && d.h.QCOW2Version < 3 {
-			return fmt.Errorf("qcow2: L2 entry for cluster %d has the zero flag in a version 2 image: %w", cluster, errdefs.ErrInvalidImage)
-		}
-		off := e & format.QCOW2EntryOffsetMask
-		if off%d.cs != 0 {
-			return fmt.Errorf("qcow2: L2 entry for cluster %d: data offset %#x not cluster aligned: %w", cluster, off, errdefs.ErrInvalidImage)
-		}
-		if !d.h.ExtendedL2 {
-			if off == 0 || e&format.QCOW2EntryZero != 0 {
-				zero(guest, glen)
-				continue
-			}
-			if err := d.sw.add(&region{start: off, end: off + d.cs, kind: regData, guest: guest, guestLen: glen}); err != nil {
-				return err
-			}
-			continue
-		}
-		if e&format.QCOW2EntryZero != 0 {
+		switch {
+		case c.Compressed:
+			err = d.sw.add(&region{start: c.Host, end: c.End, kind: regCompressed, guest: guest, guestLen: glen, index: cluster})
+		case !d.h.ExtendedL2 && (c.Host == 0 || c.Zero):
+			zero(guest, glen)
+		case !d.h.ExtendedL2:
+			err = d.sw.add(&region{start: c.Host, end: c.Host + d.cs, kind: regData, guest: guest, guestLen: glen})
+		case c.Zero:
 			// Reserved with extended L2 entries; what it means is not
 			// ours to guess.
-			return fmt.Errorf("qcow2: L2 entry for cluster %d has bit 0 set with extended L2 entries: %w", cluster, errdefs.ErrNotStreamable)
+			err = fmt.Errorf("qcow2: L2 entry for cluster %d has bit 0 set with extended L2 entries: %w", cluster, errdefs.ErrNotStreamable)
+		default:
+			err = d.addSubclusters(c, guest, glen, zero)
 		}
-		if err := d.addSubclusters(cluster, off, bitmap, guest, glen, zero); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -386,14 +363,8 @@ func (d *qcow2Decoder) parseL2(l1Index uint64, b []byte) error {
 
 // addSubclusters maps a cluster with an extended L2 entry: runs of
 // allocated subclusters are read from the file, the rest reads as zeros.
-func (d *qcow2Decoder) addSubclusters(cluster, off, bitmap uint64, guest, glen int64, zero func(off, n int64)) error {
-	allocated, zeros := uint32(bitmap), uint32(bitmap>>32)
-	if both := allocated & zeros; both != 0 {
-		return fmt.Errorf("qcow2: L2 entry for cluster %d: subclusters %#x are marked both allocated and zero: %w", cluster, both, errdefs.ErrInvalidImage)
-	}
-	if off == 0 && allocated != 0 {
-		return fmt.Errorf("qcow2: L2 entry for cluster %d: subclusters %#x allocated in an unallocated cluster: %w", cluster, allocated, errdefs.ErrInvalidImage)
-	}
+func (d *qcow2Decoder) addSubclusters(c format.QCOW2Cluster, guest, glen int64, zero func(off, n int64)) error {
+	allocated, off := c.Allocated, c.Host
 	sc := d.cs / qcow2Subclusters
 	for k := uint64(0); k < qcow2Subclusters; {
 		set := allocated&(1<<k) != 0
@@ -416,20 +387,4 @@ func (d *qcow2Decoder) addSubclusters(cluster, off, bitmap uint64, guest, glen i
 		k = m
 	}
 	return nil
-}
-
-func (d *qcow2Decoder) addCompressed(cluster, e, bitmap uint64, guest, glen int64) error {
-	if e&format.QCOW2EntryCopied != 0 {
-		return fmt.Errorf("qcow2: L2 entry for cluster %d: compressed cluster with the copied flag: %w", cluster, errdefs.ErrInvalidImage)
-	}
-	if bitmap != 0 {
-		return fmt.Errorf("qcow2: L2 entry for cluster %d: compressed cluster with a subcluster bitmap: %w", cluster, errdefs.ErrInvalidImage)
-	}
-	// Host offset in bits 0..x-1, additional 512-byte sectors above it,
-	// x = 62-(cluster_bits-8).
-	x := 62 - (d.h.ClusterBits - 8)
-	hostOff := e & (uint64(1)<<x - 1)
-	sectors := (e>>x)&(uint64(1)<<(d.h.ClusterBits-8)-1) + 1
-	end := hostOff&^511 + sectors*512
-	return d.sw.add(&region{start: hostOff, end: end, kind: regCompressed, guest: guest, guestLen: glen, index: cluster})
 }
