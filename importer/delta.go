@@ -36,26 +36,27 @@ func deltaClone(ctx context.Context, o Options) (*Result, error) {
 			return res, fmt.Errorf("a delta pass copies a raw source as it is, and %s is %s: %w", o.Source, f, errdefs.ErrNoDeltaBase)
 		}
 	}
-	target := o.Target
-	if fi, err := os.Stat(target); err == nil && fi.IsDir() {
-		target += "/disk.img"
-	}
+	target := delta.TargetPath(o.Target)
 	start := time.Now()
 	p, err := delta.Local(ctx, o.Source, target, delta.LocalOptions{Base: o.DeltaBase, Expect: o.ExpectContentDigest, Logger: o.logger()})
 	if err != nil {
 		return res, err
 	}
-	res.Complete, res.Target, res.SourceFormat = true, target, string(format.Raw)
-	// The whole source was read to sign it; BytesWritten is the disk's
-	// size, as for any clone, DataBytes what the pass wrote.
-	res.VirtualSize, res.TargetSize, res.BytesWritten, res.BytesRead = p.Size, p.Size, p.Size, p.Size
-	res.DataBytes = p.DataBytes
-	res.ContentDigest = p.Digest
-	res.Verified, res.VerifyMethod = true, "delta pass: the target's block hashes after the pass against the source's (content digest)"
-	res.SourceDigest, res.TargetDigest = p.Digest, p.Digest
-	res.Duration = time.Since(start)
-	res.Delta = p
-	return res, nil
+	return NewDeltaResult(target, p, time.Since(start)), nil
+}
+
+// NewDeltaResult is the Result of a completed delta pass onto target:
+// the disk's size as read and written (BytesWritten, as for any clone),
+// the bytes the pass wrote (DataBytes), the content digest the target's
+// block hashes gave, verified against the source's.
+func NewDeltaResult(target string, p *DeltaPass, took time.Duration) *Result {
+	return &Result{
+		Complete: true, Target: target, SourceFormat: string(format.Raw),
+		VirtualSize: p.Size, TargetSize: p.Size, BytesWritten: p.Size, BytesRead: p.Size, DataBytes: p.DataBytes,
+		ContentDigest: p.Digest, SourceDigest: p.Digest, TargetDigest: p.Digest,
+		Verified: true, VerifyMethod: "delta pass: the target's block hashes after the pass against the source's (content digest)",
+		Duration: took, Delta: p,
+	}
 }
 
 // rawBytes sniffs the head of a local source: raw and iso are copied as

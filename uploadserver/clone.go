@@ -183,6 +183,7 @@ func (h *Handler) respondClone(w http.ResponseWriter, res *importer.Result, err 
 // session of an interrupted clone, the offset to resume from.
 func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+	w.Header().Set(cloner.DeltaHeader, cloner.DeltaV1)
 	id := r.Header.Get(cloner.SessionHeader)
 	if id == "" {
 		return
@@ -190,6 +191,6 @@ func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s := h.clone; s != nil && s.id == id {
-		w.Header().Set(cloner.OffsetHeader, strconv.FormatInt(s.tgt.offset, 10))
+		w.Header().Set(cloner.OffsetHeader, strconv.FormatInt(s.offset(), 10))
 	}
 }

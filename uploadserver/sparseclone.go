@@ -19,9 +19,31 @@ import (
 // the resuming request it waits in Handler.clone (the server stays claimed
 // until the resume window ends or another session arrives).
 type cloneSession struct {
-	id     string
-	tgt    *sparseTarget
+	id  string
+	tgt *sparseTarget
+	// delta, instead of tgt, is a delta pass's target (deltaclone.go).
+	delta  *deltaSession
 	expire *time.Timer
+}
+
+// started: the session holds a target (an import, or a delta pass's).
+func (s *cloneSession) started() bool { return s.tgt != nil || s.delta != nil }
+
+// offset is where the session resumes.
+func (s *cloneSession) offset() int64 {
+	if s.delta != nil {
+		return s.delta.t.Offset()
+	}
+	return s.tgt.offset
+}
+
+// abort ends the session's target for good.
+func (s *cloneSession) abort(err error) {
+	if s.delta != nil {
+		s.delta.abort()
+		return
+	}
+	s.tgt.abort(err)
 }
 
 // errResumeExpired ends a clone that was not resumed in time.
@@ -35,28 +57,41 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, cloner.ProtocolSparseV1+" needs "+cloner.SessionHeader, http.StatusBadRequest)
 		return
 	}
+	if r.Header.Get(cloner.DeltaHeader) == cloner.DeltaSignature {
+		h.serveDeltaSignature(w, r, id)
+		return
+	}
 	sess, err := h.claimCloneSession(id)
 	if err != nil {
 		http.Error(w, err.Error(), beginStatus(err))
 		return
 	}
+	if err := refuseLostDelta(r, sess); err != nil {
+		h.releaseClaim()
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
 	stall := newStallGuard(w, h.opts.Import.StallTimeout)
 	defer stall.disarm()
 	body := &gatedReader{r: r.Body, n: h.counter(), stall: stall}
-	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV1, "resume", sess.tgt != nil)
+	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV1, "resume", sess.tgt != nil, "delta", sess.delta != nil)
 	h.setPhase(string(importer.PhaseTransferDataFile))
-	res, err := h.receiveSparse(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body)))
+	receive := h.receiveSparse
+	if sess.delta != nil {
+		receive = h.receiveDelta
+	}
+	res, err := receive(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body)))
 	body.close()
 	switch {
 	case err == nil:
 		h.finishClone(res, nil)
 		h.respondClone(w, res, nil)
-	case sess.tgt != nil && resumable(err) && h.opts.BaseContext.Err() == nil:
+	case sess.started() && resumable(err) && h.opts.BaseContext.Err() == nil:
 		h.suspendClone(sess, err)
-		http.Error(w, statusText(fmt.Errorf("clone interrupted at %d bytes; resume from there: %w", sess.tgt.offset, err)), http.StatusInternalServerError)
+		http.Error(w, statusText(fmt.Errorf("clone interrupted at %d bytes; resume from there: %w", sess.offset(), err)), http.StatusInternalServerError)
 	default:
-		if sess.tgt != nil {
-			sess.tgt.abort(err)
+		if sess.started() {
+			sess.abort(err)
 		}
 		h.finishClone(res, err)
 		h.respondClone(w, res, err)
@@ -90,7 +125,7 @@ func (h *Handler) claimCloneSession(id string) (*cloneSession, error) {
 			return nil, errResumeExpired // expiring right now
 		}
 		if s.id != id {
-			h.log.Warn("A new clone session ends the interrupted one", "interrupted", s.id, "offset", s.tgt.offset, "new", id)
+			h.log.Warn("A new clone session ends the interrupted one", "interrupted", s.id, "offset", s.offset(), "new", id)
 			h.dropClone(s, fmt.Errorf("clone session %s replaced the interrupted session %s: %w", id, s.id, errdefs.ErrCancelled))
 		} else if h.takeCloneSession(s) {
 			return s, nil
@@ -208,7 +243,11 @@ func (h *Handler) suspendClone(sess *cloneSession, cause error) {
 	if window <= 0 {
 		window = defaultStallTimeout
 	}
-	h.log.Warn("Clone interrupted; waiting for it to resume", "session", sess.id, "offset", sess.tgt.offset, "window", window, "err", cause)
+	if cause != nil {
+		h.log.Warn("Clone interrupted; waiting for it to resume", "session", sess.id, "offset", sess.offset(), "window", window, "err", cause)
+	} else {
+		h.log.Info("Delta signature sent; waiting for the runs", "session", sess.id, "window", window)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.busy = false
@@ -229,7 +268,7 @@ func (h *Handler) dropClone(sess *cloneSession, err error) {
 	h.clone = nil
 	h.busy = true
 	h.mu.Unlock()
-	sess.tgt.abort(err)
+	sess.abort(err)
 	h.finishClone(nil, err)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/cloner"
 )
@@ -34,6 +36,8 @@ type cloneSourceFlags struct {
 	json                   bool
 	verbose                int
 	quiet                  bool
+	delta                  bool
+	deltaBase              string
 }
 
 // newCloneSourceCommand is `importer clone-source`: the cloner pod of a
@@ -59,7 +63,8 @@ SERVER_CA_CERT (PEM text), OWNER_UID, PREALLOCATION; progress is served as
 Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
 -mount PATH, -upload-bytes N, -url URL, -client-cert F, -client-key F,
 -server-ca F, -protocol auto|snappy|sparse-v1, -retries N,
--metrics-listen ADDR, -owner-uid UID, -termination-log F, -json, -v, -q.`,
+-metrics-listen ADDR, -owner-uid UID, -termination-log F, -json, -v, -q,
+-delta, -delta-base DIGEST (a delta pass onto a target holding an earlier copy).`,
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
 		SilenceErrors:      true,
@@ -101,6 +106,8 @@ func cloneSourceFlagSet(f *cloneSourceFlags) *flag.FlagSet {
 	fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v is accepted)")
 	fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
+	fs.BoolVar(&f.delta, "delta", false, "a delta pass when the server's target holds an earlier copy (same size): only the blocks that differ are sent (sparse-v1; env IMPORTER_DELTA=true)")
+	fs.StringVar(&f.deltaBase, "delta-base", "", "with -delta: the content digest the target must have to be the base (the last pass's; env IMPORTER_DELTA_BASE)")
 	fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
 	return fs
 }
@@ -150,6 +157,12 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 	if f.url == "" || f.mount == "" || f.contentType == "" {
 		return fail(cdi.ExitUsage, errors.New("-url (or UPLOAD_URL), -mount and -content-type are required"))
 	}
+	if !f.delta && getenv("IMPORTER_DELTA") == "true" {
+		f.delta = true
+	}
+	if f.deltaBase == "" {
+		f.deltaBase = getenv("IMPORTER_DELTA_BASE")
+	}
 	protocol := f.protocol
 	if protocol == "auto" {
 		protocol = cloner.ProtocolAuto
@@ -179,12 +192,20 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 	res, err := cloner.Send(ctx, cloner.Options{
 		URL: f.url, ContentType: f.contentType, Source: f.mount, Protocol: protocol,
 		Client: &http.Client{Transport: transport}, Retries: f.retries, Progress: progress, Logger: log,
+		Delta: f.delta, DeltaBase: f.deltaBase,
 	})
 	if err != nil {
 		return fail(cdi.ExitFailed, err)
 	}
 	log.Info("Clone complete", "protocol", res.Protocol, "sourceBytes", res.SourceBytes, "wireBytes", res.WireBytes,
 		"digest", res.Digest, "resumes", res.Resumes, "seconds", time.Since(start).Seconds())
+	if d := res.Delta; d != nil {
+		log.Info("Delta pass", "blocks", d.Blocks, "blocksChanged", d.BlocksChanged, "dataBytes", d.DataBytes, "zeroBytes", d.ZeroBytes,
+			"signatureBytes", d.SignatureBytes, "final", d.Final, "baseDigest", d.BaseDigest)
+		if !d.Final {
+			log.Warn("Warm pass: the source changed while it was sent; run another pass once it is quiesced")
+		}
+	}
 	if f.terminationLog != "" {
 		// CDI's cloner writes this text; the upload server's message has the rest.
 		if err := os.WriteFile(f.terminationLog, []byte(cdi.MessageCloneComplete), 0o600); err != nil {
@@ -192,8 +213,18 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 		}
 	}
 	if f.json {
-		fmt.Fprintf(stdout, `{"protocol":%q,"sourceBytes":%d,"wireBytes":%d,"digest":%q,"resumes":%d}`+"\n",
-			res.Protocol, res.SourceBytes, res.WireBytes, res.Digest, res.Resumes)
+		out, err := json.Marshal(struct {
+			Protocol    string              `json:"protocol"`
+			SourceBytes int64               `json:"sourceBytes"`
+			WireBytes   int64               `json:"wireBytes"`
+			Digest      string              `json:"digest"`
+			Resumes     int                 `json:"resumes"`
+			Delta       *importer.DeltaPass `json:"delta,omitempty"`
+		}{res.Protocol, res.SourceBytes, res.WireBytes, res.Digest, res.Resumes, res.Delta})
+		if err != nil {
+			return fail(cdi.ExitFailed, err)
+		}
+		fmt.Fprintf(stdout, "%s\n", out)
 	}
 	return cdi.ExitOK
 }

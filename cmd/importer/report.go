@@ -114,7 +114,10 @@ func importSummary(res *importer.Result) string {
 
 // deltaKind says whether a delta pass was final.
 func deltaKind(d *importer.DeltaPass) string {
-	if d.Final {
+	switch {
+	case d.Received:
+		return "received (whether it was final, the sender reports)"
+	case d.Final:
 		return "final (the source did not change during the pass)"
 	}
 	return "warm (the source changed during the pass: run another once it is quiesced)"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
@@ -49,6 +50,12 @@ type Options struct {
 	// source's size (or UsedBytes for a filesystem) for percentages.
 	Progress *atomic.Int64
 	Logger   *slog.Logger
+	// Delta makes a block clone a delta pass when the server takes them
+	// (its HEAD answer's DeltaHeader) and its target is a base: only the
+	// blocks that differ are sent; DeltaBase, when set, is the content
+	// digest the target must have (the last pass's).
+	Delta     bool
+	DeltaBase string
 }
 
 // Result says what a clone sent.
@@ -60,10 +67,14 @@ type Result struct {
 	WireBytes int64
 	// Digest is the sha256 of the source (sparse-v1 only).
 	Digest string
-	// Resumes counts the requests that resumed a dropped one.
-	Resumes int
+	// Resumes counts the requests that resumed a dropped one, and
+	// ResumedAt holds the source offset each went on from.
+	Resumes   int
+	ResumedAt []int64
 	// Response is the server's answer (CDI's: its termination JSON).
 	Response []byte
+	// Delta reports a delta pass (nil for a full clone).
+	Delta *delta.Pass
 }
 
 // Send clones the source to the upload server.
@@ -97,6 +108,9 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 		if o.ContentType != ContentTypeBlock {
 			return nil, fmt.Errorf("%s carries block clones only: %w", ProtocolSparseV1, errdefs.ErrInvalidOptions)
 		}
+		if o.Delta && offersDelta(ctx, o) {
+			return sendDelta(ctx, o)
+		}
 		return sendSparse(ctx, o)
 	}
 	return nil, fmt.Errorf("clone protocol %q: want %s or %s: %w", proto, ProtocolSnappy, ProtocolSparseV1, errdefs.ErrInvalidOptions)
@@ -111,6 +125,16 @@ func offersSparse(ctx context.Context, o Options) bool {
 		return false
 	}
 	return resp.Header.Get(ProtocolHeader) == ProtocolSparseV1
+}
+
+// offersDelta asks the server whether it takes delta passes.
+func offersDelta(ctx context.Context, o Options) bool {
+	resp, err := head(ctx, o, "")
+	if err == nil && resp.Header.Get(DeltaHeader) == DeltaV1 {
+		return true
+	}
+	o.Logger.Info("The upload server takes no delta passes; cloning in full", "err", err)
+	return false
 }
 
 func head(ctx context.Context, o Options, session string) (*http.Response, error) {
@@ -195,6 +219,22 @@ func produce(ctx context.Context, o Options, w io.Writer) error {
 // post sends one request and returns the answer of a 2xx; any other
 // status fails with the server's text, which is not retried.
 func post(ctx context.Context, o Options, body io.Reader, headers map[string]string) ([]byte, error) {
+	resp, err := postResponse(ctx, o, body, headers)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return answer, &transportError{err}
+	}
+	return answer, nil
+}
+
+// postResponse sends one request and returns a 2xx response, its body to
+// be read and closed by the caller; any other status fails with the
+// server's text.
+func postResponse(ctx context.Context, o Options, body io.Reader, headers map[string]string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidOptions)
@@ -208,15 +248,12 @@ func post(ctx context.Context, o Options, body io.Reader, headers map[string]str
 	if err != nil {
 		return nil, &transportError{err}
 	}
-	defer resp.Body.Close()
-	answer, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return answer, &statusError{code: resp.StatusCode, text: string(bytes.TrimSpace(answer))}
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		return nil, &statusError{code: resp.StatusCode, text: string(bytes.TrimSpace(answer))}
 	}
-	if rerr != nil {
-		return answer, &transportError{rerr}
-	}
-	return answer, nil
+	return resp, nil
 }
 
 // transportError: the request did not get an answer; a sparse-v1 clone

@@ -70,6 +70,17 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	session := newSessionID()
 	sum := &sourceHash{d: NewDigest()}
 	res := &Result{Protocol: ProtocolSparseV1, SourceBytes: size}
+	err = resuming(ctx, o, session, size, res, func(offset int64) ([]byte, int64, error) {
+		return sparseRequest(ctx, o, f, size, offset, session, sum)
+	})
+	res.Digest = sum.final
+	return res, err
+}
+
+// resuming sends a session's requests, each from the offset the server
+// holds, until one ends with the server's answer: after a transport
+// failure it waits, asks where to resume and sends the next.
+func resuming(ctx context.Context, o Options, session string, size int64, res *Result, request func(offset int64) ([]byte, int64, error)) error {
 	retries := o.Retries
 	switch {
 	case retries == 0:
@@ -83,27 +94,27 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	}
 	var offset int64
 	for attempt := 0; ; attempt++ {
-		answer, wire, err := sparseRequest(ctx, o, f, size, offset, session, sum)
+		answer, wire, err := request(offset)
 		res.WireBytes += wire
 		res.Response = answer
 		if err == nil {
-			res.Digest = sum.final
-			return res, nil
+			return nil
 		}
 		var te *transportError
 		if !errors.As(err, &te) || attempt >= retries || ctx.Err() != nil {
-			return res, err
+			return err
 		}
 		o.Logger.Warn("Clone request failed; resuming", "err", err, "attempt", attempt+1, "of", retries)
 		select {
 		case <-ctx.Done():
-			return res, fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctx.Err())
+			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctx.Err())
 		case <-time.After(delay):
 		}
 		if offset, err = resumeOffset(ctx, o, session); err != nil {
-			return res, fmt.Errorf("resuming the clone after %w", err)
+			return fmt.Errorf("resuming the clone after %w", err)
 		}
 		res.Resumes++
+		res.ResumedAt = append(res.ResumedAt, offset)
 		o.Logger.Info("Clone resumes", "offset", offset, "size", size)
 	}
 }

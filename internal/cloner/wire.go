@@ -26,6 +26,17 @@ const (
 	// size: our server refuses a target too small before writing (CDI's
 	// ignores it).
 	SizeHeader = "X-Diskimport-Clone-Size"
+	// DeltaHeader: in a HEAD answer, DeltaV1 when the server takes delta
+	// passes; in a sparse-v1 POST, DeltaSignature (the request for the
+	// target's signature, answered with it) or DeltaApply (the runs of the
+	// session the signature opened).
+	DeltaHeader    = "X-Diskimport-Clone-Delta"
+	DeltaV1        = "delta-v1"
+	DeltaSignature = "signature"
+	DeltaApply     = "apply"
+	// BaseHeader, on a signature request, is the content digest the target
+	// must have to be the pass's base.
+	BaseHeader = "X-Diskimport-Clone-Base"
 )
 
 // Record kinds.

@@ -29,6 +29,9 @@ type Pass struct {
 	// A pass of a source in use is a warm pass: its target is the source
 	// as read, blocks of different moments, to be followed by another.
 	Final bool `json:"final"`
+	// Received marks the receiving end's report of a pass over the wire:
+	// whether it was final only the sender can tell (Final is false).
+	Received bool `json:"received,omitempty"`
 	// WireBytes counts what crossed the wire (signature and runs; 0 for a
 	// local pass), SignatureBytes the signature's part of it.
 	WireBytes      int64 `json:"wireBytes"`

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // heldSize is how much of each end of the target a pass holds in memory
@@ -36,9 +38,11 @@ type Target struct {
 	// Finish, while the target holds zeros there.
 	held []held
 	// offset: every run before it was applied (a resumed pass goes on
-	// from there); written counts the bytes the runs carried.
-	offset, written int64
-	finished        bool
+	// from there).
+	offset   int64
+	finished bool
+	// pass is what the runs applied so far amount to.
+	pass Pass
 }
 
 type held struct {
@@ -94,9 +98,6 @@ func (t *Target) Size() int64 { return t.size }
 // applied.
 func (t *Target) Offset() int64 { return t.offset }
 
-// Written counts the bytes the runs applied so far carried.
-func (t *Target) Written() int64 { return t.written }
-
 // Sign reads the target and returns its signature; a target that cannot
 // be read is no base.
 func (t *Target) Sign(ctx context.Context) (*Signature, error) {
@@ -108,6 +109,7 @@ func (t *Target) Sign(ctx context.Context) (*Signature, error) {
 		return nil, fmt.Errorf("signing delta target %s: %w: %w", t.path, err, errdefs.ErrNoDeltaBase)
 	}
 	t.sig = &Signature{Size: s.Size, Sums: append([]blkhash.Sum(nil), s.Sums...), Digest: s.Digest}
+	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
 	return s, nil
 }
 
@@ -164,7 +166,9 @@ func (t *Target) Data(off int64, p []byte) error {
 			return fmt.Errorf("writing delta target %s at %d: %w", t.path, r.Off, err)
 		}
 	}
-	t.offset, t.written = off+int64(len(p)), t.written+int64(len(p))
+	t.offset = off + int64(len(p))
+	t.pass.BlocksChanged += Blocks(int64(len(p)))
+	t.pass.DataBytes += int64(len(p))
 	return nil
 }
 
@@ -185,7 +189,9 @@ func (t *Target) Zero(off, n int64) error {
 			return err
 		}
 	}
-	t.offset, t.written = off+n, t.written+n
+	t.offset = off + n
+	t.pass.BlocksChanged += Blocks(n)
+	t.pass.ZeroBytes += n
 	return nil
 }
 
@@ -253,6 +259,7 @@ func (t *Target) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, want)}
 	}
 	t.finished = true
+	t.pass.Digest = got.String()
 	if t.held == nil {
 		return got, nil // nothing written
 	}
@@ -270,6 +277,18 @@ func (t *Target) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 	return got, nil
 }
 
+// Pass reports the runs applied and, once finished, the digest.
+func (t *Target) Pass() Pass { return t.pass }
+
 // Close releases the target. Before Finish, writing may have begun: its
 // ends are then left zeroed, so it is no copy anything takes for done.
 func (t *Target) Close() error { return t.f.Close() }
+
+// TargetPath is the volume a target path names: a directory's disk.img
+// (CDI's filesystem-volume layout, as an import writes it), else itself.
+func TargetPath(path string) string {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return filepath.Join(path, volume.DefaultFileName)
+	}
+	return path
+}

@@ -1,0 +1,157 @@
+package cloner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/delta"
+	"github.com/diskimport/engine/internal/iostage"
+)
+
+// sendDelta runs a delta pass over sparse-v1 (internal/delta): the
+// target's signature is asked for while the source is signed, the runs
+// that differ are sent in one session that resumes as sparse-v1's does,
+// and the End record carries the source's content digest as sent, which
+// the server's digest of its block hashes must equal before it answers.
+// A target the server finds no base gets a full sparse-v1 clone.
+func sendDelta(ctx context.Context, o Options) (*Result, error) {
+	f, size, err := openDevice(o.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type signed struct {
+		s   *delta.Signature
+		err error
+	}
+	mine := make(chan signed, 1)
+	go func() {
+		s, err := delta.Sign(ctx, f, size)
+		mine <- signed{s, err}
+	}()
+	session := newSessionID()
+	base, sigWire, err := requestSignature(ctx, o, session, size)
+	src := <-mine
+	if err == nil {
+		err = delta.CheckBase(base, o.DeltaBase)
+	}
+	if errors.Is(err, errdefs.ErrNoDeltaBase) {
+		o.Logger.Info("The target is no delta base; cloning in full", "reason", err)
+		res, err := sendSparse(ctx, o)
+		if res != nil {
+			res.WireBytes += sigWire
+		}
+		return res, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if src.err != nil {
+		return nil, src.err
+	}
+	runs := delta.Changes(src.s, base)
+	pass := &delta.Pass{Stats: delta.Count(size, runs), BaseDigest: base.Digest.String(), SignatureBytes: sigWire}
+	o.Logger.Info("Delta pass", "blocks", pass.Blocks, "changed", pass.BlocksChanged, "dataBytes", pass.DataBytes, "zeroBytes", pass.ZeroBytes, "signatureBytes", sigWire)
+	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1, SourceBytes: size, WireBytes: sigWire, Delta: pass}
+	moved := false
+	err = resuming(ctx, o, session, size, res, func(offset int64) ([]byte, int64, error) {
+		answer, wire, m, err := deltaRequest(ctx, o, f, src.s, runs, offset, session)
+		moved = moved || m
+		return answer, wire, err
+	})
+	pass.WireBytes, pass.Resumes = res.WireBytes, res.Resumes
+	if err != nil {
+		return res, err
+	}
+	pass.Digest = src.s.Digest.String()
+	res.Digest = pass.Digest
+	if !moved {
+		if pass.Final, err = delta.Unchanged(ctx, f, src.s); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// requestSignature asks the server for its target's signature, opening
+// the session; a target that is no base comes back as
+// errdefs.ErrNoDeltaBase.
+func requestSignature(ctx context.Context, o Options, session string, size int64) (*delta.Signature, int64, error) {
+	headers := map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session, DeltaHeader: DeltaSignature, SizeHeader: strconv.FormatInt(size, 10)}
+	if o.DeltaBase != "" {
+		headers[BaseHeader] = o.DeltaBase
+	}
+	resp, err := postResponse(ctx, o, http.NoBody, headers)
+	var se *statusError
+	if errors.As(err, &se) && se.code == http.StatusPreconditionFailed {
+		return nil, 0, fmt.Errorf("%s: %w", se.text, errdefs.ErrNoDeltaBase)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	body := iostage.NewCounter(resp.Body)
+	sig, err := delta.ReadSignature(s2.NewReader(body), size)
+	if err != nil {
+		return nil, body.Count(), err
+	}
+	return sig, body.Count(), nil
+}
+
+// deltaRequest sends the runs that end after offset, and the End record,
+// in one POST of the session.
+func deltaRequest(ctx context.Context, o Options, f *os.File, sig *delta.Signature, runs []delta.Run, offset int64, session string) ([]byte, int64, bool, error) {
+	pr, pw := io.Pipe()
+	var moved bool
+	produced := make(chan error, 1)
+	go func() {
+		sw := s2.NewWriter(pw)
+		enc := NewEncoder(sw)
+		err := enc.Start(sig.Size, offset)
+		if err == nil {
+			moved, err = delta.Send(ctx, f, sig, runs, offset, &progressSink{enc, o})
+		}
+		if err == nil {
+			err = enc.End(blkhash.Digest(sig.Digest))
+		}
+		if err == nil {
+			err = sw.Close()
+		}
+		pw.CloseWithError(err)
+		produced <- err
+	}()
+	body := iostage.NewCounter(pr)
+	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session, DeltaHeader: DeltaApply})
+	pr.CloseWithError(errors.New("request ended"))
+	perr := <-produced
+	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
+		err = perr
+	}
+	return answer, body.Count(), moved, err
+}
+
+// progressSink encodes a pass's runs as records and reports the offset
+// reached.
+type progressSink struct {
+	enc *Encoder
+	o   Options
+}
+
+func (p *progressSink) Data(off int64, b []byte) error {
+	p.o.Progress.Store(off + int64(len(b)))
+	return p.enc.Data(off, b)
+}
+
+func (p *progressSink) Zero(off, n int64) error {
+	p.o.Progress.Store(off + n)
+	return p.enc.Zero(off, n)
+}
