@@ -13,6 +13,9 @@ E2E_POD_CIDR=${E2E_POD_CIDR:-10.244.0.0/24}
 E2E_GATEWAY=${E2E_GATEWAY:-10.244.0.1}
 E2E_SERVICE_CIDR=${E2E_SERVICE_CIDR:-10.96.0.0/16}
 E2E_APISERVER=https://127.0.0.1:6443
+# containerd's registry hosts (hosts.toml per registry, read at each pull):
+# the test registry on the gateway is plain HTTP.
+E2E_REGISTRY_HOSTS=$E2E_STATE/registry-hosts
 E2E_CONTAINERD_SOCK=$E2E_RUN/containerd/containerd.sock
 E2E_IMAGE=localhost/diskimport/importer:latest
 # containerd 1.6's default sandbox image; our own pause program runs under its name.

@@ -65,7 +65,7 @@ start etcd etcd --name e2e --data-dir "$E2E_STATE/etcd" \
 	--initial-cluster e2e=http://127.0.0.1:23800 --listen-metrics-urls http://127.0.0.1:23810
 
 # --- containerd: its own root, state and socket; cgroupfs; CNI from Debian
-mkdir -p "$E2E_STATE/cni/net.d" "$E2E_RUN/containerd"
+mkdir -p "$E2E_STATE/cni/net.d" "$E2E_RUN/containerd" "$E2E_REGISTRY_HOSTS"
 # The bridge exists before the first pod so the host can serve test images on its gateway address.
 ip link add "$E2E_BRIDGE" type bridge
 ip addr add "$E2E_GATEWAY/${E2E_POD_CIDR#*/}" dev "$E2E_BRIDGE"
@@ -79,6 +79,9 @@ cat > "$E2E_STATE/cni/net.d/10-e2e.conflist" <<CNI
 CNI
 # This VM does not let root lower oom_score_adj: without restrict_oom_score_adj
 # every sandbox fails ("can't get final child's PID from pipe: EOF").
+# device_ownership_from_security_context: a block PV's device in the pod is
+# owned by the pod's runAsUser/runAsGroup (CDI's importer runs as 107;
+# without it, open /dev/cdi-block-volume: permission denied).
 containerd config default | sed \
 	-e "s#^root = .*#root = \"$E2E_STATE/containerd\"#" \
 	-e "s#^state = .*#state = \"$E2E_RUN/containerd/state\"#" \
@@ -90,6 +93,8 @@ containerd config default | sed \
 	-e "s#^\( *\)conf_dir = .*#\1conf_dir = \"$E2E_STATE/cni/net.d\"#" \
 	-e "s#SystemdCgroup = true#SystemdCgroup = false#" \
 	-e "s#disable_apparmor = false#disable_apparmor = true#" \
+	-e "s#device_ownership_from_security_context = false#device_ownership_from_security_context = true#" \
+	-e "s#^\( *\)config_path = .*#\1config_path = \"$E2E_REGISTRY_HOSTS\"#" \
 	> "$E2E_STATE/containerd.toml"
 start containerd containerd --config "$E2E_STATE/containerd.toml"
 wait_for 30 containerd ctr version
