@@ -1,7 +1,8 @@
 #!/bin/bash
 # CDI's own controller (cdi-build.sh) driving our image in the e2e cluster:
 # IMPORTER_IMAGE, UPLOADSERVER_IMAGE and CLONER_IMAGE are all our image.
-# DataVolumes: HTTP qcow2.xz (onto a filesystem and a block PV), blank,
+# DataVolumes: HTTP qcow2.xz (onto a filesystem and a block PV), a
+# containerdisk in a registry on the host (pod pull and node pull), blank,
 # upload (straight to the upload pod's Service with the client certificate
 # CDI's upload proxy would present), host-assisted clone (another storage
 # class), a 404 source, and an HTTP vmdk.zst that needs scratch. Bytes are
@@ -11,8 +12,8 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 NS=e2e-cdi
 W=$(mktemp -d)
-CDI_PID=
-cleanup() { kill $SERVE_PID $CDI_PID 2>/dev/null; rm -rf "$W"; }
+CDI_PID= REG_PID=
+cleanup() { kill $SERVE_PID $CDI_PID $REG_PID 2>/dev/null; rm -rf "$W" "$E2E_REGISTRY_HOSTS/${REG_HOST:-none}"; }
 trap cleanup EXIT
 [ -x "$E2E_BIN/cdi-controller" ] || { echo "cdi: $E2E_BIN/cdi-controller missing; run scripts/e2e/cdi-build.sh" >&2; exit 1; }
 MB=${E2E_DISK_MB:-64}
@@ -24,6 +25,24 @@ WANT=$(sha256sum < "$W/disk.raw" | cut -d' ' -f1)
 serve "$W" || exit 1
 # want ROW: E2E_CDI_ROWS (a regular expression, default all) selects rows by name.
 want() { [[ $1 =~ ${E2E_CDI_ROWS:-.} ]]; }
+
+# Containerdisks of the test disk (benchtool registry: disk/disk.qcow2 at
+# :qcow2, disk/disk.img of the raw at :raw-gz, each one gzip layer, 107:107)
+# in a registry on the gateway, plain HTTP: CDI's insecureRegistries for the
+# pod pull, containerd's hosts.toml for the node pull (the kubelet pulls it).
+qemu-img convert -c -f raw -O qcow2 "$W/disk.raw" "$W/disk.c.qcow2"
+"$E2E_BIN/benchtool" registry -dir "$W" -listen "$E2E_GATEWAY:0" >"$W/registry.out" 2>"$W/registry.err" &
+REG_PID=$!
+for ((i = 0; i < 300; i++)); do grep -q '^qcow2 ' "$W/registry.out" 2>/dev/null && break; sleep 0.2; done
+REG_HOST=$(head -1 "$W/registry.out")
+grep -q '^qcow2 ' "$W/registry.out" || { echo "cdi: registry did not start: $(cat "$W/registry.err")" >&2; exit 1; }
+REG_REPO=bench/disk
+mkdir -p "$E2E_REGISTRY_HOSTS/$REG_HOST"
+cat > "$E2E_REGISTRY_HOSTS/$REG_HOST/hosts.toml" <<TOML
+server = "http://$REG_HOST"
+[host."http://$REG_HOST"]
+  capabilities = ["pull", "resolve"]
+TOML
 
 # --- CDI's controller, outside the cluster, as cdi-deployment would run it
 C=$E2E_STATE/cdi
@@ -51,8 +70,9 @@ kubectl -n cdi create configmap cdi-uploadserver-client-signer-bundle --from-fil
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: cdi.kubevirt.io/v1beta1
 kind: CDI
-metadata: {name: cdi}
-spec: {}
+# CDI's config controller copies spec.config into the CDIConfig only when the CR has this annotation.
+metadata: {name: cdi, annotations: {cdi.kubevirt.io/configAuthority: ""}}
+spec: {config: {insecureRegistries: ["$REG_HOST"]}}
 YAML
 (cd "$C" && exec env IMPORTER_IMAGE=$E2E_IMAGE CLONER_IMAGE=$E2E_IMAGE UPLOADSERVER_IMAGE=$E2E_IMAGE \
 	OVIRT_POPULATOR_IMAGE=$E2E_IMAGE UPLOADPROXY_SERVICE=cdi-uploadproxy PULL_POLICY=IfNotPresent \
@@ -65,7 +85,10 @@ kubectl delete namespace $NS --ignore-not-found --wait=true >/dev/null
 recycle_pvs
 kubectl create namespace $NS >/dev/null
 kubectl -n $NS wait --for=create serviceaccount/default --timeout=60s >/dev/null
-for ((i = 0; i < 60; i++)); do kubectl get cdiconfig config >/dev/null 2>&1 && break; sleep 1; done
+for ((i = 0; i < 60; i++)); do
+	kubectl get cdiconfig config -o jsonpath='{.spec.insecureRegistries}' 2>/dev/null | grep -qF "$REG_HOST" && break; sleep 1
+done
+((i < 60)) || { echo "cdi: CDIConfig has no insecureRegistries $REG_HOST after 60 s: $(kubectl get cdiconfig config -o jsonpath='{.spec}')" >&2; exit 1; }
 
 dv() { # name class source-yaml [volumeMode]
 	kubectl -n $NS apply -f - >/dev/null <<YAML
@@ -149,6 +172,26 @@ if want http-block; then
 	watch_dv http-block 300
 	check "CDI DataVolume http qcow2.xz, volumeMode Block" "phase $PHASE, progress seen:$PROGRESS; $(pv_path $NS http-block) first $MB MiB sha256 equal" \
 		eval 'succeeded && disk_ok http-block'
+fi
+
+# Registry, pod pull: our importer pulls docker://<gateway>/e2e/containerdisk:v1 itself (plain HTTP,
+# CDI's insecureRegistries sets INSECURE_TLS); CDI gives it a scratch PVC up front.
+if want registry-pod; then
+	dv registry-pod e2e-local "{registry: {url: \"docker://$REG_HOST/$REG_REPO:qcow2\"}}"
+	watch_dv registry-pod 300
+	check "CDI DataVolume registry, pod pull" "docker://$REG_HOST/$REG_REPO:qcow2; phase $PHASE, progress seen:$PROGRESS, scratch PVC seen: $SCRATCH; disk.img first $MB MiB sha256 equal" \
+		eval 'succeeded && disk_ok registry-pod'
+fi
+
+# Registry, node pull: the kubelet pulls the containerdisk through containerd (hosts.toml: plain
+# HTTP), our image's init container copies /usr/bin/cdi-containerimage-server to /shared, the
+# containerdisk runs it as the "server" container, our importer reads it on localhost:8100.
+if want registry-node; then
+	dv registry-node e2e-local "{registry: {url: \"docker://$REG_HOST/$REG_REPO:raw-gz\", pullMethod: node}}"
+	watch_dv registry-node 300
+	pulled=$(ctr images ls -q | grep -F "$REG_HOST/" | tr '\n' ' ')
+	check "CDI DataVolume registry, node pull" "docker://$REG_HOST/$REG_REPO:raw-gz; phase $PHASE, progress seen:$PROGRESS; in containerd: ${pulled:-nothing}; disk.img first $MB MiB sha256 equal" \
+		eval 'succeeded && [ -n "$pulled" ] && disk_ok registry-node'
 fi
 
 # Upload: to the upload pod's Service as CDI's upload proxy sends it (mutual TLS, the proxy's client name).
