@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,12 +54,50 @@ func TestZstdClusterPastClusterSizeRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := importFailsWith(t, c.o)
+			assert.Equal(t, "InvalidImage", importer.Reason(err))
 			if c.want != nil {
 				assert.ErrorIs(t, err, c.want)
 				assert.Contains(t, err.Error(), "inflates past")
 				return
 			}
+			assert.ErrorIs(t, err, importer.ErrInvalidImage)
 			assert.Contains(t, err.Error(), "Input/output error", "qemu-img's refusal")
+		})
+	}
+}
+
+// TestZstdClusterQemuImgCannotDecodeIsInvalidImage: a qcow2 that qemu-img
+// wrote with zstd-compressed clusters (convert -c -o compression_type=zstd)
+// and whose first zstd frame lost its magic is refused as InvalidImage on
+// every route where qemu-img reads it (in place, over ranges, through
+// scratch): qemu-img gives up with "error while reading at byte 65536:
+// Input/output error", and nothing under it failed, so the image's data is
+// what it could not decode (the reason was Failed).
+func TestZstdClusterQemuImgCannotDecodeIsInvalidImage(t *testing.T) {
+	testimg.Need(t, "qemu-img", "zstd")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 2<<20, 61)
+	img := filepath.Join(dir, "zstd.qcow2")
+	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", "-o", "compression_type=zstd", raw, img)
+	b, err := os.ReadFile(img)
+	require.NoError(t, err)
+	frame := bytes.Index(b, []byte{0x28, 0xb5, 0x2f, 0xfd}) // zstd's frame magic, little-endian
+	require.Positive(t, frame, "qemu-img wrote zstd frames")
+	copy(b[frame:], make([]byte, 4))
+	require.NoError(t, os.WriteFile(img, b, 0o644))
+	zst := testimg.Compress(t, img, "zst")
+	base := testimg.Serve(t, dir)
+	noStreamDecode := importer.TargetOptions{NoStreamDecode: true}
+	for name, o := range map[string]importer.Options{
+		"in-place": {Source: img},
+		"ranged":   {Source: base + filepath.Base(img), TargetOptions: noStreamDecode},
+		"scratch":  {Source: base + filepath.Base(zst), TargetOptions: noStreamDecode},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := importFailsWith(t, o)
+			assert.ErrorIs(t, err, importer.ErrInvalidImage)
+			assert.Equal(t, "InvalidImage", importer.Reason(err))
+			assert.Contains(t, err.Error(), "the image's data could not be decoded: qemu-img convert failed")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -135,5 +136,24 @@ func (r *Runner) convertRes(ctx context.Context, src, dst string, o ConvertOptio
 		writes: []string{dst},
 	})
 	pw.Flush()
+	if err != nil && ctx.Err() == nil && strings.Contains(res.stderr, "error while reading") {
+		err = &sourceReadError{err}
+	}
 	return res, err
+}
+
+// sourceReadError is a conversion qemu-img gave up because a read of its
+// source failed ("error while reading at byte 65536: Input/output
+// error"): qemu returns EIO for a compressed cluster that does not
+// decode, and for an I/O error of whatever serves the source.
+type sourceReadError struct{ error }
+
+func (e *sourceReadError) Unwrap() error { return e.error }
+
+// SourceReadFailed reports whether err is a conversion that stopped
+// reading its source; the caller knows whether its source had an error of
+// its own.
+func SourceReadFailed(err error) bool {
+	var e *sourceReadError
+	return errors.As(err, &e)
 }

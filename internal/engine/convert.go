@@ -8,6 +8,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )
@@ -52,6 +53,14 @@ func (c *conversion) run(ctx context.Context) error {
 			a.meter.convertPercent.Store(math.Float64bits(p))
 		},
 	})
+	if qemu.SourceReadFailed(err) && in.export.err() == nil {
+		// Nothing under qemu-img failed (a local file, or an export that
+		// served every read), so the read it gave up on is the image's own
+		// data: a compressed cluster that does not inflate (a zstd cluster
+		// with its frame magic zeroed: "error while reading at byte 65536:
+		// Input/output error").
+		err = errdefs.Mark(errdefs.ErrInvalidImage, fmt.Errorf("the image's data could not be decoded: %w", err))
+	}
 	err = dev.cause(in.export.cause(err))
 	verifyReadsInput := a.plan.Verify != ""
 	if !verifyReadsInput {

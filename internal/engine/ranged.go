@@ -123,6 +123,15 @@ func (e *rangedExport) cause(err error) error {
 	return e.unix.Cause(err)
 }
 
+// err is the export's own I/O error (an HTTP read that failed), nil
+// while every read was served. Safe on nil.
+func (e *rangedExport) err() error {
+	if e == nil {
+		return nil
+	}
+	return e.unix.Err()
+}
+
 // stop ends the server, aborts reads in flight and removes the socket
 // directory. Safe to call more than once and on nil.
 func (e *rangedExport) stop(log *slog.Logger) {
