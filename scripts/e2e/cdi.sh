@@ -5,7 +5,9 @@
 # containerdisk in a registry on the host (pod pull and node pull), blank,
 # upload (straight to the upload pod's Service with the client certificate
 # CDI's upload proxy would present), host-assisted clone (another storage
-# class), a 404 source, and an HTTP vmdk.zst that needs scratch. Bytes are
+# class), a 404 source, an HTTP vmdk.zst that needs scratch, and a paced
+# source whose progress is read while it runs (the pod's metric and the
+# DataVolume's). Bytes are
 # read on the host through each PV. E2E_CDI_ROWS=REGEX runs only the rows
 # whose names match (clone needs http-qcow2xz).
 set -uo pipefail
@@ -22,6 +24,7 @@ make_disk "$W" "$MB"
 qemu-img convert -f raw -O vmdk -o subformat=monolithicSparse "$W/disk.raw" "$W/disk.vmdk"
 zstd -q -f "$W/disk.vmdk" -o "$W/disk.vmdk.zst"
 WANT=$(sha256sum < "$W/disk.raw" | cut -d' ' -f1)
+mkdir "$W/slow" && ln "$W/disk.qcow2.xz" "$W/slow/disk.qcow2.xz"
 serve "$W" || exit 1
 # want ROW: E2E_CDI_ROWS (a regular expression, default all) selects rows by name.
 want() { [[ $1 =~ ${E2E_CDI_ROWS:-.} ]]; }
@@ -136,6 +139,30 @@ if want http-qcow2xz; then
 	watch_dv http-qcow2xz 300
 	check "CDI DataVolume http qcow2.xz" "phase $PHASE, progress seen:$PROGRESS; disk.img first $MB MiB sha256 equal" \
 		eval 'succeeded && disk_ok http-qcow2xz'
+fi
+
+# Progress while it runs: the same qcow2.xz sent at E2E_SLOW_RATE; the importer pod's metric
+# scraped from its IP on 8443 over TLS (as CDI's controller scrapes it), and the DataVolume's progress.
+if want http-progress; then
+	dv http-progress e2e-local "{http: {url: \"$SERVE_URL/slow/disk.qcow2.xz\"}}"
+	PHASE= PROGRESS= METRICS= POD_IP=
+	for ((i = 0; i < 600; i++)); do
+		read -r p s < <(kubectl -n $NS get dv http-progress -o jsonpath='{.status.phase} {.status.progress}' 2>/dev/null)
+		PHASE=$p
+		[ -n "${s:-}" ] && [ "${PROGRESS##* }" != "$s" ] && PROGRESS="$PROGRESS $s"
+		[ -n "$POD_IP" ] || POD_IP=$(kubectl -n $NS get pod importer-http-progress -o jsonpath='{.status.podIP}' 2>/dev/null)
+		if [ -n "$POD_IP" ]; then
+			m=$(curl -ks --max-time 2 "https://$POD_IP:8443/metrics" | sed -n 's/^kubevirt_cdi_import_progress_total{.*} \([0-9.e+]*\)$/\1/p')
+			[ -n "$m" ] && [ "${METRICS##* }" != "$m" ] && METRICS="$METRICS $m"
+		fi
+		case $p in Succeeded | Failed) break ;; esac
+		sleep 0.5
+	done
+	# between: a value strictly between 0 and 100 among the words of $1
+	between() { awk '{ for (i = 1; i <= NF; i++) { v = $i; sub("%", "", v); if (v + 0 > 0 && v + 0 < 100) f = 1 } } END { exit !f }' <<<"$1"; }
+	check "CDI DataVolume http qcow2.xz at $((${E2E_SLOW_RATE:-2097152} >> 10)) KiB/s: progress while it runs" \
+		"phase $PHASE; DataVolume progress seen:$PROGRESS; kubevirt_cdi_import_progress_total from https://${POD_IP:-none}:8443/metrics:${METRICS:- none}; disk.img first $MB MiB sha256 equal" \
+		eval 'succeeded && between "$PROGRESS" && between "$METRICS" && disk_ok http-progress'
 fi
 
 if want blank; then

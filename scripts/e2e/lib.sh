@@ -26,11 +26,26 @@ zero_after() { tail -c +"$(($2 + 1))" "$1" | tr -d '\0' | head -c 1 | wc -c | gr
 job_pod() { kubectl -n "$1" get pods -l "job-name=$2" --sort-by=.metadata.creationTimestamp -o jsonpath='{.items[-1:].metadata.name}'; }
 # terminated NAMESPACE POD FIELD: a field of the first container's terminated state.
 terminated() { kubectl -n "$1" get pod "$2" -o jsonpath="{.status.containerStatuses[0].state.terminated.$3}"; }
-# serve DIR: an HTTP server on the pod bridge's gateway; sets SERVE_URL, SERVE_PID.
+# serve DIR: an HTTP server on the pod bridge's gateway; sets SERVE_URL,
+# SERVE_PID. Files under DIR/slow/ are sent at E2E_SLOW_RATE bytes/s
+# (default 2 MiB/s), so an import of them runs long enough to watch.
 serve() {
 	local port
 	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("'"$E2E_GATEWAY"'", 0)); print(s.getsockname()[1])')
-	python3 -m http.server --bind "$E2E_GATEWAY" --directory "$1" "$port" >"$1/.http.log" 2>&1 &
+	python3 - "$E2E_GATEWAY" "$port" "$1" "${E2E_SLOW_RATE:-2097152}" >"$1/.http.log" 2>&1 <<'PY' &
+import functools, http.server, sys, time
+host, port, root, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def copyfile(self, src, dst):
+        if not self.path.startswith("/slow/"):
+            return super().copyfile(src, dst)
+        start, sent = time.monotonic(), 0
+        while chunk := src.read(65536):
+            dst.write(chunk)
+            sent += len(chunk)
+            time.sleep(max(0.0, start + sent / rate - time.monotonic()))
+http.server.ThreadingHTTPServer((host, port), functools.partial(Handler, directory=root)).serve_forever()
+PY
 	SERVE_PID=$!
 	SERVE_URL=http://$E2E_GATEWAY:$port
 	for ((i = 0; i < 50; i++)); do curl -fs -o /dev/null "$SERVE_URL/" && return 0; sleep 0.1; done
