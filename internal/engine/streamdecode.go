@@ -104,7 +104,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 		a.meter.decodedFile.Store(counts)
 		sink = counts
 	}
-	sink, content := withContentHash(sink)
+	sink, content := streamdecode.WithContentHash(sink)
 	img := a.source.image
 	var in io.Reader = img
 	if len(img.Compressions) == 0 {
@@ -143,7 +143,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	a.result.VirtualSize = st.VirtualSize
 	a.result.BytesWritten = st.VirtualSize
-	if err := a.takeContentDigest(content.sum(st.VirtualSize)); err != nil {
+	if err := a.takeContentDigest(content.Sum(st.VirtualSize)); err != nil {
 		return err
 	}
 	if dev != nil {
@@ -159,7 +159,7 @@ func (s *streamDecode) run(ctx context.Context) error {
 	}
 	a.log.Info("Image decoded onto the target", "virtualSize", st.VirtualSize, "dataBytes", a.result.DataBytes,
 		"streamBytes", st.StreamBytes, "compressedClusters", st.Compressed, "peakBuffered", st.PeakBuffered,
-		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled, "contentDigestPeakHeld", content.hash.PeakHeld())
+		"spilledBytes", st.SpilledBytes, "peakSpilled", st.PeakSpilled, "contentDigestPeakHeld", content.PeakHeld())
 	return nil
 }
 

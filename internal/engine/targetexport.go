@@ -18,7 +18,7 @@ import (
 type targetExport struct {
 	unix   *nbdserver.UnixExport
 	writer *volume.DeviceWriter
-	hash   *hashingExport // the content digest of what qemu-img writes
+	hash   *nbdserver.HashingExport // the content digest of what qemu-img writes
 }
 
 // exportMaxRequest bounds one request: qemu-img convert writes 2 MiB at a
@@ -35,7 +35,7 @@ func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool
 	if err != nil {
 		return nil, err
 	}
-	hashed := newHashingExport(w)
+	hashed := nbdserver.NewHashingExport(w)
 	srv, err := nbdserver.NewWritable(hashed, w.Size(), log)
 	if err != nil {
 		return nil, err
