@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -78,9 +77,7 @@ func TestHostileImagesInSmallMemoryCgroup(t *testing.T) {
 		require.NoError(t, err)
 		t.Logf("%s: %s of %d bytes", k, filepath.Base(p), st.Size())
 	}
-	bin := filepath.Join(dir, "importer")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := buildImporter(t, dir)
 	plain := serveWithoutRanges(t, srv)
 
 	for _, c := range []struct {
@@ -100,6 +97,7 @@ func TestHostileImagesInSmallMemoryCgroup(t *testing.T) {
 			src := plain + filepath.Base(images[c.image])
 			var stdin *os.File
 			if c.stdin {
+				var err error
 				stdin, err = os.Open(images[c.image])
 				require.NoError(t, err)
 				defer stdin.Close()

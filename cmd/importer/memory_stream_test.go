@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -161,9 +160,7 @@ func TestStreamRoutesInSmallMemoryCgroup(t *testing.T) {
 	testimg.Convert(t, raw, filepath.Join(srvDir, "big.vmdk"), "vmdk", "subformat=streamOptimized")
 	testimg.Compress(t, raw, "zst")
 	require.NoError(t, os.Remove(raw)) // the page cache it held is not the importer's
-	bin := filepath.Join(dir, "importer")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := buildImporter(t, dir)
 	loop := testimg.LoopDevice(t, dir, size+(16<<20))
 	plain := serveWithoutRanges(t, srvDir)
 	// The ranged server counts Range requests: the ranged case must read

@@ -215,9 +215,7 @@ func TestImportInSmallMemoryCgroup(t *testing.T) {
 	testimg.Run(t, "xz", "-k", "-T2", "--block-size=4MiB", raw)
 	mtxz := raw + ".xz"
 	want := testimg.Digest(t, raw, -1)
-	bin := filepath.Join(dir, "importer")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := buildImporter(t, dir)
 	loop := testimg.LoopDevice(t, dir, 1<<30+(16<<20))
 	loopUsed := false // LoopDevice filled it with 0xA5 already
 

@@ -115,30 +115,6 @@ func scrapeOnce(c *http.Client, url string) (string, error) {
 	return string(b), err
 }
 
-// slowServer serves data at /disk.raw in chunks of chunk bytes, one per
-// delay, with its length announced (so the percentage is known).
-func slowServer(t *testing.T, data []byte, chunk int, delay time.Duration) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-		if r.Method == http.MethodHead {
-			return
-		}
-		for off := 0; off < len(data); off += chunk {
-			if _, err := w.Write(data[off:min(off+chunk, len(data))]); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(delay):
-			}
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 // freePort returns a port of 127.0.0.1 nobody listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()

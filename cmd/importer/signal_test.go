@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,9 +28,7 @@ func TestBinarySIGTERMMidImport(t *testing.T) {
 	}
 	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "importer")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := buildImporter(t, dir)
 	raw := testimg.Raw(t, dir, "disk.raw", 8<<20, 51)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	for _, img := range []string{raw, testimg.Compress(t, q, "gz")} {
@@ -36,21 +36,7 @@ func TestBinarySIGTERMMidImport(t *testing.T) {
 			data, err := os.ReadFile(img)
 			require.NoError(t, err)
 			// 64 KiB every 50 ms: the transfer would take many seconds.
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-				for off := 0; off < len(data); off += 64 << 10 {
-					if _, err := w.Write(data[off:min(off+64<<10, len(data))]); err != nil {
-						return
-					}
-					w.(http.Flusher).Flush()
-					select {
-					case <-r.Context().Done():
-						return
-					case <-time.After(50 * time.Millisecond):
-					}
-				}
-			}))
-			t.Cleanup(srv.Close)
+			srv := slowServer(t, data, 64<<10, 50*time.Millisecond)
 			scratch := t.TempDir()
 			destDir := t.TempDir()
 			dest := filepath.Join(destDir, "disk.img")
@@ -83,4 +69,263 @@ func TestBinarySIGTERMMidImport(t *testing.T) {
 			assert.Empty(t, ents, "target files left")
 		})
 	}
+}
+
+// Ctrl-C (SIGINT) in the middle of a slow download: exit 130, nothing left
+// behind.
+func TestBinarySIGINTExits130(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := buildImporter(t, dir)
+	srv := slowServer(t, bytes.Repeat([]byte{7}, 16<<20), 64<<10, 50*time.Millisecond)
+	destDir := t.TempDir()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, srv.URL+"/disk.img", filepath.Join(destDir, "disk.img"))
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill() })
+	time.Sleep(time.Second)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	err := cmd.Wait()
+	t.Logf("stderr: %s", stderr.String())
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, exitInterrupted, ee.ExitCode())
+	assert.Contains(t, stderr.String(), "cancelled")
+	ents, _ := os.ReadDir(destDir)
+	assert.Empty(t, ents, "target files left")
+}
+
+func TestInterruptedCode(t *testing.T) {
+	assert.Equal(t, 130, interruptedCode(1, true, os.Interrupt))
+	assert.Equal(t, 143, interruptedCode(1, true, syscall.SIGTERM))
+	assert.Equal(t, 0, interruptedCode(0, true, syscall.SIGTERM), "CDI's scratch-space-required result stays 0")
+	assert.Equal(t, 0, interruptedCode(0, true, os.Interrupt), "finished before the signal landed")
+	assert.Equal(t, 1, interruptedCode(1, false, nil))
+}
+
+// SIGKILL of the importer at any moment of a qcow2 conversion onto a block
+// device leaves neither the image's first MiB (its boot sector) nor the
+// device's old one: the old head is zeroed before the first write,
+// qemu-img writes through our NBD export, which holds the image's head in
+// our memory until the rest is written and synced, and qemu-img dies with
+// us (Pdeathsig). Kills land when the writes to the device pass 10%, 50%
+// and 90% of the image, and just after qemu-img convert has exited (before
+// or after the head went out; if after, the device must hold the whole
+// image).
+func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	const size = 256 << 20
+	raw := testimg.Raw(t, dir, "disk.raw", size, 90)
+	writeBootSector(t, raw)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	loop := testimg.LoopDevice(t, dir, size) // 0xA5 everywhere
+	seedHead := filepath.Join(dir, "seed-head")
+	require.NoError(t, os.WriteFile(seedHead, bytes.Repeat([]byte{0xA5}, 1<<20), 0o600))
+	imageHead := testimg.Digest(t, raw, 1<<20)
+	bin := buildImporter(t, dir)
+	// A short TMPDIR of our own for the export's socket directory, which a
+	// killed importer cannot remove (a t.TempDir path is too long for a
+	// socket, and the importer would fall back to /tmp).
+	sockDir, err := os.MkdirTemp("/tmp", "killtest-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+
+	for _, moment := range []string{"10%", "50%", "90%", "qemu-img exited"} {
+		t.Run(moment, func(t *testing.T) {
+			testimg.WriteDevice(t, loop, seedHead)
+			cmd := exec.Command(bin, "-v", q, loop)
+			cmd.Env = append(os.Environ(), "TMPDIR="+sockDir)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Start())
+			waited := false
+			t.Cleanup(func() {
+				if !waited {
+					cmd.Process.Kill()
+					cmd.Wait()
+				}
+			})
+			var at string
+			if moment == "qemu-img exited" {
+				at = killAfterConvertExits(t, cmd.Process.Pid, q)
+			} else {
+				frac, err := strconv.ParseFloat(strings.TrimSuffix(moment, "%"), 64)
+				require.NoError(t, err)
+				at = killAtWritten(t, cmd.Process.Pid, loop, int64(frac/100*size))
+			}
+			err := cmd.Wait()
+			waited = true
+			t.Logf("killed %s; exit: %v; stderr tail: %s", at, err, tail(stderr.String(), 600))
+			if moment == "qemu-img exited" && err == nil {
+				// The importer wrote the head, synced and exited in the
+				// milliseconds between qemu-img's exit and the kill (seen
+				// on a busy machine): then it must have left the whole image.
+				t.Log("the importer finished before the kill landed")
+				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, loop, size), "reported complete but the image is incomplete")
+				return
+			}
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "the importer finished before it was killed")
+			ws, _ := ee.Sys().(syscall.WaitStatus)
+			require.Equal(t, syscall.SIGKILL, ws.Signal())
+			waitQemuImgGone(t, q)
+
+			head := testimg.Digest(t, loop, 1<<20)
+			if moment == "qemu-img exited" && head == imageHead {
+				// Killed after the head went out: then the rest was
+				// already synced, so the device holds the whole image.
+				t.Log("the kill came after the head was written")
+				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, loop, size), "head written but the image is incomplete")
+				return
+			}
+			assert.NotEqual(t, imageHead, head, "the image's first MiB is on the device")
+			testimg.AssertZeros(t, loop, 0, 1<<20)
+		})
+	}
+}
+
+// writeBootSector makes the image's first sector look like an MBR.
+func writeBootSector(t *testing.T, raw string) {
+	t.Helper()
+	f, err := os.OpenFile(raw, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	mbr := make([]byte, 512)
+	copy(mbr, "\xeb\x63\x90TEST-BOOT-SECTOR")
+	mbr[510], mbr[511] = 0x55, 0xAA
+	_, err = f.WriteAt(mbr, 0)
+	require.NoError(t, err)
+}
+
+// killAtWritten SIGKILLs pid once the device has taken n more bytes of
+// writes (data and zeroing alike, whoever writes them: the kernel's count in
+// /sys/block/DEV/stat) and says when.
+func killAtWritten(t *testing.T, pid int, dev string, n int64) string {
+	t.Helper()
+	start := deviceWritten(t, dev)
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		if w := deviceWritten(t, dev) - start; w >= n {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			return fmt.Sprintf("after %d bytes written to the device (wanted %d)", w, n)
+		}
+		if err := syscall.Kill(pid, 0); err != nil {
+			t.Fatalf("importer %d gone before %d bytes were written", pid, n)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	t.Fatal("timed out")
+	return ""
+}
+
+// deviceWritten returns the bytes written to the block device dev so far
+// (sectors written, the 7th field of its stat file).
+func deviceWritten(t *testing.T, dev string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/stat")
+	require.NoError(t, err)
+	f := strings.Fields(string(b))
+	require.Greater(t, len(f), 6)
+	sectors, err := strconv.ParseInt(f[6], 10, 64)
+	require.NoError(t, err)
+	return sectors * 512
+}
+
+// killAfterConvertExits waits for a qemu-img convert of image to appear
+// and then to exit, and SIGKILLs pid at once: the importer is then between
+// qemu-img's end and its commit.
+func killAfterConvertExits(t *testing.T, pid int, image string) string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	seen := false
+	for time.Now().Before(deadline) {
+		running := qemuImgConverting(image)
+		if running {
+			seen = true
+		} else if seen {
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			return "right after qemu-img convert exited"
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	t.Fatal("timed out")
+	return ""
+}
+
+// waitQemuImgGone waits until no qemu-img converts image any more: it dies
+// by Pdeathsig with the importer.
+func waitQemuImgGone(t *testing.T, image string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if !qemuImgConverting(image) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("qemu-img still running 10 s after the importer was killed")
+}
+
+// qemuImgConverting reports whether a qemu-img convert of image runs.
+func qemuImgConverting(image string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmdline, []byte("qemu-img")) &&
+			bytes.Contains(cmdline, []byte("\x00convert\x00")) && bytes.Contains(cmdline, []byte(image)) {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// buildImporter builds this program into dir, for the tests that run it as
+// a process.
+func buildImporter(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "importer")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	return bin
+}
+
+// slowServer serves data at every path in chunks of chunk bytes, one per
+// delay, with its length announced (so the percentage is known).
+func slowServer(t *testing.T, data []byte, chunk int, delay time.Duration) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		if r.Method == http.MethodHead {
+			return
+		}
+		for off := 0; off < len(data); off += chunk {
+			if _, err := w.Write(data[off:min(off+chunk, len(data))]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(delay):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
