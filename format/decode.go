@@ -136,7 +136,6 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 		}
 		d.r, d.close = zr, func() error { ra.Close(); return zr.Close() }
 	case Zstd:
-		ra := readAhead(src)
 		// Concurrency 1 measured faster on two cores; the window cap bounds
 		// memory. MaxMemory is raised because, for streams, it would also
 		// refuse frames whose declared content size exceeds it (64 GiB by
@@ -147,14 +146,11 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 			zstd.WithDecoderMaxMemory(1<<63),
 			zstd.WithDecoderLowmem(false))
 		if err != nil {
-			ra.Close()
 			return nil, d.mapErr(err)
 		}
-		d.r, d.close = zr, func() error { zr.Close(); return ra.Close() }
+		d.r, d.close = zr, func() error { zr.Close(); return nil }
 	case LZ4:
-		ra := readAhead(src)
-		zr := lz4.NewReader(src)
-		d.r, d.close = zr, ra.Close
+		d.r = lz4.NewReader(src)
 	case XZ:
 		if err := checkXZDict(head, o.MaxXZDictionary); err != nil {
 			return nil, err
@@ -181,8 +177,12 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 	return d, nil
 }
 
-// In-process decoders read their input through a read-ahead goroutine (see
-// iostage.ReadAhead): readAheadBuffers of readAheadSize bytes.
+// Go's gzip decoder reads its input through a read-ahead goroutine
+// (iostage.ReadAhead): readAheadBuffers of readAheadSize bytes. zstd and
+// lz4 read theirs directly: the target writer's own reader goroutine
+// already runs them apart from the writes, and a 1 GiB raw.zst (raw.lz4)
+// imported onto a file took 0.71 (0.69) the time without the read-ahead,
+// a raw.gz in Go 1.12 the time.
 const (
 	readAheadSize    = 256 << 10
 	readAheadBuffers = 4

@@ -17,9 +17,9 @@ import (
 // BenchmarkReadAhead decodes gzip and zstd fetched from an HTTP server on
 // 127.0.0.1 (the server and its sendfile share the machine, as in the
 // bench) with the decoder reading the response body itself ("direct", as
-// before) and through the read-ahead goroutine newDecoder now puts under
-// it. The decoder's goroutine is the critical path; the read-ahead takes
-// the socket reads off it.
+// newDecoder runs zstd) and through a read-ahead goroutine (as it runs Go's
+// gzip), the decoder alone: in an import the target writer's reader
+// goroutine is a stage of its own.
 func BenchmarkReadAhead(b *testing.B) {
 	dir := b.TempDir()
 	raw := filepath.Join(dir, "bench.raw")
