@@ -1,7 +1,7 @@
 // Package engine runs imports: a plan decided once, then phases that own
 // their resources.
 //
-// [Import] runs attempts (restart.go) until one ends without asking to
+// [Import] runs attempts (importWithRestarts) until one ends without asking to
 // start over. Each attempt is a [Machine] run: the Info phase (info.go)
 // opens the target and the source (source.go), identifies the image, runs
 // the checks that can be made before a byte is written (sizes, clone rules

@@ -99,3 +99,70 @@ func (m *Machine) emit(e Event) {
 		m.Observe(e)
 	}
 }
+
+// Phase names a step of an import. The values are what is logged ("New
+// phase: X") and match CDI's importer where the step exists there; Verify
+// and Commit are ours.
+type Phase string
+
+const (
+	// Info inspects the source and the target and decides the plan.
+	Info Phase = "Info"
+	// TransferScratch copies the (decompressed) image to a scratch file
+	// for qemu-img to read at random.
+	TransferScratch Phase = "TransferScratch"
+	// TransferDataFile streams raw data straight onto the target.
+	TransferDataFile Phase = "TransferDataFile"
+	// TransferDataDir extracts a tar stream into a staging directory.
+	TransferDataDir Phase = "TransferDataDir"
+	// Validate checks the image qemu-img is about to read.
+	Validate Phase = "Validate"
+	// Convert writes the target with qemu-img.
+	Convert Phase = "Convert"
+	// Resize grows a file target to the requested size and applies
+	// preallocation (for a blank disk: creates it at its size).
+	Resize Phase = "Resize"
+	// Verify reads source and target back and compares them.
+	Verify Phase = "Verify"
+	// Commit makes the data durable under its final name (fsync, rename).
+	Commit Phase = "Commit"
+	// Complete is entered only once the data is durable; it does no work.
+	Complete Phase = "Complete"
+	// Error is entered after the first failure.
+	Error Phase = "Error"
+)
+
+// EventKind says what happened.
+type EventKind int
+
+const (
+	// PhaseStarted: the machine entered Event.Phase (Complete and Error
+	// included).
+	PhaseStarted EventKind = iota + 1
+	// PhaseEnded: Event.Phase returned; Event.Err is its error, if any.
+	PhaseEnded
+	// SourceDrained: every byte of the source has been received and
+	// validated (checksums, image structure); what follows works on the
+	// target alone. Event.Phase is the phase after which that held.
+	SourceDrained
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case PhaseStarted:
+		return "PhaseStarted"
+	case PhaseEnded:
+		return "PhaseEnded"
+	case SourceDrained:
+		return "SourceDrained"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is what the machine tells its observer, synchronously, from the
+// goroutine running the import (importer.Event, field for field).
+type Event struct {
+	Kind  EventKind
+	Phase Phase
+	Err   error
+}
