@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -161,4 +162,116 @@ func TestFailedConvertWipesDeviceHead(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	assert.False(t, res.Complete)
 	testimg.AssertZeros(t, loop, 0, 1<<20)
+}
+
+// TestRawOneSectorTooLargeRefusedBeforeWriting: a raw image 512 bytes
+// larger than the device could be a fixed VHD (its footer does not go to
+// the disk), so the size alone does not decide. When the end can be read up
+// front (a local file, or a server with ranges), the last sector decides
+// before a byte is written: the device is left exactly as it was.
+func TestRawOneSectorTooLargeRefusedBeforeWriting(t *testing.T) {
+	const devSize = 8 << 20
+	dir := t.TempDir()
+	dev := testimg.LoopDevice(t, dir, devSize)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	// Each case its own content, so a case writing what an earlier one wrote
+	// cannot go unnoticed.
+	local := testimg.Raw(t, www, "local.raw", devSize+512, 41)
+	testimg.Raw(t, www, "remote.raw", devSize+512, 43)
+	base := testimg.Serve(t, www)
+
+	for name, source := range map[string]string{"local file": local, "HTTP with ranges": base + "remote.raw"} {
+		t.Run(name, func(t *testing.T) {
+			before := testimg.Digest(t, dev, -1)
+			_, err := importer.Import(context.Background(), importer.Options{
+				Source: source, Target: dev, Logger: testLogger(t),
+			})
+			require.Error(t, err)
+			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)
+			assert.Equal(t, before, testimg.Digest(t, dev, -1), "the device was written before the image was refused")
+		})
+	}
+
+	// A fixed VHD of exactly the device's size is the same length and fits.
+	t.Run("fixed VHD of the device's size", func(t *testing.T) {
+		testimg.Need(t, "qemu-img")
+		raw := testimg.Raw(t, dir, "disk.raw", devSize, 42)
+		vhd := testimg.Convert(t, raw, filepath.Join(www, "fixed.vhd"), "vpc", "subformat=fixed", "force_size=on")
+		st, err := os.Stat(vhd)
+		require.NoError(t, err)
+		require.EqualValues(t, devSize+512, st.Size())
+		for _, source := range []string{vhd, base + "fixed.vhd"} {
+			res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: dev, Logger: testLogger(t)})
+			require.NoError(t, err, source)
+			assert.Equal(t, "vhd", res.SourceFormat)
+			assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dev, -1), source)
+		}
+	})
+}
+
+// A sparse 64 MiB qcow2 holding 1 MiB of data, into an 8 MiB filesystem:
+// refused before a byte is written by default, written whole (its data
+// and holes) with AllowSparseOvercommit, as qemu-img convert writes it.
+func TestImportSparseOvercommitIsAskedFor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounts a tmpfs: needs root")
+	}
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "disk.raw")
+	data := testimg.Raw(t, dir, "data.raw", 1<<20, 7)
+	b, err := os.ReadFile(data)
+	require.NoError(t, err)
+	f, err := os.Create(raw)
+	require.NoError(t, err)
+	_, err = f.WriteAt(b, 32<<20)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(64<<20))
+	require.NoError(t, f.Close())
+	src := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+
+	small := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "overcommit-test", small).CombinedOutput()
+	require.NoError(t, err, string(out))
+	t.Cleanup(func() { _ = exec.Command("umount", small).Run() })
+	target := filepath.Join(small, "disk.img")
+
+	_, err = importer.Import(context.Background(), importer.Options{Source: src, Target: target, Logger: testLogger(t)})
+	require.ErrorIs(t, err, importer.ErrTargetTooSmall)
+	assert.NoFileExists(t, target)
+
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{AllowSparseOvercommit: true}, Logger: testLogger(t)})
+	require.NoError(t, err)
+	assert.EqualValues(t, 64<<20, res.VirtualSize)
+	got, err := os.ReadFile(target)
+	require.NoError(t, err)
+	want, err := os.ReadFile(raw)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "the target differs from the image")
+}
+
+// TestRetryAfterKillReclaimsPartialFile: an import SIGKILLed on a file
+// volume leaves .disk.img.partial-NNN. Without reclaiming it the retry has
+// no room (the volume is 16 MiB, the leftover 10 MiB, the image 8 MiB);
+// with it the retry imports the image whole, and the volume's other files
+// stay.
+func TestRetryAfterKillReclaimsPartialFile(t *testing.T) {
+	const mib = 1 << 20
+	vol := testimg.Tmpfs(t, 16*mib)
+	leftover := filepath.Join(vol, ".disk.img.partial-1804289383")
+	require.NoError(t, os.WriteFile(leftover, bytes.Repeat([]byte{0xEE}, 10*mib), 0o660))
+	unrelated := filepath.Join(vol, ".disk.img.partial-notours")
+	require.NoError(t, os.WriteFile(unrelated, []byte("keep me"), 0o644))
+
+	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 8*mib, 51)
+	res, err := importer.Import(context.Background(), importer.Options{Source: raw, Target: vol, Logger: testLogger(t)})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(vol, "disk.img"), res.Target)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, -1))
+	_, err = os.Stat(leftover)
+	assert.True(t, os.IsNotExist(err), "the leftover partial file is still there")
+	b, err := os.ReadFile(unrelated)
+	require.NoError(t, err)
+	assert.Equal(t, "keep me", string(b))
 }

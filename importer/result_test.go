@@ -1,0 +1,250 @@
+package importer_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
+)
+
+func sha256File(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// A Result marshals to the command line's --json: the same names and
+// values for every field they share (durationSeconds, not nanoseconds in
+// "Duration"), plus complete and target.
+func TestResultMarshalsAsTheCLIsJSON(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 9)
+	src := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: filepath.Join(dir, "disk.img"),
+		Checksums: []string{"sha256:" + sha256File(t, src)}, Logger: testLogger(t)})
+	require.NoError(t, err)
+
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	var lib, cli map[string]any
+	require.NoError(t, json.Unmarshal(b, &lib))
+	require.NoError(t, json.Unmarshal(cdi.CLIMessage(res, nil).JSON(), &cli))
+	t.Logf("library: %s", b)
+	assert.Equal(t, true, lib["complete"])
+	assert.Equal(t, res.Target, lib["target"])
+	assert.Equal(t, "qcow2", lib["sourceFormat"])
+	assert.Equal(t, "xz", lib["compression"])
+	assert.EqualValues(t, 4<<20, lib["virtualSize"])
+	assert.NotContains(t, lib, "Duration")
+	for k, v := range lib {
+		if k == "complete" || k == "target" {
+			continue
+		}
+		assert.Equal(t, cli[k], v, "field %s", k)
+	}
+	for _, k := range []string{"virtualSize", "bytesRead", "bytesWritten", "durationSeconds", "checksum", "contentDigest"} {
+		assert.Contains(t, lib, k)
+	}
+}
+
+// bodyCounter counts the response body bytes a handler writes.
+type bodyCounter struct {
+	h    http.Handler
+	sent atomic.Int64
+}
+
+func (c *bodyCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.h.ServeHTTP(countingWriter{w, &c.sent}, r)
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+// On the ranged route BytesRead counts the range reads too, not only the
+// head of the first response.
+func TestRangedBytesReadCountsRangeReads(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 31)
+	www := filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	qcow := testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
+	st, err := os.Stat(qcow)
+	require.NoError(t, err)
+	bc := &bodyCounter{h: http.FileServer(http.Dir(www))}
+	srv := httptest.NewServer(bc)
+	t.Cleanup(srv.Close)
+
+	var last importer.Progress
+	res, err := importer.Import(context.Background(), importer.Options{
+		Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
+		Logger: testLogger(t), Progress: func(p importer.Progress) { last = p },
+	})
+	require.NoError(t, err)
+	require.False(t, res.ScratchUsed, "phases %v", res.Phases)
+	// qemu-img reads every allocated cluster: most of the file came over
+	// the wire, and no more than the server sent.
+	assert.Greater(t, res.BytesRead, st.Size()/2, "file %d bytes", st.Size())
+	assert.LessOrEqual(t, res.BytesRead, bc.sent.Load())
+	assert.Equal(t, res.BytesRead, last.BytesRead, "the last progress report agrees")
+}
+
+// A failed import reports the virtual size it found.
+func TestTooSmallReportsVirtualSize(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 3<<20, 32)
+	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	for name, src := range map[string]string{"raw": raw, "qcow2": qcow} {
+		t.Run(name, func(t *testing.T) {
+			res, err := importer.Import(context.Background(), importer.Options{
+				Source: src, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+					Size: 2 << 20,
+				}, Logger: testLogger(t),
+			})
+			require.ErrorIs(t, err, importer.ErrTargetTooSmall)
+			assert.EqualValues(t, 3<<20, res.VirtualSize)
+			var se *importer.SizeError
+			require.True(t, errors.As(err, &se))
+		})
+	}
+}
+
+// Progress.Percent is one percentage of the whole import: it never goes
+// back (not at Convert, not at Complete) and is 100 only at Complete.
+func TestProgressPercentNeverGoesBack(t *testing.T) {
+	testimg.Need(t, "qemu-img", "xz")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 33)
+	xz := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
+	var mu sync.Mutex
+	var seen []importer.Progress
+	_, err := importer.Import(context.Background(), importer.Options{
+		Source: xz, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+			ScratchDir: t.TempDir(),
+		}, Logger: testLogger(t),
+		Progress: func(p importer.Progress) { mu.Lock(); seen = append(seen, p); mu.Unlock() },
+	})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, seen)
+	for i, p := range seen {
+		if i > 0 {
+			assert.GreaterOrEqual(t, p.Percent, seen[i-1].Percent, "%+v after %+v", p, seen[i-1])
+		}
+		if p.Phase != importer.PhaseComplete {
+			assert.Less(t, p.Percent, 100.0, "%+v", p)
+		}
+	}
+	last := seen[len(seen)-1]
+	assert.Equal(t, importer.PhaseComplete, last.Phase)
+	assert.Equal(t, 100.0, last.Percent)
+}
+
+// A qcow2 upload goes to scratch: the source is drained once Validate
+// passed, and Complete is entered only after Commit ended, which is also
+// the first time progress may say Complete.
+func TestEventsOfAStreamedConversion(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 51)
+	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	f, err := os.Open(q)
+	require.NoError(t, err)
+	defer f.Close()
+
+	var mu sync.Mutex
+	var log []string
+	committed := false
+	progressSawCompleteEarly := false
+	res, err := importer.Import(context.Background(), importer.Options{
+		Source: "-", SourceReader: f, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+			ScratchDir:     t.TempDir(),
+			NoStreamDecode: true,
+		},
+		Logger: testLogger(t), // the conversion's events, not the decoder's
+		Events: func(e importer.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			log = append(log, e.Kind.String()+" "+string(e.Phase))
+			if e.Kind == importer.EventPhaseEnded && e.Phase == importer.PhaseCommit && e.Err == nil {
+				committed = true
+			}
+		},
+		Progress: func(p importer.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			if p.Phase == importer.PhaseComplete && !committed {
+				progressSawCompleteEarly = true
+			}
+		},
+	})
+	require.NoError(t, err)
+	assert.True(t, res.Complete)
+	assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferScratch, importer.PhaseValidate,
+		importer.PhaseConvert, importer.PhaseResize, importer.PhaseCommit, importer.PhaseComplete}, res.Phases)
+	assert.Equal(t, []string{
+		"PhaseStarted Info", "PhaseEnded Info",
+		"PhaseStarted TransferScratch", "PhaseEnded TransferScratch",
+		"PhaseStarted Validate", "PhaseEnded Validate", "SourceDrained Validate",
+		"PhaseStarted Convert", "PhaseEnded Convert",
+		"PhaseStarted Resize", "PhaseEnded Resize",
+		"PhaseStarted Commit", "PhaseEnded Commit",
+		"PhaseStarted Complete",
+	}, log)
+	assert.False(t, progressSawCompleteEarly, "progress reported Complete before Commit ended")
+}
+
+// A failing phase ends with its error, then Error is entered; the source
+// is never reported drained.
+func TestEventsOfAFailedImport(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 52)
+	boom := errors.New("injected")
+	var log []string
+	var ended error
+	o := importer.Options{
+		Source: raw, Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t),
+		Events: func(e importer.Event) {
+			log = append(log, e.Kind.String()+" "+string(e.Phase))
+			if e.Kind == importer.EventPhaseEnded && e.Err != nil {
+				ended = e.Err
+			}
+		},
+	}
+	_, err := importer.Import(context.Background(), importer.WithPhaseHook(o, func(p importer.Phase, step func(context.Context) error) func(context.Context) error {
+		if p != importer.PhaseTransferDataFile {
+			return step
+		}
+		return func(context.Context) error { return boom }
+	}))
+	require.ErrorIs(t, err, boom)
+	assert.ErrorIs(t, ended, boom)
+	assert.Equal(t, []string{"PhaseStarted Info", "PhaseEnded Info", "PhaseStarted TransferDataFile", "PhaseEnded TransferDataFile", "PhaseStarted Error"}, log)
+}
