@@ -2,15 +2,8 @@ package main
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,13 +11,13 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testpki"
 )
 
 // The controller mounts each secret of extra headers at /extraheaders/<n>/,
@@ -65,17 +58,18 @@ func TestPodExtraHeaderSecrets(t *testing.T) {
 func TestPodProxyWithItsOwnCA(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 65)
-	serverCA := newTestCA(t, "server CA")
-	proxyCA := newTestCA(t, "proxy CA")
+	pki := t.TempDir()
+	serverCA := testpki.NewCA(t, pki, "server")
+	proxyCA := testpki.NewCA(t, pki, "proxy")
 	backend := httptest.NewUnstartedServer(http.FileServer(http.Dir(dir)))
-	backend.TLS = &tls.Config{Certificates: []tls.Certificate{serverCA.issue(t, []string{"disk.test"}, nil)}}
+	backend.TLS = &tls.Config{Certificates: []tls.Certificate{serverCA.Server("disk", "disk.test").TLS(t)}}
 	backend.StartTLS()
 	t.Cleanup(backend.Close)
-	proxy := startConnectProxy(t, proxyCA.issue(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)}), backend.Listener.Addr().String())
+	proxy := startConnectProxy(t, proxyCA.Server("proxy").TLS(t), backend.Listener.Addr().String())
 
 	certs, proxyCerts := t.TempDir(), t.TempDir()
-	configMapVolume(t, certs, map[string]string{"ca-bundle": serverCA.pem})
-	configMapVolume(t, proxyCerts, map[string]string{"ca.pem": proxyCA.pem})
+	configMapVolume(t, certs, map[string]string{"ca-bundle": string(serverCA.PEM)})
+	configMapVolume(t, proxyCerts, map[string]string{"ca.pem": string(proxyCA.PEM)})
 	env := httpEnv("https://disk.test/disk.raw", map[string]string{
 		// The server is named, not 127.0.0.1: Go never proxies loopback.
 		"https_proxy":             proxy.url,
@@ -112,53 +106,6 @@ func secretVolume(t *testing.T, dir string, files map[string]string) {
 
 // configMapVolume is secretVolume for a ConfigMap (the same layout).
 func configMapVolume(t *testing.T, dir string, files map[string]string) { secretVolume(t, dir, files) }
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  string
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &testCA{cert: cert, key: key, pem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))}
-}
-
-// issue makes a server certificate for the names and addresses.
-func (ca *testCA) issue(t *testing.T, names []string, ips []net.IP) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "server"},
-		DNSNames:     names,
-		IPAddresses:  ips,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // connectProxy is an HTTPS proxy on 127.0.0.1 that answers CONNECT for
 // any host by tunnelling to one backend address.
@@ -221,13 +168,13 @@ func tunnel(client net.Conn, buffered *bufio.Reader, up net.Conn) {
 func TestPodCertDirTrustsEveryFile(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 67)
-	ca := newTestCA(t, "server CA")
+	ca := testpki.NewCA(t, t.TempDir(), "server")
 	srv := httptest.NewUnstartedServer(http.FileServer(http.Dir(dir)))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, nil, []net.IP{net.IPv4(127, 0, 0, 1)})}}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server("server").TLS(t)}}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	certs := t.TempDir()
-	configMapVolume(t, certs, map[string]string{"ca-bundle": ca.pem, "README": "not a certificate"})
+	configMapVolume(t, certs, map[string]string{"ca-bundle": string(ca.PEM), "README": "not a certificate"})
 	data := t.TempDir()
 	code, log, _ := runPod(t, pod{
 		env:     httpEnv(srv.URL+"/disk.raw", map[string]string{"IMPORTER_CERT_DIR": "/certs"}),

@@ -118,11 +118,8 @@ func scrapeOnce(c *http.Client, url string) (string, error) {
 // freePort returns a port of 127.0.0.1 nobody listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, err := net.SplitHostPort(freeAddr(t))
 	require.NoError(t, err)
-	_, port, err := net.SplitHostPort(ln.Addr().String())
-	require.NoError(t, err)
-	require.NoError(t, ln.Close())
 	return port
 }
 

@@ -3,14 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -23,10 +17,12 @@ import (
 
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testpki"
 	"github.com/diskimport/engine/internal/testtar"
 	"github.com/diskimport/engine/uploadserver"
 )
 
+// freeAddr is an address of 127.0.0.1 nobody listens on now.
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -35,26 +31,12 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// selfSigned writes a certificate for 127.0.0.1 and its key as PEM files.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "upload test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	kder, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
-	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+// serverCertificate writes a CA's certificate for 127.0.0.1 and its key as
+// PEM files in dir, and returns them with a pool trusting the CA.
+func serverCertificate(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	ca := testpki.NewCA(t, dir, "upload")
+	srv := ca.Server("tls")
+	return srv.CertFile, srv.KeyFile, ca.Pool()
 }
 
 // runAsync runs the CLI in the background and returns its exit code channel.
@@ -116,7 +98,7 @@ func TestCLIUploadServerTLSToken(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 5)
 	gz := testimg.Compress(t, raw, "gz")
-	certFile, keyFile, pool := selfSigned(t, dir)
+	certFile, keyFile, pool := serverCertificate(t, dir)
 	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte("tok3n\n"), 0o600))
 	dest := filepath.Join(t.TempDir(), "disk.img")
@@ -179,7 +161,7 @@ func TestEnvUploadServerWithoutClientCARefusesUploads(t *testing.T) {
 	root := cdiRoot(t)
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 1<<20, 9)
-	certFile, keyFile, pool := selfSigned(t, dir)
+	certFile, keyFile, pool := serverCertificate(t, dir)
 	dest := filepath.Join(t.TempDir(), "disk.img")
 	addr := freeAddr(t)
 	host, port, err := net.SplitHostPort(addr)

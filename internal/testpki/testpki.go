@@ -82,13 +82,20 @@ func ClientTLS(t testing.TB, ca *CA, pair *Pair) *tls.Config {
 	t.Helper()
 	c := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 	if pair != nil {
-		kp, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Certificates = []tls.Certificate{kp}
+		c.Certificates = []tls.Certificate{pair.TLS(t)}
 	}
 	return c
+}
+
+// TLS is the pair as a tls.Certificate, for a server's or a client's
+// tls.Config.
+func (p Pair) TLS(t testing.TB) tls.Certificate {
+	t.Helper()
+	kp, err := tls.X509KeyPair(p.CertPEM, p.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
 }
 
 func (ca *CA) issue(name string, usage x509.ExtKeyUsage, ips []net.IP, dns []string) Pair {
