@@ -155,10 +155,14 @@ func runUploadClient(ctx context.Context, f uploadClientFlags, file, target stri
 		progress.tracker.Complete()
 	}
 	progress.finish(nil, err)
+	records := f.logFormat == logFormatJSON // the ending is a record too: every line of stderr is JSON
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case records:
+			lines.Error("upload failed", "error", err.Error(), "cancelled", ctx.Err() != nil)
+		case ctx.Err() != nil:
 			fmt.Fprintln(stderr, "importer: upload cancelled")
-		} else {
+		default:
 			fmt.Fprintln(stderr, "importer: upload failed:", err)
 		}
 		return cdi.ExitFailed
@@ -166,7 +170,12 @@ func runUploadClient(ctx context.Context, f uploadClientFlags, file, target stri
 	if f.json {
 		fmt.Fprintln(stdout, strings.TrimSpace(string(out.answer)))
 	}
-	if !f.quiet {
+	switch {
+	case f.quiet:
+	case records:
+		lines.Info("Upload complete", "file", up.file, "url", up.url.Redacted(), "bytesSent", out.sent,
+			"durationSeconds", out.duration.Seconds(), "note", out.note)
+	default:
 		fmt.Fprintln(stderr, uploadSummary(up, out))
 	}
 	return cdi.ExitOK
@@ -347,12 +356,12 @@ func (up *uploadRequest) send(ctx context.Context, log *slog.Logger, observe fun
 	}
 	close(stop)
 	<-sampled
+	report(phaseWaiting) // the bar ends on the bytes sent, not the last sample
 	out := &uploadOutcome{sent: sent.Count(), answer: answer}
 	if err != nil {
 		return out, up.explain(err, out.sent)
 	}
 	if up.async {
-		report(phaseWaiting)
 		if err := up.waitStatus(ctx, out, log); err != nil {
 			return out, err
 		}

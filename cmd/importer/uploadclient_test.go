@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -12,7 +13,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -260,5 +263,79 @@ func TestUploadClientBearerToken(t *testing.T) {
 	assert.NoFileExists(t, dest)
 	code, _, stderr = runCLI(t, nil, env(nil), "upload", "--token-file", right, raw, base)
 	require.Equal(t, cdi.ExitOK, code, stderr)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
+}
+
+// slowBody reads at most 64 KiB per pause, so an upload lasts seconds.
+type slowBody struct {
+	io.ReadCloser
+	pause time.Duration
+}
+
+func (b slowBody) Read(p []byte) (int, error) {
+	time.Sleep(b.pause)
+	return b.ReadCloser.Read(p[:min(len(p), 64<<10)])
+}
+
+// On a terminal `importer upload` draws the import's mpb bar: the Upload
+// phase with its percent, the bytes sent of the file's size, a rate and
+// an ETA; at the end the bar is at 100% on every byte and the final line
+// follows, and the server's target holds the file.
+func TestUploadClientTerminalProgressBar(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, "tmux")
+	dir := t.TempDir()
+	bin := buildImporter(t, dir)
+	img := testimg.Raw(t, dir, "disk.raw", 6<<20, 49)
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	h := uploadserver.NewHandler(uploadserver.Options{Import: importer.Options{Target: dest}, KeepRunning: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = slowBody{r.Body, 62 * time.Millisecond} // about 1 MiB/s
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.Close(); h.Wait() })
+	pane := startTmux(t, fmt.Sprintf("%s upload %s %s; echo EXIT=$?; sleep 60", bin, img, srv.URL))
+
+	bar := regexp.MustCompile(`Upload +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
+	var mid string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if mid = pane.capture(); bar.MatchString(mid) {
+			break
+		}
+	}
+	t.Logf("during the upload:\n%s", mid)
+	assert.Regexp(t, bar, mid)
+	end := pane.waitFor("EXIT=", 30*time.Second)
+	t.Logf("at the end:\n%s", end)
+	assert.Contains(t, end, "EXIT=0")
+	assert.Regexp(t, `Complete +\[=+\] +100\.0% +6\.0 MiB / 6\.0 MiB`, end)
+	assert.Contains(t, end, "Upload complete: "+img+" to "+srv.URL+uploadserver.PathUpload+", 6.0 MiB sent in ")
+	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dest, -1))
+}
+
+// Under --log-format json every line `importer upload` writes to stderr is
+// JSON, its ending included: "Upload complete" with the bytes sent, or an
+// ERROR "upload failed" with the cause.
+func TestUploadClientLogFormatJSON(t *testing.T) {
+	ca := testpki.NewCA(t, t.TempDir(), "upload-ca")
+	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 1<<20, 50)
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	base := mtlsUploadServer(t, ca, dest, false)
+	records := func(stderr string) []map[string]any { return jsonRecords(t, stderr) }
+	code, _, stderr := runCLI(t, nil, env(nil), "upload", "--log-format", "json", raw, base) // the server's CA not given
+	require.Equal(t, cdi.ExitFailed, code)
+	last := records(stderr)[len(records(stderr))-1]
+	assert.Equal(t, "ERROR", last["level"])
+	assert.Equal(t, "upload failed", last["msg"])
+	assert.Contains(t, last["error"], "TLS: the server's certificate is not signed by a CA this client trusts")
+
+	code, _, stderr = runCLI(t, nil, env(nil), uploadArgs(ca, ca.Client(uploaderName), "--log-format", "json", raw, base)...)
+	require.Equal(t, cdi.ExitOK, code)
+	last = records(stderr)[len(records(stderr))-1]
+	assert.Equal(t, "Upload complete", last["msg"])
+	assert.EqualValues(t, 1<<20, last["bytesSent"])
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
 }
