@@ -16,6 +16,43 @@ import (
 // describes an import whether its endpoint is a URL, an image reference or
 // a path. The zero value fetches anonymously with the defaults below.
 type Config struct {
+	// Access is how the source is reached; importer.Options embeds the
+	// same struct, so an import hands it over whole.
+	Access
+	// Proxy picks the proxy of an HTTP request; nil reads HTTP_PROXY,
+	// HTTPS_PROXY and NO_PROXY from the environment.
+	Proxy func(*http.Request) (*url.URL, error)
+	// Transport, when not nil, carries the requests of HTTP sources in
+	// place of a transport built from CertDir, InsecureTLS and Proxy,
+	// which it then applies itself (a custom dialer, instrumentation,
+	// tests). It must not ask for compressed transfer: the bytes have to
+	// arrive as stored. Container-image sources do not use it, since
+	// containers/image builds its own.
+	Transport http.RoundTripper
+	// Retries bounds how many times a failed request or a broken transfer
+	// is tried again over the life of the source (every Open together).
+	// Connection errors, stalls and HTTP 5xx, 429 and 408 are retried;
+	// refusals (401, 403, 404, 410, a rejected certificate, an unknown
+	// image) are not. 0 means 10; < 0 disables retries.
+	Retries int
+	// ChunkSize is the byte count of each range request of a parallel
+	// read (0: DefaultChunkSize); the buffers hold at most Connections ×
+	// ChunkSize bytes.
+	ChunkSize int64
+	// UserAgent is sent with HTTP requests; "" means "diskimport-engine".
+	UserAgent string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+
+	// TempDir receives an oci-archive's extracted content and a copy of
+	// CertDir when it holds *.pem files. Default: the system temp dir.
+	TempDir string
+}
+
+// Access is how a source is reached and read: credentials, headers and TLS
+// trust, the egress policy, stalls, retry pacing and parallel connections,
+// and a registry image's platform and configuration files.
+type Access struct {
 	// Username and Password authenticate to the source: HTTP basic auth
 	// (sent only to the URL's own origin, also across redirects), or
 	// registry credentials, which win over AuthFile. For HTTP, when both
@@ -33,16 +70,6 @@ type Config struct {
 	// InsecureTLS skips server certificate verification (and, for
 	// registries, allows plain HTTP).
 	InsecureTLS bool
-	// Proxy picks the proxy of an HTTP request; nil reads HTTP_PROXY,
-	// HTTPS_PROXY and NO_PROXY from the environment.
-	Proxy func(*http.Request) (*url.URL, error)
-	// Transport, when not nil, carries the requests of HTTP sources in
-	// place of a transport built from CertDir, InsecureTLS and Proxy,
-	// which it then applies itself (a custom dialer, instrumentation,
-	// tests). It must not ask for compressed transfer: the bytes have to
-	// arrive as stored. Container-image sources do not use it, since
-	// containers/image builds its own.
-	Transport http.RoundTripper
 	// Egress, when not nil, is the policy every connection of a network
 	// source is checked against: the transports NewTransport builds dial
 	// through it, and a registry pull's requests go through a relay that
@@ -52,12 +79,6 @@ type Config struct {
 	// StallTimeout fails a transfer when no byte arrives for this long
 	// while the engine waits for one; <= 0 means 5 minutes.
 	StallTimeout time.Duration
-	// Retries bounds how many times a failed request or a broken transfer
-	// is tried again over the life of the source (every Open together).
-	// Connection errors, stalls and HTTP 5xx, 429 and 408 are retried;
-	// refusals (401, 403, 404, 410, a rejected certificate, an unknown
-	// image) are not. 0 means 10; < 0 disables retries.
-	Retries int
 	// NoConnectRetry fails at once when the very first request of an HTTP
 	// source cannot reach the server (connection refused, DNS, TLS
 	// handshake): nothing has been received, so there is nothing to resume,
@@ -78,15 +99,6 @@ type Config struct {
 	// request to the object's origin with the credentials and pinned to the
 	// object first seen. At most MaxConnections.
 	Connections int
-	// ChunkSize is the byte count of each range request of a parallel
-	// read (0: DefaultChunkSize); the buffers hold at most Connections ×
-	// ChunkSize bytes.
-	ChunkSize int64
-	// UserAgent is sent with HTTP requests; "" means "diskimport-engine".
-	UserAgent string
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-
 	// Arch picks the platform from a container-image index (default
 	// runtime.GOARCH). When set explicitly, a single-platform image must
 	// match it too.
@@ -101,9 +113,6 @@ type Config struct {
 	// (registries.d) is the one next to it, so nothing else of the host is
 	// read.
 	RegistriesConf string
-	// TempDir receives an oci-archive's extracted content and a copy of
-	// CertDir when it holds *.pem files. Default: the system temp dir.
-	TempDir string
 }
 
 func (c Config) logger() *slog.Logger {

@@ -105,7 +105,7 @@ func requireRefused(t *testing.T, err error, addr, rule string) {
 }
 
 func egressConfig(p *datasource.EgressPolicy) datasource.Config {
-	return datasource.Config{Egress: p, RetryBackoff: time.Millisecond, Logger: testLogger()}
+	return datasource.Config{Access: datasource.Access{Egress: p, RetryBackoff: time.Millisecond}, Logger: testLogger()}
 }
 
 func fetch(t *testing.T, rawURL string, c datasource.Config) (datasource.Source, []byte, error) {

@@ -57,11 +57,13 @@ func ExampleNewHTTP() {
 	defer srv.Close()
 
 	conf := datasource.Config{
-		Username:     "user",
-		Password:     "secret",
-		Retries:      3,
-		RetryBackoff: 10 * time.Millisecond,
-		StallTimeout: time.Minute,
+		Access: datasource.Access{
+			Username:     "user",
+			Password:     "secret",
+			RetryBackoff: 10 * time.Millisecond,
+			StallTimeout: time.Minute,
+		},
+		Retries: 3,
 	}
 	src, err := datasource.NewHTTP(srv.URL+"/disk.img", conf)
 	if err != nil {

@@ -152,6 +152,6 @@ func TestNewDispatch(t *testing.T) {
 	}
 	_, err = datasource.New("", datasource.Config{})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	_, err = datasource.New("http://example.com/x", datasource.Config{Headers: []string{"broken"}})
+	_, err = datasource.New("http://example.com/x", datasource.Config{Access: datasource.Access{Headers: []string{"broken"}}})
 	assert.True(t, errors.Is(err, errdefs.ErrInvalidOptions))
 }

@@ -37,7 +37,7 @@ func gcsFixture(t *testing.T, data []byte) (*objtest.GCS, string) {
 	return g, "gs+" + g.URL + "/images/dir/disk.img"
 }
 
-var gcsConfig = datasource.Config{RetryBackoff: 10 * time.Millisecond}
+var gcsConfig = datasource.Config{Access: datasource.Access{RetryBackoff: 10 * time.Millisecond}}
 
 func TestGCSReadsObject(t *testing.T) {
 	data := testImage(t, 3<<20)
@@ -94,7 +94,7 @@ func TestGCSRefusals(t *testing.T) {
 		{"missing bucket", "gs+" + g.URL + "/nobucket/disk.img"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			src, err := datasource.New(c.ep, datasource.Config{RetryBackoff: time.Second})
+			src, err := datasource.New(c.ep, datasource.Config{Access: datasource.Access{RetryBackoff: time.Second}})
 			require.NoError(t, err)
 			start := time.Now()
 			_, err = src.Open(context.Background())
@@ -150,7 +150,7 @@ func TestGCSServiceAccount(t *testing.T) {
 	front := tokenCheckingFront(t, g, "tok-123", &sawToken)
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
 
-	src, err := datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{RetryBackoff: time.Second})
+	src, err := datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{Access: datasource.Access{RetryBackoff: time.Second}})
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = src.Open(context.Background())
@@ -237,7 +237,7 @@ func TestGCSAuthorizedUser(t *testing.T) {
 	assert.Equal(t, int64(1), exchanges.Load())
 
 	revoked.Store(true)
-	src, err = datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{RetryBackoff: time.Second})
+	src, err = datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{Access: datasource.Access{RetryBackoff: time.Second}})
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = src.Open(context.Background())

@@ -123,7 +123,7 @@ func TestHTTPResumesAfterStall(t *testing.T) {
 		}
 		http.ServeContent(w, r, "", time.Date(2006, 1, 2, 15, 4, 5, 0, time.UTC), bytes.NewReader(data))
 	}))
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{StallTimeout: 200 * time.Millisecond}))
+	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{Access: datasource.Access{StallTimeout: 200 * time.Millisecond}}))
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -189,8 +189,11 @@ func TestHTTPRetryBudgetExhausted(t *testing.T) {
 	assert.Equal(t, 5000, len(got))
 
 	// The elapsed-time bound: one streak may not exceed RetryMaxElapsed.
-	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Retries: 1000, RetryBackoff: 100 * time.Millisecond,
-		RetryMaxElapsed: 300 * time.Millisecond, Logger: testLogger()})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Retries: 1000, Access: datasource.Access{
+		RetryBackoff:    100 * time.Millisecond,
+		RetryMaxElapsed: 300 * time.Millisecond,
+	},
+		Logger: testLogger()})
 	require.NoError(t, err)
 	f.mu.Lock()
 	f.cut = 0 // no progress at all: one long streak
@@ -264,7 +267,7 @@ func TestHTTPCloseDuringRetryWait(t *testing.T) {
 	data := testImage(t, 64<<10)
 	f := &flakyServer{data: data, etag: `"v1"`, drops: 1000, cut: 1000}
 	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{RetryBackoff: 10 * time.Second, Logger: testLogger()})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{RetryBackoff: 10 * time.Second}, Logger: testLogger()})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)

@@ -108,9 +108,11 @@ func TestHTTPBasicAuthAndHeaders(t *testing.T) {
 		serveBytes(data)(w, r)
 	}))
 	src, err := datasource.NewHTTP(srv.URL+"/x", datasource.Config{
-		Username:  "alice",
-		Password:  "s3cret",
-		Headers:   []string{"X-Token: abc def", "X-Multi: 1", "X-Multi: 2"},
+		Access: datasource.Access{
+			Username: "alice",
+			Password: "s3cret",
+			Headers:  []string{"X-Token: abc def", "X-Multi: 1", "X-Multi: 2"},
+		},
 		UserAgent: "test-agent/1",
 	})
 	require.NoError(t, err)
@@ -124,7 +126,7 @@ func TestHTTPBasicAuthAndHeaders(t *testing.T) {
 	assert.Equal(t, "test-agent/1", h[0].Get("User-Agent"))
 
 	// Wrong password: the server's 401 is a refusal.
-	src, err = datasource.NewHTTP(srv.URL+"/x", datasource.Config{Username: "alice", Password: "bad"})
+	src, err = datasource.NewHTTP(srv.URL+"/x", datasource.Config{Access: datasource.Access{Username: "alice", Password: "bad"}})
 	require.NoError(t, err)
 	_, err = src.Open(context.Background())
 	var se *errdefs.HTTPStatusError
@@ -154,7 +156,7 @@ func TestHTTPCredentialsFromURLAreRedacted(t *testing.T) {
 
 func TestHTTPMalformedOptions(t *testing.T) {
 	for _, hdr := range []string{"no colon here", ": value", "Bad Name: v", "X-Ok: a\nInjected: b"} {
-		_, err := datasource.NewHTTP("http://127.0.0.1/x", datasource.Config{Headers: []string{hdr}})
+		_, err := datasource.NewHTTP("http://127.0.0.1/x", datasource.Config{Access: datasource.Access{Headers: []string{hdr}}})
 		require.Error(t, err, hdr)
 		assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	}
@@ -184,7 +186,11 @@ func TestHTTPRedirectSameHostKeepsAuth(t *testing.T) {
 	})
 	srv := newServer(t, mux)
 	src, err := datasource.NewHTTP(srv.URL+"/start", datasource.Config{
-		Username: "alice", Password: "pw", Headers: []string{"X-Extra: yes"},
+		Access: datasource.Access{
+			Username: "alice",
+			Password: "pw",
+			Headers:  []string{"X-Extra: yes"},
+		},
 	})
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
@@ -212,9 +218,12 @@ func TestHTTPRedirectOtherHostDropsAuth(t *testing.T) {
 	}))
 	var logs bytes.Buffer
 	src, err := datasource.NewHTTP(origin.URL+"/img", datasource.Config{
-		Username: "alice", Password: "pw",
-		Headers: []string{"X-Extra: yes", "Authorization: Bearer tok", "Cookie: c=1"},
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Access: datasource.Access{
+			Username: "alice",
+			Password: "pw",
+			Headers:  []string{"X-Extra: yes", "Authorization: Bearer tok", "Cookie: c=1"},
+		},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
@@ -312,7 +321,7 @@ func stallHandler(head []byte, total int) http.HandlerFunc {
 func TestHTTPStall(t *testing.T) {
 	head := testImage(t, 4096)
 	srv := newServer(t, stallHandler(head, 1<<20))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{StallTimeout: 300 * time.Millisecond, Retries: -1})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{StallTimeout: 300 * time.Millisecond}, Retries: -1})
 	require.NoError(t, err)
 	start := time.Now()
 	_, got, err := readAll(t, src)
@@ -332,7 +341,7 @@ func TestHTTPStallBeforeHeaders(t *testing.T) {
 		case <-time.After(10 * time.Second):
 		}
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{StallTimeout: 200 * time.Millisecond, Retries: -1})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{StallTimeout: 200 * time.Millisecond}, Retries: -1})
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = src.Open(context.Background())
@@ -347,7 +356,7 @@ func TestHTTPStallBeforeHeaders(t *testing.T) {
 func TestHTTPSlowConsumerIsNotAStall(t *testing.T) {
 	data := testImage(t, 64<<10)
 	srv := newServer(t, serveBytes(data))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{StallTimeout: 100 * time.Millisecond})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{StallTimeout: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
@@ -455,7 +464,7 @@ func TestHTTPSCertificates(t *testing.T) {
 	dir := t.TempDir()
 	writeCertPEM(t, dir, "ca.pem", srv)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.txt"), []byte("ignored"), 0o644))
-	src, err = datasource.NewHTTP(srv.URL, datasource.Config{CertDir: dir})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{CertDir: dir}})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
@@ -467,13 +476,13 @@ func TestHTTPSCertificates(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(kdir, "..data"), 0o755))
 	writeCertPEM(t, filepath.Join(kdir, "..data"), "tls.crt", srv)
 	require.NoError(t, os.Symlink("..data/tls.crt", filepath.Join(kdir, "tls.crt")))
-	src, err = datasource.NewHTTP(srv.URL, datasource.Config{CertDir: kdir})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{CertDir: kdir}})
 	require.NoError(t, err)
 	_, got, err = readAll(t, src)
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 
-	src, err = datasource.NewHTTP(srv.URL, datasource.Config{InsecureTLS: true})
+	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{InsecureTLS: true}})
 	require.NoError(t, err)
 	_, got, err = readAll(t, src)
 	require.NoError(t, err)
@@ -481,16 +490,16 @@ func TestHTTPSCertificates(t *testing.T) {
 }
 
 func TestHTTPSCertDirErrors(t *testing.T) {
-	_, err := datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: filepath.Join(t.TempDir(), "missing")})
+	_, err := datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{Access: datasource.Access{CertDir: filepath.Join(t.TempDir(), "missing")}})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 
 	empty := t.TempDir()
-	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: empty})
+	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{Access: datasource.Access{CertDir: empty}})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 
 	junk := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(junk, "bad.crt"), []byte("not a cert"), 0o644))
-	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{CertDir: junk})
+	_, err = datasource.NewHTTP("https://127.0.0.1/x", datasource.Config{Access: datasource.Access{CertDir: junk}})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "no file with a parsable PEM certificate")
 }
@@ -503,7 +512,7 @@ func TestHTTPNoGoroutineLeak(t *testing.T) {
 	stall := newServer(t, stallHandler([]byte("abcd"), 1000))
 	fullSrc, err := datasource.NewHTTP(full.URL, datasource.Config{})
 	require.NoError(t, err)
-	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.Config{StallTimeout: 50 * time.Millisecond, Retries: -1})
+	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.Config{Access: datasource.Access{StallTimeout: 50 * time.Millisecond}, Retries: -1})
 	require.NoError(t, err)
 
 	cycle := func() {

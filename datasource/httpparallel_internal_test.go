@@ -25,7 +25,7 @@ func TestParallelRangesHoldAtMostConnectionsChunks(t *testing.T) {
 		http.ServeContent(w, r, "d", time.Unix(1.7e9, 0), bytes.NewReader(data))
 	}))
 	t.Cleanup(srv.Close)
-	src, err := NewHTTP(srv.URL, Config{Connections: conns, ChunkSize: chunk})
+	src, err := NewHTTP(srv.URL, Config{Access: Access{Connections: conns}, ChunkSize: chunk})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)

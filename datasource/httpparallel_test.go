@@ -85,7 +85,7 @@ func startMirror(t *testing.T, h http.Handler, o farmirror.Options) *farmirror.S
 }
 
 func parallelConfig(conns int) datasource.Config {
-	return datasource.Config{Connections: conns, ChunkSize: testChunk, RetryBackoff: time.Millisecond, Logger: testLogger()}
+	return datasource.Config{Access: datasource.Access{Connections: conns, RetryBackoff: time.Millisecond}, ChunkSize: testChunk, Logger: testLogger()}
 }
 
 // TestParallelRangesDeliverTheObjectInOrder: over a paced mirror, any

@@ -160,7 +160,12 @@ func TestRangeReaderAuthCAHeaders(t *testing.T) {
 	dir := t.TempDir()
 	writeCertPEM(t, dir, "ca.crt", srv)
 	src, err := datasource.NewHTTP(srv.URL, datasource.Config{
-		Username: "alice", Password: "s3cret", Headers: []string{"X-Token: abc"}, CertDir: dir,
+		Access: datasource.Access{
+			Username: "alice",
+			Password: "s3cret",
+			Headers:  []string{"X-Token: abc"},
+			CertDir:  dir,
+		},
 	})
 	require.NoError(t, err)
 	st, err := src.Open(context.Background())
@@ -178,7 +183,7 @@ func TestRangeReaderAuthCAHeaders(t *testing.T) {
 	assert.Equal(t, int32(1), ranged.Load())
 
 	// Without the credentials, the range read is refused (and not retried).
-	src2, err := datasource.NewHTTP(srv.URL, datasource.Config{CertDir: dir, Headers: []string{"X-Token: abc"}})
+	src2, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{CertDir: dir, Headers: []string{"X-Token: abc"}}})
 	require.NoError(t, err)
 	_, err = src2.Open(context.Background())
 	require.Error(t, err)
@@ -206,7 +211,7 @@ func TestRangeReaderRetries(t *testing.T) {
 		}
 		http.ServeContent(w, r, "disk", time.Time{}, bytes.NewReader(data))
 	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{RetryBackoff: time.Millisecond})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{RetryBackoff: time.Millisecond}})
 	require.NoError(t, err)
 	rr := openRanged(t, src)
 	buf := make([]byte, 100000)

@@ -54,13 +54,13 @@ func TestRegistryPullUnderEgressPolicy(t *testing.T) {
 	ref, _, data := pushResumeImage(t, reg)
 
 	p, connects := countingPolicy("default")
-	_, got, err := readRegistry(t, ref, Config{Egress: p})
+	_, got, err := readRegistry(t, ref, Config{Access: Access{Egress: p}})
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got))
 	assert.Positive(t, connects.Load(), "the pull's connections are made by the policy's dialer")
 
 	p, connects = countingPolicy("127.0.0.0/8")
-	s, _, err := readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
+	s, _, err := readRegistry(t, ref, Config{Access: Access{Egress: p, RetryBackoff: time.Second}})
 	requireEgressRefused(t, err, "127.0.0.1", "deny 127.0.0.0/8")
 	assert.Zero(t, connects.Load())
 	assert.Zero(t, Retries(s))
@@ -92,7 +92,7 @@ func TestRegistryBlobRedirectToDeniedAddress(t *testing.T) {
 	require.Positive(t, seen)
 
 	p, _ := countingPolicy("127.0.0.3")
-	_, _, err = readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
+	_, _, err = readRegistry(t, ref, Config{Access: Access{Egress: p, RetryBackoff: time.Second}})
 	requireEgressRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
 	assert.Equal(t, seen, blobConns.Load(), "the denied blob host must get no connection")
 }
@@ -129,7 +129,7 @@ func TestEgressRelayRefusesOtherClients(t *testing.T) {
 func TestRegistryPullThroughEnvironmentProxyUnderEgressPolicy(t *testing.T) {
 	if ref := os.Getenv("DATASOURCE_EGRESS_PROXY_CHILD_REF"); ref != "" {
 		p, _ := countingPolicy("127.0.0.3")
-		_, got, err := readRegistry(t, ref, Config{Egress: p, RetryBackoff: time.Second})
+		_, got, err := readRegistry(t, ref, Config{Access: Access{Egress: p, RetryBackoff: time.Second}})
 		if want := os.Getenv("DATASOURCE_EGRESS_PROXY_CHILD_REFUSED"); want != "" {
 			requireEgressRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32 (proxy "+want+")")
 			return

@@ -60,7 +60,7 @@ func TestRegistryRefusesEscapingEntryAndStreamsDisk(t *testing.T) {
 		regtest.File{Name: "disk/../../etc/cron.d/x", Data: data}))
 	dir, _ := regtest.OCILayout(t, escaping, "v1")
 	conf, auth := regtest.Hermetic(t)
-	o := Config{RegistriesConf: conf, AuthFile: auth}
+	o := Config{Access: Access{RegistriesConf: conf, AuthFile: auth}}
 	s, err := NewContainerImage("oci:"+dir+":v1", o)
 	require.NoError(t, err)
 	_, err = s.Open(context.Background())

@@ -38,8 +38,10 @@ func TestHTTPRedirectOtherOriginDropsExtraHeaders(t *testing.T) {
 	entry := redirectPair(t, data, &rec)
 	var logs bytes.Buffer
 	src, err := datasource.NewHTTP(entry, datasource.Config{
-		Headers: []string{"X-Auth-Token: s3cr3t", "X-Tenant: blue", "Authorization: Bearer tok"},
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Access: datasource.Access{
+			Headers: []string{"X-Auth-Token: s3cr3t", "X-Tenant: blue", "Authorization: Bearer tok"},
+		},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	require.NoError(t, err)
 
@@ -82,7 +84,7 @@ func TestHTTPRedirectSameOriginKeepsExtraHeaders(t *testing.T) {
 		serveBytes(data)(w, r)
 	})
 	srv := newServer(t, mux)
-	src, err := datasource.NewHTTP(srv.URL+"/img", datasource.Config{Headers: []string{"X-Auth-Token: s3cr3t"}})
+	src, err := datasource.NewHTTP(srv.URL+"/img", datasource.Config{Access: datasource.Access{Headers: []string{"X-Auth-Token: s3cr3t"}}})
 	require.NoError(t, err)
 	_, got, err := readAll(t, src)
 	require.NoError(t, err)

@@ -29,7 +29,7 @@ func TestRegistryRoutesByScheme(t *testing.T) {
 		got = c
 		return stringSource{endpoint: endpoint, text: endpoint[strings.Index(endpoint, "://")+3:]}, nil
 	})
-	src, err := r.New("MEM://hello", datasource.Config{Username: "u", Arch: "arm64"})
+	src, err := r.New("MEM://hello", datasource.Config{Access: datasource.Access{Username: "u", Arch: "arm64"}})
 	require.NoError(t, err)
 	_, data, err := readAll(t, src)
 	require.NoError(t, err)

@@ -29,7 +29,7 @@ func s3Fixture(t *testing.T, data []byte) (*objtest.S3, string) {
 }
 
 func s3Config(s *objtest.S3) datasource.Config {
-	return datasource.Config{Username: s.Access, Password: s.Secret, RetryBackoff: 10 * time.Millisecond}
+	return datasource.Config{Access: datasource.Access{Username: s.Access, Password: s.Secret, RetryBackoff: 10 * time.Millisecond}}
 }
 
 func TestS3ReadsObject(t *testing.T) {
@@ -92,9 +92,9 @@ func TestS3Refusals(t *testing.T) {
 		status  int
 		message string
 	}{
-		{"wrong secret", ep, datasource.Config{Username: s.Access, Password: "wrong"}, 403, "wrong credentials"},
+		{"wrong secret", ep, datasource.Config{Access: datasource.Access{Username: s.Access, Password: "wrong"}}, 403, "wrong credentials"},
 		// AWS answers 403 InvalidAccessKeyId; versitygw 404 XAdminUserNotFound.
-		{"unknown key id", ep, datasource.Config{Username: "nobody", Password: s.Secret}, 404, "wrong credentials"},
+		{"unknown key id", ep, datasource.Config{Access: datasource.Access{Username: "nobody", Password: s.Secret}}, 404, "wrong credentials"},
 		{"missing key", "s3+" + s.URL + "/images/nope.img", s3Config(s), 404, "no such object"},
 		{"missing bucket", "s3+" + s.URL + "/nobucket/disk.img", s3Config(s), 404, "the bucket does not exist"},
 	}

@@ -56,7 +56,7 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 			return m[k]
 		}
 	}
-	c, err := awsCredentials(Config{Username: "U", Password: "P"}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
+	c, err := awsCredentials(Config{Access: Access{Username: "U", Password: "P"}}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
 	require.NoError(t, err)
 	assert.Equal(t, awsCreds{id: "U", secret: "P"}, c, "the Config's (CDI's) keys win")
 	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E", "AWS_SECRET_ACCESS_KEY": "S", "AWS_SESSION_TOKEN": "T"}))
@@ -68,7 +68,7 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_PROFILE": "prod"}))
 	require.NoError(t, err)
 	assert.Equal(t, awsCreds{id: "PRODID", secret: "prodsecret", token: "tok"}, c)
-	_, err = awsCredentials(Config{Username: "U"}, env(nil))
+	_, err = awsCredentials(Config{Access: Access{Username: "U"}}, env(nil))
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	_, err = awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)

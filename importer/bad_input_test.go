@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -100,17 +101,17 @@ func TestHTTPFailures(t *testing.T) {
 	assert.Equal(t, 404, se.StatusCode)
 
 	// 5xx and drops are retried (quickly here), then reported with the cause.
-	err = importFails(t, importer.Options{Source: srv.URL + "/500", RetryBackoff: time.Millisecond, Retries: new(3)}, importer.ErrSourceRefused)
+	err = importFails(t, importer.Options{Source: srv.URL + "/500", Access: datasource.Access{RetryBackoff: time.Millisecond}, Retries: new(3)}, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "500")
 	assert.Contains(t, err.Error(), "gave up after 3 retries")
 
-	importFails(t, importer.Options{Source: srv.URL + "/short", RetryBackoff: time.Millisecond, Retries: new(3)}, importer.ErrSourceUnreachable)
+	importFails(t, importer.Options{Source: srv.URL + "/short", Access: datasource.Access{RetryBackoff: time.Millisecond}, Retries: new(3)}, importer.ErrSourceUnreachable)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	importFails(t, importer.Options{Source: "http://" + addr + "/disk.img", RetryBackoff: time.Millisecond}, importer.ErrSourceUnreachable)
+	importFails(t, importer.Options{Source: "http://" + addr + "/disk.img", Access: datasource.Access{RetryBackoff: time.Millisecond}}, importer.ErrSourceUnreachable)
 }
 
 func TestUnsafeImages(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 )
 
@@ -31,7 +32,9 @@ func TestImportTimedOutKeepsTheCause(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err = importer.Import(ctx, importer.Options{Source: url, Target: filepath.Join(t.TempDir(), "disk.img"),
-		RetryBackoff: 50 * time.Millisecond, Logger: testLogger(t)})
+		Access: datasource.Access{
+			RetryBackoff: 50 * time.Millisecond,
+		}, Logger: testLogger(t)})
 	t.Log(err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, importer.ErrCancelled)

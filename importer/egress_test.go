@@ -50,7 +50,9 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 	o := importer.Options{Source: "http://" + base + "/disk.vdi", Target: filepath.Join(t.TempDir(), "disk.img"),
 		TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
-		}, Logger: testLogger(t), Egress: policy}
+		}, Logger: testLogger(t), Access: datasource.Access{
+			Egress: policy,
+		}}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
 	require.Contains(t, res.Phases, importer.PhaseConvert, "the ranged route")

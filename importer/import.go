@@ -172,23 +172,10 @@ func objectEndpoint(o Options) (string, error) {
 // sourceConfig is the part of the options that configures a source.
 func sourceConfig(o Options) (datasource.Config, error) {
 	c := datasource.Config{
-		Username:        o.Username,
-		Password:        o.Password,
-		Headers:         o.Headers,
-		CertDir:         o.CertDir,
-		InsecureTLS:     o.InsecureTLS,
-		StallTimeout:    o.StallTimeout,
-		Retries:         retryLimit(o.Retries),
-		NoConnectRetry:  o.NoConnectRetry,
-		Connections:     o.Connections,
-		Egress:          o.Egress,
-		RetryBackoff:    o.RetryBackoff,
-		RetryMaxElapsed: o.RetryMaxElapsed,
-		Logger:          o.logger(),
-		Arch:            o.Arch,
-		AuthFile:        o.AuthFile,
-		RegistriesConf:  o.RegistriesConf,
-		TempDir:         o.ScratchDir,
+		Access:  o.Access,
+		Retries: retryLimit(o.Retries),
+		Logger:  o.logger(),
+		TempDir: o.ScratchDir,
 	}
 	if o.Egress != nil && o.Transport != nil {
 		return c, fmt.Errorf("an egress policy cannot be applied to a caller's Transport (dial with Egress.DialContext in it instead): %w", errdefs.ErrInvalidOptions)

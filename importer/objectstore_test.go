@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/objtest"
 	"github.com/diskimport/engine/internal/testimg"
@@ -125,7 +126,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 		p := objtest.StartProxy(t, st.host, &objtest.Proxy{DropAfter: 1 << 40, OnConn: func(int) { conns.Add(1) }})
 		o := importer.Options{
 			Source: st.endpoint(p.Addr, "images/big.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
-			Logger: testLogger(t), Connections: 4, Checksums: []string{"sha256:" + fileSHA256(t, big)},
+			Logger: testLogger(t), Access: datasource.Access{
+				Connections: 4,
+			}, Checksums: []string{"sha256:" + fileSHA256(t, big)},
 		}
 		st.opts(&o)
 		_, err := importer.Import(context.Background(), o)
@@ -152,7 +155,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			Source: st.endpoint(st.host, "images/absent.img"), Target: filepath.Join(t.TempDir(), "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t), RetryBackoff: time.Second,
+			}, Logger: testLogger(t), Access: datasource.Access{
+				RetryBackoff: time.Second,
+			},
 		}
 		st.opts(&o)
 		start := time.Now()
@@ -168,7 +173,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 				Source: st.endpoint(p.Addr, "images/"+c.object), Target: filepath.Join(t.TempDir(), "disk.img"),
 				TargetOptions: importer.TargetOptions{
 					ScratchDir: t.TempDir(),
-				}, Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
+				}, Logger: testLogger(t), Access: datasource.Access{
+					RetryBackoff: 10 * time.Millisecond,
+				},
 				Checksums: []string{"sha256:" + fileSHA256(t, files[c.object])},
 			}
 			st.opts(&o)
@@ -190,7 +197,9 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			Source: st.endpoint(p.Addr, "images/replaced.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t), RetryBackoff: 10 * time.Millisecond,
+			}, Logger: testLogger(t), Access: datasource.Access{
+				RetryBackoff: 10 * time.Millisecond,
+			},
 		}
 		st.opts(&o)
 		_, err = importer.Import(context.Background(), o)
@@ -222,7 +231,11 @@ func TestS3ImportWrongCredentials(t *testing.T) {
 	start := time.Now()
 	_, err := importer.Import(context.Background(), importer.Options{
 		Source: "s3+" + s.URL + "/bucket/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"),
-		Username: s.Access, Password: "not-the-secret", Logger: testLogger(t), RetryBackoff: time.Second,
+		Access: datasource.Access{
+			Username:     s.Access,
+			Password:     "not-the-secret",
+			RetryBackoff: time.Second,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "wrong credentials")
@@ -230,7 +243,10 @@ func TestS3ImportWrongCredentials(t *testing.T) {
 	assert.Less(t, time.Since(start), 5*time.Second, "wrong credentials are not retried")
 	_, err = importer.Import(context.Background(), importer.Options{
 		Source: "s3+" + s.URL + "/nobucket/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"),
-		Username: s.Access, Password: s.Secret, Logger: testLogger(t),
+		Access: datasource.Access{
+			Username: s.Access,
+			Password: s.Secret,
+		}, Logger: testLogger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "the bucket does not exist")
@@ -257,7 +273,10 @@ func TestObjectStoreEndpointOptions(t *testing.T) {
 	s.Put(t, "bucket", "disk.img", disk)
 	target := filepath.Join(t.TempDir(), "s3.img")
 	_, err := importer.Import(context.Background(), importer.Options{Source: "s3://bucket/disk.img", S3Endpoint: s.URL, S3Region: "us-east-1",
-		Username: s.Access, Password: s.Secret, Target: target, Logger: testLogger(t)})
+		Access: datasource.Access{
+			Username: s.Access,
+			Password: s.Secret,
+		}, Target: target, Logger: testLogger(t)})
 	require.NoError(t, err)
 	got, err := os.ReadFile(target)
 	require.NoError(t, err)

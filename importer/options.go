@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/engine"
@@ -65,60 +64,28 @@ type Options struct {
 	// be the base of a delta pass: the last pass's Result.ContentDigest.
 	DeltaBase string
 
-	// HTTP options.
-	Username, Password string
-	Headers            []string // "Name: value" lines
-	CertDir            string   // every *.crt / *.pem in it is trusted
-	InsecureTLS        bool
-	StallTimeout       time.Duration // no bytes for this long fails the transfer; default 5 minutes
+	// Access is how the source is reached: credentials, headers, TLS
+	// trust, the egress policy (nil: none, the command line's default;
+	// CDI's env mode denies link-local networks and the metadata service),
+	// stalls, retry pacing, parallel connections and a registry image's
+	// platform and files. The source receives it whole.
+	datasource.Access
 	// Retries bounds the re-sent requests after a dropped connection, a
 	// stall, a 5xx or a 429: nil means 10, a pointer to 0 none (Retries:
 	// new(0)), a pointer to n at most n. The transfer resumes with a Range
-	// request, or starts over when the object changed. RetryBackoff is the
-	// first delay (0: 1 s, doubling up to 30 s, jittered); RetryMaxElapsed
-	// bounds one streak of failures (0: 5 minutes).
-	Retries         *int
-	RetryBackoff    time.Duration
-	RetryMaxElapsed time.Duration
-	// Connections is how many connections an HTTP(S), S3 or GCS object
-	// is read over at once, in chunks of 4 MiB delivered in order, when
-	// its size is known and its server serves byte ranges (else one): 0
-	// means datasource.DefaultConnections (8), 1 a single GET. Every
-	// connection goes through the same transport, credential rules and
-	// egress policy, and is pinned to the object first seen; the chunk
-	// buffers hold at most Connections × 4 MiB.
-	Connections int
-	// NoConnectRetry fails at once when the first HTTP request cannot
-	// reach the server at all (connection refused, DNS, TLS): nothing was
-	// received, so there is nothing to resume. Retries still apply to a
-	// transfer that started and broke. The importer command line sets it;
-	// CDI's env mode does not (a pod may start before its server).
-	NoConnectRetry bool
+	// request, or starts over when the object changed; Access's
+	// RetryBackoff and RetryMaxElapsed pace them.
+	Retries *int
 	// Transport, when set, carries the HTTP requests in place of the one
 	// built from CertDir, InsecureTLS and the proxy environment, which it
-	// must then apply itself (a custom dialer, a proxy, instrumentation).
-	// It must not ask for compressed transfer. TLSConfig, when set and
-	// Transport is not, is the TLS configuration of the transport built for
-	// the import (its RootCAs replace CertDir's pool). Registry sources use
-	// neither: containers/image builds its own client.
+	// must then apply itself (a custom dialer, a proxy, instrumentation);
+	// it cannot be combined with Egress. It must not ask for compressed
+	// transfer. TLSConfig, when set and Transport is not, is the TLS
+	// configuration of the transport built for the import (its RootCAs
+	// replace CertDir's pool). Registry sources use neither:
+	// containers/image builds its own client.
 	Transport http.RoundTripper
 	TLSConfig *tls.Config
-	// Egress, when set, is the policy of networks every connection of a
-	// network source (HTTP(S), S3, GCS, registries) is checked against, on
-	// the address actually connected to, for the first request and every
-	// redirect; a refusal fails the import with an *EgressError (matching
-	// ErrEgressDenied and ErrSourceRefused) and is not retried. Nil: no
-	// policy (the command line's default; CDI's env mode denies link-local
-	// networks and the metadata service). It cannot be combined with
-	// Transport, which would have to apply it itself.
-	Egress *EgressPolicy
-
-	// Registry options (docker://, oci-archive:, oci: sources); Username,
-	// Password, CertDir and InsecureTLS (which also allows plain http)
-	// apply too.
-	Arch           string // platform picked from an image index; default this machine's
-	AuthFile       string // auth.json / docker config.json; "" = containers/image's default places
-	RegistriesConf string // registries.conf to use; "" = the system's
 
 	// Progress, when set, is called about once a second from a goroutine of
 	// its own, and once more when the import ends.

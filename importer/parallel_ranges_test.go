@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/farmirror"
 	"github.com/diskimport/engine/internal/testimg"
@@ -72,7 +73,9 @@ func TestParallelRangesImportByteForByte(t *testing.T) {
 					Source: s.URL + "/disk." + name, Target: filepath.Join(t.TempDir(), "disk.img"),
 					TargetOptions: importer.TargetOptions{
 						ScratchDir: t.TempDir(),
-					}, Logger: testLogger(t), Connections: conns,
+					}, Logger: testLogger(t), Access: datasource.Access{
+						Connections: conns,
+					},
 				}
 				res, err := importer.Import(context.Background(), o)
 				require.NoError(t, err)
@@ -121,7 +124,10 @@ func TestParallelRangesObjectReplacedMidImport(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			o := importer.Options{
 				Source: s.URL + "/disk.raw", Target: filepath.Join(t.TempDir(), "disk.img"),
-				Logger: testLogger(t), Connections: 4, RetryBackoff: time.Millisecond,
+				Logger: testLogger(t), Access: datasource.Access{
+					Connections:  4,
+					RetryBackoff: time.Millisecond,
+				},
 			}
 			res, err := importer.Import(context.Background(), o)
 			require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -90,7 +91,9 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 				}, Logger: testLogger(t),
 				// The counts below are the route's requests: a stream on
 				// one GET (parallel ranges have tests of their own).
-				Connections: 1,
+				Access: datasource.Access{
+					Connections: 1,
+				},
 			}
 			res, err := importer.Import(context.Background(), o)
 			require.NoError(t, err)
@@ -129,7 +132,9 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 				ScratchDir:   t.TempDir(),
 				NoRangedRead: true,
 			}, Logger: testLogger(t),
-			Connections: 1, // and one GET: no range request at all
+			Access: datasource.Access{
+				Connections: 1,
+			}, // and one GET: no range request at all
 		}
 		before := rc.ranges.Load()
 		res, err := importer.Import(context.Background(), o)
@@ -218,7 +223,12 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 			ScratchDir:     t.TempDir(),
 			NoStreamDecode: true,
 		}, Logger: testLogger(t),
-		Username: "bob", Password: "hunter2", Headers: []string{"X-Tenant: blue"}, CertDir: certDir,
+		Access: datasource.Access{
+			Username: "bob",
+			Password: "hunter2",
+			Headers:  []string{"X-Tenant: blue"},
+			CertDir:  certDir,
+		},
 		// the ranged route's reads are the ones under test
 	}
 	res, err := importer.Import(context.Background(), o)

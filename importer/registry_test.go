@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
@@ -37,8 +38,12 @@ func diskLayer(t *testing.T, comp, name, path string) v1.Layer {
 // regOpts are hermetic registry options: no host registries.conf or auth.
 func regOpts(t *testing.T, source, target string) importer.Options {
 	conf, auth := regtest.Hermetic(t)
-	return importer.Options{Source: source, Target: target, RegistriesConf: conf, AuthFile: auth,
-		InsecureTLS: true, TargetOptions: importer.TargetOptions{
+	return importer.Options{Source: source, Target: target, Access: datasource.Access{
+		RegistriesConf: conf,
+		AuthFile:       auth,
+		InsecureTLS:    true,
+	},
+		TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
 		}, Logger: testLogger(t)}
 }

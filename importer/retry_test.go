@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
@@ -114,7 +115,7 @@ func TestImportResumesAfterServerDies(t *testing.T) {
 			s := &dyingServer{data: data, etag: `"a1"`, drops: 3, cut: len(data) / 5}
 			// One connection: this is the single stream's resume (parallel
 			// ranges resume per chunk: TestParallelRangesImportByteForByte).
-			res, err := retryImport(t, serveDying(t, s), importer.Options{Connections: 1, Checksums: []string{testimg.FileDigest(t, p)}})
+			res, err := retryImport(t, serveDying(t, s), importer.Options{Access: datasource.Access{Connections: 1}, Checksums: []string{testimg.FileDigest(t, p)}})
 			require.NoError(t, err)
 			assert.True(t, res.Complete)
 			assert.Equal(t, 3, res.Retries)

@@ -71,7 +71,9 @@ func TestRetriesZeroMeansNone(t *testing.T) {
 		hits.Store(0)
 		_, err := importer.Import(context.Background(), importer.Options{
 			Source: srv.URL + "/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t),
-			Retries: c.retries, RetryBackoff: time.Millisecond,
+			Retries: c.retries, Access: datasource.Access{
+				RetryBackoff: time.Millisecond,
+			},
 		})
 		require.ErrorIs(t, err, importer.ErrSourceRefused)
 		assert.Equal(t, c.want, hits.Load())
@@ -91,14 +93,18 @@ func TestEgressWithCallerTLSConfigAndTransport(t *testing.T) {
 	target := filepath.Join(t.TempDir(), "disk.img")
 
 	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testLogger(t),
-		TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, Egress: policy})
+		TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, Access: datasource.Access{
+			Egress: policy,
+		}})
 	require.ErrorIs(t, err, importer.ErrEgressDenied)
 	var ee *importer.EgressError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, "127.0.0.1", ee.Addr)
 
 	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testLogger(t),
-		Transport: srv.Client().Transport, Egress: policy})
+		Transport: srv.Client().Transport, Access: datasource.Access{
+			Egress: policy,
+		}})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "egress policy cannot be applied to a caller's Transport")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 )
@@ -205,20 +206,22 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 			ExpectContentDigest:   f.expectContent,
 			ZeroTarget:            f.zeroTarget,
 		},
-		Checksums:       f.checksums,
-		CertDir:         f.certDir,
-		InsecureTLS:     f.insecureTLS,
-		Headers:         f.headers,
-		StallTimeout:    f.stallTimeout,
-		Retries:         &f.retries,
-		NoConnectRetry:  true,
-		Connections:     f.connections,
-		RetryMaxElapsed: f.retryMaxElapsed,
-		Delta:           f.delta,
-		DeltaBase:       f.deltaBase,
-		Arch:            f.arch,
-		AuthFile:        f.authFile,
-		RegistriesConf:  f.registriesConf,
+		Checksums: f.checksums,
+		Access: datasource.Access{
+			CertDir:         f.certDir,
+			InsecureTLS:     f.insecureTLS,
+			Headers:         f.headers,
+			StallTimeout:    f.stallTimeout,
+			NoConnectRetry:  true,
+			Connections:     f.connections,
+			RetryMaxElapsed: f.retryMaxElapsed,
+			Arch:            f.arch,
+			AuthFile:        f.authFile,
+			RegistriesConf:  f.registriesConf,
+		},
+		Retries:   &f.retries,
+		Delta:     f.delta,
+		DeltaBase: f.deltaBase,
 	}
 	if source == "-" {
 		o.SourceReader = stdin

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 )
@@ -57,8 +58,14 @@ digest as contentDigest and checks it with --expect-content-digest.`,
 				fmt.Fprintln(stdout, d)
 				return nil
 			}
-			o := importer.Options{CertDir: f.certDir, InsecureTLS: f.insecureTLS, Arch: f.arch,
-				AuthFile: f.authFile, RegistriesConf: f.registriesConf, Logger: log}
+			o := importer.Options{Access: datasource.Access{
+				CertDir:        f.certDir,
+				InsecureTLS:    f.insecureTLS,
+				Arch:           f.arch,
+				AuthFile:       f.authFile,
+				RegistriesConf: f.registriesConf,
+			},
+				Logger: log}
 			var err error
 			if o.Username, o.Password, err = f.credentials(); err != nil {
 				*code = cdi.ExitUsage

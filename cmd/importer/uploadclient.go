@@ -290,7 +290,7 @@ func uploadURL(target string, async, form bool) (*url.URL, error) {
 // CA and the client certificate. No timeout: a synchronous upload is
 // answered only once the import is complete.
 func uploadHTTPClient(f uploadClientFlags) (*http.Client, error) {
-	tr, err := datasource.NewTransport(datasource.Config{InsecureTLS: f.insecureTLS})
+	tr, err := datasource.NewTransport(datasource.Config{Access: datasource.Access{InsecureTLS: f.insecureTLS}})
 	if err != nil {
 		return nil, err
 	}

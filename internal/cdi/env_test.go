@@ -72,10 +72,16 @@ func TestReadEnvHTTP(t *testing.T) {
 			ExpectContentDigest: "blk-sha256:11",
 			MaxSpill:            2 << 30,
 		}, // no volume mounted at p.Scratch
-		Username: "user", Password: "secret", CertDir: "/certs", InsecureTLS: true,
+		Access: datasource.Access{
+			Username:    "user",
+			Password:    "secret",
+			CertDir:     "/certs",
+			InsecureTLS: true,
+			Headers:     []string{"A: 1", "B: 2"},
+			Egress:      &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()},
+			Connections: 3,
+		},
 		Checksums: []string{"sha256:00"},
-		Headers:   []string{"A: 1", "B: 2"},
-		Egress:    &importer.EgressPolicy{Deny: datasource.DefaultEgressDeny()}, Connections: 3,
 	}, req.Import)
 }
 
