@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/diskimport/engine/datasource"
 )
 
 // sampleValue is a valid, non-zero value for a field of the options: the
@@ -47,41 +45,43 @@ func sampleValue(t *testing.T, f reflect.StructField) reflect.Value {
 	return reflect.Value{}
 }
 
-// TestEveryTargetOptionReachesTheEngine sets each field of TargetOptions
-// on its own and finds it set in the engine's request: a field the facade
-// dropped would leave the request's copy zero.
-func TestEveryTargetOptionReachesTheEngine(t *testing.T) {
-	fields := reflect.VisibleFields(reflect.TypeFor[TargetOptions]())
-	for _, f := range fields {
+// eachFieldAlone sets each field of the struct that field(&o) points to,
+// alone, on Options naming src, and fails when reached(o) has it zero.
+func eachFieldAlone(t *testing.T, src string, field func(*Options) any, reached func(*testing.T, Options) reflect.Value) {
+	var o0 Options
+	typ := reflect.TypeOf(field(&o0)).Elem()
+	for _, f := range reflect.VisibleFields(typ) {
 		t.Run(f.Name, func(t *testing.T) {
-			o := Options{Source: "/nonexistent/disk.img", Target: t.TempDir()}
-			reflect.ValueOf(&o.TargetOptions).Elem().FieldByIndex(f.Index).Set(sampleValue(t, f))
-			r, err := request(o)
-			if err != nil {
-				t.Fatalf("request: %v", err)
-			}
-			got := reflect.ValueOf(r.Settings).FieldByName(f.Name)
-			if !got.IsValid() || got.IsZero() {
-				t.Fatalf("Options.%s set, the engine's request has it zero", f.Name)
+			o := Options{Source: src, Target: t.TempDir()}
+			reflect.ValueOf(field(&o)).Elem().FieldByIndex(f.Index).Set(sampleValue(t, f))
+			if reached(t, o).FieldByIndex(f.Index).IsZero() {
+				t.Fatalf("Options.%s set, it did not get through", f.Name)
 			}
 		})
 	}
 }
 
+// TestEveryTargetOptionReachesTheEngine sets each field of TargetOptions
+// on its own and finds it set in the engine's request: a field the facade
+// dropped would leave the request's copy zero.
+func TestEveryTargetOptionReachesTheEngine(t *testing.T) {
+	eachFieldAlone(t, "/nonexistent/disk.img", func(o *Options) any { return &o.TargetOptions }, func(t *testing.T, o Options) reflect.Value {
+		r, err := request(o)
+		if err != nil {
+			t.Fatalf("request: %v", err)
+		}
+		return reflect.ValueOf(r.Settings)
+	})
+}
+
 // TestEveryAccessOptionReachesTheSource sets each field of datasource.Access
 // on its own and finds it in the Config the source is built with.
 func TestEveryAccessOptionReachesTheSource(t *testing.T) {
-	for _, f := range reflect.VisibleFields(reflect.TypeFor[datasource.Access]()) {
-		t.Run(f.Name, func(t *testing.T) {
-			o := Options{Source: "https://example.org/disk.img", Target: t.TempDir()}
-			reflect.ValueOf(&o.Access).Elem().FieldByIndex(f.Index).Set(sampleValue(t, f))
-			c, err := sourceConfig(o)
-			if err != nil {
-				t.Fatalf("sourceConfig: %v", err)
-			}
-			if reflect.ValueOf(c.Access).FieldByIndex(f.Index).IsZero() {
-				t.Fatalf("Options.%s set, the source's Config has it zero", f.Name)
-			}
-		})
-	}
+	eachFieldAlone(t, "https://example.org/disk.img", func(o *Options) any { return &o.Access }, func(t *testing.T, o Options) reflect.Value {
+		c, err := sourceConfig(o)
+		if err != nil {
+			t.Fatalf("sourceConfig: %v", err)
+		}
+		return reflect.ValueOf(c.Access)
+	})
 }
