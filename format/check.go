@@ -1,6 +1,10 @@
 package format
 
-import "io"
+import (
+	"fmt"
+	"io"
+	"os"
+)
 
 // CheckStructure runs the structural check of format f on an image of size
 // bytes: qemu-img reads the missing clusters of a truncated qcow2, VDI or
@@ -23,4 +27,18 @@ func CheckStructure(f Format, r io.ReaderAt, size int64) error {
 		return CheckVMDK(r, size)
 	}
 	return nil
+}
+
+// CheckStructureFile runs CheckStructure on the local file at path.
+func CheckStructureFile(f Format, path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	return CheckStructure(f, file, st.Size())
 }

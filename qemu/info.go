@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -133,4 +134,53 @@ func (c *capBuffer) Write(p []byte) (int, error) {
 		return len(p), nil // keep draining so qemu-img does not block
 	}
 	return c.Buffer.Write(p)
+}
+
+// CheckSelfContained refuses (errdefs.ErrUnsafeImage) an image for which
+// qemu-img info reports anything qemu would read besides the image itself:
+// a backing file, an external data file, an extent or a child node that
+// is another file. self lists the names qemu may give the image itself
+// (its path, or for an NBD export of the image the export's URIs).
+func (info *ImageInfo) CheckSelfContained(self ...string) error {
+	if info.BackingFilename != "" {
+		return fmt.Errorf("%w: image has a backing file %q", errdefs.ErrUnsafeImage, info.BackingFilename)
+	}
+	if info.DataFile != "" {
+		return fmt.Errorf("%w: image has an external data file %q", errdefs.ErrUnsafeImage, info.DataFile)
+	}
+	if len(info.ExtentFilenames) > 1 {
+		return fmt.Errorf("%w: qemu-img reports %d extents %q, want only the image itself", errdefs.ErrUnsafeImage, len(info.ExtentFilenames), info.ExtentFilenames)
+	}
+	for _, e := range info.ExtentFilenames {
+		if !isSelf(e, self) {
+			return fmt.Errorf("%w: image names an extent file %q", errdefs.ErrUnsafeImage, e)
+		}
+	}
+	for _, c := range info.Children {
+		// "file" is the protocol node under the format: the image itself.
+		if c.Name != "file" || (c.Filename != "" && !isSelf(c.Filename, self)) {
+			return fmt.Errorf("%w: qemu-img reports a child node %q (%q) besides the image itself", errdefs.ErrUnsafeImage, c.Name, c.Filename)
+		}
+	}
+	return nil
+}
+
+// isSelf says whether qemu's name for a file is one of the image's own
+// names; relative names are relative to the image's directory.
+func isSelf(name string, self []string) bool {
+	for _, s := range self {
+		if name == s {
+			return true
+		}
+		if filepath.IsAbs(s) {
+			p := name
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(filepath.Dir(s), p)
+			}
+			if filepath.Clean(p) == filepath.Clean(s) {
+				return true
+			}
+		}
+	}
+	return false
 }

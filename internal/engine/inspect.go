@@ -83,14 +83,14 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	}
 	in.Plan = a.decide(ctx, st, img, out)
 	if in.Plan.Route == RouteInPlace {
-		if err := checkStructureFile(img.Format, a.localPath); err != nil {
+		if err := format.CheckStructureFile(img.Format, a.localPath); err != nil {
 			return in, refusal(in, err)
 		}
 		info, err := a.qemu.Info(ctx, a.localPath, img.Format.QemuName())
 		if err != nil {
 			return in, refusal(in, errors.Join(errdefs.ErrInvalidImage, err))
 		}
-		if err := checkInfoSelfContained(info, selfNames(a.localPath, nil)...); err != nil {
+		if err := info.CheckSelfContained(selfNames(a.localPath, nil)...); err != nil {
 			return in, refusal(in, err)
 		}
 		in.VirtualSize = info.VirtualSize

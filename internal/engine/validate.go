@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
 )
 
 // validation is Validate: it checks the image qemu-img is about to read
@@ -31,7 +33,7 @@ func (v *validation) run(ctx context.Context) error {
 		}
 	}
 	if a.plan.Route != RouteRanged { // a remote image was checked, on its HTTP bytes, as its export started
-		if err := checkStructureFile(in.format, in.path); err != nil {
+		if err := format.CheckStructureFile(in.format, in.path); err != nil {
 			return err
 		}
 	}
@@ -44,7 +46,7 @@ func (v *validation) run(ctx context.Context) error {
 	}
 	// What qemu-img itself opened, on every path alike: the very source
 	// it will convert must be nothing but the image.
-	if err := checkInfoSelfContained(info, selfNames(in.path, in.export)...); err != nil {
+	if err := info.CheckSelfContained(selfNames(in.path, in.export)...); err != nil {
 		return err
 	}
 	if err := a.qemu.Check(ctx, in.path, in.format.QemuName()); err != nil {
@@ -55,4 +57,19 @@ func (v *validation) run(ctx context.Context) error {
 		return &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity}
 	}
 	return a.checkExactSize(info.VirtualSize) // clone.go
+}
+
+// selfNames lists the names qemu-img may report for the image it opened
+// as src: a local path (absolute and as given), or the URI of our NBD
+// export's socket.
+func selfNames(src string, export *rangedExport) []string {
+	if export != nil {
+		sock := export.unix.SocketPath()
+		return []string{src, "nbd+unix://?socket=" + sock, "nbd+unix:///?socket=" + sock}
+	}
+	names := []string{src}
+	if abs, err := filepath.Abs(src); err == nil {
+		names = append(names, abs)
+	}
+	return names
 }
