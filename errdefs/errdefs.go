@@ -64,6 +64,10 @@ var (
 	// (another size, unreadable, not the base digest named): the caller
 	// clones in full instead.
 	ErrNoDeltaBase = errors.New("the target is no base for a delta clone")
+	// ErrTablesTooLarge: an image's tables are larger than the caller
+	// reads up front (format.ReadQCOW2Layout's bound); nothing is wrong
+	// with the image.
+	ErrTablesTooLarge = errors.New("image tables too large to read up front")
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx

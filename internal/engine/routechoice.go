@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
@@ -33,7 +34,7 @@ import (
 // A qcow2 mostly of plain clusters is decoded onto either target: one GET
 // into the decoder beats qemu-img reading our NBD export. Onto a block
 // device that holds since the decoder's writes are gathered into 4 MiB
-// requests, four in flight (devicesink.go); before, one 64 KiB cluster
+// requests, four in flight (volume.BatchedDeviceWriter); before, one 64 KiB cluster
 // at a time through the DeviceWriter lost to qemu-img's 16 overlapping
 // 2 MiB writes (the loop row above). Re-measured after that change, same
 // disk, 4 interleaved runs, medians in seconds onto a direct-io loop
@@ -52,16 +53,21 @@ import (
 // the decoder would have to hold more than it may of clusters that come
 // before their tables (streamdecode.Options.MaxBuffered): past that it
 // spills them to scratch, or, where it cannot follow the layout, the
-// attempt aborts and starts over (restart.go), costing the bytes already
+// attempt aborts and starts over (importWithRestarts), costing the bytes already
 // read. Ranged never needs scratch nor a restart, so it is chosen up front
 // when the tables predict either.
 //
 // The facts come from the L1 and L2 tables, read over ranges before
-// choosing (readQCOW2Layout): one small request for the L1 and one per L2
+// choosing (format.ReadQCOW2Layout): one small request for the L1 and one per L2
 // table, a few in flight (5 ms for the bench image); they are 1/8192 of
 // the virtual size at 64 KiB clusters. Tables beyond maxLayoutTableBytes,
 // or that cannot be read, mean ranged (whose structural check names what
 // is wrong before qemu-img runs).
+
+// maxLayoutTableBytes bounds the tables read before the route is chosen:
+// 16 MiB of L2 tables cover 1 TiB of a fully allocated disk at 64 KiB
+// clusters.
+const maxLayoutTableBytes = 16 << 20
 
 // rangedWins: the stream must carry this many times the bytes the ranged
 // route reads before ranged is the faster route.
@@ -86,9 +92,9 @@ func (a *attempt) preferRanged(ctx context.Context, st *datasource.Transfer, img
 		return true, "opening the range reader: " + err.Error()
 	}
 	defer rr.Close()
-	lay, err := readQCOW2Layout(ctx, iostage.CountReaderAt(rr, &a.meter.rangedRead), img.Header, rr.Size())
+	lay, err := format.ReadQCOW2Layout(ctx, iostage.CountReaderAt(rr, &a.meter.rangedRead), img.Header, rr.Size(), maxLayoutTableBytes)
 	switch {
-	case errors.Is(err, errLayoutTooBig):
+	case errors.Is(err, errdefs.ErrTablesTooLarge):
 		return true, "tables too large to read up front; ranges never need a restart"
 	case err != nil:
 		// Ranged: its structural check names what is wrong before qemu-img
@@ -99,20 +105,20 @@ func (a *attempt) preferRanged(ctx context.Context, st *datasource.Transfer, img
 	if maxHeld <= 0 {
 		maxHeld = streamdecode.DefaultMaxBuffered
 	}
-	a.log.Debug("qcow2 layout", "fileSize", rr.Size(), "referenced", lay.referenced, "early", lay.early,
-		"clusters", lay.clusters, "compressed", lay.compressed, "l2Tables", lay.l2Tables)
+	a.log.Debug("qcow2 layout", "fileSize", rr.Size(), "referenced", lay.Referenced, "early", lay.Early,
+		"clusters", lay.Clusters, "compressed", lay.Compressed, "l2Tables", lay.L2Tables)
 	return rangedBetter(lay, rr.Size(), maxHeld)
 }
 
 // rangedBetter is the rule on a qcow2 of size bytes with layout lay, for a
 // decoder that may hold maxHeld bytes.
-func rangedBetter(lay qcow2Layout, size, maxHeld int64) (bool, string) {
+func rangedBetter(lay format.QCOW2Layout, size, maxHeld int64) (bool, string) {
 	switch {
-	case 2*lay.compressed >= lay.clusters && lay.compressed > 0:
+	case 2*lay.Compressed >= lay.Clusters && lay.Compressed > 0:
 		return true, "mostly compressed clusters, which qemu-img inflates faster than the stream decoder (measured)"
-	case lay.early > maxHeld:
+	case lay.Early > maxHeld:
 		return true, "data lies before the tables that map it: a stream decoder would have to hold too much of it"
-	case size > rangedWins*lay.referenced:
+	case size > rangedWins*lay.Referenced:
 		return true, "the file is mostly bytes the image does not reference; ranges read only the rest"
 	}
 	return false, ""
