@@ -339,3 +339,20 @@ func TestUploadClientLogFormatJSON(t *testing.T) {
 	assert.EqualValues(t, 1<<20, last["bytesSent"])
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
 }
+
+// `importer upload - URL` sends standard input (its length unknown: sent
+// chunked) and names it so.
+func TestUploadClientStandardInput(t *testing.T) {
+	testimg.Need(t, "xz")
+	ca := testpki.NewCA(t, t.TempDir(), "upload-ca")
+	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 3<<20, 53)
+	xz, err := os.ReadFile(testimg.Compress(t, raw, "xz"))
+	require.NoError(t, err)
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	base := mtlsUploadServer(t, ca, dest, false)
+	code, _, stderr := runCLI(t, xz, env(nil), uploadArgs(ca, ca.Client(uploaderName), "-", base)...)
+	require.Equal(t, cdi.ExitOK, code, stderr)
+	assert.Contains(t, stderr, "Upload complete: standard input to "+base+uploadserver.PathUpload)
+	assert.Contains(t, stderr, "(raw.xz)")
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
+}
