@@ -51,7 +51,7 @@ url=${url%/}
 truncate -s "$vsize" "$work/backing"
 loop=$(losetup --direct-io=on --show -f "$work/backing")
 out=$work/out.img dl=$work/dl
-declare -A fmt=([qcow2]=qcow2 [c.qcow2]=qcow2 [stream.vmdk]=vmdk [vhdx]=vhdx)
+declare -A fmt=([qcow2]=qcow2 [c.qcow2]=qcow2 [stream.vmdk]=vmdk [vhdx]=vhdx [vhd]=vpc [vdi]=vdi)
 cat "$img"/disk.* >/dev/null # the sources stand in for a network: cached
 : >"$work/times"
 for run in $(seq "$runs"); do

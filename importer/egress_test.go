@@ -49,7 +49,8 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 
 	o := importer.Options{Source: "http://" + base + "/disk.vdi", Target: filepath.Join(t.TempDir(), "disk.img"),
 		TargetOptions: importer.TargetOptions{
-			ScratchDir: t.TempDir(),
+			ScratchDir:     t.TempDir(),
+			NoStreamDecode: true, // the ranged route, not the stream decoder
 		}, Logger: testLogger(t), Access: datasource.Access{
 			Egress: policy,
 		}}

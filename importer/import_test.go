@@ -118,9 +118,9 @@ func TestImportMatrix(t *testing.T) {
 				decoded := srcName == "http" && c.name == "stream.vmdk" ||
 					srcName == "stdin" && streamable[c.name] ||
 					// A compact qcow2 over ranges, onto a file or a
-					// device, and a vhdx, are decoded as a stream
-					// (internal/engine/routechoice.go).
-					srcName == "http" && (c.name == "disk.qcow2" || c.name == "disk.vhdx")
+					// device, and a vhdx, a dynamic vhd and a vdi, are
+					// decoded as a stream (internal/engine/routechoice.go).
+					srcName == "http" && (c.name == "disk.qcow2" || c.name == "disk.vhdx" || c.name == "dynamic.vhd" || c.name == "disk.vdi")
 				assert.Equal(t, c.convert && !decoded, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
 				wantScratch := c.convert && srcName == "stdin" && !decoded
 				assert.Equal(t, wantScratch, res.ScratchUsed, "phases %v", res.Phases)

@@ -71,8 +71,10 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 		{"stream.vmdk", "stream.vmdk", "vmdk", "vmdk", []string{"subformat=streamOptimized"}, true, false, false},
 		{"disk.vhdx", "disk.vhdx", "vhdx", "vhdx", nil, false, true, false},
 		{"disk.vhdx forced ranged", "disk.vhdx", "vhdx", "vhdx", nil, false, false, true},
-		{"dynamic.vhd", "dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}, false, false, false},
-		{"disk.vdi", "disk.vdi", "vdi", "vdi", nil, false, false, false},
+		{"dynamic.vhd", "dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}, false, true, false},
+		{"dynamic.vhd forced ranged", "dynamic.vhd", "vpc", "vhd", []string{"subformat=dynamic", "force_size=on"}, false, false, true},
+		{"disk.vdi", "disk.vdi", "vdi", "vdi", nil, false, true, false},
+		{"disk.vdi forced ranged", "disk.vdi", "vdi", "vdi", nil, false, false, true},
 	}
 	for _, c := range cases {
 		testimg.Convert(t, raw, filepath.Join(www, c.file), c.qfmt, c.opts...)

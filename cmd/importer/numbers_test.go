@@ -74,7 +74,7 @@ func TestCLINumbersAreTrue(t *testing.T) {
 	}{
 		"raw over HTTP grown to 10 GiB": {src: ranged.URL + "/disk.raw", args: []string{"--size", "10Gi"}, read: size, targetDir: true},
 		"qcow2 in place":                {src: q, read: allocated(q)},
-		"vdi over HTTP ranges":          {src: ranged.URL + "/disk.vdi", read: fileSize(vdi)},
+		"vdi over HTTP, decoded":        {src: ranged.URL + "/disk.vdi", read: fileSize(vdi)},
 		"compressed qcow2 over HTTP":    {src: ranged.URL + "/compressed.qcow2", read: fileSize(cq)},
 	} {
 		t.Run(name, func(t *testing.T) {
