@@ -43,7 +43,9 @@ type attempt struct {
 // release registers what the attempt frees when it ends, success or not.
 func (a *attempt) release(f func()) { a.releases = append(a.releases, f) }
 
-// steps are the plan's phases, each a small type over what it owns.
+// steps are the plan's phases: a small type over what the phase owns, or
+// a method of the attempt for a phase that owns nothing (Resize, Commit,
+// the stream routes' transfers, whose writers end with them).
 func (a *attempt) steps(plan *Plan) map[Phase]Step {
 	a.plan = plan
 	if plan.Route == RouteArchive {
@@ -58,16 +60,16 @@ func (a *attempt) steps(plan *Plan) map[Phase]Step {
 		in.path = ""
 	}
 	a.release(func() { in.release(a.log) })
-	transfer := (&streamTransfer{a: a}).run
+	transfer := a.transferRaw
 	if plan.Route == RouteStreamDecode {
-		transfer = (&streamDecode{a: a}).run
+		transfer = a.decodeStream
 	}
 	return map[Phase]Step{
 		TransferDataFile: transfer,
 		TransferScratch:  (&scratchTransfer{a: a, out: in}).run,
 		Validate:         (&validation{a: a, in: in}).run,
 		Convert:          (&conversion{a: a, in: in}).run,
-		Resize:           (&resizing{a: a}).run,
+		Resize:           a.resize,
 		Verify:           (&verification{a: a, in: in}).run,
 		Commit:           a.commit,
 	}

@@ -10,25 +10,27 @@
 // those phases in order, logs "New phase: X" for each, emits [Event]s to
 // its observer and stops at the first error by entering [Error].
 //
-// Each phase is a small type over what it needs (attempt.go lists what they
-// share by design: the request, the target and source reader from Info, the
-// plan, the result being filled, the progress meter):
+// Each phase is a small type over what it owns, or a method of the attempt
+// when it owns nothing (the attempt type lists what they share by design:
+// the request, the target and source reader from Info, the plan, the
+// result being filled, the progress meter):
 //
-//	TransferDataFile  streamTransfer (stream.go)      raw bytes onto the target
+//	TransferDataFile  attempt.transferRaw (stream.go) raw bytes onto the target
+//	                  attempt.decodeStream            the stream decoder's guest writes onto the target
 //	TransferScratch   scratchTransfer (scratch.go)    the image to a scratch file, handed to imageInput
 //	TransferDataDir   archiveExtraction (archive.go)  a tar into a staging directory it owns
 //	Validate          validation (validate.go)        structure, self-containment, sizes; starts the ranged export
-//	Convert           conversion (convert.go)         qemu-img onto the target (a device through targetexport.go)
-//	Resize            resizing (resize.go)            a file to its requested size
+//	Convert           conversion (convert.go)         qemu-img onto the target (a device through targetExport)
+//	Resize            attempt.resize (resize.go)      a file to its requested size
 //	Verify            verification (verify.go)        source and target read back and compared
 //	Commit            attempt.commit / archiveExtraction.commit: fsync and rename
 //
 // imageInput (input.go) is what qemu-img reads on a converting route; it
-// owns the scratch copy and the ranged NBD export (ranged.go) once they are
+// owns the scratch copy and the ranged NBD export (rangedExport) once they are
 // handed to it. [CreateBlank] (blank.go) runs through the same machine with
 // a plan of its own.
 //
-// To add a phase: a type with run(ctx) error over what it owns, a Phase
-// constant, its place in PhasesFor for the routes that take it, and its
+// To add a phase: a type with run(ctx) error over what it owns (or an
+// attempt method, if it owns nothing), a Phase constant, its place in PhasesFor for the routes that take it, and its
 // entry in attempt.steps.
 package engine

@@ -7,14 +7,12 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// resizing is Resize: it grows a file target to the requested size less the
-// filesystem overhead (never shrinking it) and applies preallocation to
-// streamed files. Block devices keep their size. The result's TargetSize
-// is the size reached; VirtualSize stays the image's.
-type resizing struct{ a *attempt }
-
-func (r *resizing) run(ctx context.Context) error {
-	a := r.a
+// resize is Resize, which owns nothing of its own: it grows a file target
+// to the requested size less the filesystem overhead (never shrinking it)
+// and applies preallocation to streamed files. Block devices keep their
+// size. The result's TargetSize is the size reached; VirtualSize stays the
+// image's.
+func (a *attempt) resize(ctx context.Context) error {
 	if a.target.Kind() == volume.Block {
 		a.result.TargetSize = a.target.Capacity()
 		if a.req.Preallocation {

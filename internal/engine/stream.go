@@ -14,12 +14,9 @@ import (
 // fixedVHDFooterSize is the footer a fixed VHD carries after its raw data.
 const fixedVHDFooterSize = 512
 
-// streamTransfer is TransferDataFile: raw data straight onto the target in
-// one pass.
-type streamTransfer struct{ a *attempt }
-
-func (s *streamTransfer) run(ctx context.Context) error {
-	a := s.a
+// transferRaw is TransferDataFile on RouteStream, which owns nothing of
+// its own: raw data straight onto the target in one pass.
+func (a *attempt) transferRaw(ctx context.Context) error {
 	n, err := a.copyRaw(ctx, a.target)
 	if err != nil {
 		return err

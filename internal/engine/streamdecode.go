@@ -52,7 +52,7 @@ func (a *attempt) spillDir() string {
 	return ""
 }
 
-// streamDecode is TransferDataFile on RouteStreamDecode: the image stream
+// decodeStream is TransferDataFile on RouteStreamDecode: the image stream
 // (after the checksum tee, so the digest is computed in the same pass) is
 // decoded by internal/streamdecode into guest writes at random offsets on
 // the target. A block device is written through a volume.DeviceWriter,
@@ -61,11 +61,9 @@ func (a *attempt) spillDir() string {
 // The decoder applies format.CheckQCOW2/CheckVMDK's structural checks as
 // the bytes pass (every reference inside the image, no backing or data
 // file, the sizes); Info already checked the header and the virtual size
-// against the target.
-type streamDecode struct{ a *attempt }
-
-func (s *streamDecode) run(ctx context.Context) error {
-	a := s.a
+// against the target. What it opens (the device writer and its batching,
+// the file) it closes before it returns.
+func (a *attempt) decodeStream(ctx context.Context) error {
 	var (
 		sink   streamdecode.Sink
 		dev    *volume.DeviceWriter
