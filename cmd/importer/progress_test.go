@@ -2,13 +2,25 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // The bar takes updates from the engine's goroutine while log lines are
@@ -46,4 +58,172 @@ func TestEstimateAndAverage(t *testing.T) {
 	assert.Equal(t, 0*time.Second, estimate(100, time.Minute))
 	assert.Equal(t, 2.0, averageRate(10, 5*time.Second))
 	assert.Equal(t, 0.0, averageRate(10, 0))
+}
+
+// Off a terminal, a slow import prints a progress line every few seconds
+// between no other lines, and one final line with human sizes and the
+// average speed; the engine's phase lines need -v.
+func TestCLIProgressLinesOffTerminal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 7 s")
+	}
+	data := bytes.Repeat([]byte("dsk\x00"), 7<<20/4) // 7 MiB at 1 MiB/s, binary (a text body is refused)
+	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	code, _, stderr := runCLI(t, nil, env(nil), srv.URL+"/disk.img", dest)
+	require.Equal(t, cdi.ExitOK, code)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	require.GreaterOrEqual(t, len(lines), 2, stderr)
+	progress := lines[:len(lines)-1]
+	last := -1.0
+	re := regexp.MustCompile(`msg=Progress phase=TransferDataFile percent=([0-9.]+) `)
+	for _, l := range progress {
+		if strings.Contains(l, "level=WARN") { // the test server's text/plain
+			continue
+		}
+		m := re.FindStringSubmatch(l)
+		require.NotNil(t, m, "only progress lines before the final one: %q", l)
+		pct, err := strconv.ParseFloat(m[1], 64)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, pct, last, "percent never goes back")
+		assert.Less(t, pct, 100.0, "100 only once durable")
+		last = pct
+	}
+	assert.Regexp(t, `^Import complete: .*disk\.img, 7\.0 MiB \(raw, 7\.0 MiB read, 7\.0 MiB written\) in [0-9.]+ s, [0-9.]+ (KiB|MiB)/s read, [0-9.]+ (KiB|MiB)/s written$`, lines[len(lines)-1])
+}
+
+// tmuxPane runs a command in a detached tmux session on a private server
+// and reads what its pane shows.
+type tmuxPane struct {
+	t      *testing.T
+	socket string
+}
+
+func startTmux(t *testing.T, command string) *tmuxPane {
+	t.Helper()
+	p := &tmuxPane{t: t, socket: fmt.Sprintf("importer-test-%d", time.Now().UnixNano())}
+	p.tmux("new-session", "-d", "-x", "150", "-y", "40", command)
+	t.Cleanup(func() { exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
+	return p
+}
+
+func (p *tmuxPane) tmux(args ...string) string {
+	p.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-L", p.socket}, args...)...).CombinedOutput()
+	require.NoError(p.t, err, string(out))
+	return string(out)
+}
+
+func (p *tmuxPane) capture() string { return p.tmux("capture-pane", "-p", "-J") } // -J: wrapped lines joined
+
+// waitFor polls the pane until it contains s.
+func (p *tmuxPane) waitFor(s string, within time.Duration) string {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		screen := p.capture()
+		if strings.Contains(screen, s) || time.Now().After(deadline) {
+			return screen
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// On a real terminal the bar shows the phase, percent, bytes of the total,
+// an average rate and an ETA; -v's log lines are printed above it, never
+// on its line; at the end the bar is at 100% and the final line follows.
+func TestTerminalProgressBar(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, "tmux")
+	dir := t.TempDir()
+	bin := buildImporter(t, dir)
+	data := bytes.Repeat([]byte("dsk\x00"), 6<<20/4) // 6 MiB at 1 MiB/s, binary (a text body is refused)
+	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
+	dest := filepath.Join(dir, "disk.img")
+	pane := startTmux(t, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
+
+	bar := regexp.MustCompile(`TransferDataFile +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
+	var mid string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if mid = pane.capture(); bar.MatchString(mid) && strings.Contains(mid, "ETA") {
+			break
+		}
+	}
+	t.Logf("during the transfer:\n%s", mid)
+	assert.Regexp(t, bar, mid)
+	for _, l := range strings.Split(mid, "\n") {
+		if strings.Contains(l, "msg=") {
+			assert.NotContains(t, l, "%", "a log line overwrote the bar: %q", l)
+		}
+	}
+	assert.Contains(t, mid, `msg="New phase: TransferDataFile"`, "-v's log lines are shown")
+
+	end := pane.waitFor("EXIT=", 20*time.Second)
+	t.Logf("at the end:\n%s", end)
+	assert.Contains(t, end, "EXIT=0")
+	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
+	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read, 6\.0 MiB written\) in [0-9.]+ s, [0-9.]+ [KM]iB/s read, [0-9.]+ [KM]iB/s written`, end)
+	assert.NotContains(t, end, "\r")
+}
+
+// A stream of unknown length (no Content-Length) shows a spinner, the bytes
+// read and the rate while it is read, not a bar and a percentage standing
+// at 0.0 % until it ends.
+func TestTerminalProgressUnknownLength(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, "tmux")
+	dir := t.TempDir()
+	bin := buildImporter(t, dir)
+	data := bytes.Repeat([]byte("dsk\x00"), 5<<20/4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for off := 0; off < len(data); off += 64 << 10 {
+			if _, err := w.Write(data[off : off+64<<10]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush() // chunked: no length announced
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(62 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	dest := filepath.Join(dir, "disk.img")
+	pane := startTmux(t, fmt.Sprintf("%s %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
+
+	line := regexp.MustCompile(`TransferDataFile +\S.* ([0-9.]+) ([KM]iB) +[0-9.]+ [KM]iB/s\s*$`)
+	var mid string
+	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		mid = pane.capture()
+		if m := lastMatch(line, mid); m != nil && m[2] == "MiB" {
+			break
+		}
+	}
+	t.Logf("during the transfer:\n%s", mid)
+	require.NotNil(t, lastMatch(line, mid), "bytes and rate shown")
+	assert.NotContains(t, mid, "%", "a percentage is shown for a stream of unknown length")
+	assert.NotContains(t, mid, "[", "a bar is shown for a stream of unknown length")
+
+	end := pane.waitFor("EXIT=", 20*time.Second)
+	t.Logf("at the end:\n%s", end)
+	assert.Contains(t, end, "EXIT=0")
+	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
+	sum := sha256.Sum256(data)
+	assert.Equal(t, hex.EncodeToString(sum[:]), testimg.Digest(t, dest, -1))
+}
+
+// lastMatch is re's submatches in the last line of screen that matches.
+func lastMatch(re *regexp.Regexp, screen string) []string {
+	var m []string
+	for _, l := range strings.Split(screen, "\n") {
+		if s := re.FindStringSubmatch(l); s != nil {
+			m = s
+		}
+	}
+	return m
 }

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,6 +17,55 @@ import (
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 )
+
+// `importer man DIR` (make man) writes a page per command from the cobra
+// commands.
+func TestManPages(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "man1")
+	code, _, _ := runCLI(t, nil, env(nil), "man", dir)
+	require.Equal(t, cdi.ExitOK, code)
+	for _, page := range []string{"importer.1", "importer-inspect.1", "importer-blank.1", "importer-version.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		require.NoError(t, err, page)
+		assert.True(t, strings.HasPrefix(string(b), ".nh\n.TH \"IMPORTER\" \"1\""), page)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "importer.1"))
+	assert.Contains(t, string(b), `\fB--cache-mode\fP`)
+}
+
+// Shell completion offers the values of the flags that take a few words.
+func TestCompletionOffersFlagValues(t *testing.T) {
+	for flag, want := range map[string][]string{
+		"--format":       {"raw", "qcow2"},
+		"--cache-mode":   {"none", "writeback", "trynone"},
+		"--content-type": {"kubevirt", "archive", "as-is"},
+		"--log-format":   {"text", "json"},
+	} {
+		code, stdout, _ := runCLI(t, nil, env(nil), "__complete", flag, "")
+		require.Equal(t, cdi.ExitOK, code)
+		assert.Equal(t, append(want, ":4"), strings.Split(strings.TrimSpace(stdout), "\n"), flag)
+	}
+	_, stdout, _ := runCLI(t, nil, env(nil), "__complete", "inspect", "--format", "")
+	assert.Contains(t, stdout, "qcow2")
+	_, stdout, _ = runCLI(t, nil, env(nil), "completion", "bash")
+	assert.Contains(t, stdout, "bash completion")
+}
+
+func TestVersionFlagAndCommand(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), args, strings.NewReader(""), &stdout, &stderr, os.Getenv)
+		if code != 0 {
+			t.Fatalf("importer %s: exit %d: %s", args[0], code, stderr.String())
+		}
+		out := stdout.String()
+		for _, want := range []string{"importer ", "\ncommit   ", "\ngo       " + runtime.Version() + "\n", "\nqemu-img "} {
+			if !strings.Contains(out, want) {
+				t.Errorf("importer %s printed\n%s\nwant %q", args[0], out, want)
+			}
+		}
+	}
+}
 
 // `importer inspct x` is a misspelled subcommand, not an import of the file
 // "inspct"; a file of that name is still imported.
