@@ -2,19 +2,23 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"syscall"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )
 
 // conversion is Convert: qemu-img writes the target from in. A block
-// device is written through our own NBD export of it (targetexport.go),
+// device is written through our own NBD export of it (targetExport),
 // which this phase owns: it keeps the image's first MiB in memory until
 // qemu-img succeeded and the rest is synced, so qemu-img never opens the
 // device and a kill at any moment leaves no bootable-looking disk.
@@ -143,4 +147,99 @@ func allocatedSize(path string) int64 {
 		}
 	}
 	return size
+}
+
+// targetExport serves a block target to qemu-img as a writable NBD export
+// on a Unix socket in a private directory, so qemu-img never opens the
+// device itself: every write goes through a volume.DeviceWriter, which
+// keeps the image's first MiB in our memory until the conversion
+// succeeded and the rest is on disk. Killing qemu-img, or us (qemu-img
+// then dies by Pdeathsig), at any moment leaves no bootable-looking device.
+type targetExport struct {
+	unix   *nbdserver.UnixExport
+	writer *volume.DeviceWriter
+	hash   *nbdserver.HashingExport // the content digest of what qemu-img writes
+}
+
+// exportMaxRequest bounds one request: qemu-img convert writes 2 MiB at a
+// time, and this keeps the payload buffers of all requests in flight
+// (nbdserver.DefaultMaxInFlight of them) at 64 MiB even for a client that
+// sends the most it may.
+const exportMaxRequest = 4 << 20
+
+// startTargetExport opens a DeviceWriter on tgt and starts serving it.
+// With preallocate, zeros qemu-img writes as data keep their blocks
+// allocated.
+func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool, log *slog.Logger) (*targetExport, error) {
+	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{KeepAllocated: preallocate})
+	if err != nil {
+		return nil, err
+	}
+	hashed := nbdserver.NewHashingExport(w)
+	srv, err := nbdserver.NewWritable(hashed, w.Size(), log)
+	if err != nil {
+		return nil, err
+	}
+	// Requests aligned to the device's blocks take the direct path; qemu
+	// aligns them when told the minimum.
+	srv.MinBlock = uint32(w.BlockSize())
+	srv.MaxRequest = exportMaxRequest
+	u, err := nbdserver.ServeUnix(ctx, "importer-target-*", "target.sock", "writing the target", func(context.Context) (*nbdserver.Server, error) {
+		return srv, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &targetExport{unix: u, writer: w, hash: hashed}, nil
+}
+
+// spec is the qemu-img destination: raw data on the NBD export.
+func (e *targetExport) spec() string {
+	b, _ := json.Marshal(map[string]any{"driver": "raw", "file": e.unix.QemuNode()})
+	return "json:" + string(b)
+}
+
+// cause prefers the export's own write error (ENOSPC, an I/O error of the
+// device, a cancel) over qemu-img's bare errno message. Safe on nil.
+func (e *targetExport) cause(err error) error {
+	if e == nil {
+		return err
+	}
+	return e.unix.Cause(err)
+}
+
+// stop ends the server, waits for requests in flight and removes the
+// socket directory. Safe to call more than once and on nil.
+func (e *targetExport) stop(log *slog.Logger) {
+	if e == nil {
+		return
+	}
+	e.unix.Stop(log, nil)
+}
+
+// convertedContentDigest records the content digest of what qemu-img
+// wrote: from the export's hashes on a block target, read back from a raw
+// file target (its holes skipped: only the data qemu-img wrote is read;
+// the 2 GiB bench disk as a sparse vmdk onto a file, 820 MB of data, cost
+// 0.45 s of user and 0.6 s of system CPU more). A qcow2 file target gets
+// none. A digest that cannot be had fails the import only when one was
+// expected.
+func (a *attempt) convertedContentDigest(ctx context.Context, dev *targetExport) error {
+	var (
+		d   blkhash.Digest
+		err error
+	)
+	switch {
+	case dev != nil:
+		d, err = dev.hash.Sum(a.result.VirtualSize)
+	case a.plan.OutputFormat == "raw":
+		var f *os.File
+		if f, err = os.Open(a.target.WritePath()); err == nil {
+			d, err = blkhash.SumFile(ctx, f, a.result.VirtualSize, 0)
+			f.Close()
+		}
+	default:
+		err = fmt.Errorf("a %s target has no content digest: %w", a.plan.OutputFormat, errdefs.ErrInvalidOptions)
+	}
+	return a.takeContentDigest(d, err)
 }
