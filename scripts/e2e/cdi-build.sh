@@ -1,12 +1,13 @@
 #!/bin/bash
-# Builds CDI's controller (cmd/cdi-controller) from CDI's public source at
+# Builds CDI's controller and upload proxy (cmd/cdi-controller,
+# cmd/cdi-uploadproxy) from CDI's public source at
 # one release, outside this repository, with the modules of its go.sum from the Go module proxy (Go 1.26 refuses
 # v1.66.0's vendor/modules.txt: "kubevirt.io/containerized-data-importer-api:
 # is replaced in go.mod, but not marked as replaced in vendor/modules.txt"), and
 # extracts its CRDs. E2E_CDI_GIT is a git directory or URL of
 # github.com/kubevirt/containerized-data-importer (the Go module proxy does
 # not serve it).
-# Output: bin/e2e/cdi-controller, bin/e2e/cdi-crds/.
+# Output: bin/e2e/cdi-controller, cdi-uploadproxy, e2e-upload-token, cdi-crds/.
 # `cdi-build.sh importer OUT` builds CDI's importer (cmd/cdi-importer) to OUT
 # instead, for make bench: its VDDK source needs libnbd's cgo bindings, which
 # the Go module proxy refuses (403), so a build overlay swaps that one file
@@ -38,7 +39,24 @@ if [ "${1:-}" = importer ]; then
 	exit 0
 fi
 mkdir -p "$E2E_BIN"
-CGO_ENABLED=0 nice -n 19 go build -mod=mod -trimpath -ldflags "-s -w" -o "$E2E_BIN/cdi-controller" ./cmd/cdi-controller
+# Two constants changed by a build overlay, as both run on the host's
+# network namespace, not each in its pod: the controller's metrics server
+# is off (BindAddress "0"; its fixed :8443 is also the importer's default
+# metrics port, which tests on a shared host bind), and the upload proxy
+# listens on E2E_UPLOADPROXY_PORT instead of its fixed 8443.
+ov=$(mktemp -d)
+trap 'rm -rf "$ov"' EXIT
+replace() { # file sed-expression: one changed copy of a CDI file in the overlay
+	local out; out="$ov/$(basename "$1")"
+	sed "$2" "$1" > "$out"
+	! cmp -s "$1" "$out" || { echo "cdi-build.sh: $2 changed nothing in $1" >&2; exit 1; }
+	printf '"%s":"%s",' "$SRC/$1" "$out" >> "$ov/replace"
+}
+replace cmd/cdi-controller/controller.go 's/^\(\s*BindAddress: *\)":8443",$/\1"0",/'
+replace cmd/cdi-uploadproxy/uploadproxy.go "s/^\(\s*defaultPort = \)8443$/\1$E2E_UPLOADPROXY_PORT/"
+printf '{"Replace":{%s}}' "$(sed 's/,$//' "$ov/replace")" > "$ov/overlay.json"
+CGO_ENABLED=0 nice -n 19 go build -mod=mod -overlay "$ov/overlay.json" -trimpath -ldflags "-s -w" -o "$E2E_BIN/cdi-controller" ./cmd/cdi-controller
+CGO_ENABLED=0 nice -n 19 go build -mod=mod -overlay "$ov/overlay.json" -trimpath -ldflags "-s -w" -o "$E2E_BIN/cdi-uploadproxy" ./cmd/cdi-uploadproxy
 # CDI keeps its CRDs as YAML strings in Go (pkg/operator/resources); a
 # three-line program in CDI's tree (outside this repository) writes them out.
 mkdir -p "$SRC/cmd/e2e-write-crds" "$E2E_BIN/cdi-crds"
@@ -61,4 +79,43 @@ func main() {
 }
 GO
 CGO_ENABLED=0 nice -n 19 go run -mod=mod ./cmd/e2e-write-crds "$E2E_BIN/cdi-crds"
-echo "build: cdi-controller $CDI_VERSION $(($(date +%s) - t0)) s"
+# An upload token as cdi-apiserver's UploadTokenRequest issues it (CDI's
+# pkg/token, issuer cdi-apiserver, 5 minutes), signed with a key of the
+# e2e's own: cdi-uploadproxy checks it with APISERVER_PUBLIC_KEY.
+mkdir -p "$SRC/cmd/e2e-upload-token"
+cat > "$SRC/cmd/e2e-upload-token/main.go" <<'GO'
+package main
+
+import (
+	"crypto/rsa"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/keyutil"
+
+	"kubevirt.io/containerized-data-importer/pkg/common"
+	"kubevirt.io/containerized-data-importer/pkg/token"
+)
+
+// usage: e2e-upload-token KEY.pem NAMESPACE PVC
+func main() {
+	key, err := keyutil.PrivateKeyFromFile(os.Args[1])
+	if err != nil {
+		panic(err)
+	}
+	tok, err := token.NewGenerator(common.UploadTokenIssuer, key.(*rsa.PrivateKey), 5*time.Minute).Generate(&token.Payload{
+		Operation: token.OperationUpload,
+		Name:      os.Args[3],
+		Namespace: os.Args[2],
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(tok)
+}
+GO
+CGO_ENABLED=0 nice -n 19 go build -mod=mod -trimpath -ldflags "-s -w" -o "$E2E_BIN/e2e-upload-token" ./cmd/e2e-upload-token
+echo "build: cdi-controller, cdi-uploadproxy $CDI_VERSION $(($(date +%s) - t0)) s"

@@ -14,8 +14,8 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 NS=e2e-cdi
 W=$(mktemp -d)
-CDI_PID= REG_PID=
-cleanup() { kill $SERVE_PID $CDI_PID $REG_PID 2>/dev/null; rm -rf "$W" "$E2E_REGISTRY_HOSTS/${REG_HOST:-none}"; }
+CDI_PID= REG_PID= PROXY_PID=
+cleanup() { kill $SERVE_PID $CDI_PID $REG_PID $PROXY_PID 2>/dev/null; rm -rf "$W" "$E2E_REGISTRY_HOSTS/${REG_HOST:-none}"; }
 trap cleanup EXIT
 [ -x "$E2E_BIN/cdi-controller" ] || { echo "cdi: $E2E_BIN/cdi-controller missing; run scripts/e2e/cdi-build.sh" >&2; exit 1; }
 MB=${E2E_DISK_MB:-64}
@@ -49,7 +49,7 @@ TOML
 
 # --- CDI's controller, outside the cluster, as cdi-deployment would run it
 C=$E2E_STATE/cdi
-if [ ! -f "$C/server-signer.crt" ]; then
+if [ ! -f "$C/proxy.crt" ]; then
 	mkdir -p "$C"
 	for s in server-signer client-signer; do
 		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=cdi-uploadserver-$s" \
@@ -57,6 +57,11 @@ if [ ! -f "$C/server-signer.crt" ]; then
 	done
 	openssl req -newkey rsa:2048 -nodes -subj /CN=client.upload-server.cdi.kubevirt.io -keyout "$C/client.key" -out "$C/client.csr" 2>/dev/null
 	openssl x509 -req -in "$C/client.csr" -CA "$C/client-signer.crt" -CAkey "$C/client-signer.key" -CAcreateserial -days 1 -out "$C/client.crt" 2>/dev/null
+	# The upload proxy's own: the key upload tokens are signed with (cdi-apiserver's) and its serving certificate.
+	openssl genrsa -out "$C/token-signer.key" 2048 2>/dev/null
+	openssl rsa -in "$C/token-signer.key" -pubout -out "$C/token-signer.pub" 2>/dev/null
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=cdi-uploadproxy \
+		-addext "subjectAltName=DNS:cdi-uploadproxy,DNS:cdi-uploadproxy.cdi.svc" -keyout "$C/proxy.key" -out "$C/proxy.crt" 2>/dev/null
 fi
 # The clone controller's token keys are at a fixed path; down.sh removes it.
 [ -f /var/run/cdi/token/keys/id_rsa ] || {
@@ -240,6 +245,34 @@ if want upload; then
 	watch_dv upload 300
 	check "CDI DataVolume upload" "HTTP $code $(head -c 200 "$W/curl.err") to https://$H:8443 (pod ${IP:-none}) with the client signer's certificate; phase $PHASE" \
 		eval 'succeeded && [ "$code" = 200 ] && disk_ok upload'
+fi
+
+# Upload through CDI's upload proxy: cdi-uploadproxy (built from CDI's source) on the host, its
+# resolver the cluster's DNS (a private mount namespace with its own resolv.conf, as its pod would
+# have), the token as cdi-apiserver issues it; the proxy checks the token, waits for the upload pod
+# and forwards to https://cdi-upload-<pvc>.<ns>.svc:8443 with the client signer's certificate.
+if want upload-proxy; then
+	printf 'nameserver %s\nsearch cluster.local\noptions ndots:5\n' "$E2E_GATEWAY" > "$C/resolv.conf"
+	# It binds 0.0.0.0:$E2E_UPLOADPROXY_PORT (cdi-build.sh); its namespace is "cdi" outside a pod.
+	unshare -m sh -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"' "$C/resolv.conf" \
+		env APISERVER_PUBLIC_KEY="$(cat "$C/token-signer.pub")" SERVER_CERT_FILE="$C/proxy.crt" SERVER_KEY_FILE="$C/proxy.key" \
+		UPLOAD_CLIENT_CERT_FILE="$C/client.crt" UPLOAD_CLIENT_KEY_FILE="$C/client.key" \
+		"$E2E_BIN/cdi-uploadproxy" -kubeconfig "$KUBECONFIG" -v=3 >"$E2E_STATE/log/cdi-uploadproxy.log" 2>&1 &
+	PROXY_PID=$!
+	echo "cdi-uploadproxy $PROXY_PID" >> "$E2E_RUN/pids"
+	P="--cacert $C/proxy.crt --resolve cdi-uploadproxy:$E2E_UPLOADPROXY_PORT:$E2E_GATEWAY https://cdi-uploadproxy:$E2E_UPLOADPROXY_PORT"
+	dv upload-proxy e2e-local "{upload: {}}"
+	for ((i = 0; i < 240; i++)); do
+		[ "$(kubectl -n $NS get dv upload-proxy -o jsonpath='{.status.phase}')" = UploadReady ] && break; sleep 0.5
+	done
+	for ((i = 0; i < 100; i++)); do curl -fs -o /dev/null $P/healthz && break; sleep 0.3; done
+	TOKEN=$("$E2E_BIN/e2e-upload-token" "$C/token-signer.key" $NS upload-proxy)
+	code=$(curl -sS -o "$W/upload-proxy.out" -w '%{http_code}' -H "Authorization: Bearer $TOKEN" \
+		-T "$W/disk.qcow2.xz" $P/v1beta1/upload 2>"$W/curl.err")
+	watch_dv upload-proxy 300
+	check "CDI DataVolume upload through cdi-uploadproxy" "HTTP $code $(head -c 200 "$W/curl.err") $(grep -o '"message":"[^"]*"' "$W/upload-proxy.out") from https://cdi-uploadproxy:$E2E_UPLOADPROXY_PORT ($E2E_GATEWAY) with an upload token; phase $PHASE; $(grep -o 'Received valid token[^"]*' "$E2E_STATE/log/cdi-uploadproxy.log" | head -1)" \
+		eval 'succeeded && [ "$code" = 200 ] && disk_ok upload-proxy'
+	kill $PROXY_PID 2>/dev/null
 fi
 
 # Host-assisted clone: the HTTP DataVolume's PVC to the other storage class.

@@ -33,7 +33,7 @@ if [ -S "$E2E_CONTAINERD_SOCK" ]; then
 	sleep 1
 	for t in $(ctr tasks ls -q 2>/dev/null); do ctr tasks delete -f "$t" >/dev/null 2>&1; done
 fi
-stop clusterdns; stop cdi-controller
+stop clusterdns; stop cdi-controller; stop cdi-uploadproxy
 stop kube-apiserver; stop etcd
 stop containerd
 # Shims outlive containerd by design; ours are the ones serving our state dir.

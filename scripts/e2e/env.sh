@@ -16,6 +16,8 @@ E2E_APISERVER=https://127.0.0.1:6443
 # containerd's registry hosts (hosts.toml per registry, read at each pull):
 # the test registry on the gateway is plain HTTP.
 E2E_REGISTRY_HOSTS=$E2E_STATE/registry-hosts
+# CDI's upload proxy on the host (cdi-build.sh builds this port in).
+E2E_UPLOADPROXY_PORT=${E2E_UPLOADPROXY_PORT:-18443}
 E2E_CONTAINERD_SOCK=$E2E_RUN/containerd/containerd.sock
 E2E_IMAGE=localhost/diskimport/importer:latest
 # containerd 1.6's default sandbox image; our own pause program runs under its name.
