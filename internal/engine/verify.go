@@ -2,20 +2,15 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -67,7 +62,7 @@ func (v *verification) digests(ctx context.Context, n int64) error {
 		d, err := v.sourceDigest(ctx, n)
 		srcC <- sum{d, err}
 	}()
-	tgtDigest, terr := readBackDigest(ctx, a.target.WritePath(), n)
+	tgtDigest, terr := volume.ReadBackSHA256(ctx, a.target.WritePath(), n)
 	s := <-srcC
 	if s.err != nil {
 		return fmt.Errorf("verify: re-reading source %s: %w", a.req.Source, s.err)
@@ -96,36 +91,7 @@ func (v *verification) sourceDigest(ctx context.Context, n int64) (string, error
 		return "", err
 	}
 	defer img.Close()
-	return hashPrefix(img, n)
-}
-
-// readBackDigest hashes the first n bytes of path after flushing it and
-// dropping its cached pages, so the bytes come from the device or disk and
-// not from the page cache the copy filled.
-func readBackDigest(ctx context.Context, path string, n int64) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := unix.Fsync(int(f.Fd())); err != nil {
-		return "", fmt.Errorf("fsync %s: %w", path, err)
-	}
-	// Advisory: a kernel that keeps the pages only makes the check weaker.
-	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-	return hashPrefix(ctxio.NewReader(ctx, "", f), n)
-}
-
-func hashPrefix(r io.Reader, n int64) (string, error) {
-	h := sha256.New()
-	got, err := io.CopyBuffer(h, io.LimitReader(r, n), make([]byte, 1<<20))
-	if err != nil {
-		return "", err
-	}
-	if got != n {
-		return "", fmt.Errorf("only %d of %d bytes could be read: %w", got, n, errdefs.ErrTargetTooSmall)
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return iostage.SHA256Prefix(img, n)
 }
 
 // verifyCompare runs qemu-img compare between the source image (the local
@@ -152,7 +118,7 @@ func (v *verification) compare(ctx context.Context, n int64) error {
 		return err
 	}
 	if a.plan.OutputFormat == "raw" {
-		d, err := readBackDigest(ctx, a.target.WritePath(), n)
+		d, err := volume.ReadBackSHA256(ctx, a.target.WritePath(), n)
 		if err != nil {
 			return fmt.Errorf("verify: re-reading target %s: %w", a.target.Path(), err)
 		}

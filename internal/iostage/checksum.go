@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"io"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
@@ -100,4 +101,19 @@ func (v *Verifier) Verify() ([]Checksum, error) {
 		}
 	}
 	return v.want, nil
+}
+
+// SHA256Prefix is the SHA-256 ("sha256:hex") of the first n bytes of r;
+// fewer than n bytes is an errdefs.ErrTargetTooSmall (the side read back
+// is shorter than what was copied).
+func SHA256Prefix(r io.Reader, n int64) (string, error) {
+	h := sha256.New()
+	got, err := io.CopyBuffer(h, io.LimitReader(r, n), make([]byte, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if got != n {
+		return "", fmt.Errorf("only %d of %d bytes could be read: %w", got, n, errdefs.ErrTargetTooSmall)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
