@@ -21,10 +21,7 @@ import (
 // and convert fills the missing part with zeros.
 func TestFactTruncatedQcow2(t *testing.T) {
 	requireTools(t)
-	dir := t.TempDir()
-	raw, data := makeRaw(t, dir)
-	q := filepath.Join(dir, "cut.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, q)
+	dir, _, q, data := makeQCOW2(t, "cut.qcow2")
 	st, err := os.Stat(q)
 	require.NoError(t, err)
 	require.NoError(t, os.Truncate(q, st.Size()/2))

@@ -35,6 +35,17 @@ func requireLandlock(t *testing.T) {
 
 const rawSize = 4 << 20
 
+// makeQCOW2 writes makeRaw's disk in a new directory and converts it with
+// qemu-img to the qcow2 name there.
+func makeQCOW2(t *testing.T, name string) (dir, raw, qcow2 string, data []byte) {
+	t.Helper()
+	dir = t.TempDir()
+	raw, data = makeRaw(t, dir)
+	qcow2 = filepath.Join(dir, name)
+	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, qcow2)
+	return dir, raw, qcow2, data
+}
+
 // makeRaw writes a 4 MiB raw disk of varied, known content: random blocks,
 // text, a zero hole (sparse) and random bytes at the very end. It returns
 // the path and the content.

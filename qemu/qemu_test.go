@@ -126,10 +126,7 @@ func attachLoop(t *testing.T, size int64) string {
 
 func TestConvertToBlockDevice(t *testing.T) {
 	requireTools(t)
-	dir := t.TempDir()
-	raw, data := makeRaw(t, dir)
-	q := filepath.Join(dir, "x.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, q)
+	_, _, q, data := makeQCOW2(t, "x.qcow2")
 	r := &Runner{}
 	ctx := context.Background()
 
@@ -233,10 +230,7 @@ func TestErrorsCarrySubcommandAndStderr(t *testing.T) {
 
 func TestAddressSpaceLimitKills(t *testing.T) {
 	requireTools(t)
-	dir := t.TempDir()
-	raw, _ := makeRaw(t, dir)
-	q := filepath.Join(dir, "x.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, q)
+	dir, _, q, _ := makeQCOW2(t, "x.qcow2")
 	r := &Runner{Limits: Limits{AddressSpace: 16 << 20}}
 	_, err := r.Info(context.Background(), q, "qcow2")
 	require.Error(t, err)
@@ -328,10 +322,7 @@ func corruptL1(t *testing.T, path string) {
 
 func TestCheckReportsCorruption(t *testing.T) {
 	requireTools(t)
-	dir := t.TempDir()
-	raw, _ := makeRaw(t, dir)
-	q := filepath.Join(dir, "x.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, q)
+	_, _, q, _ := makeQCOW2(t, "x.qcow2")
 	r := &Runner{}
 	require.NoError(t, r.Check(context.Background(), q, "qcow2"))
 	corruptL1(t, q)
@@ -344,10 +335,7 @@ func TestCheckReportsCorruption(t *testing.T) {
 
 func TestCheckAcceptsLeaks(t *testing.T) {
 	requireTools(t)
-	dir := t.TempDir()
-	raw, _ := makeRaw(t, dir)
-	q := filepath.Join(dir, "x.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, q)
+	_, _, q, _ := makeQCOW2(t, "x.qcow2")
 	// Zeroing the first L1 entry drops the reference to its L2 table and
 	// data clusters: they stay allocated in the refcounts, i.e. leaked.
 	f, err := os.OpenFile(q, os.O_RDWR, 0)

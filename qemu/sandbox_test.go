@@ -271,10 +271,7 @@ func serveNBD(t *testing.T, data []byte) string {
 func TestSandboxedOperationsWork(t *testing.T) {
 	requireTools(t)
 	requireLandlock(t)
-	dir := t.TempDir()
-	raw, data := makeRaw(t, dir)
-	q := filepath.Join(dir, "x.qcow2")
-	qemuImg(t, "convert", "-q", "-f", "raw", "-O", "qcow2", raw, q)
+	_, raw, q, data := makeQCOW2(t, "x.qcow2")
 	r := &Runner{}
 	ctx := context.Background()
 
