@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,26 +17,6 @@ import (
 	"github.com/diskimport/engine/internal/regtest"
 	"github.com/diskimport/engine/internal/testimg"
 )
-
-// rawContentDigest is the content digest of a raw file, by our SumFile and,
-// when blksum (0.10.1, built from nirs/blkhash) is on PATH, checked
-// against it.
-func rawContentDigest(t *testing.T, raw string) string {
-	t.Helper()
-	f, err := os.Open(raw)
-	require.NoError(t, err)
-	defer f.Close()
-	st, err := f.Stat()
-	require.NoError(t, err)
-	d, err := blkhash.SumFile(context.Background(), f, st.Size(), 0)
-	require.NoError(t, err)
-	if blksum, err := exec.LookPath("blksum"); err == nil {
-		out, err := exec.Command(blksum, raw).Output()
-		require.NoError(t, err)
-		require.Equal(t, strings.Fields(string(out))[0], d.Hex(), "blksum %s", raw)
-	}
-	return d.String()
-}
 
 // containers makes one disk in every container the engine reads, each
 // with qemu-img, and returns name → path.
@@ -67,7 +46,7 @@ func containers(t *testing.T, dir, raw string) map[string]string {
 func TestContentDigestIsTheSameForOneDiskInEveryContainerAndRoute(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 77)
-	want := rawContentDigest(t, raw)
+	want := testimg.ContentDigest(t, raw)
 	base := testimg.Serve(t, dir)
 	for name, path := range containers(t, dir, raw) {
 		for _, via := range []string{"file", "http"} {
@@ -91,7 +70,7 @@ func TestContentDigestIsTheSameForOneDiskInEveryContainerAndRoute(t *testing.T) 
 func TestContentDigestOfAnImportOntoALoopDevice(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 78)
-	want := rawContentDigest(t, raw)
+	want := testimg.ContentDigest(t, raw)
 	dev := testimg.LoopDevice(t, dir, imageSize)
 	c := containers(t, dir, raw)
 	for _, name := range []string{"raw", "qcow2", "qcow2.xz", "vhdx.gz"} {
@@ -127,7 +106,7 @@ func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
 				}, Logger: testLogger(t)})
 			require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
 			assert.False(t, res.Complete)
-			assert.Equal(t, rawContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
+			assert.Equal(t, testimg.ContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
 			if !tg.Block {
 				_, statErr := os.Stat(target)
 				assert.ErrorIs(t, statErr, os.ErrNotExist, "no target file is left")
@@ -153,7 +132,7 @@ func TestExpectContentDigestIsCheckedBeforeAnything(t *testing.T) {
 func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 80)
-	want := rawContentDigest(t, raw)
+	want := testimg.ContentDigest(t, raw)
 	c := containers(t, dir, raw)
 	base := testimg.Serve(t, dir)
 	for name, path := range c {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -73,7 +72,7 @@ func TestCloneBlockToBlock(t *testing.T) {
 			sres, serr := s.wait(t)
 			require.NoError(t, serr)
 			assert.Equal(t, want, testimg.Digest(t, dst, 8*mib), "target content")
-			assert.Equal(t, contentDigest(t, img), sres.ContentDigest, "both protocols record the source's content digest")
+			assert.Equal(t, testimg.ContentDigest(t, img), sres.ContentDigest, "both protocols record the source's content digest")
 			if tc.protocol == cloner.ProtocolSnappy {
 				assert.Equal(t, cloner.ProtocolSnappy, res.Protocol)
 				return
@@ -230,25 +229,11 @@ func TestCloneChecksum(t *testing.T) {
 	}
 }
 
-// contentDigest is the content digest of a raw file (blkhash.SumFile,
-// checked against blksum in internal/blkhash).
-func contentDigest(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	st, err := f.Stat()
-	require.NoError(t, err)
-	d, err := blkhash.SumFile(context.Background(), f, st.Size(), 0)
-	require.NoError(t, err)
-	return d.String()
-}
-
 // TestCloneExpectContentDigest: an expected content digest is checked on
 // both protocols: a wrong one commits nothing, the right one passes.
 func TestCloneExpectContentDigest(t *testing.T) {
 	img := testimg.Raw(t, t.TempDir(), "source.img", 3*mib, 20)
-	want := contentDigest(t, img)
+	want := testimg.ContentDigest(t, img)
 	p := newPKI(t)
 	for _, protocol := range []string{cloner.ProtocolSparseV1, cloner.ProtocolSnappy} {
 		dst := filepath.Join(t.TempDir(), "disk.img")

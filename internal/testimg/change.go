@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +94,8 @@ func CopyOnto(t testing.TB, src, dst string) {
 }
 
 // ContentDigest is the blk-sha256 content digest of the file or device
-// at path, as importer digest --content prints it.
+// at path, as importer digest --content prints it; checked against blksum
+// (built from nirs/blkhash) when it is on PATH.
 func ContentDigest(t testing.TB, path string) string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -107,6 +110,15 @@ func ContentDigest(t testing.TB, path string) string {
 	d, err := blkhash.SumFile(context.Background(), f, size, 0)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if blksum, err := exec.LookPath("blksum"); err == nil {
+		out, err := exec.Command(blksum, path).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Fields(string(out))[0]; got != d.Hex() {
+			t.Fatalf("blksum %s: %s, SumFile %s", path, got, d.Hex())
+		}
 	}
 	return d.String()
 }
