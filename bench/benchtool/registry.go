@@ -17,9 +17,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -179,8 +181,8 @@ func buildLayer(src string, fi os.FileInfo, blobs, entry string) (layerMeta, err
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	blobHash, tarHash := sha256.New(), sha256.New()
-	cnt := &countWriter{w: io.MultiWriter(tmp, blobHash)}
-	zw, err := pgzip.NewWriterLevel(cnt, 6)
+	var blobSize atomic.Int64
+	zw, err := pgzip.NewWriterLevel(iostage.NewWriteCounter(io.MultiWriter(tmp, blobHash), &blobSize), 6)
 	if err != nil {
 		return layerMeta{}, err
 	}
@@ -206,24 +208,13 @@ func buildLayer(src string, fi os.FileInfo, blobs, entry string) (layerMeta, err
 	if err := tmp.Close(); err != nil {
 		return layerMeta{}, err
 	}
-	m := layerMeta{Digest: "sha256:" + hexSum(blobHash), DiffID: "sha256:" + hexSum(tarHash), Size: cnt.n,
+	m := layerMeta{Digest: "sha256:" + hexSum(blobHash), DiffID: "sha256:" + hexSum(tarHash), Size: blobSize.Load(),
 		SourceSize: fi.Size(), SourceMtime: fi.ModTime().UnixNano()}
 	d, _ := v1.NewHash(m.Digest)
 	return m, os.Rename(tmp.Name(), filepath.Join(blobs, d.Algorithm, d.Hex))
 }
 
 func hexSum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
 
 // fileLayer is a gzip layer whose blob is a file in the blob directory,
 // with its hashes known from the cache (ggcr's tarball layers would hash

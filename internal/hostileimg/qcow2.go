@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sync/atomic"
 
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -105,8 +107,8 @@ func (q QCOW2) WriteTo(w io.Writer) (int64, error) {
 	for c := uint64(0); c < min(next+2, qcow2Cluster/2); c++ {
 		be.PutUint16(rb[2*c:], 1)
 	}
-	cw := &countWriter{w: w}
-	err := buffered(cw, func(w *bufio.Writer) error {
+	var written atomic.Int64
+	err := buffered(iostage.NewWriteCounter(w, &written), func(w *bufio.Writer) error {
 		w.Write(h)
 		w.Write(l1)
 		if !q.L2AfterFiller {
@@ -128,16 +130,5 @@ func (q QCOW2) WriteTo(w io.Writer) (int64, error) {
 		_, err := w.Write(rb)
 		return err
 	})
-	return cw.n, err
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return written.Load(), err
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -239,7 +240,7 @@ func TestFileTargetTooSmall(t *testing.T) {
 
 	// Exactly the capacity fits; one more byte does not.
 	img := makeImage(6, 5*mib+1, 0.2)
-	src := &countingReader{r: bytes.NewReader(img)}
+	src := iostage.NewCounter(bytes.NewReader(img))
 	_, err = w.ReadFrom(src)
 	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
 	var se *errdefs.SizeError
@@ -268,17 +269,6 @@ func TestFileTargetTooSmall(t *testing.T) {
 	require.NoError(t, err)
 	defer tg3.Close()
 	writeAll(t, tg3, img[:5*mib])
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func TestOpenRejectsBadPaths(t *testing.T) {
@@ -434,10 +424,10 @@ func TestBlockTargetTooSmallLeavesFirstMiBZeroed(t *testing.T) {
 	w, err := tg.NewWriter(volume.WithContext(ctx))
 	require.NoError(t, err)
 	img := makeImage(14, 9*mib, 0.2)
-	src := &countingReader{r: bytes.NewReader(img)}
+	src := iostage.NewCounter(bytes.NewReader(img))
 	_, err = w.ReadFrom(src)
 	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
-	assert.LessOrEqual(t, src.n, int64(devSize+1), "must stop reading right past the end")
+	assert.LessOrEqual(t, src.Count(), int64(devSize+1), "must stop reading right past the end")
 	require.NoError(t, tg.Abort())
 	require.NoError(t, tg.Close())
 	got := readDev(t, dev, 0, devSize)
