@@ -1,15 +1,8 @@
 package imagetest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +12,7 @@ import (
 
 	"github.com/diskimport/engine/internal/podmantest"
 	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testpki"
 )
 
 const uploadToken = "imagetest-upload-token"
@@ -39,7 +33,7 @@ func TestUploadServer(t *testing.T) {
 	if err := os.WriteFile(token, []byte(uploadToken+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, pool := selfSignedLocalhost(t)
+	certPEM, keyPEM, pool := serverCertificate(t)
 	addr := freeLocalAddr(t)
 
 	name := img.podman.Start(podmantest.Container{
@@ -112,37 +106,11 @@ func waitHealthy(t *testing.T, p *podmantest.Podman, name string, client *http.C
 	}
 }
 
-// selfSignedLocalhost makes a certificate for 127.0.0.1 and returns it
-// and its key as PEM text, and a pool trusting it.
-func selfSignedLocalhost(t *testing.T) (certPEM, keyPEM string, pool *x509.CertPool) {
+// serverCertificate is a test CA's certificate for 127.0.0.1 and its key
+// as PEM text, and a pool trusting the CA.
+func serverCertificate(t *testing.T) (certPEM, keyPEM string, pool *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "imagetest upload server"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
-		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})), pool
+	ca := testpki.NewCA(t, t.TempDir(), "imagetest")
+	srv := ca.Server("upload")
+	return string(srv.CertPEM), string(srv.KeyPEM), ca.Pool()
 }
