@@ -29,22 +29,33 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer f.Close()
+	// The source is signed while the server signs its target, and signed
+	// again (for the pass's finality) from then on, while the server may
+	// still be signing and the runs go out.
 	type signed struct {
-		s   *delta.Signature
-		err error
+		s         *delta.Signature
+		err       error
+		unchanged func() (bool, error)
+		stop      func()
 	}
 	mine := make(chan signed, 1)
 	go func() {
 		s, err := delta.Sign(ctx, f, size)
-		mine <- signed{s, err}
+		r := signed{s: s, err: err, unchanged: func() (bool, error) { return false, err }, stop: func() {}}
+		if err == nil {
+			r.unchanged, r.stop = delta.Recheck(ctx, f, s)
+		}
+		mine <- r
 	}()
 	session := newSessionID()
 	base, sigWire, err := requestSignature(ctx, o, session, size)
 	src := <-mine
+	defer src.stop()
 	if err == nil {
 		err = delta.CheckBase(base, o.DeltaBase)
 	}
 	if errors.Is(err, errdefs.ErrNoDeltaBase) {
+		src.stop()
 		o.Logger.Info("The target is no delta base; cloning in full", "reason", err)
 		res, err := sendSparse(ctx, o)
 		if res != nil {
@@ -74,11 +85,11 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	}
 	pass.Digest = src.s.Digest.String()
 	res.Digest = pass.Digest
-	if !moved {
-		if pass.Final, err = delta.Unchanged(ctx, f, src.s); err != nil {
-			return res, err
-		}
+	same, err := src.unchanged()
+	if err != nil {
+		return res, err
 	}
+	pass.Final = same && !moved
 	return res, nil
 }
 

@@ -133,6 +133,8 @@ func Local(ctx context.Context, src, dst string, o LocalOptions) (*Pass, error) 
 	runs := Changes(srcSig, tr.s)
 	p := &Pass{Stats: Count(size, runs), BaseDigest: tr.s.Digest.String()}
 	log.Info("Delta pass", "source", src, "target", dst, "blocks", p.Blocks, "changed", p.BlocksChanged, "dataBytes", p.DataBytes, "zeroBytes", p.ZeroBytes)
+	unchanged, stop := Recheck(ctx, sf, srcSig)
+	defer stop()
 	moved, err := Send(ctx, sf, srcSig, runs, 0, t)
 	if err != nil {
 		return p, err
@@ -144,11 +146,11 @@ func Local(ctx context.Context, src, dst string, o LocalOptions) (*Pass, error) 
 		return p, err
 	}
 	p.Digest = srcSig.Digest.String()
-	if !moved {
-		if p.Final, err = Unchanged(ctx, sf, srcSig); err != nil {
-			return p, err
-		}
+	same, err := unchanged()
+	if err != nil {
+		return p, err
 	}
+	p.Final = same && !moved
 	p.Duration = time.Since(start)
 	return p, nil
 }

@@ -115,12 +115,39 @@ func Send(ctx context.Context, src *os.File, sig *Signature, runs []Run, from in
 	return moved, nil
 }
 
-// Unchanged signs src again and reports whether it still matches sig,
-// the source as sent: the pass was then of a source no one wrote to.
-func Unchanged(ctx context.Context, src *os.File, sig *Signature) (bool, error) {
-	again, err := Sign(ctx, src, sig.Size)
-	if err != nil {
-		return false, err
+// Recheck starts signing src again, in the background, and returns a
+// wait that reports whether it still matched sig as it was when Recheck
+// was called: the pass was then of a source no one wrote to. Starting it
+// once src was first signed, while the runs are sent, is enough: every
+// block is then read again after its first reading, so a match means the
+// source held still over an instant at which the target got it whole.
+// wait must be called; stop ends the signing early (a failed pass).
+func Recheck(ctx context.Context, src *os.File, sig *Signature) (wait func() (bool, error), stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	want := sig.Digest
+	type result struct {
+		s   *Signature
+		err error
 	}
-	return again.Digest == sig.Digest, nil
+	done := make(chan result, 1)
+	go func() {
+		s, err := Sign(ctx, src, sig.Size)
+		done <- result{s, err}
+	}()
+	var r *result
+	wait = func() (bool, error) {
+		if r == nil {
+			got := <-done
+			r = &got
+			cancel()
+		}
+		if r.err != nil {
+			return false, r.err
+		}
+		return r.s.Digest == want, nil
+	}
+	return wait, func() {
+		cancel()
+		_, _ = wait()
+	}
 }

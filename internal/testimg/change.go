@@ -14,7 +14,7 @@ import (
 )
 
 // KeepWriting writes 4 KiB of random bytes somewhere in the first size
-// bytes of path every millisecond, as a running VM writes its disk, until
+// bytes of path every 200 µs, as a running VM writes its disk, until
 // the returned stop is called (it waits for the writer to end).
 func KeepWriting(t testing.TB, path string, size int64) (stop func()) {
 	t.Helper()
@@ -30,7 +30,7 @@ func KeepWriting(t testing.TB, path string, size int64) (stop func()) {
 			select {
 			case <-done:
 				return
-			case <-time.After(time.Millisecond):
+			case <-time.After(200 * time.Microsecond):
 			}
 			off := int64(i*7919%uint64(size/4096)) * 4096
 			if _, err := f.WriteAt(RandomBytes(4096, 1000+i), off); err != nil {

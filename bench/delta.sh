@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# delta.sh: a delta pass against a full clone and rsync, side by side,
+# interleaved round by round, on the bench disk (bench/cache/img-SIZE/
+# disk.raw, built here as images.sh does if missing) with PCTS percent of
+# its 64 KiB chunks changed since the target's copy was made:
+#   - full:  importer clone-source (sparse-v1) → importer upload-server onto
+#            a new file, over http://127.0.0.1 (a full clone: every data block);
+#   - delta: the same with -delta onto the earlier copy (signature back,
+#            changed blocks out);
+#   - rsync: rsync --inplace --no-whole-file from the source file to an
+#            rsync daemon on 127.0.0.1 holding the earlier copy.
+# Each changed chunk gets 4 KiB of random bytes at a random place in it (a
+# guest's scattered writes). Every run's target is compared with the source
+# (cmp) after it is timed. Prints per tool and percentage the median wall
+# and CPU seconds (user+sys of both ends: the client and the upload server,
+# or the rsync client and the daemon's receiver) and the bytes on the wire (ours: the clone's request bodies and the signature; rsync: its
+# bytes sent and received), and the ratios to the full clone; no pass/fail.
+# Plain HTTP (no TLS), as rsync's daemon protocol has none.
+#
+# Environment: BENCH_SIZE (2G), BENCH_RUNS (3), BENCH_PCTS ("1 10").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+size=${BENCH_SIZE:-2G}
+runs=${BENCH_RUNS:-3}
+pcts=${BENCH_PCTS:-1 10}
+img=$root/bench/cache/img-$size
+command -v rsync >/dev/null || { echo "delta: rsync is missing (apt-get install -y rsync)" >&2; exit 1; }
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	set +e
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/benchtool" ./bench/benchtool
+go build -trimpath -o "$work/importer" ./cmd/importer
+mkdir -p "$img"
+(
+	flock 9 # the lock images.sh takes: one builder of a directory at a time
+	cd "$img"
+	[[ -s disk.raw ]] || { "$work/benchtool" gen "$size" disk.raw.tmp >layout.json && mv disk.raw.tmp disk.raw; }
+) 9>>"$img/.images.lock"
+bytes=$(stat -c %s "$img/disk.raw")
+chunks=$((bytes / 65536))
+
+# The rsync daemon serves $work/rs, where its target lives.
+mkdir -p "$work/rs"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$work/rsyncd.conf" <<EOF
+pid file = $work/rsyncd.pid
+use chroot = no
+[t]
+path = $work/rs
+read only = no
+uid = $(id -u)
+gid = $(id -g)
+EOF
+rsync --daemon --no-detach --address=127.0.0.1 --port="$port" --config="$work/rsyncd.conf" </dev/null >/dev/null 2>&1 &
+pids+=($!)
+
+# change PCT FILE: 4 KiB of random bytes at a random place in PCT % of the
+# file's 64 KiB chunks (the same chunks for the same PCT).
+change() {
+	python3 - "$1" "$2" "$chunks" <<'EOF'
+import os, random, sys
+pct, path, chunks = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+rng = random.Random(int(pct * 1000))
+fd = os.open(path, os.O_WRONLY)
+for c in rng.sample(range(chunks), int(chunks * pct / 100)):
+    os.pwrite(fd, rng.randbytes(4096), c * 65536 + rng.randrange(0, 65536 - 4096, 512))
+os.fsync(fd)
+os.close(fd)
+EOF
+}
+
+# serve TARGET: an upload server for one clone onto TARGET, on a free port
+# ($sport; $spid the process); its CPU seconds go to server.time when it
+# exits.
+serve() {
+	sport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	(
+		TIMEFORMAT='%U %S'
+		{ time "$work/importer" upload-server -q --listen "127.0.0.1:$sport" "$1" >"$work/server.out" 2>"$work/server.err"; } 2>"$work/server.time"
+	) </dev/null >/dev/null 2>&1 &
+	spid=$!
+	for _ in $(seq 100); do
+		curl -s -o /dev/null "http://127.0.0.1:$sport/healthz" && break
+		sleep 0.05
+	done
+}
+
+# timed LABEL PCT CMD...: runs CMD; wall and CPU (user+sys, its children
+# included) seconds in $wall and $cpu.
+timed() {
+	local label=$1 pct=$2; shift 2
+	local TIMEFORMAT='%R %U %S' t
+	t=$({ time "$@" >"$work/out" 2>"$work/err"; } 2>&1) || echo "delta: $label $pct% FAILED: $(tail -c 300 "$work/err")" >&2
+	t=$(tail -1 <<<"$t")
+	wall=$(awk '{print $1}' <<<"$t")
+	cpu=$(awk '{print $2 + $3}' <<<"$t")
+}
+
+# clone LABEL PCT TARGET [FLAGS]: clone-source to an upload server onto
+# TARGET; the server's CPU is added to the client's.
+clone() {
+	local label=$1 pct=$2 target=$3; shift 3
+	serve "$target"
+	timed "$label" "$pct" "$work/importer" clone-source -q -json "$@" \
+		-content-type blockdevice-clone -mount "$work/src.raw" -url "http://127.0.0.1:$sport/v1beta1/upload"
+	wait "$spid" || echo "delta: the upload server of $label failed: $(tail -c 300 "$work/server.err")" >&2
+	cpu=$(awk -v c="$cpu" '{print c + $1 + $2}' "$work/server.time")
+	wire=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["wireBytes"])' "$work/out")
+	final=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])).get("delta"); print("-" if d is None else ("final" if d["final"] else "warm"))' "$work/out")
+}
+
+# daemon_cpu: CPU seconds of the rsync daemon's reaped children (its
+# per-connection receivers).
+tck=$(getconf CLK_TCK)
+daemon_cpu() { awk -v t="$tck" '{print ($16 + $17) / t}' "/proc/${pids[0]}/stat"; }
+
+record() {
+	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$wall" "$cpu" "$3" "$4" >>"$work/runs.tsv"
+	printf 'delta: %-6s %3s%%  %6.2f s wall, %6.2f s cpu, %11d wire bytes %s\n' "$1" "$2" "$wall" "$cpu" "$3" "$4" >&2
+}
+
+same() { cmp -s "$work/src.raw" "$1" || echo "delta: $2: the target differs from the source" >&2; }
+
+: >"$work/runs.tsv"
+for pct in $pcts; do
+	cp --sparse=always "$img/disk.raw" "$work/src.raw"
+	change "$pct" "$work/src.raw"
+	for run in $(seq "$runs"); do
+		rm -f "$work/full.raw"
+		clone full "$pct" "$work/full.raw"
+		record full "$pct" "$wire" "$final"
+		same "$work/full.raw" full
+		rm -f "$work/full.raw"
+
+		cp --sparse=always "$img/disk.raw" "$work/base.raw"
+		sync -f "$work/base.raw"
+		clone delta "$pct" "$work/base.raw" -delta
+		record delta "$pct" "$wire" "$final"
+		same "$work/base.raw" delta
+		rm -f "$work/base.raw"
+
+		cp --sparse=always "$img/disk.raw" "$work/rs/base.raw"
+		sync -f "$work/rs/base.raw"
+		before=$(daemon_cpu)
+		timed rsync "$pct" rsync --inplace --no-whole-file --stats "$work/src.raw" "rsync://127.0.0.1:$port/t/base.raw"
+		sleep 0.2 # the daemon reaps its receiver
+		cpu=$(awk -v c="$cpu" -v a="$before" -v b="$(daemon_cpu)" 'BEGIN{print c + b - a}')
+		wire=$(awk '/^Total bytes sent:/{gsub(",","",$4); s=$4} /^Total bytes received:/{gsub(",","",$4); r=$4} END{print s+r}' "$work/out")
+		record rsync "$pct" "$wire" "-"
+		same "$work/rs/base.raw" rsync
+		rm -f "$work/rs/base.raw"
+	done
+done
+data=$(du -B1 "$img/disk.raw" | cut -f1)
+printf 'disk: %s bytes, %s allocated, %s chunks of 64 KiB; %s runs, medians; %s cores; load %s\n' "$bytes" "$data" "$chunks" "$runs" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'changed\ttool\twall_s\tcpu_s\twire_bytes\twire %% of disk\twall vs full\twire vs full\tpass\n'
+sort -t$'\t' -k2,2n -k1,1 -s "$work/runs.tsv" | awk -F'\t' -v bytes="$bytes" '
+	function med(a, n,  i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	function flush() { if (k) { W[cur] = med(w, k); C[cur] = med(u, k); B[cur] = med(b, k); F[cur] = f; order[++n] = cur }; k = 0 }
+	{ key = $2 "%\t" $1 }
+	key != cur { flush(); cur = key }
+	{ k++; w[k] = $3; u[k] = $4; b[k] = $5; f = $6 }
+	END { flush()
+		for (i = 1; i <= n; i++) { l = order[i]; split(l, p, "\t"); full = p[1] "\tfull"
+			printf "%s\t%.2f\t%.2f\t%d\t%.3f\t%.2fx\t%.4fx\t%s\n", l, W[l], C[l], B[l], B[l] * 100 / bytes, W[l] / W[full], B[l] / B[full], F[l] } }'
