@@ -82,8 +82,13 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 	h.suspendClone(sess, nil)
 }
 
-// signDeltaTarget opens and signs the target of d.
+// signDeltaTarget opens and signs the target of d. A server that grows
+// its file to a requested size holds no copy of the source's size: no
+// base.
 func (h *Handler) signDeltaTarget(ctx context.Context, d *deltaSession, size int64, base string) (*delta.Signature, error) {
+	if h.opts.Import.Size > 0 && !isBlockDevice(d.path) {
+		return nil, fmt.Errorf("this server grows its file to a requested size: its target is no copy of the source: %w", errdefs.ErrNoDeltaBase)
+	}
 	t, err := delta.OpenTarget(d.path, size)
 	if err != nil {
 		return nil, err

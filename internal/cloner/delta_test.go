@@ -2,6 +2,7 @@ package cloner_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -171,4 +172,25 @@ func TestDeltaPassOfASourceBeingWrittenIsWarm(t *testing.T) {
 	_, err = s.wait(t)
 	require.NoError(t, err)
 	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, -1))
+}
+
+// TestDeltaPassToAServerThatGrowsItsFileClonesInFull: a server that grows
+// its file target to a requested size holds no copy of the source's size,
+// even where a file of that size lies: the clone is a full one, grown.
+func TestDeltaPassToAServerThatGrowsItsFileClonesInFull(t *testing.T) {
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "source.img", deltaSize, 65)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	testimg.CopyOnto(t, src, dst)
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst, TargetOptions: importer.TargetOptions{Size: 2 * deltaSize}})
+	res, err := sendDelta(t, p, s.url(""), src, "")
+	require.NoError(t, err)
+	assert.Nil(t, res.Delta, "no base: a full clone")
+	_, err = s.wait(t)
+	require.NoError(t, err)
+	fi, err := os.Stat(dst)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2*deltaSize, fi.Size(), "grown as the server was asked")
+	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, deltaSize))
 }
