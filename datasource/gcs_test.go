@@ -27,6 +27,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/objtest"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 func gcsFixture(t *testing.T, data []byte) (*objtest.GCS, string) {
@@ -254,11 +255,11 @@ func TestGCSAuthorizedUser(t *testing.T) {
 // redirect's target receives nothing.
 func TestGCSTokenRequestNotRedirected(t *testing.T) {
 	var elsewhere atomic.Int64
-	other := serveOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	other := testimg.ServerOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		elsewhere.Add(1)
 		_, _ = io.WriteString(w, `{"access_token":"stolen","expires_in":3600}`)
 	}))
-	tokenSrv := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tokenSrv := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, other.URL+"/token", http.StatusTemporaryRedirect)
 	}))
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -277,7 +278,7 @@ func TestGCSTokenRequestNotRedirected(t *testing.T) {
 // answers does not outlast the import's context.
 func TestGCSTokenRequestStopsWithTheImport(t *testing.T) {
 	release := make(chan struct{})
-	tokenSrv := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tokenSrv := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-release:
 		case <-time.After(20 * time.Second):

@@ -4,9 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,21 +14,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
-
-// serveOn starts h on host (an address of the loopback network, such as
-// 127.0.0.2: another host than 127.0.0.1 to an HTTP client) at a free port.
-func serveOn(t *testing.T, host string, h http.Handler) *httptest.Server {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // received is what a server was sent: the query and headers of every
 // request.
@@ -93,7 +78,7 @@ func streamAndRange(t *testing.T, src datasource.Source, data []byte) {
 func TestHTTPRedirectSendsNoReferer(t *testing.T) {
 	data := testImage(t, 128<<10)
 	var hop, blob received
-	other := serveOn(t, "127.0.0.2", recordAndServe(&blob, data))
+	other := testimg.ServerOn(t, "127.0.0.2", recordAndServe(&blob, data))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/img", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/hop", http.StatusFound)
@@ -102,7 +87,7 @@ func TestHTTPRedirectSendsNoReferer(t *testing.T) {
 		hop.add(r)
 		http.Redirect(w, r, other.URL+"/blob", http.StatusFound)
 	})
-	front := serveOn(t, "127.0.0.1", mux)
+	front := testimg.ServerOn(t, "127.0.0.1", mux)
 	// A pre-signed URL: its query is the credential.
 	src, err := datasource.NewHTTP(front.URL+"/img?X-Amz-Signature=5ec7e7516&token=t0ken5ecre7", datasource.Config{})
 	require.NoError(t, err)
@@ -119,7 +104,7 @@ func TestGCSTokenStaysWithItsOrigin(t *testing.T) {
 	const token = "ya29.access-t0ken-5ecre7"
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
-	tokenSrv := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tokenSrv := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"access_token":"`+token+`","expires_in":3600,"token_type":"Bearer"}`)
 	}))
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", serviceAccount(t, tokenSrv.URL, key))
@@ -128,8 +113,8 @@ func TestGCSTokenStaysWithItsOrigin(t *testing.T) {
 	for _, o := range otherOrigins {
 		t.Run(o.name, func(t *testing.T) {
 			var front, blob received
-			other := serveOn(t, o.host, recordAndServe(&blob, data))
-			entry := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			other := testimg.ServerOn(t, o.host, recordAndServe(&blob, data))
+			entry := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				front.add(r)
 				if r.Header.Get("Authorization") != "Bearer "+token {
 					http.Error(w, "token required", http.StatusUnauthorized)
@@ -163,14 +148,14 @@ func TestS3RedirectToAnotherOriginIsUnsigned(t *testing.T) {
 	for _, o := range otherOrigins {
 		t.Run(o.name, func(t *testing.T) {
 			var front, blob received
-			other := serveOn(t, o.host, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			other := testimg.ServerOn(t, o.host, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/denied" {
 					http.Error(w, "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>", http.StatusForbidden)
 					return
 				}
 				recordAndServe(&blob, data)(w, r)
 			}))
-			entry := serveOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entry := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				front.add(r)
 				if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 Credential="+id+"/") {
 					http.Error(w, "signature required", http.StatusForbidden)

@@ -2,8 +2,6 @@ package importer_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -22,13 +20,6 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 )
 
-func sha256File(t *testing.T, path string) string {
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
 // A Result marshals to the command line's --json: the same names and
 // values for every field they share (durationSeconds, not nanoseconds in
 // "Duration"), plus complete and target.
@@ -38,7 +29,7 @@ func TestResultMarshalsAsTheCLIsJSON(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 9)
 	src := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
 	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: filepath.Join(dir, "disk.img"),
-		Checksums: []string{"sha256:" + sha256File(t, src)}, Logger: testLogger(t)})
+		Checksums: []string{testimg.FileDigest(t, src)}, Logger: testLogger(t)})
 	require.NoError(t, err)
 
 	b, err := json.Marshal(res)

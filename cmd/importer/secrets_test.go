@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -77,7 +76,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 
 	// The second host: the image behind a pre-signed query of its own, or
 	// a refusal.
-	blob := listenOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	blob := testimg.ServerOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("sig") != redirectSig || r.URL.Path == "/denied" {
 			http.Error(w, "signature mismatch", http.StatusForbidden)
 			return
@@ -85,7 +84,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		serveData(data)(w, r)
 	}))
 	// The first host checks everything it was given and redirects.
-	front := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	front := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, _ := r.BasicAuth()
 		q := r.URL.Query()
 		if (u != basicUser || p != basicPass) && p != urlPass || r.Header.Get("X-Auth-Token") != headerValue || q.Get("X-Amz-Signature") != amzSig {
@@ -105,7 +104,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	}))
 	// An S3 endpoint that takes the session token and redirects to the
 	// second host (the object's signed bytes elsewhere).
-	s3front := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s3front := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Amz-Security-Token") != s3Session || !strings.Contains(r.Header.Get("Authorization"), s3KeyID) {
 			http.Error(w, "<Error><Code>InvalidAccessKeyId</Code></Error>", http.StatusForbidden)
 			return
@@ -117,7 +116,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	s3.Put(t, "bucket", "disk.img", data)
 	gcs := objtest.StartGCS(t, "bucket")
 	gcs.Upload(t, "bucket", "disk.img", data)
-	tokens := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tokens := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = r.ParseForm()
 		if r.PostForm.Get("grant_type") == "refresh_token" { // the authorized user is refused
 			w.WriteHeader(http.StatusBadRequest)
@@ -135,7 +134,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	// A registry whose blobs are redirected to a pre-signed URL on a host
 	// that does not answer.
 	regProxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host})
-	redirReg := listenOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	redirReg := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/blobs/") {
 			http.Redirect(w, r, "http://"+closedPort(t)+"/blob?sig="+redirectSig, http.StatusTemporaryRedirect)
 			return
@@ -275,20 +274,6 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 			}
 		})
 	}
-}
-
-// listenOn serves h at a free port of host, an address of the loopback
-// network (127.0.0.2 is another host than 127.0.0.1).
-func listenOn(t *testing.T, host string, h http.Handler) *httptest.Server {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
 }
 
 func serveData(data []byte) http.HandlerFunc {

@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/internal/sandbox"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // hostRecipe is the recipe make image uses, with the importer replaced by
@@ -80,7 +79,7 @@ func TestImageIsReproducible(t *testing.T) {
 		if err := WriteDockerArchive(archive, img, []string{"localhost/x:v", "localhost/x:latest"}, r.Created); err != nil {
 			t.Fatal(err)
 		}
-		archives[i] = fileDigest(t, archive)
+		archives[i] = testimg.Digest(t, archive, -1)
 		t.Logf("build %d: digest %s, %d bytes compressed, archive sha256 %s", i+1, s.Digest, s.CompressedSize, archives[i])
 	}
 	if digests[0] != digests[1] {
@@ -190,18 +189,4 @@ func TestLayersAreGzipOnce(t *testing.T) {
 	if !bytes.Contains(raw, []byte("etc/hostname")) {
 		t.Error("the blob is not the tar, compressed once")
 	}
-}
-
-func fileDigest(t *testing.T, p string) string {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
 }

@@ -1,10 +1,7 @@
 package imagetest
 
 import (
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/diskimport/engine/internal/imagebuild"
 	"github.com/diskimport/engine/internal/podmantest"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // maxCompressedSize is the budget for the image (CDI's importer
@@ -140,25 +138,11 @@ func TestReproducible(t *testing.T) {
 	if again.Digest != img.summary.Digest {
 		t.Fatalf("two builds of one commit: digests %s and %s\n%s", img.summary.Digest, again.Digest, out)
 	}
-	first, rebuilt := sha256File(t, filepath.Join(img.dir, "importer-image.tar")), sha256File(t, filepath.Join(second, "importer-image.tar"))
+	first, rebuilt := testimg.Digest(t, filepath.Join(img.dir, "importer-image.tar"), -1), testimg.Digest(t, filepath.Join(second, "importer-image.tar"), -1)
 	if first != rebuilt {
 		t.Errorf("two builds of one commit: docker-archives differ (sha256 %s and %s)", first, rebuilt)
 	}
 	t.Logf("rebuilt: digest %s, docker-archive sha256 %s", again.Digest, rebuilt)
-}
-
-func sha256File(t *testing.T, p string) string {
-	t.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
 // TestCDILaunchers runs each CDI role by the program name CDI's own images

@@ -227,6 +227,23 @@ func ServeOn(t testing.TB, ip string, h http.Handler) (addr string, conns *atomi
 	return ln.Addr().String(), conns
 }
 
+// ServerOn is an httptest server of h on host (an address of the loopback
+// network such as 127.0.0.2: another host than 127.0.0.1 to an HTTP
+// client) at a port the OS picks, closed when the test ends.
+func ServerOn(t testing.TB, host string, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // AssertZeros fails unless path holds only zero bytes in [off, off+n).
 func AssertZeros(t testing.TB, path string, off, n int64) {
 	t.Helper()
