@@ -35,8 +35,8 @@ func TestHTTPConfigTransportCarriesEveryRequest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, data, got)
 	assert.EqualValues(t, 1, tr.n.Load())
-	require.NotNil(t, datasource.Ranges(st))
-	assert.False(t, datasource.Ranges(st).Plain, "a caller's transport may carry what the URL does not")
+	require.NotNil(t, st.Ranges)
+	assert.False(t, st.Ranges.Plain, "a caller's transport may carry what the URL does not")
 
 	rr := openRanged(t, src)
 	buf := make([]byte, 4096)

@@ -8,13 +8,13 @@
 // A [Source] is opened once per pass over the image: [Source.Open] returns a
 // [Transfer] whose Body yields the bytes from the start. Sources that can be
 // read again (files, HTTP objects, container images) may be opened again
-// after a failure; a one-shot stream such as standard input cannot. A
-// source may also say more about its bytes through optional interfaces: a
-// Transfer's Body may be a local file qemu-img can read in place
-// ([LocalFile], read with [LocalPath]) or an object it can serve at random
-// ([RangeReadable], read with [Ranges]; [ReadTail] reads the end of either
-// ahead of the stream), and a Source may give labels for the volume
-// ([Labeler]) or say how often it retried ([Retries]).
+// after a failure; a one-shot stream such as standard input cannot. Each
+// Transfer carries its [Capabilities], declared by the source that opened
+// it: a local file qemu-img can read in place (LocalPath), an object read at
+// random over byte ranges (Ranges; [ReadTail] reads the end of either ahead
+// of the stream), bytes gone once read (OneTime), the body of an HTTP answer
+// (HTTPAnswer). A Source may also give labels for the volume ([Labeler]) or
+// say how often it retried ([Retries]).
 //
 // The built-in sources are:
 //

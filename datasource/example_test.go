@@ -40,7 +40,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(st.Size, string(data), datasource.LocalPath(st) == p)
+	fmt.Println(st.Size, string(data), st.LocalPath == p)
 	// Output: 14 raw disk bytes true
 }
 

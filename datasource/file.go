@@ -43,20 +43,10 @@ func (s *fileSource) Open(ctx context.Context) (*Transfer, error) {
 		return nil, err
 	}
 	body := ctxio.NewReadCloser(ctx, "reading "+s.path, f, f.Close)
-	if local == "" {
-		return &Transfer{Body: body, Size: size}, nil
-	}
-	return &Transfer{Body: &localBody{ReadCloser: body, path: local}, Size: size}, nil
+	// A pipe or character device is read once; a file or device is read in
+	// place by qemu-img, or opened again.
+	return &Transfer{Body: body, Size: size, Capabilities: Capabilities{LocalPath: local, OneTime: local == ""}}, nil
 }
-
-// localBody is the body of a local regular file or block device; it
-// implements LocalFile.
-type localBody struct {
-	io.ReadCloser
-	path string
-}
-
-func (b *localBody) LocalPath() string { return b.path }
 
 // describe finds the size and, when qemu-img may read the path in place,
 // its absolute name.

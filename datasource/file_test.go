@@ -29,7 +29,7 @@ func TestFileRegular(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, sum(data), sum(got))
 		assert.Equal(t, int64(len(data)), st.Size)
-		assert.Equal(t, p, datasource.LocalPath(st))
+		assert.Equal(t, p, st.LocalPath)
 	}
 }
 
@@ -40,7 +40,7 @@ func TestFileRelativePathGivesAbsoluteLocalPath(t *testing.T) {
 	st, got, err := readAll(t, datasource.NewFile(filepath.Base(p)))
 	require.NoError(t, err)
 	assert.Equal(t, data, got)
-	assert.Equal(t, p, datasource.LocalPath(st))
+	assert.Equal(t, p, st.LocalPath)
 }
 
 func TestFileMissing(t *testing.T) {
@@ -72,7 +72,7 @@ func TestFileFIFOStreamsWithoutSize(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 	assert.Equal(t, int64(-1), st.Size)
-	assert.Empty(t, datasource.LocalPath(st))
+	assert.Empty(t, st.LocalPath)
 }
 
 func TestFileContextCancel(t *testing.T) {
@@ -97,7 +97,7 @@ func TestFileBlockDevice(t *testing.T) {
 	st, got, err := readAll(t, datasource.NewFile(dev))
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), st.Size)
-	assert.Equal(t, dev, datasource.LocalPath(st))
+	assert.Equal(t, dev, st.LocalPath)
 	assert.Equal(t, sum(data), sum(got))
 }
 
@@ -109,7 +109,7 @@ func TestReaderOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
 	assert.Equal(t, int64(-1), st.Size)
-	assert.Empty(t, datasource.LocalPath(st))
+	assert.Empty(t, st.LocalPath)
 	_, err = src.Open(context.Background())
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
@@ -142,7 +142,7 @@ func TestNewDispatch(t *testing.T) {
 		st, got, err := readAll(t, src)
 		require.NoError(t, err, ep)
 		assert.Equal(t, data, got)
-		assert.Equal(t, p, datasource.LocalPath(st))
+		assert.Equal(t, p, st.LocalPath)
 	}
 
 	for _, ep := range []string{"s3://bucket/key", "gs://b/o"} {

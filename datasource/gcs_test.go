@@ -50,7 +50,8 @@ func TestGCSReadsObject(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), st.Size)
 	assert.Equal(t, sum(data), sum(got))
-	require.NotNil(t, datasource.Ranges(st))
+	require.NotNil(t, st.Ranges)
+	assert.True(t, st.HTTPAnswer, "a GCS object is the body of an HTTP answer")
 
 	ep2, err := datasource.GCSURL("gs://images/dir/disk.img", g.URL)
 	require.NoError(t, err)
@@ -72,7 +73,7 @@ func TestGCSRangedReads(t *testing.T) {
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
 	defer st.Body.Close()
-	rr, err := datasource.Ranges(st).Open(context.Background())
+	rr, err := st.Ranges.Open(context.Background())
 	require.NoError(t, err)
 	defer rr.Close()
 	p := make([]byte, 70000)

@@ -205,12 +205,13 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 	b.size = resp.ContentLength
 	b.etag = strongETag(resp.Header.Get("ETag"))
 	b.lastMod = resp.Header.Get("Last-Modified")
-	st := &Transfer{Body: b, Size: b.size, ContentType: resp.Header.Get("Content-Type")}
+	st := &Transfer{Body: b, Size: b.size, ContentType: resp.Header.Get("Content-Type"), Capabilities: Capabilities{HTTPAnswer: true}}
 	// The object may be read in place when the server serves ranges of
 	// an object of known size.
 	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
 		b.ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
 			Size: b.size, src: s, etag: b.etag, lastMod: b.lastMod}
+		st.Ranges = b.ranged
 		// Several connections only for an object they can be pinned to:
 		// without a validator a chunk could come from another version.
 		if s.connections > 1 && b.size > s.chunk && (b.etag != "" || b.lastMod != "") {

@@ -71,7 +71,7 @@ func TestHTTPOK(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, sum(data), sum(got))
 		assert.Equal(t, int64(len(data)), st.Size)
-		assert.Empty(t, datasource.LocalPath(st))
+		assert.Empty(t, st.LocalPath)
 	}
 	h := rec.all()
 	require.Len(t, h, 2)

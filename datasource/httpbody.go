@@ -306,10 +306,6 @@ func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 
 // Close may be called from another goroutine to abort a blocked Read or a
 // retry wait.
-// Ranges implements RangeReadable: nil unless the server serves byte ranges
-// of an object of known size.
-func (b *httpBody) Ranges() *RangedURL { return b.ranged }
-
 func (b *httpBody) Close() error {
 	b.mu.Lock()
 	if b.closed {

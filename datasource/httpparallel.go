@@ -128,9 +128,6 @@ func newParallelBody(ctx context.Context, first *httpBody, s *httpSource) *paral
 	return p
 }
 
-// Ranges implements RangeReadable.
-func (p *parallelBody) Ranges() *RangedURL { return p.ranged }
-
 // start opens the range reader and starts the workers, unless Close came
 // first.
 func (p *parallelBody) start() {

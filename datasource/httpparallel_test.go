@@ -210,7 +210,7 @@ func TestParallelRangesFallBackToOneStream(t *testing.T) {
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
-	assert.NotNil(t, datasource.Ranges(st))
+	assert.NotNil(t, st.Ranges)
 	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
 	assert.Greater(t, requests.Load(), int32(1), "range requests were tried")
 }

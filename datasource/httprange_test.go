@@ -26,8 +26,8 @@ func openRanged(t *testing.T, src datasource.Source) *datasource.RangeReader {
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
 	st.Body.Close()
-	require.NotNil(t, datasource.Ranges(st), "server serves ranges but the stream is not offered as ranged")
-	rr, err := datasource.Ranges(st).Open(context.Background())
+	require.NotNil(t, st.Ranges, "server serves ranges but the stream is not offered as ranged")
+	rr, err := st.Ranges.Open(context.Background())
 	require.NoError(t, err)
 	t.Cleanup(func() { rr.Close() })
 	return rr
@@ -139,7 +139,7 @@ func TestRangeReaderNotOfferedWithoutRanges(t *testing.T) {
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
 	assert.Equal(t, sum(data), sum(got))
-	assert.Nil(t, datasource.Ranges(st))
+	assert.Nil(t, st.Ranges)
 }
 
 func TestRangeReaderAuthCAHeaders(t *testing.T) {
@@ -171,9 +171,9 @@ func TestRangeReaderAuthCAHeaders(t *testing.T) {
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
 	st.Body.Close()
-	require.NotNil(t, datasource.Ranges(st))
-	assert.False(t, datasource.Ranges(st).Plain, "credentials are needed: not plain")
-	rr, err := datasource.Ranges(st).Open(context.Background())
+	require.NotNil(t, st.Ranges)
+	assert.False(t, st.Ranges.Plain, "credentials are needed: not plain")
+	rr, err := st.Ranges.Open(context.Background())
 	require.NoError(t, err)
 	defer rr.Close()
 	buf := make([]byte, 200000)

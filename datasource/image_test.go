@@ -74,7 +74,7 @@ func TestRegistryRefusesEscapingEntryAndStreamsDisk(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Body.Close() })
 	assert.EqualValues(t, len(data), st.Size)
-	assert.Empty(t, LocalPath(st))
+	assert.Empty(t, st.LocalPath)
 	got, err := io.ReadAll(st.Body)
 	require.NoError(t, err)
 	assert.Equal(t, data, got)

@@ -38,7 +38,8 @@ func (s *readerSource) Open(ctx context.Context) (*Transfer, error) {
 		return nil, fmt.Errorf("source %s is a one-time stream and was already opened: %w", s.name, errdefs.ErrInvalidOptions)
 	}
 	return &Transfer{
-		Body: ctxio.NewReader(ctx, "reading "+s.name, s.r),
-		Size: s.size,
+		Body:         ctxio.NewReader(ctx, "reading "+s.name, s.r),
+		Size:         s.size,
+		Capabilities: Capabilities{OneTime: true},
 	}, nil
 }

@@ -51,8 +51,8 @@ func TestHTTPRedirectOtherOriginDropsExtraHeaders(t *testing.T) {
 	assert.Equal(t, sum(data), sum(got))
 
 	// And the range reads, which go straight to the redirected URL.
-	require.NotNil(t, datasource.Ranges(st), "image server serves ranges")
-	rr, err := datasource.Ranges(st).Open(t.Context())
+	require.NotNil(t, st.Ranges, "image server serves ranges")
+	rr, err := st.Ranges.Open(t.Context())
 	require.NoError(t, err)
 	t.Cleanup(func() { rr.Close() })
 	buf := make([]byte, 64<<10)

@@ -42,7 +42,8 @@ func TestS3ReadsObject(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), st.Size)
 	assert.Equal(t, sum(data), sum(got))
-	assert.NotNil(t, datasource.Ranges(st), "an S3 object is range-readable")
+	assert.NotNil(t, st.Ranges, "an S3 object is range-readable")
+	assert.True(t, st.HTTPAnswer, "an S3 object is the body of an HTTP answer")
 	assert.Equal(t, 0, datasource.Retries(src))
 
 	// Path style through --s3-endpoint's rewrite, and a region.
@@ -64,7 +65,7 @@ func TestS3RangedReads(t *testing.T) {
 	st, err := src.Open(context.Background())
 	require.NoError(t, err)
 	defer st.Body.Close()
-	rr, err := datasource.Ranges(st).Open(context.Background())
+	rr, err := st.Ranges.Open(context.Background())
 	require.NoError(t, err)
 	defer rr.Close()
 	p := make([]byte, 70000)

@@ -25,37 +25,32 @@ type Transfer struct {
 	// ContentType is the HTTP Content-Type of the answer ("" for other
 	// sources or when the server sent none).
 	ContentType string
+	// Capabilities is what else the bytes allow, declared by the source
+	// that opened them; the zero value is a forward-only stream that can be
+	// opened again.
+	Capabilities
 }
 
-// LocalFile is implemented by a Transfer's Body when its bytes are a local
-// regular file or block device that qemu-img could read in place.
-type LocalFile interface {
-	LocalPath() string // absolute
-}
-
-// RangeReadable is implemented by a Transfer's Body when its bytes are also
-// readable at random: the server advertised byte ranges for an object of
-// known size. RangedURL.Open reads it with the source's own client settings.
-type RangeReadable interface {
-	Ranges() *RangedURL
-}
-
-// LocalPath returns the local path of a transfer's bytes (see LocalFile),
-// or "".
-func LocalPath(t *Transfer) string {
-	if l, ok := t.Body.(LocalFile); ok {
-		return l.LocalPath()
-	}
-	return ""
-}
-
-// Ranges returns the range-readable object behind a transfer (see
-// RangeReadable), or nil.
-func Ranges(t *Transfer) *RangedURL {
-	if r, ok := t.Body.(RangeReadable); ok {
-		return r.Ranges()
-	}
-	return nil
+// Capabilities is what a transfer's bytes allow beyond one forward read.
+// Each source declares them in its Open; the engine chooses its route from
+// them and never from the source's name or type.
+type Capabilities struct {
+	// LocalPath is the absolute path of a local regular file or block
+	// device holding the bytes, which qemu-img can read in place ("" for
+	// anything else).
+	LocalPath string
+	// Ranges is the object read at random over byte ranges, with the
+	// source's own client settings: set when the server advertised ranges
+	// for an object of known size, else nil.
+	Ranges *RangedURL
+	// OneTime: the bytes are gone once read, so opening the source again
+	// does not read them from the start (standard input, an upload body, a
+	// pipe named by a path) and an import of them cannot be started over.
+	OneTime bool
+	// HTTPAnswer: the bytes are the body of an HTTP answer (http(s), S3,
+	// GCS), so a text body is a page the server returned; a registry
+	// layer's file or a local file is "the source".
+	HTTPAnswer bool
 }
 
 // RangedURL is an HTTP(S) object that can be read with Range requests.
@@ -71,18 +66,4 @@ type RangedURL struct {
 	src     *httpSource
 	etag    string // strong ETag of the first response, pins every read
 	lastMod string
-}
-
-// Replayable reports whether opening src again reads the same bytes from
-// the start, so an import of t may be started over: not for a one-time
-// stream (stdin, an upload body) nor for a pipe or character device read
-// through a file path, whose bytes are gone once read.
-func Replayable(src Source, t *Transfer) bool {
-	switch src.(type) {
-	case *readerSource:
-		return false
-	case *fileSource:
-		return LocalPath(t) != ""
-	}
-	return true
 }

@@ -62,11 +62,10 @@ func ContentDigest(ctx context.Context, r DigestRequest) (DigestResult, error) {
 	for _, c := range img.Compressions {
 		res.Compressions = append(res.Compressions, string(c))
 	}
-	lf, local := st.Body.(datasource.LocalFile)
 	switch {
-	case (img.Format == format.Raw || img.Format == format.ISO) && len(img.Compressions) == 0 && local:
+	case (img.Format == format.Raw || img.Format == format.ISO) && len(img.Compressions) == 0 && st.LocalPath != "":
 		res.Method = "file"
-		res.Digest, res.VirtualSize, err = digestLocalRaw(ctx, lf.LocalPath(), st.Size)
+		res.Digest, res.VirtualSize, err = digestLocalRaw(ctx, st.LocalPath, st.Size)
 	case img.Format == format.Raw || img.Format == format.ISO:
 		res.Method = "stream"
 		res.Digest, res.VirtualSize, err = digestRawStream(img)

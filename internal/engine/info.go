@@ -50,7 +50,7 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	img := a.source.image
-	a.localPath = datasource.LocalPath(st)
+	a.localPath = st.LocalPath
 	a.log.Info("Image detected", "format", img.Format, "compression", a.result.Compressions,
 		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
 
@@ -91,7 +91,7 @@ func (a *attempt) decide(ctx context.Context, st *datasource.Transfer, img *form
 		}
 		a.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", a.req.Source.String())
 		plan.Route = RouteRanged
-		a.ranged = datasource.Ranges(st)
+		a.ranged = st.Ranges
 	case a.localPath != "" && len(img.Compressions) == 0:
 		// qemu-img reads a local image in place: no copy.
 		plan.Route = RouteInPlace

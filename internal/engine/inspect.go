@@ -67,7 +67,7 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	} else if !img.Format.NeedsConversion() && len(img.Compressions) == 0 {
 		in.VirtualSize = st.Size
 	}
-	a.localPath = datasource.LocalPath(st)
+	a.localPath = st.LocalPath
 	if a.localPath != "" {
 		in.AllocatedSize = allocatedSize(a.localPath)
 	}
@@ -120,7 +120,7 @@ func (a *attempt) xzUncompressedSize(ctx context.Context, st *datasource.Transfe
 			n, err = format.XZUncompressedSize(f, st.Size)
 			f.Close()
 		}
-	} else if ranged := datasource.Ranges(st); ranged != nil {
+	} else if ranged := st.Ranges; ranged != nil {
 		var rr *datasource.RangeReader
 		if rr, err = ranged.Open(ctx); err == nil {
 			n, err = format.XZUncompressedSize(rr, rr.Size())

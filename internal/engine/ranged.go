@@ -26,7 +26,7 @@ import (
 // a streamed path instead (the stream decoder, or a scratch copy), which
 // needs no ranges.
 func (a *attempt) useRanged(ctx context.Context, st *datasource.Transfer, img *format.Image) bool {
-	ranged := datasource.Ranges(st)
+	ranged := st.Ranges
 	if ranged == nil || a.req.NoRangedRead || a.source.verifier != nil ||
 		len(img.Compressions) != 0 || !img.Format.NeedsConversion() || streamOptimized(img) {
 		return false

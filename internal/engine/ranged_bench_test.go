@@ -90,7 +90,7 @@ func convertRanged(b *testing.B, runner *qemu.Runner, url, out string, ahead boo
 		b.Fatal(err)
 	}
 	st.Body.Close()
-	r := datasource.Ranges(st)
+	r := st.Ranges
 	if r == nil {
 		b.Fatal("no ranges")
 	}

@@ -94,7 +94,7 @@ func (a *attempt) preferRanged(ctx context.Context, st *datasource.Transfer, img
 		// A streamOptimized vmdk never takes ranges (streamOptimized).
 		return true, "format not measured against the stream decoder"
 	}
-	rr, err := datasource.Ranges(st).Open(ctx)
+	rr, err := st.Ranges.Open(ctx)
 	if err != nil {
 		return true, "opening the range reader: " + err.Error()
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"strings"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
@@ -51,7 +50,7 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 			ForceRaw:    a.req.FormatIn == FormatInRaw,
 			WholeTar:    a.req.ContentType == ContentTypeArchive,
 			ContentType: st.ContentType,
-			FromServer:  st.ContentType != "" || servedOverHTTP(src.String()),
+			FromServer:  st.ContentType != "" || st.HTTPAnswer,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("reading the header of %s: %w", src, err)
@@ -63,22 +62,6 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 		a.result.Compressions = append(a.result.Compressions, string(c))
 	}
 	return st, nil
-}
-
-// isURL reports whether a source is named by a URL (its bytes come from a
-// server) rather than a local path or standard input.
-func isURL(source string) bool { return strings.Contains(source, "://") }
-
-// servedOverHTTP reports whether a source's bytes are the body of an HTTP
-// answer (http(s), S3, GCS), which a text refusal calls a page the server
-// returned; a registry layer's disk file or a local file is "the source".
-func servedOverHTTP(source string) bool {
-	scheme, _, ok := strings.Cut(source, "://")
-	if !ok {
-		return false
-	}
-	scheme, _, _ = strings.Cut(strings.ToLower(scheme), "+")
-	return scheme == "http" || scheme == "https" || scheme == "s3" || scheme == "gs"
 }
 
 // drain stops the decoders, reads whatever the source still holds (so the

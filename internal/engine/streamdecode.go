@@ -33,7 +33,7 @@ func (a *attempt) useStreamDecode(st *datasource.Transfer, img *format.Image, ou
 	if !streamdecode.Supports(img) {
 		return false
 	}
-	a.replayable = datasource.Replayable(a.req.Source, st)
+	a.replayable = !st.OneTime
 	a.log.Info("Streamed image decoded straight onto the target, no scratch copy",
 		"source", a.req.Source.String(), "format", img.Format, "compression", a.result.Compressions,
 		"checksum", a.source.verifier != nil, "snapshots", img.Header.Snapshots, "replayable", a.replayable)
