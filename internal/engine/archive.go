@@ -45,9 +45,7 @@ func (a *attempt) archiveInfo(ctx context.Context) (*Plan, error) {
 		return nil, fmt.Errorf("content type archive wants a tar stream, but %s is a %s image: %w", a.req.Source, img.Format, errdefs.ErrInvalidImage)
 	}
 	a.result.SourceFormat = "tar"
-	plan := &Plan{Route: RouteArchive, SourceFormat: img.Format, Compressions: img.Compressions}
-	plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteArchive, false)
-	return plan, nil
+	return a.choosePlan(a.gatherFacts(ctx, img)), nil
 }
 
 // archiveExtraction is TransferDataDir and, for an archive, Commit. It owns

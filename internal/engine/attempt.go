@@ -25,17 +25,12 @@ type attempt struct {
 	plan   *Plan
 	target *volume.Target // committed by Commit, else aborted
 	source *sourceReader  // source.go: the read side of the transfer
-	// localPath is the source's own file or device ("" for a stream): read
-	// in place by qemu-img, or a second time by Verify.
-	localPath string
-	// ranged is the HTTP object qemu-img reads on the ranged route.
-	ranged *datasource.RangedURL
+	// caps is what the source's bytes allow (its local path, read in
+	// place by qemu-img or a second time by Verify; the object qemu-img
+	// reads on the ranged route; whether the source can be opened again).
+	caps datasource.Capabilities
 	// targetZeroed: Info zeroed the whole block target (Request.ZeroTarget).
 	targetZeroed bool
-	// replayable: the source can be opened again for a fresh attempt
-	// (not stdin or an upload); a stream decode that cannot go on
-	// restarts on the scratch route only then.
-	replayable bool
 
 	releases []func() // run last first when the attempt ends
 }
@@ -55,7 +50,7 @@ func (a *attempt) steps(plan *Plan) map[Phase]Step {
 	}
 	// What qemu-img reads: the local image itself, or what TransferScratch
 	// or Validate put there.
-	in := &imageInput{path: a.localPath, format: plan.ConvertFormat}
+	in := &imageInput{path: a.caps.LocalPath, format: plan.ConvertFormat}
 	if plan.Route != RouteInPlace {
 		in.path = ""
 	}

@@ -39,14 +39,11 @@ func CreateBlank(ctx context.Context, o BlankRequest) (*Result, error) {
 		}
 		tgt = t
 		res.Target = tgt.Path()
-		plan := &Plan{Route: RouteBlank, OutputFormat: "raw"}
-		if o.Format == "qcow2" {
-			if tgt.Kind() == volume.Block {
-				return nil, fmt.Errorf("blank disk: target %s is a block device, which holds raw data only: %w", tgt.Path(), errdefs.ErrInvalidOptions)
-			}
-			plan.OutputFormat = "qcow2"
+		if o.Format == "qcow2" && tgt.Kind() == volume.Block {
+			return nil, fmt.Errorf("blank disk: target %s is a block device, which holds raw data only: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 		}
-		plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteBlank, false)
+		plan, why := decide(&importFacts{blank: true}, Request{Settings: Settings{Format: o.Format}})
+		log.Info("Import planned", "route", plan.Route.String(), "reason", why, "phases", plan.Phases)
 		return plan, nil
 	}
 	steps := func(*Plan) map[Phase]Step {

@@ -22,11 +22,11 @@ import (
 // checkClone runs in Info once the source is identified and before any byte
 // reaches the target.
 func (a *attempt) checkClone(ctx context.Context, img *format.Image, st *datasource.Transfer) error {
-	if a.req.Verify && a.localPath == "" {
+	if a.req.Verify && a.caps.LocalPath == "" {
 		return fmt.Errorf("verify needs a source that can be read a second time (a local file or block device), and %s is a stream: %w", a.req.Source, errdefs.ErrInvalidOptions)
 	}
-	if a.localPath != "" && a.target.Kind() == volume.Block {
-		if err := refuseSameDevice(a.localPath, a.target.Path()); err != nil {
+	if a.caps.LocalPath != "" && a.target.Kind() == volume.Block {
+		if err := refuseSameDevice(a.caps.LocalPath, a.target.Path()); err != nil {
 			return err
 		}
 	}

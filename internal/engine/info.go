@@ -37,12 +37,8 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 	}
 	a.target = tgt
 	a.result.Target = tgt.Path()
-	out := "raw"
-	if a.req.Format == "qcow2" {
-		if tgt.Kind() == volume.Block {
-			return nil, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
-		}
-		out = "qcow2"
+	if outputFormat(a.req) == "qcow2" && tgt.Kind() == volume.Block {
+		return nil, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 	}
 
 	st, err := a.openSource(ctx) // source.go
@@ -50,7 +46,6 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	img := a.source.image
-	a.localPath = st.LocalPath
 	a.log.Info("Image detected", "format", img.Format, "compression", a.result.Compressions,
 		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
 
@@ -60,57 +55,15 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 	if err := a.checkClone(ctx, img, st); err != nil { // clone.go
 		return nil, err
 	}
-
-	return a.decide(ctx, st, img, out), nil
+	return a.choosePlan(a.gatherFacts(ctx, img)), nil
 }
 
-// decide is the plan for the identified image: its route and phases.
-// Inspect decides with it too, without a target.
-func (a *attempt) decide(ctx context.Context, st *datasource.Transfer, img *format.Image, out string) *Plan {
-	plan := &Plan{
-		SourceFormat:  img.Format,
-		Compressions:  img.Compressions,
-		OutputFormat:  out,
-		ConvertFormat: img.Format,
-		Clone:         a.localPath != "",
-		TargetZeroed:  a.targetZeroed,
-	}
-	switch {
-	case !img.Format.NeedsConversion() && out == "raw":
-		plan.Route = RouteStream
-	case a.useRanged(ctx, st, img): // ranged.go
-		// Both routes need no scratch; the faster one is chosen by the
-		// format, the target and a qcow2's tables (routechoice.go).
-		if a.useStreamDecode(st, img, out) { // streamdecode.go
-			ranged, why := a.preferRanged(ctx, st, img)
-			if !ranged {
-				plan.Route = RouteStreamDecode
-				break
-			}
-			a.log.Info("Reading the image over byte ranges instead of decoding it as a stream", "url", a.req.Source.String(), "reason", why)
-		}
-		a.log.Info("The server serves byte ranges: qemu-img reads the image in place, no scratch copy", "url", a.req.Source.String())
-		plan.Route = RouteRanged
-		a.ranged = st.Ranges
-	case a.localPath != "" && len(img.Compressions) == 0:
-		// qemu-img reads a local image in place: no copy.
-		plan.Route = RouteInPlace
-	case a.useStreamDecode(st, img, out): // streamdecode.go
-		plan.Route = RouteStreamDecode
-	default:
-		plan.Route = RouteScratch
-		if !img.Format.NeedsConversion() {
-			plan.ConvertFormat = format.Raw
-		}
-	}
-	if a.req.Verify {
-		plan.Verify = VerifyCompare
-		if plan.Route == RouteStream {
-			plan.Verify = VerifyDigests
-		}
-	}
-	plan.Phases, plan.SourceDrainedAfter = PhasesFor(plan.Route, a.req.Verify)
-	a.log.Info("Import planned", "route", plan.Route.String(), "phases", plan.Phases)
+// choosePlan is decide's plan for the facts, logged in one line with the
+// reason for its route.
+func (a *attempt) choosePlan(f *importFacts) *Plan {
+	plan, why := decide(f, a.req)
+	a.log.Info("Import planned", "route", plan.Route.String(), "reason", why, "phases", plan.Phases,
+		"source", a.req.Source.String(), "checksum", f.checksummed, "replayable", !f.caps.OneTime)
 	return plan
 }
 
@@ -149,7 +102,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		}
 		return nil
 	}
-	if a.localPath != "" {
+	if a.caps.LocalPath != "" {
 		// A DMG is known only by its last sector: read it now, so a local
 		// one is refused before a byte reaches the target (a stream is
 		// refused at its end, before its held-back head is written).

@@ -67,9 +67,8 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	} else if !img.Format.NeedsConversion() && len(img.Compressions) == 0 {
 		in.VirtualSize = st.Size
 	}
-	a.localPath = st.LocalPath
-	if a.localPath != "" {
-		in.AllocatedSize = allocatedSize(a.localPath)
+	if a.caps.LocalPath != "" {
+		in.AllocatedSize = allocatedSize(a.caps.LocalPath)
 	}
 	if len(img.Compressions) > 0 && img.Compressions[0] == format.XZ {
 		in.UncompressedSize = a.xzUncompressedSize(ctx, st)
@@ -77,20 +76,16 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 			in.VirtualSize = in.UncompressedSize
 		}
 	}
-	out := "raw"
-	if r.Format == "qcow2" {
-		out = "qcow2"
-	}
-	in.Plan = a.decide(ctx, st, img, out)
+	in.Plan = a.choosePlan(a.gatherFacts(ctx, img))
 	if in.Plan.Route == RouteInPlace {
-		if err := format.CheckStructureFile(img.Format, a.localPath); err != nil {
+		if err := format.CheckStructureFile(img.Format, a.caps.LocalPath); err != nil {
 			return in, refusal(in, err)
 		}
-		info, err := a.qemu.Info(ctx, a.localPath, img.Format.QemuName())
+		info, err := a.qemu.Info(ctx, a.caps.LocalPath, img.Format.QemuName())
 		if err != nil {
 			return in, refusal(in, errors.Join(errdefs.ErrInvalidImage, err))
 		}
-		if err := info.CheckSelfContained(selfNames(a.localPath, nil)...); err != nil {
+		if err := info.CheckSelfContained(selfNames(a.caps.LocalPath, nil)...); err != nil {
 			return in, refusal(in, err)
 		}
 		in.VirtualSize = info.VirtualSize
@@ -114,13 +109,13 @@ func refusal(in *Inspection, err error) error {
 func (a *attempt) xzUncompressedSize(ctx context.Context, st *datasource.Transfer) int64 {
 	var n int64
 	var err error
-	if a.localPath != "" {
+	if a.caps.LocalPath != "" {
 		var f *os.File
-		if f, err = os.Open(a.localPath); err == nil {
+		if f, err = os.Open(a.caps.LocalPath); err == nil {
 			n, err = format.XZUncompressedSize(f, st.Size)
 			f.Close()
 		}
-	} else if ranged := st.Ranges; ranged != nil {
+	} else if ranged := a.caps.Ranges; ranged != nil {
 		var rr *datasource.RangeReader
 		if rr, err = ranged.Open(ctx); err == nil {
 			n, err = format.XZUncompressedSize(rr, rr.Size())

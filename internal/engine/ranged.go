@@ -16,29 +16,6 @@ import (
 	"github.com/diskimport/engine/internal/nbdserver"
 )
 
-// useRanged says whether qemu-img should read the image straight from the
-// HTTP server instead of from a scratch copy. That skips a full write and
-// read of the image, and qemu-img fetches only allocated clusters. It needs
-// an uncompressed convertible image on a server that serves ranges, and no
-// checksum: a digest must see every byte in order. A server may advertise
-// "Accept-Ranges: bytes" and still answer a range with the whole object
-// (200), so one range read is tried first; when it fails the import takes
-// a streamed path instead (the stream decoder, or a scratch copy), which
-// needs no ranges.
-func (a *attempt) useRanged(ctx context.Context, st *datasource.Transfer, img *format.Image) bool {
-	ranged := st.Ranges
-	if ranged == nil || a.req.NoRangedRead || a.source.verifier != nil ||
-		len(img.Compressions) != 0 || !img.Format.NeedsConversion() || streamOptimized(img) {
-		return false
-	}
-	if err := probeRanges(ctx, ranged); err != nil {
-		a.log.Warn("The server advertises byte ranges but a range read failed; reading the image as a stream instead",
-			"url", a.req.Source.String(), "cause", err.Error())
-		return false
-	}
-	return true
-}
-
 // probeRanges reads the object's first byte with a range request: that
 // proves the server answers 206 with the range asked for, and (through
 // Content-Range) that the object still has the size the first response
@@ -60,8 +37,8 @@ func probeRanges(ctx context.Context, r *datasource.RangedURL) error {
 // small grain at a time; measured on the 2 GiB bench image, one range
 // request per grain made the ranged path 0.6x of download-then-convert,
 // while the scratch path reaches 0.9x.
-func streamOptimized(img *format.Image) bool {
-	return img.Format == format.VMDK && strings.EqualFold(img.Header.VMDKCreateType, "streamOptimized")
+func streamOptimized(f format.Format, h format.Header) bool {
+	return f == format.VMDK && strings.EqualFold(h.VMDKCreateType, "streamOptimized")
 }
 
 // rangedExport serves the HTTP object to qemu-img as a read-only NBD
@@ -147,7 +124,7 @@ func (e *rangedExport) stop(log *slog.Logger) {
 func (v *validation) startExport(ctx context.Context) error {
 	in := v.in
 	if in.export == nil {
-		e, err := startRangedExport(ctx, v.a.ranged, &v.a.meter.rangedRead, v.a.log)
+		e, err := startRangedExport(ctx, v.a.caps.Ranges, &v.a.meter.rangedRead, v.a.log)
 		if err != nil {
 			return err
 		}

@@ -1,20 +1,18 @@
 package engine
 
 import (
-	"context"
 	"errors"
+	"fmt"
+	"strings"
 
-	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 )
 
 // Choosing between the ranged route and the stream decoder for an HTTP
-// qcow2 both can take (onto a raw target, no checksum, no Verify, no
-// internal snapshots, a server that serves ranges; useStreamDecode is the
-// gate).
+// qcow2 both can take (onto a raw target, no checksum, no Verify, a server
+// that serves ranges: rangedClosed and streamDecodeClosed both say "").
 //
 // Measured with bench/routes.sh (2 GiB disk, 35 % data: a 752 MB qcow2,
 // and 392 MB with compressed clusters; HTTP from 127.0.0.1; 3 interleaved
@@ -66,9 +64,9 @@ import (
 // read. Ranged never needs scratch nor a restart, so it is chosen up front
 // when the tables predict either.
 //
-// The facts come from the L1 and L2 tables, read over ranges before
-// choosing (format.ReadQCOW2Layout): one small request for the L1 and one per L2
-// table, a few in flight (5 ms for the bench image); they are 1/8192 of
+// The facts come from the L1 and L2 tables, which Info reads over ranges
+// before choosing (importFacts, format.ReadQCOW2Layout): one small request
+// for the L1 and one per L2 table, a few in flight (5 ms for the bench image); they are 1/8192 of
 // the virtual size at 64 KiB clusters. Tables beyond maxLayoutTableBytes,
 // or that cannot be read, mean ranged (whose structural check names what
 // is wrong before qemu-img runs).
@@ -82,39 +80,185 @@ const maxLayoutTableBytes = 16 << 20
 // route reads before ranged is the faster route.
 const rangedWins = 2
 
-// preferRanged says whether an image the stream decoder could take goes
-// over ranges instead, and why.
-func (a *attempt) preferRanged(ctx context.Context, st *datasource.Transfer, img *format.Image) (bool, string) {
-	switch img.Format {
+// decide is the plan for an import with these facts and this request,
+// and the reason for its route in words: no I/O, no logging (Info logs the
+// one line). The route table is ARCHITECTURE.md's, in this order: a raw
+// image onto a raw target is streamed; an image the ranged route takes goes
+// over ranges unless the stream decoder takes it too and is predicted
+// faster (preferRanged); a local uncompressed image is converted in place;
+// an image the stream decoder takes is decoded; the rest goes through a
+// scratch copy.
+func decide(f *importFacts, req Request) (*Plan, string) {
+	switch {
+	case f.blank:
+		plan := &Plan{Route: RouteBlank, OutputFormat: outputFormat(req)}
+		plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteBlank, false)
+		return plan, "no source: an empty disk of the requested size"
+	case req.ContentType == ContentTypeArchive:
+		plan := &Plan{Route: RouteArchive, SourceFormat: f.format, Compressions: f.compressions}
+		plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteArchive, false)
+		return plan, "content type archive: a tar stream extracted into the target directory"
+	}
+	out := outputFormat(req)
+	plan := &Plan{
+		SourceFormat:  f.format,
+		Compressions:  f.compressions,
+		OutputFormat:  out,
+		ConvertFormat: f.format,
+		Clone:         f.caps.LocalPath != "",
+		TargetZeroed:  f.targetZeroed,
+	}
+	var why string
+	plan.Route, why = chooseRoute(f, req)
+	if plan.Route == RouteScratch && !f.format.NeedsConversion() {
+		plan.ConvertFormat = format.Raw
+	}
+	if req.Verify {
+		plan.Verify = VerifyCompare
+		if plan.Route == RouteStream {
+			plan.Verify = VerifyDigests
+		}
+	}
+	plan.Phases, plan.SourceDrainedAfter = PhasesFor(plan.Route, req.Verify)
+	return plan, why
+}
+
+// outputFormat is what the target holds: "qcow2" when asked, else "raw".
+func outputFormat(req Request) string {
+	if req.Format == "qcow2" {
+		return "qcow2"
+	}
+	return "raw"
+}
+
+// chooseRoute is decide's route and its reason.
+func chooseRoute(f *importFacts, req Request) (Route, string) {
+	noDecode := streamDecodeClosed(f, req)
+	noRanges := rangedClosed(f, req)
+	if noRanges == "" {
+		switch {
+		case !f.rangesProbed:
+			noRanges = "byte ranges were not probed"
+		case f.rangeReadErr != nil:
+			noRanges = "the server advertises byte ranges but a range read failed: " + f.rangeReadErr.Error()
+		}
+	}
+	switch {
+	case !f.format.NeedsConversion() && outputFormat(req) == "raw":
+		return RouteStream, fmt.Sprintf("a %s image onto a raw target is copied as it arrives", f.format)
+	case noRanges == "" && noDecode == "":
+		// Both routes need no scratch: the faster one is chosen by the
+		// format and a qcow2's tables.
+		ranged, why := preferRanged(f, req)
+		if !ranged {
+			return RouteStreamDecode, "decoded straight onto the target: the server serves byte ranges, but the stream decoder is faster here: " + why
+		}
+		return RouteRanged, "the server serves byte ranges and qemu-img reading them is faster than the stream decoder here: " + why
+	case noRanges == "":
+		return RouteRanged, "the server serves byte ranges: qemu-img reads the image in place, no scratch copy (not stream-decoded: " + noDecode + ")"
+	case f.caps.LocalPath != "" && len(f.compressions) == 0:
+		return RouteInPlace, "a local uncompressed image: qemu-img reads it in place, no copy"
+	case noDecode == "":
+		return RouteStreamDecode, fmt.Sprintf("the %s is decoded straight onto the target by the stream decoder, no scratch copy (not over ranges: %s)", f.format, noRanges)
+	}
+	return RouteScratch, fmt.Sprintf("qemu-img converts a scratch copy (not stream-decoded: %s; not over ranges: %s)", noDecode, noRanges)
+}
+
+// streamDecodeClosed is why the stream decoder may not take this import,
+// "" when it may. It needs a raw target, a format it follows in one pass,
+// and no read-back verification (qemu-img compare needs a copy of the
+// source to read at random). A one-time stream (stdin, an upload) takes it
+// too: clusters that arrive before their tables go to a spill file in the
+// scratch directory, so nothing has to be read again; only without a
+// usable scratch directory can such a layout fail, and then it fails with
+// ErrScratchSpaceRequired (overflowError). A qcow2's internal snapshots are
+// skipped, their table checked as it passes.
+func streamDecodeClosed(f *importFacts, req Request) string {
+	switch {
+	case req.NoStreamDecode:
+		return "the stream decoder is off for this attempt"
+	case outputFormat(req) != "raw":
+		return "the target is a qcow2, which qemu-img writes"
+	case req.Verify:
+		return "Verify compares with qemu-img, which reads the source at random"
+	case !streamdecode.Supports(&format.Image{Format: f.format, Header: f.header}):
+		return fmt.Sprintf("it does not read a %s", describeFormat(f))
+	}
+	return ""
+}
+
+// rangedClosed is why qemu-img may not read this import over byte ranges
+// (before any range read was tried), "" when it may. The ranged route
+// skips a full write and read of the image, and qemu-img fetches only
+// allocated clusters. It needs an uncompressed convertible image on a
+// server that serves ranges, and no checksum: a digest must see every byte
+// in order. A server may advertise "Accept-Ranges: bytes" and still answer
+// a range with the whole object (200), so Info tries one range read before
+// the route is open (probeRanges).
+func rangedClosed(f *importFacts, req Request) string {
+	switch {
+	case f.caps.Ranges == nil:
+		return "the source is not read over byte ranges"
+	case req.NoRangedRead:
+		return "ranged reads are turned off"
+	case f.checksummed:
+		return "a checksum must see every byte in order"
+	case len(f.compressions) != 0:
+		return "the image is compressed"
+	case !f.format.NeedsConversion():
+		return fmt.Sprintf("a %s image is not converted", f.format)
+	case streamOptimized(f.format, f.header):
+		return "a streamOptimized vmdk is read one grain per range request (measured slower than scratch)"
+	}
+	return ""
+}
+
+// describeFormat names the format with the subtype that decides whether
+// the stream decoder reads it.
+func describeFormat(f *importFacts) string {
+	name := string(f.format)
+	switch f.format {
+	case format.VMDK:
+		if t := strings.TrimSpace(f.header.VMDKCreateType); t != "" {
+			name = t + " " + name
+		}
+	case format.VHD:
+		name = fmt.Sprintf("%s (disk type %d)", name, f.header.VHDDiskType)
+	case format.VDI:
+		name = fmt.Sprintf("%s (image type %d)", name, f.header.VDIImageType)
+	}
+	if len(f.compressions) > 0 {
+		name = fmt.Sprintf("%s in %v", name, f.compressions)
+	}
+	return name
+}
+
+// preferRanged says whether an image both the ranged route and the stream
+// decoder take goes over ranges, and why.
+func preferRanged(f *importFacts, req Request) (bool, string) {
+	switch f.format {
 	case format.VHDX, format.VHD, format.VDI:
-		// Their decoders write whole blocks: faster onto files and devices.
-		return false, ""
+		return false, "its decoder writes whole blocks, faster onto files and devices (measured)"
 	case format.QCOW2:
 	default:
-		// A streamOptimized vmdk never takes ranges (streamOptimized).
+		// A streamOptimized vmdk never takes ranges (rangedClosed).
 		return true, "format not measured against the stream decoder"
 	}
-	rr, err := st.Ranges.Open(ctx)
-	if err != nil {
-		return true, "opening the range reader: " + err.Error()
-	}
-	defer rr.Close()
-	lay, err := format.ReadQCOW2Layout(ctx, iostage.CountReaderAt(rr, &a.meter.rangedRead), img.Header, rr.Size(), maxLayoutTableBytes)
 	switch {
-	case errors.Is(err, errdefs.ErrTablesTooLarge):
+	case errors.Is(f.layoutErr, errdefs.ErrTablesTooLarge):
 		return true, "tables too large to read up front; ranges never need a restart"
-	case err != nil:
-		// Ranged: its structural check names what is wrong before qemu-img
-		// runs; a read failure would hit either route.
-		return true, "reading the qcow2 tables: " + err.Error()
+	case f.layoutErr != nil:
+		// Its structural check names what is wrong before qemu-img runs;
+		// a read failure would hit either route.
+		return true, f.layoutErr.Error()
+	case f.layout == nil:
+		return true, "the qcow2 tables were not read"
 	}
-	maxHeld := a.req.StreamDecodeMaxBuffered
+	maxHeld := req.StreamDecodeMaxBuffered
 	if maxHeld <= 0 {
 		maxHeld = streamdecode.DefaultMaxBuffered
 	}
-	a.log.Debug("qcow2 layout", "fileSize", rr.Size(), "referenced", lay.Referenced, "early", lay.Early,
-		"clusters", lay.Clusters, "compressed", lay.Compressed, "l2Tables", lay.L2Tables)
-	return rangedBetter(lay, rr.Size(), maxHeld)
+	return rangedBetter(*f.layout, f.fileSize, maxHeld)
 }
 
 // rangedBetter is the rule on a qcow2 of size bytes with layout lay, for a
@@ -128,5 +272,5 @@ func rangedBetter(lay format.QCOW2Layout, size, maxHeld int64) (bool, string) {
 	case size > rangedWins*lay.Referenced:
 		return true, "the file is mostly bytes the image does not reference; ranges read only the rest"
 	}
-	return false, ""
+	return false, "mostly plain clusters, after their tables, in a file of about what they reference: one GET into the decoder (measured)"
 }

@@ -34,6 +34,7 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	}
 	r := &sourceReader{source: src, body: st.Body}
 	a.source = r
+	a.caps = st.Capabilities
 	a.takeSourceLabels()
 	a.meter.sourceSize.Store(st.Size)
 	counter := iostage.NewCounter(st.Body)

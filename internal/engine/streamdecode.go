@@ -7,38 +7,12 @@ import (
 	"io"
 	"os"
 
-	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 	"github.com/diskimport/engine/internal/volume"
 )
-
-// useStreamDecode says whether a streamed convertible image is decoded
-// straight onto the target by internal/streamdecode instead of going
-// through a scratch copy and qemu-img. It needs a raw target, a format the
-// decoder follows in one pass, and no read-back verification (qemu-img
-// compare needs a copy of the source to read at random). A one-time
-// stream (stdin, an upload) takes it too: clusters that arrive before
-// their tables go to a spill file in the scratch directory, so nothing has
-// to be read again; only without a usable scratch directory can such a
-// layout fail, and then it fails with ErrScratchSpaceRequired
-// (overflowError). A qcow2's internal snapshots are skipped, their table
-// checked as it passes.
-func (a *attempt) useStreamDecode(st *datasource.Transfer, img *format.Image, out string) bool {
-	if a.req.NoStreamDecode || out != "raw" || a.req.Verify {
-		return false
-	}
-	if !streamdecode.Supports(img) {
-		return false
-	}
-	a.replayable = !st.OneTime
-	a.log.Info("Streamed image decoded straight onto the target, no scratch copy",
-		"source", a.req.Source.String(), "format", img.Format, "compression", a.result.Compressions,
-		"checksum", a.source.verifier != nil, "snapshots", img.Header.Snapshots, "replayable", a.replayable)
-	return true
-}
 
 // spillDir is where the decoder may spill what it holds past its memory
 // bound: the request's scratch directory when it is usable ("" when not).
@@ -183,7 +157,7 @@ func (a *attempt) decodeFailed(err error, f format.Format, spill string) error {
 	if !errors.Is(err, errdefs.ErrNotStreamable) || errors.Is(err, errdefs.ErrCancelled) {
 		return fmt.Errorf("decoding %s image onto %s: %w", f, a.target.Path(), err)
 	}
-	if a.replayable {
+	if !a.caps.OneTime {
 		return &notStreamableError{err: err}
 	}
 	var be *streamdecode.BufferError

@@ -81,7 +81,7 @@ func (v *verification) digests(ctx context.Context, n int64) error {
 // sourceDigest hashes the first n bytes of the source's image stream, with
 // compression peeled off again exactly as the import did.
 func (v *verification) sourceDigest(ctx context.Context, n int64) (string, error) {
-	st, err := datasource.NewFile(v.a.localPath).Open(ctx)
+	st, err := datasource.NewFile(v.a.caps.LocalPath).Open(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -101,8 +101,8 @@ func (v *verification) sourceDigest(ctx context.Context, n int64) (string, error
 func (v *verification) compare(ctx context.Context, n int64) error {
 	a := v.a
 	src, srcFmt := v.in.path, v.in.format
-	if len(a.plan.Compressions) == 0 && a.localPath != "" {
-		src, srcFmt = a.localPath, a.plan.SourceFormat
+	if len(a.plan.Compressions) == 0 && a.caps.LocalPath != "" {
+		src, srcFmt = a.caps.LocalPath, a.plan.SourceFormat
 	}
 	if src == "" {
 		return fmt.Errorf("verify: no local copy of the source to compare with: %w", errdefs.ErrInvalidOptions)

@@ -1,0 +1,246 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+)
+
+// The phases of ARCHITECTURE.md's route table, written out.
+var (
+	streamPhases        = []Phase{TransferDataFile, Resize, Commit, Complete}
+	streamVerifyPhases  = []Phase{TransferDataFile, Resize, Verify, Commit, Complete}
+	scratchPhases       = []Phase{TransferScratch, Validate, Convert, Resize, Commit, Complete}
+	scratchVerifyPhases = []Phase{TransferScratch, Validate, Convert, Resize, Verify, Commit, Complete}
+	inPlacePhases       = []Phase{Validate, Convert, Resize, Commit, Complete}
+	inPlaceVerifyPhases = []Phase{Validate, Convert, Resize, Verify, Commit, Complete}
+	rangedPhases        = []Phase{Validate, Convert, Resize, Commit, Complete}
+	archivePhases       = []Phase{TransferDataDir, Commit, Complete}
+	blankPhases         = []Phase{Resize, Commit, Complete}
+)
+
+// factsOf is the facts of an image of format f with header h, peeled of
+// the compressions c, from a forward-only stream that can be opened again.
+func factsOf(f format.Format, h format.Header, c ...format.Compression) *importFacts {
+	return &importFacts{format: f, header: h, compressions: c}
+}
+
+// local: the bytes are a local file.
+func (f *importFacts) local() *importFacts {
+	f.caps.LocalPath = "/var/lib/images/disk"
+	return f
+}
+
+// oneTime: standard input or an upload.
+func (f *importFacts) oneTime() *importFacts {
+	f.caps.OneTime = true
+	return f
+}
+
+// served: an HTTP answer whose server serves ranges; probeErr is the range
+// probe's failure (nil: ranges work).
+func (f *importFacts) served(probeErr error) *importFacts {
+	f.caps.HTTPAnswer = true
+	f.caps.Ranges = &datasource.RangedURL{URL: "http://127.0.0.1/disk", Size: 1 << 30}
+	f.rangesProbed, f.rangeReadErr = true, probeErr
+	return f
+}
+
+// withLayout: a qcow2's tables as read over ranges, in a file of size bytes.
+func (f *importFacts) withLayout(lay format.QCOW2Layout, size int64) *importFacts {
+	f.layout, f.fileSize = &lay, size
+	return f
+}
+
+func (f *importFacts) withLayoutErr(err error) *importFacts {
+	f.layoutErr = err
+	return f
+}
+
+func (f *importFacts) checksum() *importFacts {
+	f.checksummed = true
+	return f
+}
+
+func (f *importFacts) zeroed() *importFacts {
+	f.targetZeroed = true
+	return f
+}
+
+// Every row of ARCHITECTURE.md's route table, each with the facts and
+// request that lead to it, and the qcow2 route-choice predictions: the
+// route, its phases, its drain phase, the plan's flags and the reason
+// decide gives, from facts alone (no source, no network).
+func TestDecideRouteTable(t *testing.T) {
+	var (
+		raw          = format.Header{}
+		qcow2        = format.Header{VirtualSize: 2 << 30}
+		streamVMDK   = format.Header{VMDKCreateType: "streamOptimized"}
+		sparseVMDK   = format.Header{VMDKCreateType: "monolithicSparse"}
+		dynamicVHD   = format.Header{VHDDiskType: 3}
+		fixedVHD     = format.Header{VHDDiskType: 2}
+		dynamicVDI   = format.Header{VDIImageType: 1}
+		staticVDI    = format.Header{VDIImageType: 2}
+		vhdx         = format.Header{}
+		mib          = int64(1 << 20)
+		plainLayout  = format.QCOW2Layout{Referenced: 700 * mib, Clusters: 11000, L2Tables: 2}
+		mostlyCompr  = format.QCOW2Layout{Referenced: 390 * mib, Clusters: 11000, Compressed: 9000, L2Tables: 2}
+		someCompr    = format.QCOW2Layout{Referenced: 500 * mib, Clusters: 11000, Compressed: 3000, L2Tables: 2}
+		earlyLayout  = format.QCOW2Layout{Referenced: 700 * mib, Early: 600 * mib, Clusters: 11000, L2Tables: 2}
+		paddedLayout = plainLayout
+	)
+	for _, c := range []struct {
+		name    string
+		facts   *importFacts
+		req     Request
+		route   Route
+		phases  []Phase
+		drained Phase
+		reason  string // a part of the reason
+		check   func(t *testing.T, p *Plan)
+	}{
+		// stream (raw onto the target)
+		{name: "raw over HTTP", facts: factsOf(format.Raw, raw).served(nil),
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "raw image onto a raw target"},
+		{name: "raw.gz from stdin", facts: factsOf(format.Raw, raw, format.Gzip).oneTime(),
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "copied as it arrives"},
+		{name: "iso file", facts: factsOf(format.ISO, raw).local(),
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "iso image onto a raw target"},
+		{name: "as-is bytes", facts: factsOf(format.Raw, raw).oneTime(), req: Request{Settings: Settings{ContentType: ContentTypeAsIs}},
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "raw image"},
+		// clone flags on the stream route
+		{name: "raw clone verified, target zeroed", facts: factsOf(format.Raw, raw).local().zeroed(), req: Request{Settings: Settings{Verify: true, ZeroTarget: true}},
+			route: RouteStream, phases: streamVerifyPhases, drained: TransferDataFile, reason: "raw image",
+			check: func(t *testing.T, p *Plan) {
+				assert.True(t, p.Clone)
+				assert.True(t, p.TargetZeroed)
+				assert.Equal(t, VerifyDigests, p.Verify)
+			}},
+
+		// stream decode, each format the decoder takes, from a one-time
+		// stream (no ranges to weigh against)
+		{name: "qcow2 from stdin", facts: factsOf(format.QCOW2, qcow2).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "qcow2 is decoded straight onto the target"},
+		{name: "qcow2 with snapshots", facts: factsOf(format.QCOW2, format.Header{VirtualSize: 1 << 30, Snapshots: 2}).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "stream decoder"},
+		{name: "qcow2.xz over HTTP", facts: factsOf(format.QCOW2, qcow2, format.XZ).served(nil),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "not over ranges: the image is compressed"},
+		{name: "streamOptimized vmdk", facts: factsOf(format.VMDK, streamVMDK).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "vmdk"},
+		{name: "dynamic vhd", facts: factsOf(format.VHD, dynamicVHD).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "vhd"},
+		{name: "dynamic vdi", facts: factsOf(format.VDI, dynamicVDI).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "vdi"},
+		{name: "static vdi", facts: factsOf(format.VDI, staticVDI).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "vdi"},
+		{name: "vhdx", facts: factsOf(format.VHDX, vhdx).oneTime(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "vhdx"},
+		{name: "local qcow2.gz", facts: factsOf(format.QCOW2, qcow2, format.Gzip).local(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "stream decoder"},
+
+		// scratch then convert
+		{name: "monolithicSparse vmdk stream", facts: factsOf(format.VMDK, sparseVMDK),
+			route: RouteScratch, phases: scratchPhases, drained: Validate, reason: "does not read a monolithicSparse vmdk"},
+		{name: "fixed vhd stream", facts: factsOf(format.VHD, fixedVHD),
+			route: RouteScratch, phases: scratchPhases, drained: Validate, reason: "does not read a vhd (disk type 2)"},
+		{name: "qcow2 onto a qcow2 target", facts: factsOf(format.QCOW2, qcow2).oneTime(), req: Request{Settings: Settings{Format: "qcow2"}},
+			route: RouteScratch, phases: scratchPhases, drained: Validate, reason: "the target is a qcow2",
+			check: func(t *testing.T, p *Plan) { assert.Equal(t, "qcow2", p.OutputFormat) }},
+		{name: "raw.xz onto a qcow2 target", facts: factsOf(format.Raw, raw, format.XZ), req: Request{Settings: Settings{Format: "qcow2"}},
+			route: RouteScratch, phases: scratchPhases, drained: Validate, reason: "scratch copy",
+			check: func(t *testing.T, p *Plan) { assert.Equal(t, format.Raw, p.ConvertFormat) }},
+		{name: "local qcow2.xz verified", facts: factsOf(format.QCOW2, qcow2, format.XZ).local(), req: Request{Settings: Settings{Verify: true}},
+			route: RouteScratch, phases: scratchVerifyPhases, drained: Validate, reason: "Verify compares with qemu-img",
+			check: func(t *testing.T, p *Plan) { assert.Equal(t, VerifyCompare, p.Verify) }},
+
+		// convert in place (local image)
+		{name: "local qcow2", facts: factsOf(format.QCOW2, qcow2).local(),
+			route: RouteInPlace, phases: inPlacePhases, drained: Validate, reason: "local uncompressed image",
+			check: func(t *testing.T, p *Plan) {
+				assert.True(t, p.Clone)
+				assert.Equal(t, format.QCOW2, p.ConvertFormat)
+			}},
+		{name: "local vmdk verified", facts: factsOf(format.VMDK, sparseVMDK).local(), req: Request{Settings: Settings{Verify: true}},
+			route: RouteInPlace, phases: inPlaceVerifyPhases, drained: Validate, reason: "in place",
+			check: func(t *testing.T, p *Plan) { assert.Equal(t, VerifyCompare, p.Verify) }},
+		{name: "local raw onto a qcow2 target", facts: factsOf(format.Raw, raw).local(), req: Request{Settings: Settings{Format: "qcow2"}},
+			route: RouteInPlace, phases: inPlacePhases, drained: Validate, reason: "in place",
+			check: func(t *testing.T, p *Plan) { assert.Equal(t, format.Raw, p.ConvertFormat) }},
+
+		// convert over ranges (HTTP)
+		{name: "fixed vhd over ranges", facts: factsOf(format.VHD, fixedVHD).served(nil),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "not stream-decoded: it does not read a vhd (disk type 2)"},
+		{name: "monolithicSparse vmdk over ranges", facts: factsOf(format.VMDK, sparseVMDK).served(nil),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "not stream-decoded: it does not read a monolithicSparse vmdk"},
+		{name: "qcow2 over ranges onto a qcow2 target", facts: factsOf(format.QCOW2, qcow2).served(nil), req: Request{Settings: Settings{Format: "qcow2"}},
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "the target is a qcow2"},
+
+		// the qcow2 route-choice predictions, where both routes are open
+		{name: "qcow2 of plain clusters decoded", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(plainLayout, 750*mib),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "stream decoder is faster here: mostly plain clusters"},
+		{name: "qcow2 a third compressed decoded", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(someCompr, 520*mib),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "mostly plain clusters"},
+		{name: "qcow2 mostly compressed over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(mostlyCompr, 392*mib),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "mostly compressed clusters"},
+		{name: "qcow2 clusters before their tables over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(earlyLayout, 750*mib),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "data lies before the tables"},
+		{name: "qcow2 clusters before their tables within a larger buffer decoded",
+			facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(earlyLayout, 750*mib), req: Request{StreamDecodeMaxBuffered: 1 << 30},
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "stream decoder is faster"},
+		{name: "qcow2 file mostly unreferenced over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(paddedLayout, 4*700*mib),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "mostly bytes the image does not reference"},
+		{name: "qcow2 tables too large over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayoutErr(fmt.Errorf("reading the qcow2 tables: %w", errdefs.ErrTablesTooLarge)),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "tables too large"},
+		{name: "qcow2 tables unreadable over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayoutErr(errors.New("reading the qcow2 tables: L1 past the end")),
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "L1 past the end"},
+		{name: "vhdx over ranges decoded", facts: factsOf(format.VHDX, vhdx).served(nil),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "whole blocks"},
+		{name: "dynamic vhd over ranges decoded", facts: factsOf(format.VHD, dynamicVHD).served(nil),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "whole blocks"},
+		{name: "vdi over ranges decoded", facts: factsOf(format.VDI, dynamicVDI).served(nil),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "whole blocks"},
+		{name: "streamOptimized vmdk over ranges decoded", facts: factsOf(format.VMDK, streamVMDK).served(nil),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "one grain per range request"},
+		{name: "qcow2 with a checksum decoded", facts: factsOf(format.QCOW2, qcow2).served(nil).checksum(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "checksum must see every byte"},
+		{name: "qcow2 whose range probe failed decoded", facts: factsOf(format.QCOW2, qcow2).served(errors.New("206 expected, got 200")),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "a range read failed: 206 expected"},
+		{name: "qcow2 with ranged reads off decoded", facts: factsOf(format.QCOW2, qcow2).served(nil), req: Request{Settings: Settings{NoRangedRead: true}},
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "ranged reads are turned off"},
+
+		// NoStreamDecode: the restart after the decoder gave up
+		{name: "restarted qcow2 over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil), req: Request{Settings: Settings{NoStreamDecode: true}},
+			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "stream decoder is off"},
+		{name: "restarted qcow2 stream through scratch", facts: factsOf(format.QCOW2, qcow2), req: Request{Settings: Settings{NoStreamDecode: true}},
+			route: RouteScratch, phases: scratchPhases, drained: Validate, reason: "stream decoder is off"},
+
+		// archive and blank
+		{name: "archive", facts: factsOf(format.Raw, raw, format.Gzip, format.Tar).served(nil), req: Request{Settings: Settings{ContentType: ContentTypeArchive}},
+			route: RouteArchive, phases: archivePhases, drained: TransferDataDir, reason: "tar stream extracted"},
+		{name: "blank", facts: &importFacts{blank: true}, req: Request{Settings: Settings{Format: "qcow2"}},
+			route: RouteBlank, phases: blankPhases, drained: "", reason: "no source",
+			check: func(t *testing.T, p *Plan) { assert.Equal(t, "qcow2", p.OutputFormat) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plan, reason := decide(c.facts, c.req)
+			assert.Equal(t, c.route.String(), plan.Route.String(), "reason: %s", reason)
+			assert.Equal(t, c.phases, plan.Phases)
+			assert.Equal(t, c.drained, plan.SourceDrainedAfter)
+			assert.Contains(t, reason, c.reason)
+			if plan.Route == RouteStreamDecode {
+				// The words the import tests find in the log.
+				assert.Contains(t, reason, "decoded straight onto the target")
+			}
+			assert.Equal(t, c.facts.format, plan.SourceFormat)
+			if c.check != nil {
+				c.check(t, plan)
+			}
+		})
+	}
+}
