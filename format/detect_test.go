@@ -17,21 +17,6 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 )
 
-// sharedImage decompresses ../shared/real-images/<rel>.xz into a temporary
-// directory, skipping when the shared images are not there.
-func sharedImage(t *testing.T, rel string) string {
-	t.Helper()
-	src := filepath.Join("..", "..", "shared", "real-images", rel+".xz")
-	if _, err := os.Stat(src); err != nil {
-		t.Skipf("shared real images not available: %v", err)
-	}
-	out, err := exec.Command("xz", "-dc", src).Output()
-	require.NoError(t, err, "xz -dc %s", src)
-	p := filepath.Join(t.TempDir(), filepath.Base(rel))
-	require.NoError(t, os.WriteFile(p, out, 0o644))
-	return p
-}
-
 // openBytes opens b with Open and reads the whole image.
 func openBytes(t *testing.T, b []byte) (*Image, []byte, error) {
 	t.Helper()
@@ -129,7 +114,7 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 	}
 	for rel, want := range cases {
 		t.Run(rel, func(t *testing.T) {
-			b, err := os.ReadFile(sharedImage(t, rel))
+			b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), rel))
 			require.NoError(t, err)
 			_, f := Sniff(b[:min(len(b), DefaultPeekSize)])
 			assert.Equal(t, want, f)
@@ -146,7 +131,7 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 		require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 	})
 	t.Run("plain parallels is raw", func(t *testing.T) {
-		b, err := os.ReadFile(sharedImage(t, "dissect/plain.hds"))
+		b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "dissect/plain.hds"))
 		require.NoError(t, err)
 		_, f := Sniff(b[:DefaultPeekSize])
 		assert.Equal(t, Raw, f)
@@ -165,7 +150,7 @@ func TestLUKSRefused(t *testing.T) {
 }
 
 func TestDMGTrailer(t *testing.T) {
-	b, err := os.ReadFile(sharedImage(t, "qemu/simple-dmg.dmg"))
+	b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "qemu/simple-dmg.dmg"))
 	require.NoError(t, err)
 	_, f := Sniff(b[:min(len(b), DefaultPeekSize)])
 	assert.Equal(t, Raw, f, "a DMG shows nothing at its head")
@@ -179,14 +164,14 @@ func TestDMGTrailer(t *testing.T) {
 }
 
 func TestISOWithQCOW2HeaderRefused(t *testing.T) {
-	b, err := os.ReadFile(sharedImage(t, "ostest/iso-with-qcow2-in-system.iso"))
+	b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "ostest/iso-with-qcow2-in-system.iso"))
 	require.NoError(t, err)
 	_, _, err = openBytes(t, b)
 	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 	assert.Contains(t, err.Error(), "more than one format (qcow2, iso)")
 
 	// A plain ISO still opens.
-	iso, err := os.ReadFile(sharedImage(t, "ostest/standard-iso9660.iso"))
+	iso, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "ostest/standard-iso9660.iso"))
 	require.NoError(t, err)
 	s, _, err := openBytes(t, iso)
 	require.NoError(t, err)

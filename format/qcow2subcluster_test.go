@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // TestCheckQCOW2SubclusterSamples: real extended-L2 images that qemu-img
@@ -22,7 +23,7 @@ func TestCheckQCOW2SubclusterSamples(t *testing.T) {
 			for _, l2 := range []string{"off", "on"} {
 				name := fmt.Sprintf("slx/image_cs-%s_cp-%s_l2-%s.qcow2", cs, cp, l2)
 				t.Run(name, func(t *testing.T) {
-					b, err := os.ReadFile(sharedImage(t, name))
+					b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), name))
 					require.NoError(t, err)
 					h, err := ParseHeader(QCOW2, b[:min(len(b), DefaultPeekSize)])
 					require.NoError(t, err)

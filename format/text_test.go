@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 const htmlPage = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body><h1>Not Found</h1><p>The requested URL was not found on this server.</p></body></html>\n"
@@ -85,7 +86,7 @@ func TestTextContentType(t *testing.T) {
 // (ISOs, raw disks, boot sectors, every container format) is opened, and
 // none is refused as text; the raw and ISO ones are not text by the probe.
 func TestRealImagesAreNotText(t *testing.T) {
-	root := filepath.Join("..", "..", "shared", "real-images")
+	root := testimg.RealImages()
 	files, _ := filepath.Glob(filepath.Join(root, "*", "*.xz"))
 	if len(files) == 0 {
 		t.Skip("shared real images not available")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // TestStructureChecksAcceptRealImages: dynamic VHDs and VDIs made by
@@ -24,7 +25,7 @@ func TestStructureChecksAcceptRealImages(t *testing.T) {
 		"slx/image-default.vdi":         func(r *bytes.Reader, n int64) error { return CheckVDI(r, n) },
 	} {
 		t.Run(rel, func(t *testing.T) {
-			b, err := os.ReadFile(sharedImage(t, rel))
+			b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), rel))
 			require.NoError(t, err)
 			require.NoError(t, check(bytes.NewReader(b), int64(len(b))))
 		})

@@ -12,12 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 func TestCheckVHDXRealImages(t *testing.T) {
 	for _, rel := range []string{"qemu/iotest-dynamic-1G.vhdx", "qemu/test-disk2vhd.vhdx", "dissect/dynamic.vhdx", "dissect/fixed.vhdx"} {
 		t.Run(rel, func(t *testing.T) {
-			b, err := os.ReadFile(sharedImage(t, rel))
+			b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), rel))
 			require.NoError(t, err)
 			require.NoError(t, CheckVHDX(bytes.NewReader(b), int64(len(b))))
 		})
@@ -81,7 +82,7 @@ func TestCheckVHDXRefusals(t *testing.T) {
 }
 
 func TestCheckVHDXDifferencingRefused(t *testing.T) {
-	b, err := os.ReadFile(sharedImage(t, "dissect/differencing.avhdx"))
+	b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "dissect/differencing.avhdx"))
 	require.NoError(t, err)
 	err = CheckVHDX(bytes.NewReader(b), int64(len(b)))
 	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)

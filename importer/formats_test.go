@@ -20,21 +20,6 @@ import (
 
 // Issue 9: formats and sources that used to end in a false "complete".
 
-// sharedImage decompresses ../shared/real-images/<rel>.xz into dir,
-// skipping when the shared images are not there.
-func sharedImage(t *testing.T, dir, rel string) string {
-	t.Helper()
-	src := filepath.Join("..", "..", "shared", "real-images", rel+".xz")
-	if _, err := os.Stat(src); err != nil {
-		t.Skipf("shared real images not available: %v", err)
-	}
-	out, err := exec.Command("xz", "-dc", src).Output()
-	require.NoError(t, err, "xz -dc %s", src)
-	p := filepath.Join(dir, filepath.Base(rel))
-	require.NoError(t, os.WriteFile(p, out, 0o644))
-	return p
-}
-
 // sources names one image three ways: the local file, the same file over
 // HTTP (byte ranges served), and its xz form over HTTP (a stream through
 // scratch or straight to the target).
@@ -83,7 +68,7 @@ func TestForeignFormatsRefused(t *testing.T) {
 				p = filepath.Join(dir, "disk.luks")
 				testimg.LUKS(t, p)
 			} else {
-				p = sharedImage(t, dir, rel)
+				p = testimg.SharedImage(t, dir, rel)
 			}
 			for how, src := range sources(t, p) {
 				t.Run(how, func(t *testing.T) {
@@ -101,7 +86,7 @@ func TestForeignFormatsRefused(t *testing.T) {
 func TestDMGOntoDeviceLeavesNoHead(t *testing.T) {
 	testimg.Need(t, "xz")
 	dir := t.TempDir()
-	p := sharedImage(t, dir, "qemu/simple-dmg.dmg")
+	p := testimg.SharedImage(t, dir, "qemu/simple-dmg.dmg")
 	dev := testimg.LoopDevice(t, dir, 8<<20)
 	err := importFailsWith(t, importer.Options{Source: p, Target: dev})
 	assert.ErrorIs(t, err, importer.ErrUnsupportedFormat)
@@ -115,7 +100,7 @@ func TestDMGOntoDeviceLeavesNoHead(t *testing.T) {
 
 func TestISOWithQCOW2HeaderRefused(t *testing.T) {
 	testimg.Need(t, "xz")
-	p := sharedImage(t, t.TempDir(), "ostest/iso-with-qcow2-in-system.iso")
+	p := testimg.SharedImage(t, t.TempDir(), "ostest/iso-with-qcow2-in-system.iso")
 	for how, src := range sources(t, p) {
 		t.Run(how, func(t *testing.T) {
 			importRefused(t, src, importer.ErrUnsafeImage, "more than one format (qcow2, iso)")
@@ -239,7 +224,7 @@ func TestExtendedL2Imported(t *testing.T) {
 	for _, cs := range []string{"16384", "65536"} {
 		for _, cp := range []string{"off", "on"} {
 			rel := fmt.Sprintf("slx/image_cs-%s_cp-%s_l2-on.qcow2", cs, cp)
-			images[rel] = sharedImage(t, t.TempDir(), rel)
+			images[rel] = testimg.SharedImage(t, t.TempDir(), rel)
 		}
 	}
 	partial := filepath.Join(t.TempDir(), "partial.qcow2")
@@ -305,7 +290,7 @@ func TestRealVHDImported(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
 	for rel, qfmt := range map[string]string{"dissect/dynamic.vhd": "vpc", "dissect/dynamic.vhdx": "vhdx", "dissect/fixed.vhdx": "vhdx"} {
 		t.Run(rel, func(t *testing.T) {
-			p := sharedImage(t, t.TempDir(), rel)
+			p := testimg.SharedImage(t, t.TempDir(), rel)
 			want := qemuRaw(t, p, qfmt)
 			for how, src := range sources(t, p) {
 				t.Run(how, func(t *testing.T) { importEqualsQemu(t, src, want) })
@@ -319,7 +304,7 @@ func TestRealVHDImported(t *testing.T) {
 // supported".
 func TestDifferencingVHDXRefused(t *testing.T) {
 	testimg.Need(t, "xz")
-	p := sharedImage(t, t.TempDir(), "dissect/differencing.avhdx")
+	p := testimg.SharedImage(t, t.TempDir(), "dissect/differencing.avhdx")
 	for how, src := range sources(t, p) {
 		t.Run(how, func(t *testing.T) {
 			importRefused(t, src, importer.ErrUnsafeImage, "differencing disk refers to a parent image")

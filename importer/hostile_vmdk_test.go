@@ -259,7 +259,7 @@ func TestHostileVMDKs(t *testing.T) {
 // refused.
 func TestRealVMDKs(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
-	root := filepath.Join("..", "..", "shared", "real-images")
+	root := testimg.RealImages()
 	if _, err := os.Stat(root); err != nil {
 		t.Skipf("no real images: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -225,6 +226,32 @@ func ServeOn(t testing.TB, ip string, h http.Handler) (addr string, conns *atomi
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String(), conns
+}
+
+// RealImages is the shared corpus of public projects' images beside the
+// repository (shared/real-images/PROJECT/NAME.xz); it may be absent.
+func RealImages() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "real-images")
+}
+
+// SharedImage decompresses the corpus image rel (RealImages()/rel.xz) into
+// dir and returns its path, skipping the test when the corpus is absent.
+func SharedImage(t testing.TB, dir, rel string) string {
+	t.Helper()
+	src := filepath.Join(RealImages(), rel+".xz")
+	if _, err := os.Stat(src); err != nil {
+		t.Skipf("shared real images not available: %v", err)
+	}
+	out, err := exec.Command("xz", "-dc", src).Output()
+	if err != nil {
+		t.Fatalf("xz -dc %s: %v", src, err)
+	}
+	p := filepath.Join(dir, filepath.Base(rel))
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // ServerOn is an httptest server of h on host (an address of the loopback
