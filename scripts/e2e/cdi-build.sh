@@ -19,13 +19,16 @@ CDI_GIT=${E2E_CDI_GIT:-https://github.com/kubevirt/containerized-data-importer}
 SRC=${E2E_CDI_SRC:-/var/cache/diskimport-e2e/cdi-$CDI_VERSION}
 t0=$(date +%s)
 PATHS="go.mod go.sum cmd pkg staging"
+# The source is extracted beside SRC and renamed into place, so a failed
+# extraction leaves no SRC that a later run would take as complete.
 if [ ! -f "$SRC/go.mod" ]; then
-	mkdir -p "$SRC"
-	if [ -d "$CDI_GIT" ]; then git --git-dir="$CDI_GIT" archive "$CDI_VERSION" -- $PATHS | tar -x -C "$SRC"
+	rm -rf "$SRC.part"; mkdir -p "$SRC.part"
+	if [ -d "$CDI_GIT" ]; then git --git-dir="$CDI_GIT" archive "$CDI_VERSION" -- $PATHS | tar -x -C "$SRC.part"
 	else
 		tmp=$(mktemp -d); git clone -q --depth 1 --branch "$CDI_VERSION" "$CDI_GIT" "$tmp/cdi"
-		git -C "$tmp/cdi" archive HEAD -- $PATHS | tar -x -C "$SRC"; rm -rf "$tmp"
+		git -C "$tmp/cdi" archive HEAD -- $PATHS | tar -x -C "$SRC.part"; rm -rf "$tmp"
 	fi
+	rm -rf "$SRC"; mv "$SRC.part" "$SRC"
 fi
 cd "$SRC"
 if [ "${1:-}" = importer ]; then

@@ -17,7 +17,9 @@ W=$(mktemp -d)
 CDI_PID= REG_PID= PROXY_PID=
 cleanup() { kill $SERVE_PID $CDI_PID $REG_PID $PROXY_PID 2>/dev/null; rm -rf "$W" "$E2E_REGISTRY_HOSTS/${REG_HOST:-none}"; }
 trap cleanup EXIT
-[ -x "$E2E_BIN/cdi-controller" ] || { echo "cdi: $E2E_BIN/cdi-controller missing; run scripts/e2e/cdi-build.sh" >&2; exit 1; }
+for b in cdi-controller cdi-uploadproxy e2e-upload-token cdi-crds benchtool; do
+	[ -e "$E2E_BIN/$b" ] || { echo "cdi: $E2E_BIN/$b missing; run make e2e-cdi-build (cdi-*, e2e-upload-token) or make e2e-build (benchtool)" >&2; exit 1; }
+done
 MB=${E2E_DISK_MB:-64}
 BYTES=$((MB << 20))
 make_disk "$W" "$MB"
@@ -27,7 +29,8 @@ WANT=$(sha256sum < "$W/disk.raw" | cut -d' ' -f1)
 mkdir "$W/slow" && ln "$W/disk.qcow2.xz" "$W/slow/disk.qcow2.xz"
 serve "$W" || exit 1
 # want ROW: E2E_CDI_ROWS (a regular expression, default all) selects rows by name.
-want() { [[ $1 =~ ${E2E_CDI_ROWS:-.} ]]; }
+# A selected row's seconds start here.
+want() { [[ $1 =~ ${E2E_CDI_ROWS:-.} ]] && ROW_T=$(date +%s); }
 
 # Containerdisks of the test disk (benchtool registry: disk/disk.qcow2 at
 # :qcow2, disk/disk.img of the raw at :raw-gz, each one gzip layer, 107:107)

@@ -3,8 +3,13 @@
 . "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 E2E_RESULTS=${E2E_RESULTS:-$E2E_ROOT/bin/e2e/results.md}
 mkdir -p "$(dirname "$E2E_RESULTS")"
+# A row's seconds run from ROW_T (the previous row's end, or a row's own
+# start when it sets ROW_T) to its result.
+ROW_T=$(date +%s)
 result() { # name PASS|FAIL|BLOCKED detail
-	printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$E2E_RESULTS"
+	local now; now=$(date +%s)
+	printf '| %s | %s | %s | %s |\n' "$1" "$2" "$((now - ROW_T))" "$3" | tee -a "$E2E_RESULTS"
+	ROW_T=$now
 }
 fail=0
 check() { # name detail command... : PASS when the command succeeds

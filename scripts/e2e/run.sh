@@ -6,7 +6,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 t0=$(date +%s)
 mkdir -p "$(dirname "$E2E_RESULTS")"
-printf '| test | result | what was checked |\n|---|---|---|\n' > "$E2E_RESULTS"
+printf '| test | result | s | what was checked |\n|---|---|---|---|\n' > "$E2E_RESULTS"
 rc=0
 "$(dirname "$0")/manifests.sh" || rc=1
 if [ -x "$E2E_BIN/cdi-controller" ]; then "$(dirname "$0")/cdi.sh" || rc=1
