@@ -92,27 +92,21 @@ func VMDKManyTables(w io.Writer, tables int) error {
 	const gtes, grain = 128, 8
 	le := binary.LittleEndian
 	capacity := uint64(gtes * grain) // one grain table covers the disk
-	marker := func(w io.Writer, sectors uint64, typ uint32) {
-		m := make([]byte, vmdkSector)
-		le.PutUint64(m, sectors)
-		le.PutUint32(m[12:], typ)
-		w.Write(m)
-	}
 	return buffered(w, func(w *bufio.Writer) error {
 		w.Write(vmdkHeader(capacity, grain, gtes, vmdkGDAtEnd, 2))
 		w.Write(vmdkDescriptor(capacity))
 		for range tables {
-			marker(w, 1, vmdkMarkerGT)
+			vmdkMarker(w, 1, vmdkMarkerGT)
 			if err := zeros(w, vmdkSector); err != nil {
 				return err
 			}
 		}
 		gdAt := uint64(2+2*tables) + 1
-		marker(w, 1, vmdkMarkerGD)
+		vmdkMarker(w, 1, vmdkMarkerGD)
 		gd := make([]byte, vmdkSector)
 		le.PutUint32(gd, 3) // the first table
 		w.Write(gd)
-		marker(w, 1, vmdkMarkerFtr)
+		vmdkMarker(w, 1, vmdkMarkerFtr)
 		w.Write(vmdkHeader(capacity, grain, gtes, gdAt, 2))
 		return zeros(w, vmdkSector)
 	})
@@ -130,12 +124,6 @@ func VMDKFooter(w io.Writer, disk []byte, footerMagic string) error {
 	capacity := uint64(len(disk)) / vmdkSector
 	grains := (capacity + grain - 1) / grain
 	tables := (grains + gtes - 1) / gtes
-	marker := func(w io.Writer, sectors uint64, typ uint32) {
-		m := make([]byte, vmdkSector)
-		le.PutUint64(m, sectors)
-		le.PutUint32(m[12:], typ)
-		w.Write(m)
-	}
 	return buffered(w, func(w *bufio.Writer) error {
 		w.Write(vmdkHeader(capacity, grain, gtes, vmdkGDAtEnd, 2))
 		w.Write(vmdkDescriptor(capacity))
@@ -163,18 +151,28 @@ func VMDKFooter(w io.Writer, disk []byte, footerMagic string) error {
 		}
 		gd := make([]byte, (tables*4+vmdkSector-1)/vmdkSector*vmdkSector)
 		for i := range tables {
-			marker(w, gtes*4/vmdkSector, vmdkMarkerGT)
+			vmdkMarker(w, gtes*4/vmdkSector, vmdkMarkerGT)
 			le.PutUint32(gd[4*i:], uint32(sector+1))
 			w.Write(gt[i*gtes*4 : (i+1)*gtes*4])
 			sector += 1 + gtes*4/vmdkSector
 		}
-		marker(w, uint64(len(gd))/vmdkSector, vmdkMarkerGD)
+		vmdkMarker(w, uint64(len(gd))/vmdkSector, vmdkMarkerGD)
 		w.Write(gd)
 		gdAt := sector + 1
-		marker(w, 1, vmdkMarkerFtr)
+		vmdkMarker(w, 1, vmdkMarkerFtr)
 		footer := vmdkHeader(capacity, grain, gtes, gdAt, 2)
 		copy(footer, footerMagic)
 		w.Write(footer)
 		return zeros(w, vmdkSector)
 	})
+}
+
+// vmdkMarker writes a streamOptimized vmdk metadata marker: its sector
+// count and type (the marker's first 16 bytes), the rest of the sector
+// zero.
+func vmdkMarker(w io.Writer, sectors uint64, typ uint32) {
+	m := make([]byte, vmdkSector)
+	binary.LittleEndian.PutUint64(m, sectors)
+	binary.LittleEndian.PutUint32(m[12:], typ)
+	w.Write(m)
 }
