@@ -90,6 +90,30 @@ func qemuImg(t *testing.T, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, "qemu-img", args...).CombinedOutput()
 }
 
+// expectReply reads a simple reply from c and checks its magic, error
+// number and cookie.
+func expectReply(t *testing.T, c net.Conn, cookie uint64, errno uint32) {
+	t.Helper()
+	rep := make([]byte, 16)
+	_, err := io.ReadFull(c, rep)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(simpleRepMagic), be.Uint32(rep))
+	assert.Equal(t, errno, be.Uint32(rep[4:]), "cookie %d", cookie)
+	assert.Equal(t, cookie, be.Uint64(rep[8:]))
+}
+
+// qcow2Of is data converted by qemu-img to a qcow2 file in a new directory.
+func qcow2Of(t *testing.T, data []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "src.raw")
+	require.NoError(t, os.WriteFile(raw, data, 0o600))
+	qc := filepath.Join(dir, "src.qcow2")
+	out, err := qemuImg(t, "convert", "-f", "raw", "-O", "qcow2", raw, qc)
+	require.NoError(t, err, "%s", out)
+	return qc
+}
+
 func TestQemuImgReadsRawExport(t *testing.T) {
 	needQemu(t)
 	data := testData(5<<20 + 4096 + 17) // not a multiple of anything
@@ -121,22 +145,17 @@ func TestQemuImgReadsRawExport(t *testing.T) {
 
 func TestQemuImgReadsQcow2Export(t *testing.T) {
 	needQemu(t)
-	dir := t.TempDir()
 	data := testData(8 << 20)
-	raw := filepath.Join(dir, "src.raw")
-	require.NoError(t, os.WriteFile(raw, data, 0o600))
-	qc := filepath.Join(dir, "src.qcow2")
-	out, err := qemuImg(t, "convert", "-f", "raw", "-O", "qcow2", raw, qc)
-	require.NoError(t, err, "%s", out)
+	qc := qcow2Of(t, data)
 	img, err := os.ReadFile(qc)
 	require.NoError(t, err)
 
 	sock, s, stop := start(t, bytes.NewReader(img), int64(len(img)))
 	b, _ := json.Marshal(map[string]any{"backing": nil, "driver": "qcow2", "file": nbdFile(sock)})
 	src := "json:" + string(b)
-	dst := filepath.Join(dir, "out.raw")
+	dst := filepath.Join(t.TempDir(), "out.raw")
 	// -m 16 -W: many requests in flight at once.
-	out, err = qemuImg(t, "convert", "-m", "16", "-W", "-O", "raw", src, dst)
+	out, err := qemuImg(t, "convert", "-m", "16", "-W", "-O", "raw", src, dst)
 	require.NoError(t, err, "%s", out)
 	got, err := os.ReadFile(dst)
 	require.NoError(t, err)
@@ -316,15 +335,7 @@ func TestProtocolErrorsAndCancelWithReadInFlight(t *testing.T) {
 	defer c.Close()
 	assert.Equal(t, uint64(len(data)), negotiate(t, c))
 
-	rep := make([]byte, 16)
-	expect := func(cookie uint64, errno uint32) {
-		t.Helper()
-		_, err := io.ReadFull(c, rep)
-		require.NoError(t, err)
-		assert.Equal(t, uint32(simpleRepMagic), be.Uint32(rep))
-		assert.Equal(t, errno, be.Uint32(rep[4:]))
-		assert.Equal(t, cookie, be.Uint64(rep[8:]))
-	}
+	expect := func(cookie uint64, errno uint32) { expectReply(t, c, cookie, errno) }
 	// A write is refused with EPERM after its payload is consumed.
 	_, err = c.Write(append(request(cmdWrite, 1, 0, 4), 1, 2, 3, 4))
 	require.NoError(t, err)

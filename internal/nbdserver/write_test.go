@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -84,13 +82,8 @@ func rawSpec(sock string) string {
 // end, the same bytes as the raw image.
 func TestQemuImgWritesExport(t *testing.T) {
 	needQemu(t)
-	dir := t.TempDir()
 	data := testData(6 << 20)
-	raw := filepath.Join(dir, "src.raw")
-	require.NoError(t, os.WriteFile(raw, data, 0o600))
-	qc := filepath.Join(dir, "src.qcow2")
-	out, err := qemuImg(t, "convert", "-f", "raw", "-O", "qcow2", raw, qc)
-	require.NoError(t, err, "%s", out)
+	qc := qcow2Of(t, data)
 
 	for _, noFast := range []bool{false, true} {
 		t.Run(fmt.Sprintf("noFast=%v", noFast), func(t *testing.T) {
@@ -127,15 +120,7 @@ func TestWriteProtocol(t *testing.T) {
 	for _, f := range []uint16{transSendFlush, transSendTrim, transSendWriteZeroes, transSendFastZero} {
 		assert.NotZero(t, flags&f, "flag %#x not advertised", f)
 	}
-	rep := make([]byte, 16)
-	expect := func(cookie uint64, errno uint32) {
-		t.Helper()
-		_, err := io.ReadFull(c, rep)
-		require.NoError(t, err)
-		assert.Equal(t, uint32(simpleRepMagic), be.Uint32(rep))
-		assert.Equal(t, errno, be.Uint32(rep[4:]), "cookie %d", cookie)
-		assert.Equal(t, cookie, be.Uint64(rep[8:]))
-	}
+	expect := func(cookie uint64, errno uint32) { expectReply(t, c, cookie, errno) }
 	send := func(typ, flags uint16, cookie, off uint64, n uint32, payload []byte) {
 		t.Helper()
 		h := request(typ, cookie, off, n)
@@ -198,6 +183,6 @@ func TestWriteProtocol(t *testing.T) {
 
 	send(cmdDisc, 0, 12, 0, 0, nil)
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, err = c.Read(rep)
+	_, err = c.Read(make([]byte, 16))
 	assert.True(t, errors.Is(err, io.EOF), "server did not close after DISC: %v", err)
 }
