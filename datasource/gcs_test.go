@@ -70,12 +70,7 @@ func TestGCSRangedReads(t *testing.T) {
 	g, ep := gcsFixture(t, data)
 	src, err := datasource.New(ep, gcsConfig)
 	require.NoError(t, err)
-	st, err := src.Open(context.Background())
-	require.NoError(t, err)
-	defer st.Body.Close()
-	rr, err := st.Ranges.Open(context.Background())
-	require.NoError(t, err)
-	defer rr.Close()
+	rr := openRanged(t, src)
 	p := make([]byte, 70000)
 	n, err := rr.ReadAt(p, 98765)
 	require.NoError(t, err)
@@ -83,10 +78,7 @@ func TestGCSRangedReads(t *testing.T) {
 
 	// Replaced (a new generation): the next ranged read fails.
 	g.Upload(t, "images", "dir/disk.img", testImage(t, 1<<20))
-	_, err = rr.ReadAt(p, 0)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "replaced during the import")
-	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+	assertReplacedRefused(t, rr)
 }
 
 func TestGCSRefusals(t *testing.T) {

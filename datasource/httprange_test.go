@@ -33,6 +33,16 @@ func openRanged(t *testing.T, src datasource.Source) *datasource.RangeReader {
 	return rr
 }
 
+// assertReplacedRefused checks that a range read of rr, whose object was
+// replaced since it was opened, is refused as replaced, not mixed in.
+func assertReplacedRefused(t *testing.T, rr *datasource.RangeReader) {
+	t.Helper()
+	_, err := rr.ReadAt(make([]byte, 4096), 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "replaced during the import")
+	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+}
+
 func TestRangeReaderContent(t *testing.T) {
 	data := testImage(t, 3<<20+1234)
 	dir := t.TempDir()

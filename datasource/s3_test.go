@@ -62,12 +62,7 @@ func TestS3RangedReads(t *testing.T) {
 	s, ep := s3Fixture(t, data)
 	src, err := datasource.New(ep, s3Config(s))
 	require.NoError(t, err)
-	st, err := src.Open(context.Background())
-	require.NoError(t, err)
-	defer st.Body.Close()
-	rr, err := st.Ranges.Open(context.Background())
-	require.NoError(t, err)
-	defer rr.Close()
+	rr := openRanged(t, src)
 	p := make([]byte, 70000)
 	n, err := rr.ReadAt(p, 123457)
 	require.NoError(t, err)
@@ -78,10 +73,7 @@ func TestS3RangedReads(t *testing.T) {
 
 	// Replaced: the next ranged read is refused by If-Match, not mixed.
 	s.Put(t, "images", "dir/disk.img", testImage(t, 1<<20+4096))
-	_, err = rr.ReadAt(p, 0)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "replaced during the import")
-	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+	assertReplacedRefused(t, rr)
 }
 
 func TestS3Refusals(t *testing.T) {
