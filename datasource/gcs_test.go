@@ -325,33 +325,6 @@ func validAssertion(t *testing.T, r *http.Request, pub *rsa.PublicKey, aud strin
 	return true
 }
 
-func TestGCSResumesAfterDrop(t *testing.T) {
-	data := testImage(t, 4<<20)
-	g, _ := gcsFixture(t, data)
-	p := objtest.StartProxy(t, strings.TrimPrefix(g.URL, "http://"), &objtest.Proxy{DropAfter: 1 << 20})
-	src, err := datasource.New("gs+http://"+p.Addr+"/images/dir/disk.img", gcsConfig)
-	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, int64(1), p.Drops.Load())
-	assert.Equal(t, 1, datasource.Retries(src))
-	assert.Equal(t, sum(data), sum(got))
-}
-
-func TestGCSObjectReplacedDuringTransfer(t *testing.T) {
-	data := testImage(t, 4<<20)
-	g, _ := gcsFixture(t, data)
-	p := &objtest.Proxy{DropAfter: 1 << 20}
-	p.OnDrop = func() { g.Upload(t, "images", "dir/disk.img", testImage(t, 4<<20+4096)) }
-	objtest.StartProxy(t, strings.TrimPrefix(g.URL, "http://"), p)
-	src, err := datasource.New("gs+http://"+p.Addr+"/images/dir/disk.img", gcsConfig)
-	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "replaced during the import")
-	assert.Equal(t, data[:len(got)], got)
-}
-
 func TestGCSEndpointForms(t *testing.T) {
 	for _, bad := range []string{"gs://bucket", "gs://bucket/", "gs+https://host/bucket", "gs://b/k?x=1", "gs+https://u:p@host/b/k"} {
 		_, err := datasource.New(bad, datasource.Config{})

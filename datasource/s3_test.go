@@ -111,34 +111,6 @@ func TestS3Refusals(t *testing.T) {
 	}
 }
 
-func TestS3ResumesAfterDrop(t *testing.T) {
-	data := testImage(t, 4<<20)
-	s, _ := s3Fixture(t, data)
-	p := objtest.StartProxy(t, strings.TrimPrefix(s.URL, "http://"), &objtest.Proxy{DropAfter: 1 << 20})
-	src, err := datasource.New("s3+http://"+p.Addr+"/images/dir/disk.img", s3Config(s))
-	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, int64(1), p.Drops.Load(), "the proxy cut the transfer")
-	assert.Equal(t, 1, datasource.Retries(src))
-	assert.Equal(t, sum(data), sum(got))
-}
-
-func TestS3ObjectReplacedDuringTransfer(t *testing.T) {
-	data := testImage(t, 4<<20)
-	s, _ := s3Fixture(t, data)
-	p := &objtest.Proxy{DropAfter: 1 << 20}
-	p.OnDrop = func() { s.Put(t, "images", "dir/disk.img", testImage(t, 4<<20+4096)) }
-	objtest.StartProxy(t, strings.TrimPrefix(s.URL, "http://"), p)
-	src, err := datasource.New("s3+http://"+p.Addr+"/images/dir/disk.img", s3Config(s))
-	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "replaced during the import")
-	assert.Less(t, len(got), len(data))
-	assert.Equal(t, data[:len(got)], got, "only bytes of the first version were delivered")
-}
-
 func TestS3EndpointForms(t *testing.T) {
 	for _, bad := range []string{"s3://bucket", "s3://bucket/", "s3://bucket/dir/", "s3+https://host/bucket", "s3://b/k?x=1", "s3+https://u:p@host/b/k"} {
 		_, err := datasource.New(bad, datasource.Config{})
@@ -182,4 +154,67 @@ func TestS3PrivateCA(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "certificate")
 	assert.Less(t, time.Since(start), time.Second, "an untrusted certificate is not retried")
+}
+
+// objectStore is a real object-storage server holding one object,
+// images/dir/disk.img, for the tests both stores pass alike.
+type objectStore struct {
+	name string
+	// start serves data; url names the object through host (the server's
+	// or a proxy's host:port); put replaces it.
+	start func(t *testing.T, data []byte) (host string, url func(host string) string, put func(data []byte), cfg datasource.Config)
+}
+
+var objectStores = []objectStore{
+	{"gcs", func(t *testing.T, data []byte) (string, func(string) string, func([]byte), datasource.Config) {
+		g, _ := gcsFixture(t, data)
+		return strings.TrimPrefix(g.URL, "http://"), func(h string) string { return "gs+http://" + h + "/images/dir/disk.img" },
+			func(b []byte) { g.Upload(t, "images", "dir/disk.img", b) }, gcsConfig
+	}},
+	{"s3", func(t *testing.T, data []byte) (string, func(string) string, func([]byte), datasource.Config) {
+		s, _ := s3Fixture(t, data)
+		return strings.TrimPrefix(s.URL, "http://"), func(h string) string { return "s3+http://" + h + "/images/dir/disk.img" },
+			func(b []byte) { s.Put(t, "images", "dir/disk.img", b) }, s3Config(s)
+	}},
+}
+
+// A transfer cut after 1 MiB resumes where it stopped, once, and delivers
+// the object whole.
+func TestObjectStoreResumesAfterDrop(t *testing.T) {
+	for _, o := range objectStores {
+		t.Run(o.name, func(t *testing.T) {
+			data := testImage(t, 4<<20)
+			host, url, _, cfg := o.start(t, data)
+			p := objtest.StartProxy(t, host, &objtest.Proxy{DropAfter: 1 << 20})
+			src, err := datasource.New(url(p.Addr), cfg)
+			require.NoError(t, err)
+			_, got, err := readAll(t, src)
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), p.Drops.Load(), "the proxy cut the transfer")
+			assert.Equal(t, 1, datasource.Retries(src))
+			assert.Equal(t, sum(data), sum(got))
+		})
+	}
+}
+
+// An object replaced while the transfer was cut is not resumed into a mix
+// of two versions: the transfer fails, having delivered only bytes of the
+// first.
+func TestObjectStoreObjectReplacedDuringTransfer(t *testing.T) {
+	for _, o := range objectStores {
+		t.Run(o.name, func(t *testing.T) {
+			data := testImage(t, 4<<20)
+			host, url, put, cfg := o.start(t, data)
+			p := &objtest.Proxy{DropAfter: 1 << 20}
+			p.OnDrop = func() { put(testImage(t, 4<<20+4096)) }
+			objtest.StartProxy(t, host, p)
+			src, err := datasource.New(url(p.Addr), cfg)
+			require.NoError(t, err)
+			_, got, err := readAll(t, src)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "replaced during the import")
+			assert.Less(t, len(got), len(data))
+			assert.Equal(t, data[:len(got)], got, "only bytes of the first version were delivered")
+		})
+	}
 }
