@@ -39,11 +39,12 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 		stop      func()
 	}
 	mine := make(chan signed, 1)
+	stamp := delta.StampSource(f)
 	go func() {
 		s, err := delta.Sign(ctx, f, size)
 		r := signed{s: s, err: err, unchanged: func() (bool, error) { return false, err }, stop: func() {}}
 		if err == nil {
-			r.unchanged, r.stop = delta.Recheck(ctx, f, s)
+			r.unchanged, r.stop = delta.Recheck(ctx, f, s, stamp)
 		}
 		mine <- r
 	}()

@@ -109,6 +109,7 @@ func Local(ctx context.Context, src, dst string, o LocalOptions) (*Pass, error) 
 		return nil, err
 	}
 	defer t.Close()
+	stamp := StampSource(sf)
 	// Both sides are read at once, as the two ends of a remote pass are.
 	type signed struct {
 		s   *Signature
@@ -133,7 +134,7 @@ func Local(ctx context.Context, src, dst string, o LocalOptions) (*Pass, error) 
 	runs := Changes(srcSig, tr.s)
 	p := &Pass{Stats: Count(size, runs), BaseDigest: tr.s.Digest.String()}
 	log.Info("Delta pass", "source", src, "target", dst, "blocks", p.Blocks, "changed", p.BlocksChanged, "dataBytes", p.DataBytes, "zeroBytes", p.ZeroBytes)
-	unchanged, stop := Recheck(ctx, sf, srcSig)
+	unchanged, stop := Recheck(ctx, sf, srcSig, stamp)
 	defer stop()
 	moved, err := Send(ctx, sf, srcSig, runs, 0, t)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -155,4 +156,37 @@ func TestConcurrentWriterMakesAWarmPass(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, final.Final)
 	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, -1))
+}
+
+func TestRecheckOfAQuietFileTrustsItsStampAndSeesAWrite(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := testimg.Raw(t, dir, "src.raw", 1<<20, 7)
+	time.Sleep(60 * time.Millisecond) // quiet for longer than a stamp needs
+	for _, write := range []bool{false, true} {
+		f, size, err := delta.OpenSource(path)
+		require.NoError(t, err)
+		stamp := delta.StampSource(f)
+		require.True(t, stamp.Trusted(), "a file quiet for 60 ms")
+		sig, err := delta.Sign(ctx, f, size)
+		require.NoError(t, err)
+		if write {
+			testimg.WriteRandomAt(t, path, 9, 512, 4096)
+		}
+		unchanged, stop := delta.Recheck(ctx, f, sig, stamp)
+		same, err := unchanged()
+		stop()
+		require.NoError(t, err)
+		assert.Equal(t, !write, same, "written: %v", write)
+		require.NoError(t, f.Close())
+		time.Sleep(60 * time.Millisecond)
+	}
+	// A device has no stamp: its passes read it again.
+	if os.Geteuid() == 0 {
+		loop := testimg.AttachLoop(t, path)
+		f, _, err := delta.OpenSource(loop)
+		require.NoError(t, err)
+		defer f.Close()
+		assert.False(t, delta.StampSource(f).Trusted())
+	}
 }

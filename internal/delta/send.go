@@ -115,14 +115,21 @@ func Send(ctx context.Context, src *os.File, sig *Signature, runs []Run, from in
 	return moved, nil
 }
 
-// Recheck starts signing src again, in the background, and returns a
-// wait that reports whether it still matched sig as it was when Recheck
-// was called: the pass was then of a source no one wrote to. Starting it
-// once src was first signed, while the runs are sent, is enough: every
-// block is then read again after its first reading, so a match means the
-// source held still over an instant at which the target got it whole.
-// wait must be called; stop ends the signing early (a failed pass).
-func Recheck(ctx context.Context, src *os.File, sig *Signature) (wait func() (bool, error), stop func()) {
+// Recheck tells whether the source changed during the pass: the pass was
+// then of a source no one wrote to, and final. For a regular file whose
+// stamp, taken before it was first read, can be trusted, wait compares
+// the stamp (no reading). Otherwise (a device, a file being written) it
+// starts signing src again, in the background, and wait reports whether
+// that matched sig as it was when Recheck was called. Starting it once
+// src was first signed, while the runs are sent, is enough: every block is
+// then read again after its first reading, so a match means the source
+// held still over an instant at which the target got it whole. wait must
+// be called; stop ends the signing early (a failed pass).
+func Recheck(ctx context.Context, src *os.File, sig *Signature, before Stamp) (wait func() (bool, error), stop func()) {
+	if before.ok {
+		wait = func() (bool, error) { return before.unchangedSince(src), nil }
+		return wait, func() {}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	want := sig.Digest
 	type result struct {
