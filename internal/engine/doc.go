@@ -5,8 +5,12 @@
 // start over. Each attempt is a [Machine] run: the Info phase (info.go)
 // opens the target and the source (source.go), identifies the image, runs
 // the checks that can be made before a byte is written (sizes, clone rules
-// in clone.go) and returns an immutable [Plan]: the [Route], the formats,
-// how to verify and the ordered phases ([PhasesFor]). The machine then runs
+// in clone.go), gathers what the route depends on once (importFacts: the
+// image, the source's declared capabilities, a range probe and a qcow2's
+// tables where the choice reads them) and has decide, which does no I/O,
+// return an immutable [Plan] and the reason for its route, logged in one
+// line: the [Route], the formats, how to verify and the ordered phases
+// ([PhasesFor]). The machine then runs
 // those phases in order, logs "New phase: X" for each, emits [Event]s to
 // its observer and stops at the first error by entering [Error].
 //

@@ -22,10 +22,12 @@ const (
 	RouteArchive
 	// RouteBlank: no source; an empty disk of the requested size.
 	RouteBlank
-	// RouteStreamDecode: a streamed qcow2 or streamOptimized vmdk decoded
-	// by our own decoder (internal/streamdecode) straight onto a raw
-	// target, in one pass and without a scratch file. A layout the decoder
-	// cannot stream restarts the import on RouteScratch.
+	// RouteStreamDecode: an image streamdecode.Supports (a qcow2, a
+	// streamOptimized vmdk, a dynamic vhd, a vdi, a vhdx) decoded by our
+	// own decoder straight onto a raw target, in one pass and without a
+	// scratch file. A layout the decoder cannot stream restarts the import
+	// with Request.NoStreamDecode: over ranges where the server serves
+	// them, else through scratch.
 	RouteStreamDecode
 )
 
