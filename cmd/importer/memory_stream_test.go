@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -166,16 +165,7 @@ func TestStreamRoutesInSmallMemoryCgroup(t *testing.T) {
 	plain := serveWithoutRanges(t, srvDir)
 	// The ranged server counts Range requests: the ranged case must read
 	// by ranges, not fall back to streaming the whole file.
-	var rangeRequests atomic.Int64
-	files := http.FileServer(http.Dir(srvDir))
-	rangedSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Range") != "" {
-			rangeRequests.Add(1)
-		}
-		files.ServeHTTP(w, r)
-	}))
-	t.Cleanup(rangedSrv.Close)
-	ranged := rangedSrv.URL + "/"
+	ranged, rangeRequests := testimg.ServeCountingRanges(t, srvDir)
 	loopUsed := false // LoopDevice filled it with 0xA5 already
 	t.Logf("images, importer and loop device ready in %v", time.Since(start).Round(time.Millisecond))
 

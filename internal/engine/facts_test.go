@@ -3,10 +3,7 @@ package engine
 import (
 	"context"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,15 +23,7 @@ func TestGatherFactsReadsRangesOnlyWhereTheRouteDependsOnThem(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", 8<<20, 5)
 	testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
-	var ranges atomic.Int32
-	files := http.FileServer(http.Dir(dir))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Range") != "" {
-			ranges.Add(1)
-		}
-		files.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	base, ranges := testimg.ServeCountingRanges(t, dir)
 	sum, err := iostage.ParseChecksum(testimg.FileDigest(t, filepath.Join(dir, "disk.qcow2")))
 	require.NoError(t, err)
 
@@ -44,17 +33,17 @@ func TestGatherFactsReadsRangesOnlyWhereTheRouteDependsOnThem(t *testing.T) {
 		req          Request
 		probed       bool
 		layout       bool
-		rangeQueries func(n int32) bool
+		rangeQueries func(n int64) bool
 		route        Route
 	}{
-		{"qcow2: probe and tables", "disk.qcow2", Request{}, true, true, func(n int32) bool { return n >= 3 }, RouteStreamDecode},
-		{"qcow2 with a checksum: nothing", "disk.qcow2", Request{Checksums: []iostage.Checksum{sum}}, false, false, func(n int32) bool { return n == 0 }, RouteStreamDecode},
-		{"qcow2 with ranged reads off: nothing", "disk.qcow2", Request{Settings: Settings{NoRangedRead: true}}, false, false, func(n int32) bool { return n == 0 }, RouteStreamDecode},
-		{"qcow2 without the stream decoder: the probe", "disk.qcow2", Request{Settings: Settings{NoStreamDecode: true}}, true, false, func(n int32) bool { return n == 1 }, RouteRanged},
-		{"raw: nothing", "disk.raw", Request{}, false, false, func(n int32) bool { return n == 0 }, RouteStream},
+		{"qcow2: probe and tables", "disk.qcow2", Request{}, true, true, func(n int64) bool { return n >= 3 }, RouteStreamDecode},
+		{"qcow2 with a checksum: nothing", "disk.qcow2", Request{Checksums: []iostage.Checksum{sum}}, false, false, func(n int64) bool { return n == 0 }, RouteStreamDecode},
+		{"qcow2 with ranged reads off: nothing", "disk.qcow2", Request{Settings: Settings{NoRangedRead: true}}, false, false, func(n int64) bool { return n == 0 }, RouteStreamDecode},
+		{"qcow2 without the stream decoder: the probe", "disk.qcow2", Request{Settings: Settings{NoStreamDecode: true}}, true, false, func(n int64) bool { return n == 1 }, RouteRanged},
+		{"raw: nothing", "disk.raw", Request{}, false, false, func(n int64) bool { return n == 0 }, RouteStream},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			src, err := datasource.NewHTTP(srv.URL+"/"+c.file, datasource.Config{})
+			src, err := datasource.NewHTTP(base+c.file, datasource.Config{})
 			require.NoError(t, err)
 			req := c.req
 			req.Source = src

@@ -131,9 +131,25 @@ func Compress(t testing.TB, path, kind string) string {
 // Serve serves dir on 127.0.0.1 and returns the base URL (ending in /).
 func Serve(t testing.TB, dir string) string {
 	t.Helper()
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	base, _ := ServeCountingRanges(t, dir)
+	return base
+}
+
+// ServeCountingRanges is Serve, counting the requests that carry a Range
+// header: how a test tells that an image was read in place over ranges,
+// or not at all.
+func ServeCountingRanges(t testing.TB, dir string) (base string, ranges *atomic.Int64) {
+	t.Helper()
+	ranges = new(atomic.Int64)
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" {
+			ranges.Add(1)
+		}
+		files.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
-	return srv.URL + "/"
+	return srv.URL + "/", ranges
 }
 
 // LoopDevice attaches a loop device over a new sparse file of size bytes
