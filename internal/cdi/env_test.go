@@ -6,12 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -192,4 +191,58 @@ func TestReadEnvEgress(t *testing.T) {
 	_, err = read(map[string]string{"IMPORTER_EGRESS_ALLOW": "metadata"})
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	assert.Contains(t, err.Error(), `IMPORTER_EGRESS_ALLOW: egress network "metadata"`)
+}
+
+// TestEnvHTTPSourceSchemeIsCaseInsensitive: URL schemes are case-insensitive
+// (RFC 3986), so HTTP:// is still an http endpoint.
+func TestEnvHTTPSourceSchemeIsCaseInsensitive(t *testing.T) {
+	assert.NoError(t, checkHTTPEndpoint("HTTP://127.0.0.1:1/disk.raw"))
+	assert.NoError(t, checkHTTPEndpoint("https://user:pw@example.org/disk.raw?sig=x"))
+}
+
+func TestReadEnvS3AndGCSEndpoints(t *testing.T) {
+	p := podPaths(t, false)
+	for _, c := range []struct{ source, endpoint, want string }{
+		{"s3", "https://s3.us-west-2.amazonaws.com/bucket/dir/disk.qcow2", "s3+https://s3.us-west-2.amazonaws.com/bucket/dir/disk.qcow2"},
+		{"s3", "http://minio.local:9000/bucket/disk.img", "s3+http://minio.local:9000/bucket/disk.img"},
+		{"s3", "s3://bucket/disk.img", "s3://bucket/disk.img"},
+		{"gcs", "gs://bucket/disk.img", "gs://bucket/disk.img"},
+		{"gcs", "https://storage.googleapis.com/bucket/disk.img", "gs+https://storage.googleapis.com/bucket/disk.img"},
+	} {
+		req, err := ReadEnv(envOf(map[string]string{
+			"IMPORTER_SOURCE": c.source, "IMPORTER_ENDPOINT": c.endpoint,
+			"IMPORTER_ACCESS_KEY_ID": "AKID", "IMPORTER_SECRET_KEY": "SECRET", "IMPORTER_CERT_DIR": "/certs",
+		}), p)
+		require.NoError(t, err, c.endpoint)
+		assert.Equal(t, c.want, req.Import.Source)
+		assert.Equal(t, "AKID", req.Import.Username)
+		assert.Equal(t, "SECRET", req.Import.Password)
+		assert.Equal(t, "/certs", req.Import.CertDir)
+		req.Close()
+	}
+	for _, c := range []struct{ source, endpoint string }{
+		{"s3", "gs://bucket/disk.img"},
+		{"gcs", "s3://bucket/disk.img"},
+		{"s3", "/data/disk.img"},
+		{"s3", "ftp://user:pw@host/b/k"},
+	} {
+		_, err := ReadEnv(envOf(map[string]string{"IMPORTER_SOURCE": c.source, "IMPORTER_ENDPOINT": c.endpoint}), p)
+		require.ErrorIs(t, err, errdefs.ErrInvalidOptions, c.endpoint)
+		assert.NotContains(t, err.Error(), "pw@")
+	}
+}
+
+func TestParseQuantity(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1Gi": 1073741824, "1G": 1000000000, "10Ki": 10240, "10k": 10000,
+		"512": 512, "1.5Mi": 1572864, "": 0, " 2Mi ": 2 << 20,
+	} {
+		got, err := ParseQuantity(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"abc", "-1", "1Zi", "1e400Gi"} {
+		_, err := ParseQuantity(bad)
+		assert.Error(t, err, bad)
+	}
 }

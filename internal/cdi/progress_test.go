@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskimport/engine/importer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/diskimport/engine/importer"
 )
 
 // controllerProgress reads the progress of ownerUID from a scrape exactly
@@ -43,6 +42,7 @@ func TestProgressTrackerIsOneMonotonicPercentage(t *testing.T) {
 	assert.Equal(t, 30.0, tr.State().ReadRate, "30 bytes in the second since the last snapshot")
 	assert.Equal(t, 75.0, step("Convert", 100, 100, 75))
 	assert.Equal(t, 75.0, step("Convert", 100, 100, 10), "never backwards")
+	assert.Equal(t, 99.99, step("Commit", 100, 100, 99.99), "the engine's percentage below Complete, as it is")
 	assert.Equal(t, 99.99, step("Complete", 100, 100, 100), "100 only once the import returned")
 	tr.Complete()
 	assert.Equal(t, 100.0, tr.State().Percent)

@@ -7,11 +7,10 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/diskimport/engine/importer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-
-	"github.com/diskimport/engine/importer"
 )
 
 // inPrivateMountNamespace runs fn on a thread of its own in a private
