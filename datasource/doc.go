@@ -57,16 +57,18 @@
 //
 // # Adding a source
 //
-// A new kind of source is one file and one line (s3.go and gcs.go are two): the file defines
-// a type implementing [Source] and a constructor with the [Opener]
-// signature, which reads what it needs from the Config (credentials,
-// Transport, the retry fields) and sends its requests through
+// A new kind of source is a type implementing [Source] and a constructor
+// with the [Opener] signature, which reads what it needs from the Config
+// (credentials, Transport, the retry fields) and sends its requests through
 // [NewTransport] (or the caller's Transport), so TLS, proxy and the egress
-// policy apply to it; the line registers it in [Builtin]:
+// policy apply to it; the constructor is registered in [Builtin], one line
+// per scheme it answers to:
 //
 //	r.Register("s3://", NewS3)
 //
-// (and one line per further scheme it answers to).
+// An object store is more than one file: [NewS3] has its request signer
+// beside it and [NewGCS] its token source, and both open the object
+// through the HTTP source ([NewHTTP]).
 //
 // A program that wants a source of its own without changing this package
 // registers it on the value Builtin returns and opens endpoints with that

@@ -16,8 +16,8 @@ import (
 )
 
 // TestS3SignV4Shape: the signer covers the headers that pin a read (the
-// range and If-Match) and the payload hash; the real-server tests (s3_test.go,
-// against versitygw) check that the signature is accepted.
+// range and If-Match) and the payload hash; the real-server tests
+// (TestS3ReadsObject and the others, against versitygw) check that the signature is accepted.
 func TestS3SignV4Shape(t *testing.T) {
 	r, err := http.NewRequest(http.MethodGet, "https://examplebucket.s3.amazonaws.com/test.txt", nil)
 	require.NoError(t, err)

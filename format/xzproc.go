@@ -17,8 +17,8 @@ import (
 
 // childProc decodes a compressed stream with an external command-line tool
 // (xz -dc, igzip -dc): it feeds the compressed input to the child's stdin
-// and reads the decoded bytes from its stdout, through paced pipes (see
-// xzpipe.go). What differs between tools is only the command line and how
+// and reads the decoded bytes from its stdout, through paced pipes
+// (pacedPipeReader). What differs between tools is only the command line and how
 // the child's failure message maps onto the engine's error kinds.
 type childProc struct {
 	ctx    context.Context
@@ -134,7 +134,7 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	policy := sandbox.PipeFilter(bin, sp.args, []string{"LC_ALL=C"})
 	policy.AddressSpace, policy.Processes = sp.addressSpace, sp.processes
 	// Our own pipes rather than exec's, so they can be grown, kept out of
-	// the poller and paced (see xzpipe.go).
+	// the poller and paced (pacedPipeReader).
 	inR, inW, err := blockingPipe()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

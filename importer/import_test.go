@@ -110,7 +110,7 @@ func TestImportMatrix(t *testing.T) {
 				assert.Equal(t, importer.PhaseComplete, res.Phases[len(res.Phases)-1])
 				// qemu-img reads a local file in place, and an HTTP
 				// object that serves ranges through our NBD export
-				// (ranged.go) unless it is a streamOptimized vmdk,
+				// (the ranged route) unless it is a streamOptimized vmdk,
 				// which is decoded straight onto the target; stdin
 				// goes through scratch, but for the formats the
 				// stream decoder reads, which are decoded.
@@ -119,7 +119,7 @@ func TestImportMatrix(t *testing.T) {
 					srcName == "stdin" && streamable[c.name] ||
 					// A compact qcow2 over ranges, onto a file or a
 					// device, and a vhdx, a dynamic vhd and a vdi, are
-					// decoded as a stream (internal/engine/routechoice.go).
+					// decoded as a stream (the engine's route choice).
 					srcName == "http" && (c.name == "disk.qcow2" || c.name == "disk.vhdx" || c.name == "dynamic.vhd" || c.name == "disk.vdi")
 				assert.Equal(t, c.convert && !decoded, contains(res.Phases, importer.PhaseConvert), "phases %v", res.Phases)
 				wantScratch := c.convert && srcName == "stdin" && !decoded

@@ -80,7 +80,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 	}{
 		{"raw.xz streamed", "disk.raw.xz", false, false, false, importer.PhaseTransferDataFile},
 		// NoStreamDecode: onto a file the engine would decode the qcow2 as
-		// a stream (routechoice.go); the ranged route is what is tested.
+		// a stream (the route choice); the ranged route is what is tested.
 		{"qcow2 ranged", "disk.qcow2", false, true, false, importer.PhaseConvert},
 		{"qcow2 streamed and decoded", "disk.qcow2", true, false, false, importer.PhaseTransferDataFile},
 		{"qcow2 streamed to scratch", "disk.qcow2", true, true, true, importer.PhaseTransferScratch},

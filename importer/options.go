@@ -102,10 +102,10 @@ type Options struct {
 	Events func(Event)
 
 	// wrapPhase decorates the step of a phase; tests inject faults with it
-	// (export_test.go).
+	// (WithPhaseHook).
 	wrapPhase func(Phase, engine.Step) engine.Step
 	// streamDecodeMaxBuffered bounds the stream decoder's buffer of
-	// clusters that precede their table (export_test.go).
+	// clusters that precede their table (WithStreamDecodeBuffer, in tests).
 	streamDecodeMaxBuffered int64
 }
 

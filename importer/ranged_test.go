@@ -62,7 +62,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 		name, file, qfmt, want string
 		opts                   []string
 		whole                  bool // read whole and decoded instead (see streamOptimized)
-		decoded                bool // decoded as a stream after reading its tables by ranges (routechoice.go)
+		decoded                bool // decoded as a stream after reading its tables by ranges (the route choice)
 		noDecode               bool // NoStreamDecode: forced onto ranges
 	}{
 		{"disk.qcow2", "disk.qcow2", "qcow2", "qcow2", nil, false, true, false},

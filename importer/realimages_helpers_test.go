@@ -1,6 +1,6 @@
 package importer_test
 
-// Helpers of the real-image test (realimages_test.go): the image library
+// Helpers of the real-image test (TestRealImages): the image library
 // (each stored .xz decompressed once, its qemu-img reference computed once),
 // a content digest that compares images of 127 GiB virtual size without
 // reading their holes, the two HTTP servers, and a tree comparison for

@@ -1,6 +1,6 @@
 package importer_test
 
-// The expectations of the real-image test (realimages_test.go): one row per
+// The expectations of the real-image test (TestRealImages): one row per
 // file in ../shared/real-images, each decided from facts — `qemu-img info`
 // and `check` of the file, SOURCES.md, the OpenStack manifest's
 // usable/insecure verdicts, CDI's ported test expectations — and the reason
@@ -33,7 +33,7 @@ type realImage struct {
 
 	http            bool // in the HTTP sample (ranged and streamed)
 	heavy           bool // ~260 MiB of raw data: file and xz paths only
-	streamOptimized bool // read whole even from a ranged server (ranged.go)
+	streamOptimized bool // read whole even from a ranged server
 }
 
 func converts(stored, qemuFormat, format, why string) realImage {

@@ -4,7 +4,7 @@ package importer_test
 // (made by the tools of public projects; origins in its SOURCES.md) goes
 // through importer.Import, and either the target equals `qemu-img convert
 // -O raw` of the same file byte for byte, or the import is refused with the
-// sentinel and cause the table (realimages_table_test.go) states.
+// sentinel and cause its row of the table states.
 
 import (
 	"context"
@@ -130,7 +130,7 @@ func importAndCheck(t *testing.T, lib *imageLibrary, img realImage, src string, 
 			NoStreamDecode: path == pathRanged && !img.streamOptimized,
 		}, Logger: testLogger(t),
 		// The ranged path is what http-ranged tests: onto a file the
-		// engine would decode most qcow2 as a stream (routechoice.go).
+		// engine would decode most qcow2 as a stream (the route choice).
 	})
 	assertEmptyDir(t, scratch)
 	switch {

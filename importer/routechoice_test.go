@@ -17,7 +17,7 @@ import (
 )
 
 // An HTTP qcow2 on a server that serves ranges takes the route the engine
-// chose from its tables (internal/engine/routechoice.go), and the target
+// chose from its tables (its route choice), and the target
 // holds the image's bytes either way: the stream decoder for a compact
 // image onto a file or a block device; qemu-img over ranges for a file
 // mostly of bytes no table references, for one mostly of compressed

@@ -77,7 +77,7 @@ func TestConvertOntoDeviceReportsProgress(t *testing.T) {
 		Source: srv.URL + "/disk.qcow2", Target: loop, Logger: testLogger(t),
 		TargetOptions: importer.TargetOptions{
 			NoStreamDecode: true,
-		}, // a plain qcow2 is otherwise decoded as a stream (routechoice.go)
+		}, // a plain qcow2 is otherwise decoded as a stream (the route choice)
 		Progress: func(p importer.Progress) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -17,11 +17,11 @@ import (
 )
 
 // Runner runs qemu-img confined by a Landlock sandbox and resource limits
-// (see doc.go). The zero value is usable.
+// (the package doc lists them). The zero value is usable.
 type Runner struct {
 	QemuImg string // qemu-img binary; default "qemu-img" from PATH
 	// Limits overrides the per-subcommand defaults field by field (a zero
-	// field keeps the default). See limits.go for the defaults and why.
+	// field keeps the default; Limits documents the defaults and why).
 	Limits Limits
 	// InfoTimeout is the wall-clock limit for info and check; default 30s.
 	InfoTimeout time.Duration

@@ -17,7 +17,8 @@ import (
 
 // qemuEnv is qemu-img's whole environment. The C locale keeps its messages
 // stable for the string matching in this package; the fixed arena count
-// keeps the address space it needs independent of the core count (doc.go).
+// keeps the address space it needs independent of the core count (the
+// package doc says why).
 var qemuEnv = []string{"LC_ALL=C", "MALLOC_ARENA_MAX=2"}
 
 // systemRules are what qemu-img needs to run, whatever the image, beyond

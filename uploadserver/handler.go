@@ -5,9 +5,9 @@
 // asynchronous variants of both, archives at /v1beta1/upload-archive, HEAD
 // on each, the import status at /v1beta1/status and /healthz. With CDI's
 // x-cdi-content-type header /v1beta1/upload receives a host-assisted
-// clone (clone.go: CDI's snappy stream; sparseclone.go: our resumable,
+// clone (serveClone: CDI's snappy stream; serveSparseClone: our resumable,
 // verified sparse-v1). Clients may be held to a client certificate
-// (clientauth.go) and a bearer token.
+// (Server.ClientCAFile) and a bearer token.
 package uploadserver
 
 import (
@@ -109,7 +109,7 @@ type Handler struct {
 	bytes     *atomicCounter // of the current upload
 	lastClone bool           // the last import was a clone
 	closed    bool           // the deadline passed: no new upload
-	clone     *cloneSession  // an interrupted clone waiting to resume (clone.go)
+	clone     *cloneSession  // an interrupted clone waiting to resume
 
 	done     chan struct{}
 	doneOnce sync.Once

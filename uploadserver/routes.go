@@ -26,7 +26,7 @@ var uploadRoutes = []struct {
 
 // serveHead answers HEAD on an upload path: 200, as CDI's upload proxy
 // expects when it probes a path. A resumable clone learns here where to
-// resume (clone.go).
+// resume (describeClone).
 func (h *Handler) serveHead(w http.ResponseWriter, r *http.Request) {
 	h.describeClone(w, r)
 	w.WriteHeader(http.StatusOK)

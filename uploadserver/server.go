@@ -71,7 +71,7 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 	if (s.TLSCert == "") != (s.TLSKey == "") {
 		return nil, fmt.Errorf("TLS needs both a certificate and a key file: %w", errdefs.ErrInvalidOptions)
 	}
-	tlsConf, err := s.serverTLSConfig() // clientauth.go
+	tlsConf, err := s.serverTLSConfig()
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 type cloneSession struct {
 	id  string
 	tgt *sparseTarget
-	// delta, instead of tgt, is a delta pass's target (deltaclone.go).
+	// delta, instead of tgt, is a delta pass's target.
 	delta  *deltaSession
 	expire *time.Timer
 }

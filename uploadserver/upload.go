@@ -30,7 +30,7 @@ func (h *Handler) uploadHandler(kind uploadKind) http.Handler {
 				http.Error(w, "a clone ("+ct+") is only accepted at "+PathUpload, http.StatusBadRequest)
 				return
 			}
-			h.serveClone(w, r, ct) // clone.go
+			h.serveClone(w, r, ct)
 			return
 		}
 		count, err := h.begin()

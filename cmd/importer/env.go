@@ -54,7 +54,7 @@ func runRequest(ctx context.Context, req cdi.Request, log *slog.Logger, progress
 		return importer.CreateBlank(ctx, req.Blank)
 	case cdi.Upload:
 		req.Import.Logger = log
-		return serveEnvUpload(ctx, req.Import, req.Upload) // upload.go
+		return serveEnvUpload(ctx, req.Import, req.Upload)
 	}
 	req.Import.Logger = log
 	req.Import.Progress = progress

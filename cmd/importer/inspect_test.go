@@ -51,7 +51,7 @@ func TestInspect(t *testing.T) {
 		{raw, "raw", "stream", nil, false},
 		{qcow, "qcow2", "in-place", nil, false},
 		{xz, "qcow2", "stream-decode", []string{"xz"}, false},
-		// A plain qcow2 over ranges is decoded as a stream (routechoice.go).
+		// A plain qcow2 over ranges is decoded as a stream (the route choice).
 		{url + "/disk.qcow2", "qcow2", "stream-decode", nil, false},
 		{url + "/disk.qcow2.xz", "qcow2", "stream-decode", []string{"xz"}, false},
 	}

@@ -192,7 +192,7 @@ func TestStreamRoutesInSmallMemoryCgroup(t *testing.T) {
 				args := []string{"-q", "--json", "--scratch", scratch, c.src, target}
 				if strings.HasPrefix(c.src, ranged) {
 					// Onto a file the engine would decode this qcow2 as a
-					// stream (internal/engine/routechoice.go).
+					// stream (the engine's route choice).
 					args = append([]string{"--no-stream-decode"}, args...)
 				}
 				out, dirtyPeak, err := cg.run(bin, args...)

@@ -12,8 +12,8 @@
 //     does not announce ours.
 //   - sparse-v1, ours, offered by our upload server in the answer to HEAD
 //     (ProtocolHeader) and chosen by the sender with the same header: an s2
-//     stream of records (wire.go) that sends zero runs as their length,
-//     ends with the sha256 of the whole source (the server compares it
+//     stream of records (Record, Encoder, Decoder) that sends zero runs
+//     as their length, ends with the sha256 of the whole source (the server compares it
 //     before it commits and answers Clone Complete), and names a session so
 //     a dropped connection resumes from the offset the server holds
 //     (OffsetHeader) instead of starting over.

@@ -9,7 +9,7 @@ import (
 )
 
 // init turns this process into the sandbox launcher when the parent asked
-// for one (see doc.go); otherwise it does nothing. It never returns in the
+// for one (the package doc tells how); otherwise it does nothing. It never returns in the
 // launcher: it execs the program or exits.
 func init() {
 	enc, ok := os.LookupEnv(policyEnv)

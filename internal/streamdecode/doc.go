@@ -22,7 +22,7 @@
 //
 // Bytes that pass before the table mapping them are held, in memory up to
 // Options.MaxBuffered and past it in a spill file in Options.SpillDir
-// (retain.go, spill.go) of at most the image's virtual size and
+// (retention, spill) of at most the image's virtual size and
 // Options.MaxSpill; once no table that could claim bytes already passed
 // is still to come, nothing more is held. What a decoder remembers of the
 // tables (the tables, the clusters, grains, blocks or tables still to be

@@ -32,8 +32,8 @@ type qcow2Decoder struct {
 	inf         *inflaters
 	outFree     chan []byte
 	l2Seen      map[uint64]uint64 // L2 table offset -> L1 index
-	snap        snapshots         // qcow2snap.go
-	refBlockEnd uint64            // end of the furthest refcount block
+	snap        snapshots
+	refBlockEnd uint64 // end of the furthest refcount block
 	compressed  int64
 }
 

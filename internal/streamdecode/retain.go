@@ -14,7 +14,7 @@ import (
 // uses, leaked clusters). Memory is bounded by max; all-zero pieces cost
 // nothing, as they need no bytes to be reproduced. With a spill directory,
 // data that would pass the bound goes to a spill file there instead
-// (spill.go), read back when it is claimed; without one, passing the bound
+// (spill), read back when it is claimed; without one, passing the bound
 // is a *BufferError (errdefs.ErrNotStreamable).
 type retention struct {
 	segs  []segment // ascending, disjoint

@@ -66,10 +66,10 @@ type vmdkDecoder struct {
 	inf      *inflaters
 	outFree  chan []byte
 	book     bookkeeping
-	ahead    *vmdkAhead // the tables came ahead of the grains (vmdktables.go)
+	ahead    *vmdkAhead // the tables came ahead of the grains
 	headerGD bool       // tables behind, the header (not a footer) names the directory
 	// Tables behind the grains: the grains still to be mapped, the tables
-	// seen, the last grain directory (vmdktables.go).
+	// seen, the last grain directory (vmdkAhead).
 	pending  []vmdkPending
 	claimed  int
 	tables   []vmdkTable

@@ -29,7 +29,7 @@ import (
 // block is merged with the block's current content (read-modify-write,
 // serialised, also O_DIRECT), so nothing goes through the page cache and
 // no cached page can later overwrite a direct write. Data that is all
-// zeros and zero requests become the device's zeroing (see devicezero.go).
+// zeros and zero requests become the device's zeroing (deviceZeroer).
 //
 // All methods may be called concurrently; writes to overlapping ranges
 // land in an unspecified order, as on any disk.

@@ -15,7 +15,7 @@ import (
 
 // deviceZeroer zeroes block-aligned ranges of a block device for the
 // DeviceWriter, from concurrent requests. It tries the same ways as the
-// sequential Writer (output.go) and remembers for good which ones the
+// sequential Writer (Writer.emit) and remembers for good which ones the
 // device does not support.
 type deviceZeroer struct {
 	f     *os.File // O_DIRECT

@@ -60,7 +60,7 @@ type Options struct {
 	FilesystemOverhead float64
 	// Scratch marks a short-lived file that a converter reads right after
 	// it is written: it goes through the page cache (with bounded dirty
-	// memory, see writeback.go) so the reader finds it cached, and Commit
+	// memory, the writeback pacer) so the reader finds it cached, and Commit
 	// does not fsync it.
 	Scratch bool
 	// Mode is the permission bits of a new file target; 0 means 0660, as
