@@ -83,8 +83,8 @@ func pipeOf(t *testing.T, path string) *os.File {
 }
 
 // TestStreamDecodeOverflowWithoutScratch: without a usable scratch
-// directory, an HTTP source still restarts on the scratch route (which
-// reports that scratch is required, as it always did), and a one-time
+// directory, an HTTP source is started over on the scratch route (which
+// reports that scratch is required), and a one-time
 // stream fails at once with ErrScratchSpaceRequired naming the source and
 // the bytes; neither leaves anything on the target.
 func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {

@@ -37,7 +37,7 @@ func (a *attempt) archiveInfo(ctx context.Context) (*Plan, error) {
 	}
 	a.result.Target = a.req.Target
 
-	if _, err := a.openSource(ctx); err != nil { // source.go
+	if _, err := a.openSource(ctx); err != nil {
 		return nil, err
 	}
 	img := a.source.image

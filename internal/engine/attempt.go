@@ -19,12 +19,12 @@ type attempt struct {
 	log    *slog.Logger
 	qemu   *qemu.Runner
 	result Result
-	meter  meter // progress.go: read by the progress reporter's goroutine
+	meter  meter // read by the progress reporter's goroutine
 
 	// Set by Info, read by the phases after it.
 	plan   *Plan
 	target *volume.Target // committed by Commit, else aborted
-	source *sourceReader  // source.go: the read side of the transfer
+	source *sourceReader  // the read side of the transfer
 	// caps is what the source's bytes allow (its local path, read in
 	// place by qemu-img or a second time by Verify; the object qemu-img
 	// reads on the ranged route; whether the source can be opened again).

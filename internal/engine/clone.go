@@ -17,7 +17,7 @@ import (
 // other formats through qemu-img); this file adds what a volume copy needs
 // on top: an exact-size rule for storage migrations, a whole-device zeroing
 // so zero blocks can be skipped, a refusal to copy a device onto itself, and
-// a read-back verification of both sides (verify.go).
+// a read-back verification of both sides (verification).
 
 // checkClone runs in Info once the source is identified and before any byte
 // reaches the target.

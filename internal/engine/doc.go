@@ -2,10 +2,10 @@
 // their resources.
 //
 // [Import] runs attempts (importWithRestarts) until one ends without asking to
-// start over. Each attempt is a [Machine] run: the Info phase (info.go)
-// opens the target and the source (source.go), identifies the image, runs
-// the checks that can be made before a byte is written (sizes, clone rules
-// in clone.go), gathers what the route depends on once (importFacts: the
+// start over. Each attempt is a [Machine] run: the Info phase opens the
+// target and the source (sourceReader), identifies the image, runs the
+// checks that can be made before a byte is written (sizes, the clone rules
+// of checkClone), gathers what the route depends on once (importFacts: the
 // image, the source's declared capabilities, a range probe and a qcow2's
 // tables where the choice reads them) and has decide, which does no I/O,
 // return an immutable [Plan] and the reason for its route, logged in one
@@ -19,19 +19,19 @@
 // the request, the target and source reader from Info, the plan, the
 // result being filled, the progress meter):
 //
-//	TransferDataFile  attempt.transferRaw (stream.go) raw bytes onto the target
-//	                  attempt.decodeStream            the stream decoder's guest writes onto the target
-//	TransferScratch   scratchTransfer (scratch.go)    the image to a scratch file, handed to imageInput
-//	TransferDataDir   archiveExtraction (archive.go)  a tar into a staging directory it owns
-//	Validate          validation (validate.go)        structure, self-containment, sizes; starts the ranged export
-//	Convert           conversion (convert.go)         qemu-img onto the target (a device through targetExport)
-//	Resize            attempt.resize (resize.go)      a file to its requested size
-//	Verify            verification (verify.go)        source and target read back and compared
+//	TransferDataFile  attempt.transferRaw   raw bytes onto the target
+//	                  attempt.decodeStream  the stream decoder's guest writes onto the target
+//	TransferScratch   scratchTransfer       the image to a scratch file, handed to imageInput
+//	TransferDataDir   archiveExtraction     a tar into a staging directory it owns
+//	Validate          validation            structure, self-containment, sizes; starts the ranged export
+//	Convert           conversion            qemu-img onto the target (a device through targetExport)
+//	Resize            attempt.resize        a file to its requested size
+//	Verify            verification          source and target read back and compared
 //	Commit            attempt.commit / archiveExtraction.commit: fsync and rename
 //
-// imageInput (input.go) is what qemu-img reads on a converting route; it
+// imageInput is what qemu-img reads on a converting route; it
 // owns the scratch copy and the ranged NBD export (rangedExport) once they are
-// handed to it. [CreateBlank] (blank.go) runs through the same machine with
+// handed to it. [CreateBlank] runs through the same machine with
 // a plan of its own.
 //
 // To add a phase: a type with run(ctx) error over what it owns (or an

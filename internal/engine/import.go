@@ -119,12 +119,12 @@ const maxRestarts = 100
 // image the decoder cannot stream (notStreamableError) is started over the
 // same way, once, with Request.NoStreamDecode set: the request is all the
 // attempts share, and that flag sends the next one to RouteRanged (a
-// server that serves ranges) or RouteScratch. Only a
-// source that can be read again fails so (streamdecode.go): clusters ahead
-// of their tables spill to the scratch directory instead, so this is left
-// for layouts the decoder cannot follow at all, or an overflow with no
-// usable scratch directory (where the scratch route then reports
-// ErrScratchSpaceRequired, as it always did).
+// server that serves ranges) or RouteScratch. Only a source that can be
+// read again is started over (a one-time stream fails): clusters ahead of
+// their tables spill to the scratch directory, so this is for layouts the
+// decoder cannot follow at all, or an overflow with no usable scratch
+// directory (which the scratch route then reports as
+// ErrScratchSpaceRequired).
 func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 	start := time.Now()
 	for restarts := 0; ; restarts++ {
@@ -132,7 +132,7 @@ func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 		res.Retries = datasource.Retries(r.Source)
 		var ns *notStreamableError
 		if err != nil && ctx.Err() == nil && !r.NoStreamDecode && errors.As(err, &ns) {
-			// The decoder met a layout it cannot stream (streamdecode.go):
+			// The decoder met a layout it cannot stream:
 			// that attempt wrote no head and removed its file; the next
 			// one reads the source again, over ranges or through scratch.
 			r.NoStreamDecode = true

@@ -21,7 +21,7 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 			return nil, fmt.Errorf("content type %s copies the bytes as they are; --format qcow2 does not apply: %w", ContentTypeAsIs, errdefs.ErrInvalidOptions)
 		}
 	default:
-		return a.archiveInfo(ctx) // archive.go
+		return a.archiveInfo(ctx)
 	}
 	tgt, err := volume.Open(ctx, volume.Options{
 		Path:               a.req.Target,
@@ -41,7 +41,7 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		return nil, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 	}
 
-	st, err := a.openSource(ctx) // source.go
+	st, err := a.openSource(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 	if err := a.checkEarlySize(ctx, img, st); err != nil {
 		return nil, err
 	}
-	if err := a.checkClone(ctx, img, st); err != nil { // clone.go
+	if err := a.checkClone(ctx, img, st); err != nil {
 		return nil, err
 	}
 	return a.choosePlan(a.gatherFacts(ctx, img)), nil

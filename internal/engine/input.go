@@ -16,7 +16,7 @@ type imageInput struct {
 	path    string // a local path, or a qemu-img json: spec of the export
 	format  format.Format
 	scratch string        // the scratch file, "" once removed
-	export  *rangedExport // ranged.go; nil unless serving
+	export  *rangedExport // nil unless serving
 }
 
 // removeScratch deletes the scratch copy once nothing reads it any more.

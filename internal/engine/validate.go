@@ -21,7 +21,7 @@ type validation struct {
 func (v *validation) run(ctx context.Context) error {
 	a, in := v.a, v.in
 	if a.plan.Route == RouteRanged {
-		// Served to qemu-img over NBD until Convert ends (ranged.go).
+		// Served to qemu-img over NBD until Convert ends (rangedExport).
 		if err := v.startExport(ctx); err != nil {
 			return err
 		}
@@ -56,7 +56,7 @@ func (v *validation) run(ctx context.Context) error {
 	if capacity := a.target.Capacity(); info.VirtualSize > capacity {
 		return &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity}
 	}
-	return a.checkExactSize(info.VirtualSize) // clone.go
+	return a.checkExactSize(info.VirtualSize)
 }
 
 // selfNames lists the names qemu-img may report for the image it opened
