@@ -44,24 +44,34 @@ var (
 // the format has nothing recognisable at its head.
 const DMGTrailerLen = 512
 
+// magicFormat is a format known by the bytes its images start with.
+type magicFormat struct {
+	magic []byte
+	f     Format
+}
+
+// byMagic names the first format of table whose magic starts head, or "".
+func byMagic(head []byte, table []magicFormat) Format {
+	for _, m := range table {
+		if bytes.HasPrefix(head, m.magic) {
+			return m.f
+		}
+	}
+	return ""
+}
+
+// foreignMagics are the refused formats known by their first bytes.
+var foreignMagics = []magicFormat{
+	{magicQED, QED}, {magicParallelsV1, Parallels}, {magicParallelsV2, Parallels}, {magicBochs, Bochs},
+	{magicCloop, Cloop}, {magicLUKS, LUKS}, {magicSESparse, VMDKSESparse}, {magicCOWD, VMDKCOWD},
+}
+
 // sniffForeign names the refused format whose magic starts head, or "".
 func sniffForeign(head []byte) Format {
-	switch {
-	case bytes.HasPrefix(head, magicQED):
-		return QED
-	case bytes.HasPrefix(head, magicParallelsV1), bytes.HasPrefix(head, magicParallelsV2):
-		return Parallels
-	case bytes.HasPrefix(head, magicBochs):
-		return Bochs
-	case bytes.HasPrefix(head, magicCloop):
-		return Cloop
-	case bytes.HasPrefix(head, magicLUKS):
-		return LUKS
-	case bytes.HasPrefix(head, magicSESparse):
-		return VMDKSESparse
-	case bytes.HasPrefix(head, magicCOWD):
-		return VMDKCOWD
-	case bytes.HasPrefix(head, magicQCOW2) && len(head) >= 8 && binary.BigEndian.Uint32(head[4:]) == 1:
+	if f := byMagic(head, foreignMagics); f != "" {
+		return f
+	}
+	if bytes.HasPrefix(head, magicQCOW2) && len(head) >= 8 && binary.BigEndian.Uint32(head[4:]) == 1 {
 		// qcow version 1 shares the qcow2 magic; the version tells.
 		return QCOW1
 	}

@@ -100,19 +100,12 @@ func sniffAtStart(head []byte) Format {
 	if f := sniffForeign(head); f != "" {
 		return f
 	}
-	switch {
-	case bytes.HasPrefix(head, magicQCOW2):
-		return QCOW2
-	case bytes.HasPrefix(head, magicVMDK):
-		return VMDK
-	case bytes.HasPrefix(head, magicVMDKDesc):
-		return VMDKDescriptor
-	case bytes.HasPrefix(head, magicVHDX):
-		return VHDX
-	case bytes.HasPrefix(head, magicVHD):
-		return VHD
-	}
-	return ""
+	return byMagic(head, imageMagics)
+}
+
+// imageMagics are the accepted formats known by their first bytes.
+var imageMagics = []magicFormat{
+	{magicQCOW2, QCOW2}, {magicVMDK, VMDK}, {magicVMDKDesc, VMDKDescriptor}, {magicVHDX, VHDX}, {magicVHD, VHD},
 }
 
 // startsWithZstdSkippable reports whether head opens with one or more zstd
