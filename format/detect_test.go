@@ -114,11 +114,10 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 	}
 	for rel, want := range cases {
 		t.Run(rel, func(t *testing.T) {
-			b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), rel))
-			require.NoError(t, err)
+			b := testimg.SharedImageBytes(t, rel)
 			_, f := Sniff(b[:min(len(b), DefaultPeekSize)])
 			assert.Equal(t, want, f)
-			_, _, err = openBytes(t, b)
+			_, _, err := openBytes(t, b)
 			require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 			assert.Contains(t, err.Error(), "Invalid format "+string(want)+" for image")
 		})
@@ -131,8 +130,7 @@ func TestForeignFormatsRefusedByName(t *testing.T) {
 		require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 	})
 	t.Run("plain parallels is raw", func(t *testing.T) {
-		b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "dissect/plain.hds"))
-		require.NoError(t, err)
+		b := testimg.SharedImageBytes(t, "dissect/plain.hds")
 		_, f := Sniff(b[:DefaultPeekSize])
 		assert.Equal(t, Raw, f)
 	})
@@ -150,13 +148,12 @@ func TestLUKSRefused(t *testing.T) {
 }
 
 func TestDMGTrailer(t *testing.T) {
-	b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "qemu/simple-dmg.dmg"))
-	require.NoError(t, err)
+	b := testimg.SharedImageBytes(t, "qemu/simple-dmg.dmg")
 	_, f := Sniff(b[:min(len(b), DefaultPeekSize)])
 	assert.Equal(t, Raw, f, "a DMG shows nothing at its head")
 	tail := b[len(b)-DMGTrailerLen:]
 	assert.True(t, IsDMGTrailer(tail))
-	err = CheckTrailer(tail)
+	err := CheckTrailer(tail)
 	require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 	assert.Contains(t, err.Error(), "Invalid format dmg for image")
 	assert.NoError(t, CheckTrailer(make([]byte, DMGTrailerLen)))
@@ -164,15 +161,13 @@ func TestDMGTrailer(t *testing.T) {
 }
 
 func TestISOWithQCOW2HeaderRefused(t *testing.T) {
-	b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "ostest/iso-with-qcow2-in-system.iso"))
-	require.NoError(t, err)
-	_, _, err = openBytes(t, b)
+	b := testimg.SharedImageBytes(t, "ostest/iso-with-qcow2-in-system.iso")
+	_, _, err := openBytes(t, b)
 	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 	assert.Contains(t, err.Error(), "more than one format (qcow2, iso)")
 
 	// A plain ISO still opens.
-	iso, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), "ostest/standard-iso9660.iso"))
-	require.NoError(t, err)
+	iso := testimg.SharedImageBytes(t, "ostest/standard-iso9660.iso")
 	s, _, err := openBytes(t, iso)
 	require.NoError(t, err)
 	assert.Equal(t, ISO, s.Format)

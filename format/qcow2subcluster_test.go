@@ -23,8 +23,7 @@ func TestCheckQCOW2SubclusterSamples(t *testing.T) {
 			for _, l2 := range []string{"off", "on"} {
 				name := fmt.Sprintf("slx/image_cs-%s_cp-%s_l2-%s.qcow2", cs, cp, l2)
 				t.Run(name, func(t *testing.T) {
-					b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), name))
-					require.NoError(t, err)
+					b := testimg.SharedImageBytes(t, name)
 					h, err := ParseHeader(QCOW2, b[:min(len(b), DefaultPeekSize)])
 					require.NoError(t, err)
 					assert.Equal(t, l2 == "on", h.ExtendedL2)

@@ -14,8 +14,8 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 )
 
-// TestStructureChecksAcceptRealImages: dynamic VHDs and VDIs made by
-// Virtual PC, Hyper-V, Disk2VHD, VirtualBox and qemu pass our checks.
+// TestStructureChecksAcceptRealImages: dynamic VHDs, VDIs and VHDXs made
+// by Virtual PC, Hyper-V, Disk2VHD, VirtualBox and qemu pass our checks.
 func TestStructureChecksAcceptRealImages(t *testing.T) {
 	for rel, check := range map[string]func(r *bytes.Reader, n int64) error{
 		"qemu/hyperv2012r2-dynamic.vhd": func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
@@ -23,10 +23,13 @@ func TestStructureChecksAcceptRealImages(t *testing.T) {
 		"qemu/d2v-zerofilled.vhd":       func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
 		"dissect/dynamic.vhd":           func(r *bytes.Reader, n int64) error { return CheckVHD(r, n) },
 		"slx/image-default.vdi":         func(r *bytes.Reader, n int64) error { return CheckVDI(r, n) },
+		"qemu/iotest-dynamic-1G.vhdx":   func(r *bytes.Reader, n int64) error { return CheckVHDX(r, n) },
+		"qemu/test-disk2vhd.vhdx":       func(r *bytes.Reader, n int64) error { return CheckVHDX(r, n) },
+		"dissect/dynamic.vhdx":          func(r *bytes.Reader, n int64) error { return CheckVHDX(r, n) },
+		"dissect/fixed.vhdx":            func(r *bytes.Reader, n int64) error { return CheckVHDX(r, n) },
 	} {
 		t.Run(rel, func(t *testing.T) {
-			b, err := os.ReadFile(testimg.SharedImage(t, t.TempDir(), rel))
-			require.NoError(t, err)
+			b := testimg.SharedImageBytes(t, rel)
 			require.NoError(t, check(bytes.NewReader(b), int64(len(b))))
 		})
 	}

@@ -270,6 +270,17 @@ func SharedImage(t testing.TB, dir, rel string) string {
 	return p
 }
 
+// SharedImageBytes is the corpus image rel, decompressed, skipping the
+// test when the corpus is absent.
+func SharedImageBytes(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(SharedImage(t, t.TempDir(), rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // ServerOn is an httptest server of h on host (an address of the loopback
 // network such as 127.0.0.2: another host than 127.0.0.1 to an HTTP
 // client) at a port the OS picks, closed when the test ends.
