@@ -11,58 +11,26 @@ import (
 )
 
 // Choosing between the ranged route and the stream decoder for an HTTP
-// qcow2 both can take (onto a raw target, no checksum, no Verify, a server
-// that serves ranges: rangedClosed and streamDecodeClosed both say "").
+// image both can take (onto a raw target, no checksum, no Verify, a server
+// that serves ranges: rangedClosed and streamDecodeClosed both say ""). The
+// rules, each with the bench/routes.sh measurement that chose it (medians
+// of interleaved runs on 2 loaded cores; bench/RESULTS.md has the tables):
 //
-// Measured with bench/routes.sh (2 GiB disk, 35 % data: a 752 MB qcow2,
-// and 392 MB with compressed clusters; HTTP from 127.0.0.1; 3 interleaved
-// runs on a loaded 2-core machine; medians in seconds, ranged with the
-// read-ahead and -m 16 of this change):
-//
-//	                   decode  ranged  curl + qemu-img convert -W
-//	qcow2    → file     0.84    1.19    2.43
-//	qcow2    → loop     6.71    2.02    1.95
-//	c.qcow2  → file     3.98    3.50    4.51
-//	c.qcow2  → loop     6.53    4.64    3.12
-//
-//	vhdx     → file     0.86    1.21    1.89
-//	vhdx     → loop     0.94    1.62    2.03
-//
-// A vhdx is decoded onto either target: its decoder writes whole blocks.
-// So are a dynamic vhd and a vdi, whose tables come first: the same
-// bench/routes.sh, a 1 GiB disk (35 % data), 3 interleaved runs at load
-// 20, medians in seconds (the decoder won 11 of the 12 paired runs):
-//
-//	                   decode  ranged  curl + qemu-img convert -W
-//	vhd      → file     2.23    2.53    3.20
-//	vhd      → loop     1.78    2.37    3.74
-//	vdi      → file     2.59    3.27    5.23
-//	vdi      → loop     1.39    2.38    3.72
-// A qcow2 mostly of plain clusters is decoded onto either target: one GET
-// into the decoder beats qemu-img reading our NBD export. Onto a block
-// device that holds since the decoder's writes are gathered into 4 MiB
-// requests, four in flight (volume.BatchedDeviceWriter); before, one 64 KiB cluster
-// at a time through the DeviceWriter lost to qemu-img's 16 overlapping
-// 2 MiB writes (the loop row above). Re-measured after that change, same
-// disk, 4 interleaved runs, medians in seconds onto a direct-io loop
-// device:
-//
-//	                   decode  decode before  ranged
-//	qcow2    → loop     0.98       2.48        1.30
-//	c.qcow2  → loop     2.60       4.23        2.55
-//
-// Mostly compressed clusters go over ranges onto either target: qemu-img
-// inflates them at least as fast as the decoder here.
-//
-// Ranged is also chosen where it reads much less than a stream would (a
-// file at least rangedWins times what its tables reference: discarded
-// clusters of a used image, a file cut from a larger object) and where
-// the decoder would have to hold more than it may of clusters that come
-// before their tables (streamdecode.Options.MaxBuffered): past that it
-// spills them to scratch, or, where it cannot follow the layout, the
-// attempt aborts and starts over (importWithRestarts), costing the bytes already
-// read. Ranged never needs scratch nor a restart, so it is chosen up front
-// when the tables predict either.
+//   - A qcow2 mostly of plain clusters is decoded onto either target: one
+//     GET into the decoder beats qemu-img reading our NBD export (2 GiB
+//     disk, 35 % data, onto a loop device: 0.98 s decoded, 1.30 s ranged).
+//   - Mostly compressed clusters go over ranges: qemu-img inflates them at
+//     least as fast as the decoder (onto a file: 3.50 s ranged, 3.98 s).
+//   - A vhdx, a dynamic vhd and a vdi are decoded: their tables come first
+//     and the decoder writes whole blocks (a vdi onto a loop device: 1.39 s
+//     decoded, 2.38 s ranged; the decoder won 11 of 12 paired runs).
+//   - Ranged where it reads much less than a stream would (a file at least
+//     rangedWins times what its tables reference: discarded clusters of a
+//     used image, a file cut from a larger object), and where the decoder
+//     would hold more than streamdecode.Options.MaxBuffered of clusters
+//     that come before their tables: it would spill them to scratch, or
+//     abort and start over (importWithRestarts), while ranged needs
+//     neither.
 //
 // The facts come from the L1 and L2 tables, which Info reads over ranges
 // before choosing (importFacts, format.ReadQCOW2Layout): one small request
