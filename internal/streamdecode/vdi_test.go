@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
@@ -73,11 +72,7 @@ func TestVDILayouts(t *testing.T) {
 }
 
 func TestVDICorrupt(t *testing.T) {
-	need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 4<<20, 100, 7)
-	img := filepath.Join(dir, "disk.vdi")
-	convertTo("vdi")(t, raw, img)
+	img := blockImage(t, "disk.vdi", 4<<20, 100, 7, convertTo("vdi"))
 	b, _ := os.ReadFile(img)
 	l := readVDI(b)
 	if l.blocks != 4 || l.bmap[0] != 0 || l.bmap[3] != 3 {

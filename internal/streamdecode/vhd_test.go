@@ -26,6 +26,18 @@ type blockImageCase struct {
 	patch func(t *testing.T, img string) // optional, after make
 }
 
+// blockImage makes a raw disk in a new directory (rawDisk's size, dataPct
+// and seed) and from it, with mk, the image name there.
+func blockImage(t *testing.T, name string, size int64, dataPct int, seed uint64, mk func(t *testing.T, raw, img string)) string {
+	t.Helper()
+	need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, dataPct, seed)
+	img := filepath.Join(dir, name)
+	mk(t, raw, img)
+	return img
+}
+
 // convertTo makes img from raw with qemu-img convert -O fmt [-o opts].
 func convertTo(fmtName string, opts ...string) func(t *testing.T, raw, img string) {
 	return func(t *testing.T, raw, img string) {
@@ -216,11 +228,7 @@ func TestVHDEmptyDisk(t *testing.T) {
 // TestVHDBATAfterBlocksBuffer: blocks ahead of their BAT are held up to
 // MaxBuffered, past it the layout is not streamable.
 func TestVHDBATAfterBlocksBuffer(t *testing.T) {
-	need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 6<<20, 40, 5)
-	img := filepath.Join(dir, "disk.vhd")
-	convertTo("vpc", "force_size=on")(t, raw, img)
+	img := blockImage(t, "disk.vhd", 6<<20, 40, 5, convertTo("vpc", "force_size=on"))
 	vhdBATAtEnd(t, img)
 	_, st, err := decodeFile(t, DecodeVHD, img, 6<<20, false, Options{})
 	if err != nil || st.PeakBuffered == 0 {
@@ -278,11 +286,7 @@ func runCorrupt(t *testing.T, dec decodeFunc, f format.Format, img string, cases
 }
 
 func TestVHDCorrupt(t *testing.T) {
-	need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 100, 6)
-	img := filepath.Join(dir, "disk.vhd")
-	convertTo("vpc", "force_size=on")(t, raw, img)
+	img := blockImage(t, "disk.vhd", 8<<20, 100, 6, convertTo("vpc", "force_size=on"))
 	b, _ := os.ReadFile(img)
 	l := readVHD(t, b)
 	if l.entries != 4 || l.bat[0] == vhdUnallocated || l.bat[1] == vhdUnallocated {

@@ -91,11 +91,7 @@ func fixCRC(b []byte, off, n int) {
 }
 
 func TestVHDXCorrupt(t *testing.T) {
-	need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 4<<20, 100, 9)
-	img := filepath.Join(dir, "disk.vhdx")
-	convertTo("vhdx", "block_size=1M")(t, raw, img)
+	img := blockImage(t, "disk.vhdx", 4<<20, 100, 9, convertTo("vhdx", "block_size=1M"))
 	b, _ := os.ReadFile(img)
 	v := readVHDXFile(t, b)
 	le := binary.LittleEndian
@@ -196,11 +192,7 @@ func vhdxItem(t *testing.T, b []byte, v vhdxFile, id [16]byte) uint64 {
 // TestVHDXOneCopyDamaged: a damaged current header is passed over for the
 // other, as qemu does.
 func TestVHDXOneCopyDamaged(t *testing.T) {
-	need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 3<<20, 60, 10)
-	img := filepath.Join(dir, "disk.vhdx")
-	convertTo("vhdx", "block_size=1M")(t, raw, img)
+	img := blockImage(t, "disk.vhdx", 3<<20, 60, 10, convertTo("vhdx", "block_size=1M"))
 	editFile(t, img, func(b []byte) []byte {
 		v := readVHDXFile(t, b)
 		b[v.header+300]++ // the current header: the older one is used
