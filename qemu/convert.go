@@ -74,7 +74,7 @@ func (r *Runner) Convert(ctx context.Context, src, dst string, o ConvertOptions)
 	}
 	if created {
 		// The sandbox grants qemu-img this file, not its directory; a
-		// failed run leaves nothing behind, as before.
+		// failed run removes the file it created.
 		defer func() {
 			if err != nil {
 				_ = os.Remove(dst)
