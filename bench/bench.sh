@@ -156,6 +156,7 @@ measure() {
 	local secs
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f", b-a}')
 	printf 'M\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$run" "$secs" "${rss:-0}" "${measure_bytes:-$vsize}" "$rc" >>"$tsv"
+	last_rc=$rc
 	printf 'bench: run %s  %-52s %8.3f s  %6d MiB%s\n' "$run" "$label" "$secs" "$(( ${rss:-0} / 1024 ))" \
 		"$([[ $rc == 0 ]] || echo "  FAILED rc=$rc: $(tail -c 300 "$log.err" | tr '\n' ' ')")" >&2
 	return 0

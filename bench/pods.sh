@@ -91,6 +91,9 @@ PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURC
 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench \
 unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
 /dev/cdi-block-volume $loop /importer $bin /scratch $scratch"
+	if [[ $last_rc != 0 ]]; then
+		printf 'N\t%s\n' "$label failed (exit $last_rc): $(grep -v '^[[:space:]]*$' "$log.err" | tail -1 | cut -c1-240)" >>"$tsv"
+	fi
 	if [[ -n $cg ]]; then
 		extra "$label" cg_peak "$(cat "$cg/memory.max_usage_in_bytes")"
 		extra "$label" cg_oom_kills "$(awk '$1=="oom_kill"{print $2}' "$cg/memory.oom_control")"

@@ -70,6 +70,8 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 		switch {
 		case r.EnvS == 0:
 			r.Verdict = "ours failed or not run"
+		case r.CDIS == 0 && cdi != nil && cdi.Failed > 0:
+			r.Verdict = "CDI's importer failed (its error below)"
 		case r.CDIS == 0:
 			r.Verdict = "no CDI run"
 		default:

@@ -117,7 +117,9 @@ func runReport(args []string) error {
 		case c[0] == "P" && len(c) >= 7:
 			pods = append(pods, podRow{Case: c[1], CDI: c[2], OursEnv: c[3], OursCLI: c[4], Limit: c[5], Target: num(6)})
 		case c[0] == "N" && len(c) >= 2:
-			notes = append(notes, c[1])
+			if !slices.Contains(notes, c[1]) { // one per run
+				notes = append(notes, c[1])
+			}
 		case c[0] == "X" && len(c) >= 4:
 			m := get(c[1])
 			m.extras[c[2]] = append(m.extras[c[2]], num(3))
