@@ -92,7 +92,12 @@ IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FIL
 unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
 /dev/cdi-block-volume $loop /importer $bin /scratch $scratch"
 	if [[ $last_rc != 0 ]]; then
-		printf 'N\t%s\n' "$label failed (exit $last_rc): $(grep -v '^[[:space:]]*$' "$log.err" | tail -1 | cut -c1-240)" >>"$tsv"
+		# The error line (klog's E..., slog's level=ERROR), not the stack
+		# trace CDI prints after it; tabs would split the runs file's fields.
+		local why
+		why=$(grep -E '^E[0-9]{4} |level=ERROR' "$log.err" | tail -1)
+		[[ -n $why ]] || why=$(grep -v '^[[:space:]]*$' "$log.err" | tail -1)
+		printf 'N\t%s\n' "$label failed (exit $last_rc): $(tr '\t' ' ' <<<"$why" | cut -c1-240)" >>"$tsv"
 	fi
 	if [[ -n $cg ]]; then
 		extra "$label" cg_peak "$(cat "$cg/memory.max_usage_in_bytes")"
