@@ -65,6 +65,13 @@ func TestTargetFillsUp(t *testing.T) {
 // complete target, no target file and no scratch file.
 func importFailsWith(t *testing.T, o importer.Options) error {
 	t.Helper()
+	_, err := importFailure(t, o)
+	return err
+}
+
+// importFailure is importFailsWith with the failed import's Result.
+func importFailure(t *testing.T, o importer.Options) (*importer.Result, error) {
+	t.Helper()
 	if o.Target == "" {
 		o.Target = filepath.Join(t.TempDir(), "disk.img")
 	}
@@ -83,7 +90,7 @@ func importFailsWith(t *testing.T, o importer.Options) error {
 	if o.ScratchDir != "" {
 		assertEmptyDir(t, o.ScratchDir)
 	}
-	return err
+	return res, err
 }
 
 func TestScratchMissingOrFull(t *testing.T) {

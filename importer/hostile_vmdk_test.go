@@ -24,7 +24,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/hostileimg"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -173,21 +172,9 @@ func hostileVMDKCases() []hostileVMDK {
 // never complete and leave nothing behind; it returns the result.
 func importVMDKFails(t *testing.T, o importer.Options, want error, msg string) *importer.Result {
 	t.Helper()
-	if o.ScratchDir == "" {
-		o.ScratchDir = t.TempDir()
-	}
-	o.Logger = testLogger(t)
-	res, err := importer.Import(context.Background(), o)
-	require.Error(t, err, "import reported success")
-	t.Logf("error: %v", err)
+	res, err := importFailure(t, o)
 	assert.ErrorIs(t, err, want)
 	assert.Contains(t, err.Error(), msg)
-	assert.False(t, res.Complete)
-	assert.NotContains(t, string(cdi.NewTerminationMessage(res, err).JSON()), cdi.MessageComplete)
-	if st, serr := os.Stat(o.Target); serr == nil && st.Mode().IsRegular() {
-		t.Errorf("target file %s exists after a failed import", o.Target)
-	}
-	assertEmptyDir(t, o.ScratchDir)
 	return res
 }
 
