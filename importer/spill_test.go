@@ -28,13 +28,7 @@ const spillBound = 1 << 20
 // late is decoded in one pass over HTTP and from stdin; what was spilled is
 // reported and gone afterwards.
 func TestStreamDecodeSpills(t *testing.T) {
-	dir := t.TempDir()
-	gz, want := lateTablesQCOW2(t, dir)
-	base := testimg.Serve(t, dir)
-	loop := ""
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	url, gz, want, loop := servedLateTables(t)
 	for _, srcName := range []string{"http", "stdin", "stdin-block"} {
 		t.Run(srcName, func(t *testing.T) {
 			block := strings.HasSuffix(srcName, "-block")
@@ -42,7 +36,7 @@ func TestStreamDecodeSpills(t *testing.T) {
 				t.Skip("loop devices need root")
 			}
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+			o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
 			}, Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}
@@ -88,13 +82,7 @@ func pipeOf(t *testing.T, path string) *os.File {
 // stream fails at once with ErrScratchSpaceRequired naming the source and
 // the bytes; neither leaves anything on the target.
 func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
-	dir := t.TempDir()
-	gz, _ := lateTablesQCOW2(t, dir)
-	base := testimg.Serve(t, dir)
-	loop := ""
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	url, gz, _, loop := servedLateTables(t)
 	for _, srcName := range []string{"http", "stdin", "stdin-block", "http-block"} {
 		t.Run(srcName, func(t *testing.T) {
 			block := strings.HasSuffix(srcName, "-block")
@@ -103,7 +91,7 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			}
 			srcName = strings.TrimSuffix(srcName, "-block")
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+			o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
 				ScratchDir: filepath.Join(t.TempDir(), "none"),
 			}, Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}

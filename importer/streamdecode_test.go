@@ -98,20 +98,27 @@ func lateTablesQCOW2(t *testing.T, dir string) (gz, want string) {
 	return testimg.Compress(t, img, "gz"), qemuRaw(t, img, "qcow2")
 }
 
+// servedLateTables serves lateTablesQCOW2's image over HTTP at url and
+// makes an 8 MiB loop device when root ("" otherwise).
+func servedLateTables(t *testing.T) (url, gz, want, loop string) {
+	t.Helper()
+	dir := t.TempDir()
+	gz, want = lateTablesQCOW2(t, dir)
+	url = testimg.Serve(t, dir) + filepath.Base(gz)
+	if os.Geteuid() == 0 {
+		loop = testimg.LoopDevice(t, dir, 8<<20)
+	}
+	return url, gz, want, loop
+}
+
 // TestStreamDecodeFallsBackToScratch: a layout past the decoder's buffer
 // restarts the import through scratch, which imports it correctly; the
 // first attempt left nothing on the target.
 func TestStreamDecodeFallsBackToScratch(t *testing.T) {
-	dir := t.TempDir()
-	gz, want := lateTablesQCOW2(t, dir)
-	base := testimg.Serve(t, dir)
-	loop := ""
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	url, _, want, loop := servedLateTables(t)
 	testimg.ForEachTarget(t, "", loop, func(t *testing.T, tg testimg.Target) {
 		var logs bytes.Buffer
-		o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
+		o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
 		}, Logger: logTo(t, &logs),
 			Target: tg.Path}
