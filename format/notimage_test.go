@@ -1,7 +1,6 @@
 package format
 
 import (
-	"archive/zip"
 	"bytes"
 	"context"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // toolOutput runs a compressor or archiver over a file holding content in a
@@ -32,17 +32,6 @@ func toolOutput(t *testing.T, content []byte, out string, name string, args ...s
 	return b
 }
 
-func zipOf(t *testing.T, content []byte) []byte {
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	w, err := zw.Create("disk.raw")
-	require.NoError(t, err)
-	_, err = w.Write(content)
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
-	return buf.Bytes()
-}
-
 func TestCompressionsAndArchivesRefusedByName(t *testing.T) {
 	disk := variedContent(1<<20, 3)
 	cases := []struct {
@@ -59,7 +48,7 @@ func TestCompressionsAndArchivesRefusedByName(t *testing.T) {
 			return toolOutput(t, disk, "disk.raw.lz4", "lz4", "-q", "-l", "disk.raw", "disk.raw.lz4")
 		},
 			errdefs.ErrCompressedFile, "an lz4 file (legacy format), not a disk image (decompress it first)"},
-		{"zip", func(t *testing.T) []byte { return zipOf(t, disk) },
+		{"zip", func(t *testing.T) []byte { return testimg.Zip(t, "disk.raw", disk) },
 			errdefs.ErrArchiveFile, "a zip archive, not a disk image (extract the disk image from it first)"},
 		{"ar", func(t *testing.T) []byte { return toolOutput(t, disk, "disk.a", "ar", "rc", "disk.a", "disk.raw") },
 			errdefs.ErrArchiveFile, "an ar archive"},

@@ -1,8 +1,6 @@
 package importer_test
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -38,13 +36,7 @@ func notImages(t *testing.T, dir string) []struct {
 	}
 	bz, err := exec.Command("bzip2", "-c", raw).Output()
 	require.NoError(t, err, "bzip2")
-	var zb bytes.Buffer
-	zw := zip.NewWriter(&zb)
-	w, err := zw.Create("disk.raw")
-	require.NoError(t, err)
-	_, err = w.Write(disk)
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
+	zb := testimg.Zip(t, "disk.raw", disk)
 	return []struct {
 		name, file, contentType string
 		kind                    error
@@ -52,7 +44,7 @@ func notImages(t *testing.T, dir string) []struct {
 	}{
 		{"html page", write("page.html", []byte(notFoundPage)), "text/html", importer.ErrTextNotImage, "TextNotImage", "text"},
 		{"bzip2", write("disk.raw.bz2", bz), "application/x-bzip2", importer.ErrCompressedFile, "UnsupportedCompression", "a bzip2 file, not a disk image (decompress it first)"},
-		{"zip", write("disk.zip", zb.Bytes()), "application/zip", importer.ErrArchiveFile, "ArchiveNotImage", "a zip archive, not a disk image"},
+		{"zip", write("disk.zip", zb), "application/zip", importer.ErrArchiveFile, "ArchiveNotImage", "a zip archive, not a disk image"},
 		{"tar without a disk", write("notes.tar", testtar.Build(t, []testtar.Member{testtar.File("a.txt", []byte("notes\n")), testtar.File("b.ovf", []byte("<Envelope/>\n"))})),
 			"application/x-tar", importer.ErrNoDiskInArchive, "NoDiskInArchive", "no disk image (it holds a.txt, b.ovf)"},
 		{"tar of two disks", write("two.tar", testtar.Build(t, []testtar.Member{testtar.File("disk1.raw", disk), testtar.File("disk2.raw", disk)})),

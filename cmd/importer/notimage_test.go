@@ -1,8 +1,6 @@
 package main
 
 import (
-	"archive/zip"
-	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,17 +27,11 @@ func TestCLIRefusesWhatIsNotADiskImage(t *testing.T) {
 	require.NoError(t, err)
 	bz, err := exec.Command("bzip2", "-c", raw).Output()
 	require.NoError(t, err)
-	var zb bytes.Buffer
-	zw := zip.NewWriter(&zb)
-	w, err := zw.Create("disk.raw")
-	require.NoError(t, err)
-	_, err = w.Write(disk)
-	require.NoError(t, err)
-	require.NoError(t, zw.Close())
+	zb := testimg.Zip(t, "disk.raw", disk)
 	files := map[string][]byte{
 		"login.html":   []byte("<html><head><title>Sign in</title></head><body><form>user</form></body></html>\n"),
 		"disk.raw.bz2": bz,
-		"disk.zip":     zb.Bytes(),
+		"disk.zip":     zb,
 		"empty.tar":    testtar.Build(t, []testtar.Member{testtar.File("README", []byte("see the web page\n"))}),
 		"two.tar":      testtar.Build(t, []testtar.Member{testtar.File("a.img", disk), testtar.File("b.img", disk)}),
 	}

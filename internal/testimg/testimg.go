@@ -5,6 +5,7 @@
 package testimg
 
 import (
+	"archive/zip"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -279,6 +280,24 @@ func SharedImageBytes(t testing.TB, rel string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Zip is a zip archive of one member, name, holding content.
+func Zip(t testing.TB, name string, content []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, err := zw.Create(name)
+	if err == nil {
+		_, err = w.Write(content)
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // ServerOn is an httptest server of h on host (an address of the loopback
