@@ -4,12 +4,12 @@
 # DataVolumes: HTTP qcow2.xz (onto a filesystem and a block PV), a
 # containerdisk in a registry on the host (pod pull and node pull), blank,
 # upload (straight to the upload pod's Service with the client certificate
-# CDI's upload proxy would present), host-assisted clone (another storage
-# class), a 404 source, an HTTP vmdk.zst that needs scratch, and a paced
-# source whose progress is read while it runs (the pod's metric and the
-# DataVolume's). Bytes are
-# read on the host through each PV. E2E_CDI_ROWS=REGEX runs only the rows
-# whose names match (clone needs http-qcow2xz).
+# CDI's upload proxy would present, and through cdi-uploadproxy itself),
+# host-assisted clone (another storage class), a 404 source, an HTTP
+# vmdk.zst that needs scratch, and a paced source whose progress is read
+# while it runs (the pod's metric and the DataVolume's). Bytes are read on
+# the host through each PV. E2E_CDI_ROWS=REGEX runs only the rows whose
+# names match (clone needs http-qcow2xz).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 NS=e2e-cdi
