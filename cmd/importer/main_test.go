@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
@@ -215,4 +216,69 @@ func TestBinary(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "Import Complete", decode(t, out).Message)
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dest, -1))
+}
+
+// A new DEST file gets what the umask allows of 0666, or --mode.
+func TestCLIFileModeFollowsUmask(t *testing.T) {
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "disk.raw", 1<<20, 3)
+	old := unix.Umask(0o027)
+	t.Cleanup(func() { unix.Umask(old) })
+
+	mode := func(args ...string) os.FileMode {
+		dest := filepath.Join(t.TempDir(), "disk.img")
+		code, _, _ := runCLI(t, nil, env(nil), append(args, src, dest)...)
+		require.Equal(t, cdi.ExitOK, code)
+		st, err := os.Stat(dest)
+		require.NoError(t, err)
+		return st.Mode().Perm()
+	}
+	assert.Equal(t, os.FileMode(0o640), mode())
+	assert.Equal(t, os.FileMode(0o600), mode("--mode", "0600"))
+	unix.Umask(0o002)
+	assert.Equal(t, os.FileMode(0o664), mode())
+
+	code, _, stderr := runCLI(t, nil, env(nil), "--mode", "rw", src, filepath.Join(dir, "x.img"))
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Contains(t, stderr, "--mode")
+}
+
+// TestEnvHTTPSourceTakesOnlyHTTPURLs: with IMPORTER_SOURCE=http, CDI fetches
+// over HTTP only. The engine also reads local files, so without the check an
+// endpoint naming a file in the pod (a service-account token, say) would be
+// copied into the volume and reported complete.
+func TestEnvHTTPSourceTakesOnlyHTTPURLs(t *testing.T) {
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "token")
+	require.NoError(t, os.WriteFile(secret, []byte("eyJhbGciOi-pod-service-account-token"), 0o600))
+
+	cases := map[string]struct {
+		endpoint string
+		want     string
+	}{
+		"file URL":          {"file://" + secret, `scheme "file", want http or https`},
+		"bare path":         {secret, "is a path, not an http or https URL"},
+		"relative path":     {"token", "is a path, not an http or https URL"},
+		"other scheme":      {"ftp://127.0.0.1/disk.img", `scheme "ftp", want http or https`},
+		"http without host": {"http:" + secret, "has no host"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			root := cdiRoot(t)
+			code, _, stderr := runCLI(t, nil, env(map[string]string{
+				"IMPORTER_SOURCE":      "http",
+				"IMPORTER_ENDPOINT":    tc.endpoint,
+				"IMPORTER_PATH_PREFIX": root,
+			}))
+			assert.Equal(t, cdi.ExitFailed, code)
+			assert.Contains(t, stderr, tc.want)
+			b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+			require.NoError(t, err)
+			text := failureText(t, b)
+			assert.Contains(t, text, tc.want)
+			assert.NotContains(t, text, "Import Complete")
+			_, err = os.Stat(filepath.Join(root, "data/disk.img"))
+			assert.True(t, os.IsNotExist(err), "nothing may be written to the volume")
+		})
+	}
 }
