@@ -12,7 +12,6 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 )
@@ -29,9 +28,10 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer f.Close()
-	// The source is signed while the server signs its target, and signed
-	// again (for the pass's finality) from then on, while the server may
-	// still be signing and the runs go out.
+	// The source is signed while the server signs its target; its
+	// finality check (delta.Recheck: its stamp, or a second signing) starts
+	// once that is done, while the server may still be signing and the
+	// runs go out.
 	type signed struct {
 		s         *delta.Signature
 		err       error
@@ -133,7 +133,7 @@ func deltaRequest(ctx context.Context, o Options, f *os.File, sig *delta.Signatu
 			moved, err = delta.Send(ctx, f, sig, runs, offset, &progressSink{enc, o})
 		}
 		if err == nil {
-			err = enc.End(blkhash.Digest(sig.Digest))
+			err = enc.End(sig.Digest)
 		}
 		if err == nil {
 			err = sw.Close()
