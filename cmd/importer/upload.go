@@ -197,13 +197,7 @@ func runEnvUploadServer(ctx context.Context, getenv func(string) string, log *sl
 	if c.ClientCAFile == "" {
 		log.Warn("CLIENT_CERT_FILE is not set: no client can be authenticated, so every upload is refused with 401 (as CDI's upload server does)")
 	}
-	tmpl := importer.Options{Source: "-", Target: c.Destination, Logger: log, TargetOptions: importer.TargetOptions{
-		Size:               c.ImageSize,
-		FilesystemOverhead: c.FilesystemOverhead,
-		Preallocation:      c.Preallocation,
-		ScratchDir:         c.ScratchDir,
-		NoScratch:          c.NoScratch,
-	}}
+	tmpl := importer.Options{Source: "-", Target: c.Destination, Logger: log, TargetOptions: c.TargetOptions}
 	log.Info(cdi.ScratchNote(tmpl, cdi.PathsFromEnv(getenv).Scratch))
 	// As CDI's upload server: an upload needs a client certificate the
 	// client CA signed (and named CLIENT_NAME when set); without a client

@@ -137,10 +137,12 @@ type UploadServerConfig struct {
 	// of a filesystem volume (default /data/disk.img, under
 	// IMPORTER_PATH_PREFIX when set).
 	Destination string
-	// ImageSize is UPLOAD_IMAGE_SIZE in bytes (0: none).
-	ImageSize          int64
-	FilesystemOverhead float64
-	Preallocation      bool
+	// TargetOptions are how each uploaded image is written, handed to
+	// the import whole: Size is UPLOAD_IMAGE_SIZE in bytes (0: none),
+	// FilesystemOverhead and Preallocation the variables of those names,
+	// ScratchDir and NoScratch the volume mounted at /scratch, or none (as
+	// for the importer's pod, useScratchVolume).
+	importer.TargetOptions
 	// Deadline is DEADLINE (RFC 3339); zero means none. When it passes
 	// with no upload complete, the server exits and says so.
 	Deadline time.Time
@@ -157,11 +159,6 @@ type UploadServerConfig struct {
 	Warnings []string
 	// TerminationLog is where the termination message goes.
 	TerminationLog string
-	// ScratchDir and NoScratch are the scratch space of the uploaded
-	// imports: the volume mounted at /scratch, or none (as for the
-	// importer's pod, useScratchVolume).
-	ScratchDir string
-	NoScratch  bool
 }
 
 // UploadServerFromEnv reads CDI's upload-server environment. Values CDI
@@ -195,7 +192,7 @@ func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error)
 	}
 	c.Listen = net.JoinHostPort(addr, strconv.Itoa(port))
 	var err error
-	if c.ImageSize, err = envQuantity(getenv, "UPLOAD_IMAGE_SIZE"); err != nil {
+	if c.Size, err = envQuantity(getenv, "UPLOAD_IMAGE_SIZE"); err != nil {
 		return c, err
 	}
 	if c.FilesystemOverhead, err = envFloat(getenv, "FILESYSTEM_OVERHEAD"); err != nil {

@@ -50,7 +50,7 @@ func TestUploadServerFromEnv(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "127.0.0.1:9443", c.Listen)
 	assert.Equal(t, "/dev/cdi-block-volume", c.Destination)
-	assert.Equal(t, int64(1<<30), c.ImageSize)
+	assert.Equal(t, int64(1<<30), c.Size)
 	assert.InDelta(t, 0.055, c.FilesystemOverhead, 1e-9)
 	assert.True(t, c.Preallocation)
 	assert.Equal(t, time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC), c.Deadline.UTC())
