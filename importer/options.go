@@ -12,7 +12,14 @@ import (
 	"github.com/diskimport/engine/qemu"
 )
 
-// Options describe one import. Source and Target are required.
+// Options describe one import. Source and Target are required. How the
+// image is written (TargetOptions) and how the source is reached
+// (datasource.Access) are embedded structs, handed on whole: o.Size and
+// o.Username set them, and a literal names them:
+//
+//	importer.Options{Source: src, Target: dst,
+//		TargetOptions: importer.TargetOptions{Size: 20 << 30},
+//		Access:        datasource.Access{CertDir: "/etc/ca"}}
 type Options struct {
 	// Source names the image, as the command line's SOURCE does: an
 	// http(s) URL, s3://bucket/key or gs://bucket/object (see S3Endpoint),
@@ -51,7 +58,9 @@ type Options struct {
 	// Checksums are expected digests ("sha256:hex", md5, sha1, sha512) of
 	// the bytes as received; all are verified before success is reported.
 	Checksums []string
-	// TargetOptions: how the image is written.
+	// TargetOptions say how the image is written: size, format, mode,
+	// scratch space, the clone checks, the route's switches. The engine
+	// receives them whole.
 	TargetOptions
 
 	// Delta makes the clone a delta pass when Target already holds an
