@@ -39,6 +39,23 @@ type RangeReader struct {
 	cancel    context.CancelFunc
 }
 
+// Probe reads the object's first byte with a range request: nil proves the
+// server answers 206 with the range asked for and (through Content-Range)
+// that the object still has the size the first response gave. A server may
+// advertise "Accept-Ranges: bytes" and answer a range with the whole object.
+func (r *RangedURL) Probe(ctx context.Context) error {
+	rr, err := r.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer rr.Close()
+	var first [1]byte
+	if _, err := rr.ReadAt(first[:], 0); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
 // Open returns a reader for the object, or an error when this RangedURL
 // came from elsewhere than an HTTP source of this package. Reads stop when
 // ctx ends or Close is called.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,4 +231,39 @@ func TestRangeReaderRetries(t *testing.T) {
 	assert.Equal(t, len(buf), n)
 	assert.Equal(t, data[1000:101000], buf)
 	assert.Equal(t, 2, datasource.Retries(src))
+}
+
+func TestRangedProbeNeedsPartialContent(t *testing.T) {
+	data := testImage(t, 64<<10)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "disk.img"), data, 0o644))
+	serves := newServer(t, http.FileServer(http.Dir(dir)))
+	claims := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Accept-Ranges", "bytes")
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		w.Write(data) // 200 with the whole object, whatever the Range
+	}))
+	for _, c := range []struct {
+		name   string
+		url    string
+		probed bool
+	}{
+		{"serves ranges", serves.URL + "/disk.img", true},
+		{"advertises ranges, answers 200", claims.URL, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := datasource.NewHTTP(c.url, datasource.Config{})
+			require.NoError(t, err)
+			st, err := src.Open(context.Background())
+			require.NoError(t, err)
+			st.Body.Close()
+			require.NotNil(t, st.Ranges)
+			err = st.Ranges.Probe(context.Background())
+			if c.probed {
+				assert.NoError(t, err)
+			} else {
+				assert.Error(t, err)
+			}
+		})
+	}
 }

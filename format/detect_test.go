@@ -158,6 +158,8 @@ func TestDMGTrailer(t *testing.T) {
 	assert.Contains(t, err.Error(), "Invalid format dmg for image")
 	assert.NoError(t, CheckTrailer(make([]byte, DMGTrailerLen)))
 	assert.NoError(t, CheckTrailer(b[len(b)-DMGTrailerLen-1:len(b)-1]), "koly one byte early is not a trailer")
+	_, err = CheckRawEnd(tail, int64(len(b)-DMGTrailerLen))
+	require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat, "a raw image ending in a DMG trailer is refused")
 }
 
 func TestISOWithQCOW2HeaderRefused(t *testing.T) {

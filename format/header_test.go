@@ -274,6 +274,12 @@ func TestFixedVHDFooter(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, IsFixedVHDFooter(db[len(db)-512:], int64(len(db)-512)))
 	assert.False(t, IsFixedVHDFooter(make([]byte, 512), 0))
+	footer, err := CheckRawEnd(tail, dataLen)
+	require.NoError(t, err)
+	assert.True(t, footer, "a fixed VHD's footer is left out of the disk")
+	footer, err = CheckRawEnd(b[len(b)-1024:len(b)-512], dataLen-512)
+	require.NoError(t, err)
+	assert.False(t, footer, "data is data")
 }
 
 func TestVHDVDIRefusals(t *testing.T) {

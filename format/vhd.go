@@ -113,6 +113,21 @@ func parseVHDHeader(head []byte) (Header, error) {
 	return Header{Format: f, VirtualSize: size, VHDDiskType: diskType}, nil
 }
 
+// FixedVHDFooterLen is the footer a fixed VHD carries after its raw data:
+// the bytes a raw stream holds back until its end to tell it from data.
+const FixedVHDFooterLen = vhdFooterLen
+
+// CheckRawEnd judges the last FixedVHDFooterLen bytes of a raw image
+// (tail), with dataLen bytes before them: a DMG's trailer refuses the image
+// (CheckTrailer), a fixed VHD's footer describing exactly dataLen bytes is
+// not part of the disk (footer true), anything else is data.
+func CheckRawEnd(tail []byte, dataLen int64) (footer bool, err error) {
+	if err := CheckTrailer(tail); err != nil {
+		return false, err
+	}
+	return IsFixedVHDFooter(tail, dataLen), nil
+}
+
 // IsFixedVHDFooter reports whether tail (the last 512 bytes of a stream) is
 // a valid fixed-VHD footer describing exactly dataLen bytes of raw data in
 // front of it, so the caller can leave it out of the disk.

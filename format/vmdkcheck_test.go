@@ -65,6 +65,7 @@ func TestCheckVMDKAcceptsRealImages(t *testing.T) {
 			h, err := ParseHeader(VMDK, b[:min(len(b), DefaultPeekSize)])
 			require.NoError(t, err)
 			assert.Equal(t, sub, h.VMDKCreateType)
+			assert.Equal(t, sub == "streamOptimized", IsStreamOptimizedVMDK(VMDK, h))
 			assert.EqualValues(t, 1<<20, h.VirtualSize)
 		})
 	}

@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 )
 
 // VMDK sparse extent header (little endian), from VMware's "Virtual Disk
@@ -147,6 +148,15 @@ func parseVMDKHeader(head []byte) (Header, error) {
 	}
 	h.VMDKCreateType = ct
 	return h, nil
+}
+
+// IsStreamOptimizedVMDK reports whether an image of format f with header h
+// is a vmdk of deflated grains, its tables after them (createType
+// streamOptimized, in any case as VMware writes it): the one vmdk a
+// forward-only reader decodes, and one qemu-img reads a small grain at a
+// time.
+func IsStreamOptimizedVMDK(f Format, h Header) bool {
+	return f == VMDK && strings.EqualFold(h.VMDKCreateType, "streamOptimized")
 }
 
 // embeddedVMDKDescriptor returns the descriptor text as qemu reads it: from

@@ -105,16 +105,17 @@ func digestLocalRaw(ctx context.Context, path string, size int64) (blkhash.Diges
 			return blkhash.Digest{}, 0, err
 		}
 	}
-	if size >= fixedVHDFooterSize {
-		tail := make([]byte, fixedVHDFooterSize)
-		if _, err := f.ReadAt(tail, size-fixedVHDFooterSize); err != nil {
+	if size >= format.FixedVHDFooterLen {
+		tail := make([]byte, format.FixedVHDFooterLen)
+		if _, err := f.ReadAt(tail, size-format.FixedVHDFooterLen); err != nil {
 			return blkhash.Digest{}, 0, err
 		}
-		if err := format.CheckTrailer(tail); err != nil {
+		footer, err := format.CheckRawEnd(tail, size-format.FixedVHDFooterLen)
+		if err != nil {
 			return blkhash.Digest{}, 0, err
 		}
-		if format.IsFixedVHDFooter(tail, size-fixedVHDFooterSize) {
-			size -= fixedVHDFooterSize
+		if footer {
+			size -= format.FixedVHDFooterLen
 		}
 	}
 	d, err := blkhash.SumFile(ctx, f, size, 0)
@@ -125,7 +126,7 @@ func digestLocalRaw(ctx context.Context, path string, size int64) (blkhash.Diges
 // bytes to tell a fixed VHD's footer from data, as the stream route does.
 func digestRawStream(img io.Reader) (blkhash.Digest, int64, error) {
 	h := blkhash.New(0)
-	tail := iostage.NewTailHolder(img, fixedVHDFooterSize)
+	tail := iostage.NewTailHolder(img, format.FixedVHDFooterLen)
 	// One buffer is read while the other is hashed.
 	bufs := [2][]byte{make([]byte, 4<<20), make([]byte, 4<<20)}
 	wait := func() {}
@@ -141,10 +142,11 @@ func digestRawStream(img io.Reader) (blkhash.Digest, int64, error) {
 		}
 	}
 	wait()
-	if err := format.CheckTrailer(tail.Tail()); err != nil {
+	footer, err := format.CheckRawEnd(tail.Tail(), h.Length())
+	if err != nil {
 		return blkhash.Digest{}, 0, err
 	}
-	if !format.IsFixedVHDFooter(tail.Tail(), h.Length()) {
+	if !footer {
 		_, _ = h.Write(tail.Tail())
 	}
 	return h.Sum(), h.Length(), nil

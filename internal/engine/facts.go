@@ -59,7 +59,7 @@ func (a *attempt) gatherFacts(ctx context.Context, img *format.Image) *importFac
 		return f
 	}
 	f.rangesProbed = true
-	if f.rangeReadErr = probeRanges(ctx, f.caps.Ranges); f.rangeReadErr != nil {
+	if f.rangeReadErr = f.caps.Ranges.Probe(ctx); f.rangeReadErr != nil {
 		a.log.Warn("The server advertises byte ranges but a range read failed; reading the image as a stream instead",
 			"url", a.req.Source.String(), "cause", f.rangeReadErr.Error())
 		return f

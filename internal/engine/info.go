@@ -87,7 +87,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		}
 		return nil
 	}
-	if n := rawMemberSize(img); n-fixedVHDFooterSize > capacity {
+	if n := rawMemberSize(img); n-format.FixedVHDFooterLen > capacity {
 		// A raw disk read from a tar: the member's header gave its size
 		// (a fixed VHD's footer, one sector, may be the excess).
 		return &errdefs.SizeError{ImageSize: n, TargetSize: capacity, What: "image size"}
@@ -106,7 +106,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		// A DMG is known only by its last sector: read it now, so a local
 		// one is refused before a byte reaches the target (a stream is
 		// refused at its end, before its held-back head is written).
-		tail, err := datasource.ReadTail(ctx, st, fixedVHDFooterSize)
+		tail, err := datasource.ReadTail(ctx, st, format.FixedVHDFooterLen)
 		if err != nil {
 			return err
 		}
@@ -118,18 +118,18 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		return nil
 	}
 	tooBig := &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}
-	if st.Size-fixedVHDFooterSize > capacity {
+	if st.Size-format.FixedVHDFooterLen > capacity {
 		return tooBig
 	}
 	// One sector too many: fine only if that sector is a fixed VHD's footer,
 	// which does not go to the disk. Where the end can be read now (a local
 	// file or device, or a server that serves ranges), decide before a byte
 	// is written; a plain stream is decided at its end (copyRaw).
-	tail, err := datasource.ReadTail(ctx, st, fixedVHDFooterSize)
+	tail, err := datasource.ReadTail(ctx, st, format.FixedVHDFooterLen)
 	if err != nil {
 		return err
 	}
-	if tail != nil && !format.IsFixedVHDFooter(tail, st.Size-fixedVHDFooterSize) {
+	if tail != nil && !format.IsFixedVHDFooter(tail, st.Size-format.FixedVHDFooterLen) {
 		return tooBig
 	}
 	return nil

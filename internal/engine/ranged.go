@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -15,31 +14,6 @@ import (
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/nbdserver"
 )
-
-// probeRanges reads the object's first byte with a range request: that
-// proves the server answers 206 with the range asked for, and (through
-// Content-Range) that the object still has the size the first response
-// gave.
-func probeRanges(ctx context.Context, r *datasource.RangedURL) error {
-	rr, err := r.Open(ctx)
-	if err != nil {
-		return err
-	}
-	defer rr.Close()
-	var first [1]byte
-	if _, err := rr.ReadAt(first[:], 0); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
-}
-
-// streamOptimized: a vmdk of deflated grains, which qemu-img reads one
-// small grain at a time; measured on the 2 GiB bench image, one range
-// request per grain made the ranged path 0.6x of download-then-convert,
-// while the scratch path reaches 0.9x.
-func streamOptimized(f format.Format, h format.Header) bool {
-	return f == format.VMDK && strings.EqualFold(h.VMDKCreateType, "streamOptimized")
-}
 
 // rangedExport serves the HTTP object to qemu-img as a read-only NBD
 // export. Our own client does the range reads (credentials, CA, headers,

@@ -162,7 +162,7 @@ func streamDecodeClosed(f *importFacts, req Request) string {
 // server that serves ranges, and no checksum: a digest must see every byte
 // in order. A server may advertise "Accept-Ranges: bytes" and still answer
 // a range with the whole object (200), so Info tries one range read before
-// the route is open (probeRanges).
+// the route is open (datasource.RangedURL.Probe).
 func rangedClosed(f *importFacts, req Request) string {
 	switch {
 	case f.caps.Ranges == nil:
@@ -175,7 +175,7 @@ func rangedClosed(f *importFacts, req Request) string {
 		return "the image is compressed"
 	case !f.format.NeedsConversion():
 		return fmt.Sprintf("a %s image is not converted", f.format)
-	case streamOptimized(f.format, f.header):
+	case format.IsStreamOptimizedVMDK(f.format, f.header):
 		return "a streamOptimized vmdk is read one grain per range request (measured slower than scratch)"
 	}
 	return ""

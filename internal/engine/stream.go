@@ -11,9 +11,6 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// fixedVHDFooterSize is the footer a fixed VHD carries after its raw data.
-const fixedVHDFooterSize = 512
-
 // transferRaw is TransferDataFile on RouteStream, which owns nothing of
 // its own: raw data straight onto the target in one pass.
 func (a *attempt) transferRaw(ctx context.Context) error {
@@ -47,7 +44,7 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 	var src io.Reader = img
 	var tail *iostage.TailHolder
 	if img.Format == format.Raw && a.req.ContentType != ContentTypeAsIs {
-		tail = iostage.NewTailHolder(img, fixedVHDFooterSize)
+		tail = iostage.NewTailHolder(img, format.FixedVHDFooterLen)
 		src = tail
 	}
 	if _, err := w.ReadFrom(src); err != nil {
@@ -55,10 +52,11 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 		return 0, err
 	}
 	if tail != nil {
-		if err := format.CheckTrailer(tail.Tail()); err != nil {
+		footer, err := format.CheckRawEnd(tail.Tail(), w.Written())
+		if err != nil {
 			return 0, err // a DMG: known by its trailer; the head was never written
 		}
-		if format.IsFixedVHDFooter(tail.Tail(), w.Written()) {
+		if footer {
 			a.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
 			a.result.SourceFormat = string(format.VHD)
 		} else if _, err := w.Write(tail.Tail()); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
@@ -40,7 +39,7 @@ func Supports(img *format.Image) bool {
 	case format.QCOW2:
 		return true
 	case format.VMDK:
-		return strings.EqualFold(img.Header.VMDKCreateType, "streamOptimized")
+		return format.IsStreamOptimizedVMDK(img.Format, img.Header)
 	case format.VHD:
 		return img.Header.VHDDiskType == vhdDynamic
 	case format.VDI:
