@@ -160,6 +160,8 @@ func TestDMGTrailer(t *testing.T) {
 	assert.NoError(t, CheckTrailer(b[len(b)-DMGTrailerLen-1:len(b)-1]), "koly one byte early is not a trailer")
 	_, err = CheckRawEnd(tail, int64(len(b)-DMGTrailerLen))
 	require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat, "a raw image ending in a DMG trailer is refused")
+	_, err = RawDiskSize(bytes.NewReader(b), int64(len(b)))
+	require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 }
 
 func TestISOWithQCOW2HeaderRefused(t *testing.T) {

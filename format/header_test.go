@@ -1,6 +1,7 @@
 package format
 
 import (
+	"bytes"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -280,6 +281,12 @@ func TestFixedVHDFooter(t *testing.T) {
 	footer, err = CheckRawEnd(b[len(b)-1024:len(b)-512], dataLen-512)
 	require.NoError(t, err)
 	assert.False(t, footer, "data is data")
+	n, err := RawDiskSize(bytes.NewReader(b), int64(len(b)))
+	require.NoError(t, err)
+	assert.Equal(t, dataLen, n, "the disk of a fixed VHD ends before its footer")
+	n, err = RawDiskSize(bytes.NewReader(b[:dataLen]), dataLen)
+	require.NoError(t, err)
+	assert.Equal(t, dataLen, n, "a raw image is all disk")
 }
 
 func TestVHDVDIRefusals(t *testing.T) {

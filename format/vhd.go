@@ -3,6 +3,7 @@ package format
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 )
 
 // VHD footer / dynamic header layout (big endian), from Microsoft's "Virtual
@@ -126,6 +127,27 @@ func CheckRawEnd(tail []byte, dataLen int64) (footer bool, err error) {
 		return false, err
 	}
 	return IsFixedVHDFooter(tail, dataLen), nil
+}
+
+// RawDiskSize is the size of the disk in a raw image of size bytes that can
+// be read at random (a local file or device): size less a fixed VHD's
+// footer at its end, or CheckRawEnd's refusal of a DMG.
+func RawDiskSize(r io.ReaderAt, size int64) (int64, error) {
+	if size < FixedVHDFooterLen {
+		return size, nil
+	}
+	tail := make([]byte, FixedVHDFooterLen)
+	if _, err := r.ReadAt(tail, size-FixedVHDFooterLen); err != nil {
+		return 0, err
+	}
+	footer, err := CheckRawEnd(tail, size-FixedVHDFooterLen)
+	if err != nil {
+		return 0, err
+	}
+	if footer {
+		return size - FixedVHDFooterLen, nil
+	}
+	return size, nil
 }
 
 // IsFixedVHDFooter reports whether tail (the last 512 bytes of a stream) is

@@ -4,9 +4,16 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"hash"
+	"io"
 	"runtime"
 	"sync"
+
+	"github.com/diskimport/engine/internal/iostage"
 )
+
+// streamReadSize is one read of ReadFrom; one buffer is read while the
+// other is hashed.
+const streamReadSize = 4 << 20
 
 // Hash takes a disk's bytes in order. Its methods are for one goroutine;
 // the blocks of each call are hashed on Workers goroutines.
@@ -44,6 +51,27 @@ func (h *Hash) Length() int64 { return int64(h.length) }
 func (h *Hash) Write(p []byte) (int, error) {
 	h.Start(p)()
 	return len(p), nil
+}
+
+// ReadFrom hashes r to its end, reading one buffer while the previous one
+// is hashed; a read error (an EOF after a partial read included, as
+// iostage.ReadChunk tells it) is returned with the bytes taken before it.
+func (h *Hash) ReadFrom(r io.Reader) (int64, error) {
+	start := h.Length()
+	bufs := [2][]byte{make([]byte, streamReadSize), make([]byte, streamReadSize)}
+	wait := func() {}
+	for cur := 0; ; cur ^= 1 {
+		n, eof, err := iostage.ReadChunk(r, bufs[cur])
+		wait()
+		if err != nil {
+			return h.Length() - start, err
+		}
+		wait = h.Start(bufs[cur][:n])
+		if eof {
+			wait()
+			return h.Length() - start, nil
+		}
+	}
 }
 
 // Start hashes p on the workers and returns at once, so the caller can

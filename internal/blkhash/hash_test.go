@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -122,6 +124,21 @@ func TestHashWriteSplitAnywhereGivesOneDigest(t *testing.T) {
 		_, _ = h.Write(p[cut:])
 		assert.Equal(t, want, h.Sum(), "cut at %d", cut)
 	}
+}
+
+func TestReadFromEqualsWritingTheStream(t *testing.T) {
+	p := pattern(2*streamReadSize+3*BlockSize+77, 11)
+	whole := New(2)
+	_, _ = whole.Write(p)
+	h := New(2)
+	n, err := h.ReadFrom(iotest.HalfReader(bytes.NewReader(p)))
+	require.NoError(t, err)
+	assert.EqualValues(t, len(p), n)
+	assert.Equal(t, whole.Sum(), h.Sum())
+
+	broken := New(2)
+	_, err = broken.ReadFrom(io.MultiReader(bytes.NewReader(p[:1000]), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "a truncated stream is an error, not an end")
 }
 
 func TestZeroEqualsWritingZeros(t *testing.T) {

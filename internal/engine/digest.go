@@ -105,18 +105,8 @@ func digestLocalRaw(ctx context.Context, path string, size int64) (blkhash.Diges
 			return blkhash.Digest{}, 0, err
 		}
 	}
-	if size >= format.FixedVHDFooterLen {
-		tail := make([]byte, format.FixedVHDFooterLen)
-		if _, err := f.ReadAt(tail, size-format.FixedVHDFooterLen); err != nil {
-			return blkhash.Digest{}, 0, err
-		}
-		footer, err := format.CheckRawEnd(tail, size-format.FixedVHDFooterLen)
-		if err != nil {
-			return blkhash.Digest{}, 0, err
-		}
-		if footer {
-			size -= format.FixedVHDFooterLen
-		}
+	if size, err = format.RawDiskSize(f, size); err != nil {
+		return blkhash.Digest{}, 0, err
 	}
 	d, err := blkhash.SumFile(ctx, f, size, 0)
 	return d, size, err
@@ -127,21 +117,9 @@ func digestLocalRaw(ctx context.Context, path string, size int64) (blkhash.Diges
 func digestRawStream(img io.Reader) (blkhash.Digest, int64, error) {
 	h := blkhash.New(0)
 	tail := iostage.NewTailHolder(img, format.FixedVHDFooterLen)
-	// One buffer is read while the other is hashed.
-	bufs := [2][]byte{make([]byte, 4<<20), make([]byte, 4<<20)}
-	wait := func() {}
-	for cur := 0; ; cur ^= 1 {
-		n, eof, err := iostage.ReadChunk(tail, bufs[cur])
-		wait()
-		if err != nil {
-			return blkhash.Digest{}, 0, err
-		}
-		wait = h.Start(bufs[cur][:n])
-		if eof {
-			break
-		}
+	if _, err := h.ReadFrom(tail); err != nil {
+		return blkhash.Digest{}, 0, err
 	}
-	wait()
 	footer, err := format.CheckRawEnd(tail.Tail(), h.Length())
 	if err != nil {
 		return blkhash.Digest{}, 0, err
