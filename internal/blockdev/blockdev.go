@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,16 @@ func IsBlockDevice(path string) (bool, error) {
 	}
 	m := fi.Mode()
 	return m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0, nil
+}
+
+// SameDevice reports whether a and b are device nodes of one device (the
+// same device number under two names), which os.SameFile does not see: it
+// compares the nodes, not the device behind them.
+func SameDevice(a, b os.FileInfo) bool {
+	as, aok := a.Sys().(*syscall.Stat_t)
+	bs, bok := b.Sys().(*syscall.Stat_t)
+	return aok && bok && as.Rdev == bs.Rdev && as.Rdev != 0 &&
+		a.Mode()&os.ModeDevice != 0 && b.Mode()&os.ModeDevice != 0
 }
 
 // control runs fn with the raw descriptor of f.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -40,6 +41,29 @@ func TestIsBlockDevice(t *testing.T) {
 	ok, err = blockdev.IsBlockDevice(dev)
 	require.NoError(t, err)
 	assert.True(t, ok)
+}
+
+func TestSameDeviceUnderTwoNames(t *testing.T) {
+	dev := newLoop(t, 1<<20, 0)
+	devInfo, err := os.Stat(dev)
+	require.NoError(t, err)
+	other := filepath.Join(t.TempDir(), "other-name")
+	require.NoError(t, unix.Mknod(other, unix.S_IFBLK|0o600, int(devInfo.Sys().(*syscall.Stat_t).Rdev)))
+	otherInfo, err := os.Stat(other)
+	require.NoError(t, err)
+	assert.False(t, os.SameFile(devInfo, otherInfo), "two nodes")
+	assert.True(t, blockdev.SameDevice(devInfo, otherInfo), "one device")
+
+	null, err := os.Stat("/dev/null")
+	require.NoError(t, err)
+	zero, err := os.Stat("/dev/zero")
+	require.NoError(t, err)
+	assert.False(t, blockdev.SameDevice(null, zero))
+	file := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o600))
+	fileInfo, err := os.Stat(file)
+	require.NoError(t, err)
+	assert.False(t, blockdev.SameDevice(fileInfo, fileInfo), "a file is no device")
 }
 
 func TestSizeBlockSizeZeroOut(t *testing.T) {

@@ -8,13 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/blockdev"
 )
 
 // Pass reports one delta pass.
@@ -166,11 +166,5 @@ func sameFile(f *os.File, path string) (bool, error) {
 	if err != nil {
 		return false, nil // no target: OpenTarget says it is no base
 	}
-	if os.SameFile(a, b) {
-		return true, nil
-	}
-	as, _ := a.Sys().(*syscall.Stat_t)
-	bs, _ := b.Sys().(*syscall.Stat_t)
-	isDev := func(fi os.FileInfo) bool { return fi.Mode()&os.ModeDevice != 0 }
-	return as != nil && bs != nil && isDev(a) && isDev(b) && as.Rdev == bs.Rdev, nil
+	return os.SameFile(a, b) || blockdev.SameDevice(a, b), nil
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -99,9 +99,7 @@ func refuseSameDevice(src, dst string) error {
 	if err != nil {
 		return nil
 	}
-	as, aok := a.Sys().(*syscall.Stat_t)
-	bs, bok := b.Sys().(*syscall.Stat_t)
-	if aok && bok && as.Rdev == bs.Rdev && as.Rdev != 0 && a.Mode()&os.ModeDevice != 0 && b.Mode()&os.ModeDevice != 0 {
+	if blockdev.SameDevice(a, b) {
 		return fmt.Errorf("source %s and target %s are the same block device: %w", src, dst, errdefs.ErrInvalidOptions)
 	}
 	if os.SameFile(a, b) {
