@@ -67,7 +67,7 @@ func headTestServer(t *testing.T, data []byte, chunk int, delay time.Duration, d
 // of writes than at start (the kernel's count).
 func signalAtWritten(t *testing.T, pid int, dev string, start, n int64, sig syscall.Signal) string {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		if w := deviceWritten(t, dev) - start; w >= n {
 			require.NoError(t, syscall.Kill(pid, sig))
@@ -76,7 +76,7 @@ func signalAtWritten(t *testing.T, pid int, dev string, start, n int64, sig sysc
 		if err := syscall.Kill(pid, 0); err != nil {
 			t.Fatalf("importer %d gone before %d bytes were written", pid, n)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(200 * time.Microsecond)
 	}
 	t.Fatal("timed out")
 	return ""

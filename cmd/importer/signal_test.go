@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -158,7 +157,7 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 			} else {
 				frac, err := strconv.ParseFloat(strings.TrimSuffix(moment, "%"), 64)
 				require.NoError(t, err)
-				at = killAtWritten(t, cmd.Process.Pid, loop, int64(frac/100*size))
+				at = signalAtWritten(t, cmd.Process.Pid, loop, deviceWritten(t, loop), int64(frac/100*size), syscall.SIGKILL)
 			}
 			err := cmd.Wait()
 			waited = true
@@ -202,27 +201,6 @@ func writeBootSector(t *testing.T, raw string) {
 	mbr[510], mbr[511] = 0x55, 0xAA
 	_, err = f.WriteAt(mbr, 0)
 	require.NoError(t, err)
-}
-
-// killAtWritten SIGKILLs pid once the device has taken n more bytes of
-// writes (data and zeroing alike, whoever writes them: the kernel's count in
-// /sys/block/DEV/stat) and says when.
-func killAtWritten(t *testing.T, pid int, dev string, n int64) string {
-	t.Helper()
-	start := deviceWritten(t, dev)
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		if w := deviceWritten(t, dev) - start; w >= n {
-			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-			return fmt.Sprintf("after %d bytes written to the device (wanted %d)", w, n)
-		}
-		if err := syscall.Kill(pid, 0); err != nil {
-			t.Fatalf("importer %d gone before %d bytes were written", pid, n)
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-	t.Fatal("timed out")
-	return ""
 }
 
 // deviceWritten returns the bytes written to the block device dev so far
