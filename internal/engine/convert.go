@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
-	"syscall"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/nbdserver"
@@ -43,7 +42,7 @@ func (c *conversion) run(ctx context.Context) error {
 		dst = dev.spec()
 	}
 	if a.plan.Route == RouteInPlace {
-		a.meter.inPlaceSize.Store(allocatedSize(in.path))
+		a.meter.inPlaceSize.Store(datasource.LocalAllocatedSize(in.path))
 	}
 	applied, err := a.qemu.Convert(ctx, in.path, dst, qemu.ConvertOptions{
 		SrcFormat:    in.format.QemuName(),
@@ -127,27 +126,6 @@ func (c *conversion) cacheMode(block bool) string {
 // a loop device, 5 interleaved runs on a loaded machine: median 3.09 s
 // with -m 16 against 3.58 s with qemu's default 8.
 const convertParallel = 16
-
-// allocatedSize is what reading the local image at path costs: its
-// allocated bytes (qemu-img skips a file's holes), at most its size; a
-// device's or a file's size when the allocation is not known.
-func allocatedSize(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-	size := st.Size()
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && st.Mode().IsRegular() {
-		return min(size, sys.Blocks*512)
-	}
-	if size == 0 {
-		if f, err := os.Open(path); err == nil {
-			size, _ = f.Seek(0, io.SeekEnd)
-			f.Close()
-		}
-	}
-	return size
-}
 
 // targetExport serves a block target to qemu-img as a writable NBD export
 // on a Unix socket in a private directory, so qemu-img never opens the

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"os"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
@@ -68,7 +67,7 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 		in.VirtualSize = st.Size
 	}
 	if a.caps.LocalPath != "" {
-		in.AllocatedSize = allocatedSize(a.caps.LocalPath)
+		in.AllocatedSize = datasource.LocalAllocatedSize(a.caps.LocalPath)
 	}
 	if len(img.Compressions) > 0 && img.Compressions[0] == format.XZ {
 		in.UncompressedSize = a.xzUncompressedSize(ctx, st)
@@ -107,22 +106,14 @@ func refusal(in *Inspection, err error) error {
 // file, or over ranges) for its uncompressed size; -1 when the source
 // cannot be read that way or its index does not add up.
 func (a *attempt) xzUncompressedSize(ctx context.Context, st *datasource.Transfer) int64 {
-	var n int64
-	var err error
-	if a.caps.LocalPath != "" {
-		var f *os.File
-		if f, err = os.Open(a.caps.LocalPath); err == nil {
-			n, err = format.XZUncompressedSize(f, st.Size)
-			f.Close()
-		}
-	} else if ranged := a.caps.Ranges; ranged != nil {
-		var rr *datasource.RangeReader
-		if rr, err = ranged.Open(ctx); err == nil {
-			n, err = format.XZUncompressedSize(rr, rr.Size())
-			rr.Close()
-		}
-	} else {
+	r, err := datasource.OpenAtRandom(ctx, st)
+	if r == nil && err == nil {
 		return -1
+	}
+	var n int64
+	if err == nil {
+		n, err = format.XZUncompressedSize(r, r.Size())
+		r.Close()
 	}
 	if err != nil {
 		a.log.Debug("xz index not read", "error", err)
