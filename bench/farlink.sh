@@ -50,7 +50,7 @@ far_round() {
 
 far_compare() {
 	local F="ours far raw →file"
-	compare "$F" "ours far raw --connections 1 →file" 4 "≥4× one connection"
+	compare "$F" "ours far raw --connections 1 →file" 10 "≥10× one connection (CDI)"
 	command -v aria2c >/dev/null && compare "$F" "aria2c -x8 -s8 far raw → file" 1 "≥1× aria2c -x8 -s8"
 	compare "$F" "curl far raw (one connection) → file"
 	if [[ " $cases " == *" raw "* ]]; then

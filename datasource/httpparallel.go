@@ -25,13 +25,17 @@ import (
 // At most Connections chunks are fetched or held at once, so the buffers
 // never exceed Connections × ChunkSize bytes.
 const (
-	// DefaultConnections is Config.Connections' default.
-	DefaultConnections = 8
+	// DefaultConnections is Config.Connections' default: on the far mirror
+	// (8 MB/s per connection, 30 ms first byte, 96 MiB) 8 connections took
+	// 1.87 s, 12 took 1.29 s and 16 took 1.03 s (one connection: 12.67 s).
+	DefaultConnections = 16
 	// MaxConnections bounds Config.Connections (aria2c's own bound).
 	MaxConnections = 16
-	// DefaultChunkSize is Config.ChunkSize's default: a 30 ms wait before
-	// each range response costs 6 % of a 4 MiB chunk at 8 MB/s.
-	DefaultChunkSize = 4 << 20
+	// DefaultChunkSize is Config.ChunkSize's default: 16 connections of
+	// 2 MiB hold 32 MiB of buffers and took 1.03 s on the far mirror, of
+	// 4 MiB 64 MiB and 1.06 s (the next request's first-byte delay passes
+	// before its turn, so smaller chunks cost no waits).
+	DefaultChunkSize = 2 << 20
 	// parallelAfter: the stream stays on its one connection until the
 	// reader has taken this much of it. A format sniff reads 64 KiB per
 	// layer, so an import that then reads over ranges (qemu-img) or only
@@ -49,7 +53,7 @@ type parallelBody struct {
 	size   int64
 	chunk  int64
 	conns  int
-	count  int64 // chunks
+	plan   chunkPlan
 
 	parent context.Context
 	work   context.Context // ends the workers: Close, a failure, a fallback
@@ -69,7 +73,9 @@ type parallelBody struct {
 	rr      *RangeReader
 	wg      sync.WaitGroup
 
-	tokens   chan struct{}      // one per chunk fetched or held: at most conns
+	turnMu   sync.Mutex
+	released int64              // chunks the reader read to their end (chunk 0 included)
+	turn     chan struct{}      // closed and replaced at each release
 	ring     []chan *rangeChunk // chunk k is handed over in ring[k % conns]
 	claim    atomic.Int64       // the next chunk a worker takes
 	free     chan []byte        // buffers of chunks read, for reuse
@@ -107,18 +113,17 @@ func newParallelBody(ctx context.Context, first *httpBody, s *httpSource) *paral
 		chunk:    s.chunk,
 		conns:    s.connections,
 		parent:   ctx,
-		tokens:   make(chan struct{}, s.connections),
+		turn:     make(chan struct{}),
 		ring:     make([]chan *rangeChunk, s.connections),
 		free:     make(chan []byte, s.connections),
 		rangesOK: make(chan struct{}),
 		failed:   make(chan struct{}),
 	}
-	p.count = (p.size + p.chunk - 1) / p.chunk
+	p.plan = newChunkPlan(p.size, p.chunk, p.conns)
 	for i := range p.ring {
 		p.ring[i] = make(chan *rangeChunk, 1)
 	}
 	p.work, p.stop = context.WithCancelCause(ctx)
-	p.tokens <- struct{}{} // chunk 0's, held by the first response
 	p.claim.Store(1)
 	p.next = 1
 	p.streak = s.budget.Streak(func(a retry.Attempt) {
@@ -151,24 +156,30 @@ func (p *parallelBody) start() {
 	}
 }
 
-// worker fetches chunks, one at a time, while there are chunks left and
-// a token free.
+// worker fetches chunks, one at a time, while there are chunks left. It
+// sends a chunk's request at once and waits for its turn (waitTurn) only
+// once the response's header has arrived, so the server's first-byte delay
+// passes while the reader still drains the chunks before it. Measured on the
+// far mirror (8 MB/s per connection, 30 ms first byte, 96 MiB, 16
+// connections, medians of 3): 1.13 s with the request sent after the turn,
+// 1.03 s with it sent before.
 func (p *parallelBody) worker() {
 	defer p.wg.Done()
 	for {
-		select {
-		case p.tokens <- struct{}{}:
-		case <-p.work.Done():
-			return
-		}
 		k := p.claim.Add(1) - 1
-		if k >= p.count {
-			<-p.tokens
+		if k >= p.plan.count || p.work.Err() != nil {
 			return
 		}
-		c := p.newChunk(k)
-		p.ring[k%int64(p.conns)] <- c // free: chunk k-conns was taken by the reader
-		err := p.rr.fill(c.buf, c.off, c.progress(p))
+		off, n := p.plan.span(k)
+		c := &rangeChunk{off: off, more: make(chan struct{}, 1)}
+		err := p.rr.fill(int(n), off, func() ([]byte, error) {
+			if err := p.waitTurn(k); err != nil {
+				return nil, err
+			}
+			c.buf = p.buffer(n)
+			p.ring[k%int64(p.conns)] <- c // free: chunk k-conns was read
+			return c.buf, nil
+		}, c.progress(p))
 		if err != nil && p.work.Err() == nil {
 			p.fail(err)
 		}
@@ -179,10 +190,36 @@ func (p *parallelBody) worker() {
 	}
 }
 
-// newChunk gives chunk k a buffer: a freed one, or a new one (counted).
-func (p *parallelBody) newChunk(k int64) *rangeChunk {
-	off := k * p.chunk
-	n := min(p.chunk, p.size-off)
+// waitTurn returns once chunk k may take a buffer: when the reader has read
+// chunk k-conns to its end, so that at most conns chunks are held at once.
+// Turns go in chunk order, so the chunk the reader waits for always has one.
+func (p *parallelBody) waitTurn(k int64) error {
+	for {
+		p.turnMu.Lock()
+		ok, turn := k < p.released+int64(p.conns), p.turn
+		p.turnMu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-turn:
+		case <-p.work.Done():
+			return context.Cause(p.work)
+		}
+	}
+}
+
+// releaseTurn counts a chunk read to its end and wakes the waiting workers.
+func (p *parallelBody) releaseTurn() {
+	p.turnMu.Lock()
+	p.released++
+	close(p.turn)
+	p.turn = make(chan struct{})
+	p.turnMu.Unlock()
+}
+
+// buffer gives a chunk n bytes: a freed buffer, or a new one (counted).
+func (p *parallelBody) buffer(n int64) []byte {
 	var buf []byte
 	select {
 	case buf = <-p.free:
@@ -196,7 +233,7 @@ func (p *parallelBody) newChunk(k int64) *rangeChunk {
 			}
 		}
 	}
-	return &rangeChunk{off: off, buf: buf[:n], more: make(chan struct{}, 1)}
+	return buf[:n]
 }
 
 func (c *rangeChunk) progress(p *parallelBody) func(int) {
@@ -275,7 +312,7 @@ func (p *parallelBody) readFirst(b []byte) (int, error) {
 	select {
 	case <-p.rangesOK:
 		p.first.Close()
-		<-p.tokens
+		p.releaseTurn()
 		return n, nil
 	case <-p.failed:
 	case <-p.work.Done():
@@ -336,7 +373,7 @@ func (p *parallelBody) readChunk(b []byte) (int, error) {
 	}
 }
 
-// release gives a chunk read to its end back: its buffer and its token.
+// release gives a chunk read to its end back: its buffer and its turn.
 func (p *parallelBody) release(c *rangeChunk) {
 	p.head = nil
 	p.next++
@@ -344,7 +381,7 @@ func (p *parallelBody) release(c *rangeChunk) {
 	case p.free <- c.buf[:cap(c.buf)]:
 	default:
 	}
-	<-p.tokens
+	p.releaseTurn()
 }
 
 // failure is the error the reader sees once the workers stopped. An

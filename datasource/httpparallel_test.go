@@ -360,3 +360,38 @@ func TestParallelRangesUseConnectionsOfTheirOwnOverTLS(t *testing.T) {
 	assert.Equal(t, map[string]int{"HTTP/1.1": 2<<20/testChunk - 1}, protos)
 	assert.GreaterOrEqual(t, conns.Load(), int64(3), "the first GET and range connections")
 }
+
+// TestParallelRangesCutTheLastRoundAcrossConnections: the bytes after the
+// whole rounds of chunks go as one smaller piece per connection, and the
+// object still arrives exact and in order.
+func TestParallelRangesCutTheLastRoundAcrossConnections(t *testing.T) {
+	const conns = 4
+	data := testImage(t, 2*conns*testChunk+700<<10)
+	obj := newObject(data)
+	s := startMirror(t, obj, farmirror.Options{Rate: 32 << 20, FirstByte: 2 * time.Millisecond})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(conns))
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	ranges, _ := obj.requests()
+	require.Equal(t, "", ranges[0], "the first GET")
+	spans := map[int64]int64{}
+	for _, rg := range ranges[1:] {
+		var from, to int64
+		_, err := fmt.Sscanf(rg, "bytes=%d-%d", &from, &to)
+		require.NoError(t, err, rg)
+		spans[from] = to + 1 - from
+	}
+	var pieces []int64
+	for at := int64(testChunk); at < int64(len(data)); {
+		n, ok := spans[at]
+		require.True(t, ok, "a range starts at %d", at)
+		if at >= 2*conns*testChunk {
+			pieces = append(pieces, n)
+		}
+		at += n
+	}
+	assert.Len(t, spans, 2*conns-1+3, "whole chunks after the first, then three pieces")
+	assert.Equal(t, []int64{238934, 238934, 238932}, pieces, "700 KiB cut in three: no more pieces than it has 256 KiB")
+}

@@ -119,7 +119,7 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(want) == 0 {
 		return 0, nil
 	}
-	if err := r.fill(want, off, nil); err != nil {
+	if err := r.fill(len(want), off, func() ([]byte, error) { return want, nil }, nil); err != nil {
 		return 0, err
 	}
 	if len(want) < len(p) {
@@ -128,21 +128,35 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	return len(want), nil
 }
 
-// fill reads exactly len(p) bytes at off, within the object, into p. A
-// broken transfer is resumed at the first byte it did not deliver, so a
-// retry fetches only the rest of the range. progress, when not nil, is
-// called with the count of bytes of p filled so far each time it grows.
-func (r *RangeReader) fill(p []byte, off int64, progress func(int)) error {
+// fill reads exactly n bytes at off, within the object, into the buffer
+// dst gives. dst is called once, when the first response's header has
+// arrived, so a caller may wait there for a buffer while the server's
+// first-byte delay has already passed. A broken transfer is resumed at the
+// first byte it did not deliver, so a retry fetches only the rest of the
+// range. progress, when not nil, is called with the count of bytes filled
+// so far each time it grows.
+func (r *RangeReader) fill(n int, off int64, dst func() ([]byte, error), progress func(int)) error {
 	streak := r.newStreak(off)
+	var p []byte
 	got := 0
+	rest := func() ([]byte, error) {
+		if p == nil {
+			b, err := dst()
+			if err != nil {
+				return nil, err
+			}
+			p = b[:n]
+		}
+		return p[got:], nil
+	}
 	for {
-		n, err := r.fetch(p[got:], off+int64(got), func(k int) {
+		k, err := r.fetch(n-got, off+int64(got), rest, func(k int) {
 			if progress != nil {
 				progress(got + k)
 			}
 		})
-		got += n
-		if n > 0 {
+		got += k
+		if k > 0 {
 			streak.Reset()
 		}
 		if err == nil {
@@ -211,10 +225,10 @@ func (r *RangeReader) newStreak(off int64) *retry.Streak {
 // calling progress with the bytes read so far; it returns how many it
 // read. A failure worth retrying comes back as *retryable; one that says
 // the server no longer serves this object's ranges as a *rangeRefused.
-func (r *RangeReader) fetch(p []byte, off int64, progress func(int)) (int, error) {
+func (r *RangeReader) fetch(n int, off int64, dst func() ([]byte, error), progress func(int)) (int, error) {
 	s := r.src
 	name := s.redacted
-	end := off + int64(len(p)) - 1
+	end := off + int64(n) - 1
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
 	stallErr := fmt.Errorf("GET %s bytes %d-%d: no data received for %s: %w", name, off, end, s.stall, errdefs.ErrSourceUnreachable)
@@ -257,13 +271,20 @@ func (r *RangeReader) fetch(p []byte, off int64, progress func(int)) (int, error
 	}
 	cr := resp.Header.Get("Content-Range")
 	start, total, ok := parseContentRange(cr)
-	if !ok || start != off || total != r.size || (resp.ContentLength >= 0 && resp.ContentLength != int64(len(p))) {
+	if !ok || start != off || total != r.size || (resp.ContentLength >= 0 && resp.ContentLength != int64(n)) {
 		return 0, &rangeRefused{changed: true, err: fmt.Errorf("GET %s bytes %d-%d: unexpected Content-Range %q for a %d-byte object (the object changed while reading?): %w",
 			name, off, end, cr, r.size, errdefs.ErrSourceUnreachable)}
 	}
 	if et := strongETag(resp.Header.Get("ETag")); et != "" && r.etag != "" && et != r.etag {
 		return 0, &rangeRefused{changed: true, err: fmt.Errorf("GET %s: the object changed while reading (ETag %s, was %s): %w", name, et, r.etag, errdefs.ErrSourceUnreachable)}
 	}
+	// No stall while the caller waits for its buffer.
+	timer.Stop()
+	p, err := dst()
+	if err != nil {
+		return 0, err
+	}
+	timer.Reset(s.stall)
 	got := 0
 	for got < len(p) {
 		n, err := resp.Body.Read(p[got:])

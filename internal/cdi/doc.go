@@ -45,7 +45,7 @@
 //	IMPORTER_EXTRA_HEADER_n  extra request header lines, n from 0 to 99
 //	IMPORTER_CONNECTIONS     (ours) connections an http, s3 or gcs object
 //	                         is read over when its server serves ranges
-//	                         (default 8; 1: one GET)
+//	                         (default 16; 1: one GET)
 //	IMPORTER_MAX_SPILL       (ours) cap of the scratch the stream decoder
 //	                         spills early clusters to, a quantity (default:
 //	                         the image's virtual size)
