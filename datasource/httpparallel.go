@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +79,10 @@ type parallelBody struct {
 	released int64              // chunks the reader read to their end (chunk 0 included)
 	turn     chan struct{}      // closed and replaced at each release
 	ring     []chan *rangeChunk // chunk k is handed over in ring[k % conns]
-	claim    atomic.Int64       // the next chunk a worker takes
+	claimMu  sync.Mutex         // guards claim, returned and active
+	claim    int64              // the next chunk never taken
+	returned []int64            // chunks handed back unread, taken before claim
+	active   int                // workers running
 	free     chan []byte        // buffers of chunks read, for reuse
 	rangesOK chan struct{}      // closed at the first range response's bytes
 	okOnce   sync.Once
@@ -124,7 +129,7 @@ func newParallelBody(ctx context.Context, first *httpBody, s *httpSource) *paral
 		p.ring[i] = make(chan *rangeChunk, 1)
 	}
 	p.work, p.stop = context.WithCancelCause(ctx)
-	p.claim.Store(1)
+	p.claim = 1
 	p.next = 1
 	p.streak = s.budget.Streak(func(a retry.Attempt) {
 		s.log.Warn("HTTP range transfer cannot go on, starting over", "url", s.redacted, "retry", a.N, "maxRetries", a.Max,
@@ -151,6 +156,7 @@ func (p *parallelBody) start() {
 	p.src.log.Debug("reading over parallel range requests", "url", p.src.redacted, "connections", p.conns,
 		"chunkSize", p.chunk, "size", p.size)
 	p.wg.Add(p.conns)
+	p.active = p.conns
 	for range p.conns {
 		go p.worker()
 	}
@@ -166,8 +172,8 @@ func (p *parallelBody) start() {
 func (p *parallelBody) worker() {
 	defer p.wg.Done()
 	for {
-		k := p.claim.Add(1) - 1
-		if k >= p.plan.count || p.work.Err() != nil {
+		k, ok := p.take()
+		if !ok {
 			return
 		}
 		off, n := p.plan.span(k)
@@ -179,7 +185,13 @@ func (p *parallelBody) worker() {
 			c.buf = p.buffer(n)
 			p.ring[k%int64(p.conns)] <- c // free: chunk k-conns was read
 			return c.buf, nil
-		}, c.progress(p))
+		}, c.progress(p), func(err error) bool { return refusesConnection(err) && p.handBack(k) })
+		var hb *handedBack
+		if errors.As(err, &hb) {
+			p.src.log.Debug("the server refused one more connection: going on with fewer", "url", p.src.redacted,
+				"chunk", k, "cause", hb.err.Error())
+			return
+		}
 		if err != nil && p.work.Err() == nil {
 			p.fail(err)
 		}
@@ -188,6 +200,56 @@ func (p *parallelBody) worker() {
 			return
 		}
 	}
+}
+
+// take gives the worker its next chunk: a chunk handed back first (the
+// lowest, which the reader needs soonest), else the next one never taken.
+// It says false, and the worker leaves, when none is left or the work
+// ended; the choice and the count of workers change together, so a chunk
+// handed back always has a worker left to take it.
+func (p *parallelBody) take() (int64, bool) {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	if p.work.Err() == nil {
+		if len(p.returned) > 0 {
+			k := p.returned[0]
+			p.returned = p.returned[1:]
+			return k, true
+		}
+		if p.claim < p.plan.count {
+			p.claim++
+			return p.claim - 1, true
+		}
+	}
+	p.active--
+	return 0, false
+}
+
+// handBack gives chunk k, not read yet, back to the other workers and
+// makes the worker leave, when the server refused its connection (a cap
+// on connections per client: nginx's limit_conn answers 503) and another
+// worker is still running; the last one retries within the source's
+// budget, as a single stream does. So the count of connections falls to
+// what the server accepts instead of the import failing: a server that
+// refused every connection beyond 3 failed a 16-connection read after its
+// 10 retries in 75 ms.
+func (p *parallelBody) handBack(k int64) bool {
+	p.claimMu.Lock()
+	defer p.claimMu.Unlock()
+	if p.active <= 1 {
+		return false
+	}
+	p.active--
+	i, _ := slices.BinarySearch(p.returned, k)
+	p.returned = slices.Insert(p.returned, i, k)
+	return true
+}
+
+// refusesConnection tells a refusal of one more connection (503, 429)
+// from the other failures a worker retries.
+func refusesConnection(err error) bool {
+	var se *errdefs.HTTPStatusError
+	return errors.As(err, &se) && (se.StatusCode == http.StatusServiceUnavailable || se.StatusCode == http.StatusTooManyRequests)
 }
 
 // waitTurn returns once chunk k may take a buffer: when the reader has read

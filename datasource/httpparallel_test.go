@@ -395,3 +395,36 @@ func TestParallelRangesCutTheLastRoundAcrossConnections(t *testing.T) {
 	assert.Len(t, spans, 2*conns-1+3, "whole chunks after the first, then three pieces")
 	assert.Equal(t, []int64{238934, 238934, 238932}, pieces, "700 KiB cut in three: no more pieces than it has 256 KiB")
 }
+
+// TestParallelRangesFallToTheConnectionsTheServerAccepts: a server that
+// refuses every request beyond three at once with 503 (nginx's
+// limit_conn) still delivers the object exactly: the refused connections
+// hand their chunks back and leave, the others go on; a single connection
+// would never have been refused.
+func TestParallelRangesFallToTheConnectionsTheServerAccepts(t *testing.T) {
+	data := testImage(t, 8<<20)
+	obj := newObject(data)
+	var inflight, peak, refused atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		if n > 3 {
+			refused.Add(1)
+			http.Error(w, "too many connections", http.StatusServiceUnavailable)
+			return
+		}
+		for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
+		}
+		obj.ServeHTTP(w, r)
+	})
+	s := startMirror(t, h, farmirror.Options{Rate: 4 << 20, FirstByte: 5 * time.Millisecond})
+	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(16))
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	assert.Positive(t, refused.Load(), "the server refused connections beyond its limit")
+	assert.Equal(t, int64(3), peak.Load(), "three requests served at once")
+	ranges, _ := obj.requests()
+	assert.Len(t, ranges, len(data)/testChunk, "each chunk served once: the first GET and one range request per further chunk")
+}

@@ -119,7 +119,7 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 	if len(want) == 0 {
 		return 0, nil
 	}
-	if err := r.fill(len(want), off, func() ([]byte, error) { return want, nil }, nil); err != nil {
+	if err := r.fill(len(want), off, func() ([]byte, error) { return want, nil }, nil, nil); err != nil {
 		return 0, err
 	}
 	if len(want) < len(p) {
@@ -134,8 +134,10 @@ func (r *RangeReader) ReadAt(p []byte, off int64) (int, error) {
 // first-byte delay has already passed. A broken transfer is resumed at the
 // first byte it did not deliver, so a retry fetches only the rest of the
 // range. progress, when not nil, is called with the count of bytes filled
-// so far each time it grows.
-func (r *RangeReader) fill(n int, off int64, dst func() ([]byte, error), progress func(int)) error {
+// so far each time it grows. handBack, when not nil, is asked about a
+// retryable failure that came before dst was called: when it says yes,
+// fill returns a *handedBack at once instead of retrying.
+func (r *RangeReader) fill(n int, off int64, dst func() ([]byte, error), progress func(int), handBack func(error) bool) error {
 	streak := r.newStreak(off)
 	var p []byte
 	got := 0
@@ -166,6 +168,9 @@ func (r *RangeReader) fill(n int, off int64, dst func() ([]byte, error), progres
 		if !errors.As(err, &re) {
 			return err
 		}
+		if p == nil && handBack != nil && handBack(re.err) {
+			return &handedBack{err: re.err}
+		}
 		if werr := streak.Wait(r.ctx, re.err, re.hint); werr != nil {
 			if perr := r.ctx.Err(); perr != nil {
 				return ctxio.Cancelled("reading "+r.src.redacted, perr)
@@ -174,6 +179,14 @@ func (r *RangeReader) fill(n int, off int64, dst func() ([]byte, error), progres
 		}
 	}
 }
+
+// handedBack: fill gave its range back, unread, instead of retrying the
+// refusal err (its handBack said another connection takes the range).
+type handedBack struct{ err error }
+
+func (e *handedBack) Error() string { return "range handed back: " + e.err.Error() }
+
+func (e *handedBack) Unwrap() error { return e.err }
 
 // rangeRefused: a range request was answered with something else than that
 // range of the object first seen. changed says the answer is another
