@@ -11,9 +11,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/diskimport/engine/internal/testimg"
 )
+
+// randomData is n bytes that do not repeat. (testimg.RandomBytes cannot
+// serve: testimg imports blkhash, which imports this package.)
+func randomData(n int, seed byte) []byte {
+	b := make([]byte, n)
+	_, _ = rand.NewChaCha8([32]byte{seed}).Read(b)
+	return b
+}
 
 // countingAt counts the reads that reach the object, and can fail them.
 type countingAt struct {
@@ -37,7 +43,7 @@ func (c *countingAt) ReadAt(p []byte, off int64) (int, error) {
 // object in far fewer requests than reads.
 func TestWindowReaderAtConcurrentRuns(t *testing.T) {
 	size := 5*windowSize + 12345 // a short last window
-	data := testimg.RandomBytes(size, 1)
+	data := randomData(size, 1)
 	src := &countingAt{r: bytes.NewReader(data)}
 	ra := NewWindowReaderAt(src, int64(size))
 	const piece = 20000 // odd, so pieces cross window boundaries
@@ -76,7 +82,7 @@ func TestWindowReaderAtConcurrentRuns(t *testing.T) {
 // the object: a window would fetch megabytes for them.
 func TestWindowReaderAtLeavesRandomAndBigReads(t *testing.T) {
 	size := 64 << 20
-	data := testimg.RandomBytes(size, 2)
+	data := randomData(size, 2)
 	src := &countingAt{r: bytes.NewReader(data)}
 	ra := NewWindowReaderAt(src, int64(size))
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -103,7 +109,7 @@ func TestWindowReaderAtLeavesRandomAndBigReads(t *testing.T) {
 // and is fetched again by the next read.
 func TestWindowReaderAtErrorIsNotCached(t *testing.T) {
 	size := 3 * windowSize
-	data := testimg.RandomBytes(size, 5)
+	data := randomData(size, 5)
 	src := &countingAt{r: bytes.NewReader(data)}
 	ra := NewWindowReaderAt(src, int64(size))
 	p := make([]byte, 4096)
