@@ -3,6 +3,7 @@ package importer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,9 +27,11 @@ type replaceable struct {
 	data   []byte
 	etag   string
 	ranges atomic.Int64
-	// afterRanges, when set, is called once the nth range request arrived.
-	n           int64
+	// afterRanges, when set, is called once, at the first range request
+	// starting at or beyond from.
+	from        int64
 	afterRanges func()
+	once        sync.Once
 }
 
 func (s *replaceable) replace(data []byte, etag string) {
@@ -38,8 +41,12 @@ func (s *replaceable) replace(data []byte, etag string) {
 }
 
 func (s *replaceable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Header.Get("Range") != "" && s.ranges.Add(1) == s.n && s.afterRanges != nil {
-		s.afterRanges()
+	if rg := r.Header.Get("Range"); rg != "" {
+		s.ranges.Add(1)
+		var start int64
+		if _, err := fmt.Sscanf(rg, "bytes=%d-", &start); err == nil && start >= s.from && s.afterRanges != nil {
+			s.once.Do(s.afterRanges)
+		}
 	}
 	s.mu.Lock()
 	data, etag := s.data, s.etag
@@ -93,10 +100,10 @@ func TestParallelRangesImportByteForByte(t *testing.T) {
 }
 
 // TestParallelRangesObjectReplacedMidImport: an object replaced while its
-// chunks are read is never mixed with the new one. Replaced before any
-// range request succeeded, the first response (the old object) is read to
-// its end alone; replaced later, the import starts over and lands the new
-// object whole.
+// chunks are read is never mixed with the new one. Replaced while the
+// first response (the old object) is still being read, it is read to its
+// end alone; replaced after the reader left it, the import starts over and
+// lands the new object whole.
 func TestParallelRangesObjectReplacedMidImport(t *testing.T) {
 	dir := t.TempDir()
 	oldRaw := testimg.Raw(t, dir, "old.raw", 24<<20, 1)
@@ -107,17 +114,21 @@ func TestParallelRangesObjectReplacedMidImport(t *testing.T) {
 	require.NoError(t, err)
 	for _, c := range []struct {
 		name      string
-		nthRange  int64
+		from      int64 // the object is replaced at the first range request from here
 		want      string
 		restarted bool
 	}{
-		{"before the first range", 1, oldRaw, false},
-		// Chunks 1-3 are read (4 connections), the 4th range request
-		// waits for chunk 0 to be read, after ranges were confirmed.
-		{"after ranges were read", 4, newRaw, true},
+		{"before the first range", 0, oldRaw, false},
+		// Over 4 connections a chunk k takes its buffer only once the
+		// reader finished chunk k-4, and a connection asks for its next
+		// chunk once its chunk is in: chunk 8 is asked for after the
+		// reader left the first response (chunk 0). Replaced earlier, the
+		// first response, still the old object, may be read to its end
+		// alone, which is the first case.
+		{"after ranges were read", 8 * datasource.DefaultChunkSize, newRaw, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			obj := &replaceable{data: oldData, etag: `"old"`, n: c.nthRange}
+			obj := &replaceable{data: oldData, etag: `"old"`, from: c.from}
 			obj.afterRanges = func() { obj.replace(newData, `"new"`) }
 			s, err := farmirror.Start(obj, farmirror.Options{Rate: 64 << 20})
 			require.NoError(t, err)
