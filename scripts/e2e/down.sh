@@ -47,7 +47,7 @@ done
 # Network namespaces containerd made for our pods (cni-<uuid>) in /run/netns.
 for ns in /run/netns/cni-*; do
 	[ -e "$ns" ] || continue
-	if ip netns pids "$(basename "$ns")" 2>/dev/null | grep -q .; then continue; fi
+	if [ -n "$(ip netns pids "$(basename "$ns")" 2>/dev/null)" ]; then continue; fi
 	umount "$ns" 2>/dev/null; rm -f "$ns"
 done
 while read -r dev; do [ -n "$dev" ] && losetup -d "$dev" 2>/dev/null; done < "$E2E_RUN/loops" 2>/dev/null

@@ -102,7 +102,10 @@ wait_for 30 containerd ctr version
 "$(dirname "$0")/pause-image.sh" "$E2E_BIN/pause" "$E2E_PAUSE_IMAGE" "$E2E_STATE/pause-image.tar"
 ctr images import "$E2E_STATE/pause-image.tar" >/dev/null
 ctr images import --all-platforms "$E2E_ROOT/bin/importer-image.tar" >/dev/null
-ctr images ls -q | grep -qx "$E2E_IMAGE" || { echo "up.sh: $E2E_IMAGE not in containerd after import" >&2; ctr images ls -q >&2; exit 1; }
+# Listed first, then searched: under pipefail, grep -q ending the pipe early
+# makes ctr die of SIGPIPE, and the check fail on an image that is there.
+images=$(ctr images ls -q)
+grep -qx "$E2E_IMAGE" <<<"$images" || { echo "up.sh: $E2E_IMAGE not in containerd after import" >&2; echo "$images" >&2; exit 1; }
 t_images=$(date +%s.%N)
 
 # --- control plane
