@@ -26,7 +26,8 @@ edit() { sed -e "s#value: https://cloud.debian.org/.*#value: $SERVE_URL/disk.qco
 
 wait_job() { # job seconds
 	kubectl -n $NS wait --for=condition=complete "job/$1" --timeout="$2s" >/dev/null 2>&1 ||
-		{ kubectl -n $NS describe job "$1" | tail -5 >&2; return 1; }
+		{ kubectl -n $NS describe job "$1" | tail -5 >&2; kubectl -n $NS get pods,pvc -o wide >&2
+		  kubectl -n $NS describe pods -l job-name="$1" | tail -30 >&2; return 1; }
 }
 exited0() { case $1 in "exit=0 "*) return 0 ;; esac; return 1; }
 termination() { # job -> "exit=N message=..."
