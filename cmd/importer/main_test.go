@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -281,4 +285,46 @@ func TestEnvHTTPSourceTakesOnlyHTTPURLs(t *testing.T) {
 			assert.True(t, os.IsNotExist(err), "nothing may be written to the volume")
 		})
 	}
+}
+
+// pacedServer serves data at every path with its Content-Length and no
+// ranges, paced at chunk bytes every delay (0: at once). With dropAt > 0
+// the first request's connection is cut after dropAt bytes and every later
+// request (a resume or a restart) is refused with 403.
+func pacedServer(t *testing.T, data []byte, chunk int, delay time.Duration, dropAt int) *httptest.Server {
+	t.Helper()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if dropAt > 0 && requests.Add(1) > 1 {
+			http.Error(w, "no second chance", http.StatusForbidden)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		end := len(data)
+		if dropAt > 0 {
+			end = dropAt
+		}
+		for off := 0; off < end; off += chunk {
+			if _, err := w.Write(data[off:min(off+chunk, end)]); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			if delay > 0 {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(delay):
+				}
+			}
+		}
+		if dropAt > 0 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }

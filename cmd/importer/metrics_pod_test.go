@@ -35,7 +35,7 @@ func TestPodProgressMetric(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 6<<20, 62)
 	data, err := os.ReadFile(raw)
 	require.NoError(t, err)
-	srv := slowServer(t, data, 128<<10, 100*time.Millisecond) // about 1.3 MB/s: 5 s
+	srv := pacedServer(t, data, 128<<10, 100*time.Millisecond, 0) // about 1.3 MB/s: 5 s
 	certPEM, keyPEM, pool := testCertificate(t)
 	port := freePort(t)
 	const owner = "7c4f1b0e-2a3d-4e5f-9a8b-0c1d2e3f4a5b"
@@ -149,7 +149,7 @@ func TestCLIMetricsListen(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 63)
 	data, err := os.ReadFile(raw)
 	require.NoError(t, err)
-	srv := slowServer(t, data, 128<<10, 100*time.Millisecond) // 1.6 s
+	srv := pacedServer(t, data, 128<<10, 100*time.Millisecond, 0) // 1.6 s
 	port := freePort(t)
 	dest := filepath.Join(dir, "out.img")
 	done := make(chan int, 1)

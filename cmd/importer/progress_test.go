@@ -68,7 +68,7 @@ func TestCLIProgressLinesOffTerminal(t *testing.T) {
 		t.Skip("takes 7 s")
 	}
 	data := bytes.Repeat([]byte("dsk\x00"), 7<<20/4) // 7 MiB at 1 MiB/s, binary (a text body is refused)
-	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
+	srv := pacedServer(t, data, 64<<10, 62*time.Millisecond, 0)
 	dest := filepath.Join(t.TempDir(), "disk.img")
 	code, _, stderr := runCLI(t, nil, env(nil), srv.URL+"/disk.img", dest)
 	require.Equal(t, cdi.ExitOK, code)
@@ -140,7 +140,7 @@ func TestTerminalProgressBar(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildImporter(t, dir)
 	data := bytes.Repeat([]byte("dsk\x00"), 6<<20/4) // 6 MiB at 1 MiB/s, binary (a text body is refused)
-	srv := slowServer(t, data, 64<<10, 62*time.Millisecond)
+	srv := pacedServer(t, data, 64<<10, 62*time.Millisecond, 0)
 	dest := filepath.Join(dir, "disk.img")
 	pane := startTmux(t, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
 

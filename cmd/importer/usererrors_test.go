@@ -145,7 +145,7 @@ func TestCLIEmptyStdinIsStandardInput(t *testing.T) {
 // Cancelled in the middle of a download (Ctrl-C cancels the context), the
 // run says so in two words: no "context canceled", no read error.
 func TestCLICancelledSaysCancelled(t *testing.T) {
-	srv := slowServer(t, bytes.Repeat([]byte{7}, 16<<20), 64<<10, 50*time.Millisecond)
+	srv := pacedServer(t, bytes.Repeat([]byte{7}, 16<<20), 64<<10, 50*time.Millisecond, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
 	var stdout, stderr bytes.Buffer
