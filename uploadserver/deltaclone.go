@@ -23,6 +23,7 @@ import (
 type deltaSession struct {
 	t     *delta.Target
 	path  string
+	base  string // the base digest the signature request named
 	start time.Time
 }
 
@@ -47,8 +48,16 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		return
 	}
 	if sess.started() {
-		h.suspendClone(sess, errors.New("a second signature request for the session"))
-		http.Error(w, "clone session "+id+" is already open", http.StatusConflict)
+		// The answer to the first request was cut off: the same
+		// signature again, while no run was applied.
+		sig := sess.signedAgain(size, r.Header.Get(cloner.BaseHeader))
+		if sig == nil {
+			h.suspendClone(sess, errors.New("a second signature request for the session"))
+			http.Error(w, "clone session "+id+" is already open", http.StatusConflict)
+			return
+		}
+		h.log.Info("Delta signature asked for again", "session", id, "blocks", len(sig.Sums))
+		h.sendSignature(w, sess, sig)
 		return
 	}
 	h.setPhase(string(importer.PhaseInfo))
@@ -68,18 +77,37 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		return
 	}
 	sess.delta = d
+	d.base = r.Header.Get(cloner.BaseHeader)
 	h.log.Info("Delta target signed", "session", id, "target", d.path, "blocks", len(sig.Sums), "digest", sig.Digest)
+	h.sendSignature(w, sess, sig)
+}
+
+// sendSignature answers a signature request with sig and leaves the
+// session waiting for its runs.
+func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession, sig *delta.Signature) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	sw := s2.NewWriter(w)
-	if _, err = sig.WriteTo(sw); err == nil {
+	_, err := sig.WriteTo(sw)
+	if err == nil {
 		err = sw.Close()
 	}
 	if err != nil {
-		// The sender has no signature to send runs against: the session
-		// expires at the end of the resume window.
-		h.log.Warn("Sending the delta signature failed", "session", id, "err", err)
+		// The sender asks again (signedAgain) or the session expires at
+		// the end of the resume window.
+		h.log.Warn("Sending the delta signature failed", "session", sess.id, "err", err)
 	}
 	h.suspendClone(sess, nil)
+}
+
+// signedAgain is the session's signature for a second request of the
+// same pass (same size, same base named) before any run was applied; nil
+// otherwise.
+func (s *cloneSession) signedAgain(size int64, base string) *delta.Signature {
+	d := s.delta
+	if d == nil || d.t.Size() != size || d.base != base {
+		return nil
+	}
+	return d.t.Signed()
 }
 
 // signDeltaTarget opens and signs the target of d. A server that grows

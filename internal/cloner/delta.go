@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/retry"
 )
 
 // sendDelta runs a delta pass over sparse-v1 (internal/delta): the
@@ -49,7 +51,8 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 		mine <- r
 	}()
 	session := newSessionID()
-	base, sigWire, err := requestSignature(ctx, o, session, size)
+	budget := retryBudget(o, retryableSignature)
+	base, sigWire, sigRetries, err := fetchSignature(ctx, o, budget, session, size)
 	src := <-mine
 	defer src.stop()
 	if err == nil {
@@ -73,9 +76,9 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	runs := delta.Changes(src.s, base)
 	pass := &delta.Pass{Stats: delta.Count(size, runs), BaseDigest: base.Digest.String(), SignatureBytes: sigWire}
 	o.Logger.Info("Delta pass", "blocks", pass.Blocks, "changed", pass.BlocksChanged, "dataBytes", pass.DataBytes, "zeroBytes", pass.ZeroBytes, "signatureBytes", sigWire)
-	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1, SourceBytes: size, WireBytes: sigWire, Delta: pass}
+	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1, SourceBytes: size, WireBytes: sigWire, Resumes: sigRetries, Delta: pass}
 	moved := false
-	err = resuming(ctx, o, session, size, res, func(offset int64) ([]byte, int64, error) {
+	err = resuming(ctx, o, budget, session, size, res, func(offset int64) ([]byte, int64, error) {
 		answer, wire, m, err := deltaRequest(ctx, o, f, src.s, runs, offset, session)
 		moved = moved || m
 		return answer, wire, err
@@ -92,6 +95,41 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	}
 	pass.Final = same && !moved
 	return res, nil
+}
+
+// fetchSignature asks for the target's signature until an answer comes
+// whole: a request whose connection dropped, before or while the
+// signature came, is sent again in the same session after the budget's
+// backoff, and the server sends the same signature again from the start
+// (it keeps it until a run is applied). It returns the signature, the
+// bytes of every answer and the retries.
+func fetchSignature(ctx context.Context, o Options, budget *retry.Budget, session string, size int64) (*delta.Signature, int64, int, error) {
+	streak := budget.Streak(func(a retry.Attempt) {
+		o.Logger.Warn("Fetching the delta signature failed; asking again", "err", a.Cause, "attempt", a.N, "of", a.Max, "delay", a.Delay)
+	})
+	var wire int64
+	for retries := 0; ; retries++ {
+		sig, n, err := requestSignature(ctx, o, session, size)
+		wire += n
+		if err == nil {
+			return sig, wire, retries, nil
+		}
+		if err := streak.Wait(ctx, err, 0); err != nil {
+			return nil, wire, retries, err
+		}
+	}
+}
+
+// retryableSignature: the signature request got no whole answer (the
+// connection dropped), or the server was still busy with the dropped
+// request (409) when the next came; a target held by another pass is
+// not waited for.
+func retryableSignature(err error) bool {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.code == http.StatusConflict && !strings.Contains(se.text, errdefs.ErrTargetBusy.Error())
+	}
+	return isTransportError(err)
 }
 
 // requestSignature asks the server for its target's signature, opening
@@ -114,8 +152,16 @@ func requestSignature(ctx context.Context, o Options, session string, size int64
 	body := iostage.NewCounter(resp.Body)
 	sig, err := delta.ReadSignature(s2.NewReader(body), size)
 	if err != nil {
+		if !errors.Is(err, errdefs.ErrInvalidImage) && !errors.Is(err, errdefs.ErrNoDeltaBase) {
+			// The answer broke off: the transport's failure, not the
+			// signature's content.
+			err = &transportError{err}
+		}
 		return nil, body.Count(), err
 	}
+	// The rest of the answer (the compressed stream's end), so the server
+	// sees it taken whole.
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
 	return sig, body.Count(), nil
 }
 

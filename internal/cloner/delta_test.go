@@ -1,11 +1,13 @@
 package cloner_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -193,4 +195,55 @@ func TestDeltaPassToAServerThatGrowsItsFileClonesInFull(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 2*deltaSize, fi.Size(), "grown as the server was asked")
 	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, deltaSize))
+}
+
+// TestDeltaSignatureFetchedAgainAfterADrop: the connection is cut while
+// the server's signature comes back; the cloner asks again in the same
+// session (internal/retry's backoff), the server sends the same signature
+// again, and the pass goes on as a delta pass, exact.
+func TestDeltaSignatureFetchedAgainAfterADrop(t *testing.T) {
+	const size = 64 * mib // a signature of 32 KiB, 15 KiB once compressed
+	dir := t.TempDir()
+	src := testimg.Raw(t, dir, "source.img", size, 66)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	testimg.CopyOnto(t, src, dst)
+	base := testimg.ContentDigest(t, dst)
+	answer := compressedSignature(t, dst, size)
+	changed := testimg.WriteRandomAt(t, src, 500, 4096, 3*mib, 17*mib, 40*mib)
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst})
+	// Past the TLS handshake and the two HEAD answers (a few KiB), inside
+	// the signature.
+	proxy := startBackCuttingProxy(t, s.addr, 12<<10)
+
+	res, err := sendDelta(t, p, s.url(proxy.addr()), src, base)
+	require.NoError(t, err)
+	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
+	require.NotNil(t, res.Delta, "still a delta pass")
+	assert.Greater(t, res.Delta.SignatureBytes, answer, "a signature and the part of one cut off: it was asked for again")
+	assert.Less(t, res.Delta.SignatureBytes, 2*answer, "the signature sent again once")
+	assert.Equal(t, 1, res.Resumes)
+	assert.Empty(t, res.ResumedAt, "the runs went in one request")
+	assert.Equal(t, changed, res.Delta.BlocksChanged)
+	assert.True(t, res.Delta.Final)
+	got, err := s.wait(t)
+	require.NoError(t, err)
+	assert.Equal(t, res.Digest, got.ContentDigest)
+	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, -1))
+}
+
+// compressedSignature is the length of the server's answer to a
+// signature request for the file at path: its signature, s2-compressed.
+func compressedSignature(t *testing.T, path string, size int64) int64 {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	sig, err := delta.Sign(context.Background(), f, size)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	sw := s2.NewWriter(&buf)
+	_, err = sig.WriteTo(sw)
+	require.NoError(t, err)
+	require.NoError(t, sw.Close())
+	return int64(buf.Len())
 }

@@ -99,11 +99,13 @@ func startServer(t *testing.T, p *pki, imp importer.Options) *served {
 }
 
 // cuttingProxy forwards TCP to target and cuts the connection that
-// carries the cut-th byte from client to server, once.
+// carries the cut-th byte from client to server (from server to client
+// when back is set), once.
 type cuttingProxy struct {
 	ln     net.Listener
 	target string
 	cut    int64
+	back   bool
 	sent   atomic.Int64
 	cutOne sync.Once
 	cutted atomic.Bool
@@ -111,11 +113,20 @@ type cuttingProxy struct {
 }
 
 func startCuttingProxy(t *testing.T, target string, cut int64) *cuttingProxy {
+	return startProxy(t, &cuttingProxy{target: target, cut: cut})
+}
+
+// startBackCuttingProxy cuts in the answers' direction.
+func startBackCuttingProxy(t *testing.T, target string, cut int64) *cuttingProxy {
+	return startProxy(t, &cuttingProxy{target: target, cut: cut, back: true})
+}
+
+func startProxy(t *testing.T, p *cuttingProxy) *cuttingProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cuttingProxy{ln: ln, target: target, cut: cut}
+	p.ln = ln
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(func() {
@@ -152,29 +163,48 @@ func (p *cuttingProxy) forward(client net.Conn) {
 	back := make(chan struct{})
 	go func() {
 		defer close(back)
-		_, _ = io.Copy(client, server)
+		if !p.back {
+			_, _ = io.Copy(client, server)
+			return
+		}
+		p.copyCutting(client, server)
+		client.Close()
+		server.Close()
 	}()
+	if p.back {
+		_, _ = io.Copy(server, client)
+		<-back
+		return
+	}
+	if p.copyCutting(server, client) {
+		_ = server.(*net.TCPConn).CloseWrite()
+		<-back // the answer still flows back
+	}
+}
+
+// copyCutting copies from src to dst until either fails, or until the
+// cut-th byte of the proxy's counted direction, which it does not pass on;
+// it reports whether src ended (EOF).
+func (p *cuttingProxy) copyCutting(dst, src net.Conn) bool {
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := client.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
-			if p.sent.Add(int64(n)) >= p.cut && !p.cutted.Load() {
+			if sent := p.sent.Add(int64(n)); sent >= p.cut && !p.cutted.Load() {
 				cutNow := false
 				p.cutOne.Do(func() { cutNow = true; p.cutted.Store(true) })
 				if cutNow {
-					return // both sides closed by the defers
+					// The bytes before the cut-th go through.
+					_, _ = dst.Write(buf[:int64(n)-(sent-p.cut)])
+					return false // both sides closed by forward
 				}
 			}
-			if _, werr := server.Write(buf[:n]); werr != nil {
-				return
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return false
 			}
 		}
 		if err != nil {
-			if cw, ok := server.(*net.TCPConn); ok && errors.Is(err, io.EOF) {
-				_ = cw.CloseWrite()
-				<-back // the answer still flows back
-			}
-			return
+			return errors.Is(err, io.EOF)
 		}
 	}
 }

@@ -41,9 +41,10 @@ type Options struct {
 	Client *http.Client
 	// Protocol: ProtocolAuto, ProtocolSnappy or ProtocolSparseV1.
 	Protocol string
-	// Retries bounds the resumptions of a sparse-v1 clone after a
-	// transport failure (0: 10; < 0: none); RetryDelay is the pause before
-	// each (0: 1 s).
+	// Retries bounds the retries of a sparse-v1 clone after a transport
+	// failure, the delta signature's and the resumptions together (0: 10;
+	// < 0: none); RetryDelay is the first pause (0: 1 s), doubled for each
+	// failure in a row (internal/retry's backoff).
 	Retries    int
 	RetryDelay time.Duration
 	// Progress, when set, gets the source bytes read so far; Total is the

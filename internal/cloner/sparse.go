@@ -16,6 +16,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/retry"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -70,49 +71,60 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	session := newSessionID()
 	sum := &sourceHash{d: NewDigest()}
 	res := &Result{Protocol: ProtocolSparseV1, SourceBytes: size}
-	err = resuming(ctx, o, session, size, res, func(offset int64) ([]byte, int64, error) {
+	err = resuming(ctx, o, retryBudget(o, isTransportError), session, size, res, func(offset int64) ([]byte, int64, error) {
 		return sparseRequest(ctx, o, f, size, offset, session, sum)
 	})
 	res.Digest = sum.final
 	return res, err
 }
 
+// retryBudget is a clone's allowance of retries (internal/retry), shared
+// by every request of it: the delta signature's and the session's.
+func retryBudget(o Options, retryable func(error) bool) *retry.Budget {
+	retries := o.Retries
+	if retries < 0 {
+		retries = -1
+	}
+	return retry.NewBudget(retry.Policy{MaxRetries: retries, FirstDelay: o.RetryDelay, Retryable: retryable})
+}
+
+// isTransportError: the request got no answer (the connection dropped),
+// which a session resumes after.
+func isTransportError(err error) bool {
+	var te *transportError
+	return errors.As(err, &te)
+}
+
 // resuming sends a session's requests, each from the offset the server
 // holds, until one ends with the server's answer: after a transport
-// failure it waits, asks where to resume and sends the next.
-func resuming(ctx context.Context, o Options, session string, size int64, res *Result, request func(offset int64) ([]byte, int64, error)) error {
-	retries := o.Retries
-	switch {
-	case retries == 0:
-		retries = 10
-	case retries < 0:
-		retries = 0
-	}
-	delay := o.RetryDelay
-	if delay <= 0 {
-		delay = time.Second
-	}
+// failure it waits (budget's backoff, restarted whenever a request moved
+// the offset), asks where to resume and sends the next.
+func resuming(ctx context.Context, o Options, budget *retry.Budget, session string, size int64, res *Result, request func(offset int64) ([]byte, int64, error)) error {
+	streak := budget.Streak(func(a retry.Attempt) {
+		o.Logger.Warn("Clone request failed; resuming", "err", a.Cause, "attempt", a.N, "of", a.Max, "delay", a.Delay)
+	})
 	var offset int64
-	for attempt := 0; ; attempt++ {
+	for {
 		answer, wire, err := request(offset)
 		res.WireBytes += wire
 		res.Response = answer
 		if err == nil {
 			return nil
 		}
-		var te *transportError
-		if !errors.As(err, &te) || attempt >= retries || ctx.Err() != nil {
+		if !isTransportError(err) {
 			return err
 		}
-		o.Logger.Warn("Clone request failed; resuming", "err", err, "attempt", attempt+1, "of", retries)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, ctx.Err())
-		case <-time.After(delay):
+		if err := streak.Wait(ctx, err, 0); err != nil {
+			return err
 		}
-		if offset, err = resumeOffset(ctx, o, session); err != nil {
+		next, err := resumeOffset(ctx, o, session)
+		if err != nil {
 			return fmt.Errorf("resuming the clone after %w", err)
 		}
+		if next > offset {
+			streak.Reset()
+		}
+		offset = next
 		res.Resumes++
 		res.ResumedAt = append(res.ResumedAt, offset)
 		o.Logger.Info("Clone resumes", "offset", offset, "size", size)

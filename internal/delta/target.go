@@ -113,6 +113,16 @@ func (t *Target) Sign(ctx context.Context) (*Signature, error) {
 	return s, nil
 }
 
+// Signed is the target's signature while no run was applied (a
+// signature asked for again, its first answer cut off, is this one), nil
+// after. The caller only reads it.
+func (t *Target) Signed() *Signature {
+	if t.sig == nil || t.held != nil || t.offset != 0 || t.finished {
+		return nil
+	}
+	return t.sig
+}
+
 // hold reads the target's ends into memory and zeroes them on the target,
 // durably, before the first write of a pass.
 func (t *Target) hold() error {
