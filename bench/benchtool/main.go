@@ -29,6 +29,8 @@ func main() {
 		err = runDirpeak(os.Args[2:])
 	case "farmirror":
 		err = runFarmirror(os.Args[2:])
+	case "relay":
+		err = runRelay(os.Args[2:])
 	default:
 		usage()
 	}
