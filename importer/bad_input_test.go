@@ -157,7 +157,7 @@ func TestImageLargerThanDevice(t *testing.T) {
 	before := testimg.Digest(t, loop, 1<<20)
 	for _, src := range []string{q, raw, base + "big.qcow2", base + "big.raw", base + "big.raw.zst", zst} {
 		t.Run(filepath.Base(src), func(t *testing.T) {
-			o := importer.Options{Source: src, Target: loop, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)}
+			o := importer.Options{Source: src, Target: loop, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)}
 			res, err := importer.Import(context.Background(), o)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)

@@ -20,7 +20,7 @@ import (
 func TestBlankRawFileWithOverhead(t *testing.T) {
 	out := t.TempDir() // directory target: DIR/disk.img
 	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
-		Target: out, Size: 64 << 20, FilesystemOverhead: 0.06, Logger: testLogger(t),
+		Target: out, Size: 64 << 20, FilesystemOverhead: 0.06, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	path := filepath.Join(out, "disk.img")
@@ -42,7 +42,7 @@ func TestBlankRawFileWithOverhead(t *testing.T) {
 func TestBlankRawFilePreallocated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "disk.img")
 	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
-		Target: path, Size: 16 << 20, Preallocation: true, Logger: testLogger(t),
+		Target: path, Size: 16 << 20, Preallocation: true, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	assert.True(t, res.PreallocationApplied)
@@ -54,7 +54,7 @@ func TestBlankQCOW2File(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	path := filepath.Join(t.TempDir(), "disk.qcow2")
 	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
-		Target: path, Size: 64 << 20, FilesystemOverhead: 0.06, Format: "qcow2", Logger: testLogger(t),
+		Target: path, Size: 64 << 20, FilesystemOverhead: 0.06, Format: "qcow2", Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	assert.EqualValues(t, 60<<20, res.VirtualSize)
@@ -75,9 +75,9 @@ func TestBlankQCOW2File(t *testing.T) {
 
 func TestBlankFileOptionErrors(t *testing.T) {
 	dir := t.TempDir()
-	_, err := importer.CreateBlank(context.Background(), importer.BlankOptions{Target: filepath.Join(dir, "a.img"), Logger: testLogger(t)})
+	_, err := importer.CreateBlank(context.Background(), importer.BlankOptions{Target: filepath.Join(dir, "a.img"), Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions, "a file needs a size")
-	_, err = importer.CreateBlank(context.Background(), importer.BlankOptions{Target: filepath.Join(dir, "b.img"), Size: 1 << 20, Format: "vmdk", Logger: testLogger(t)})
+	_, err = importer.CreateBlank(context.Background(), importer.BlankOptions{Target: filepath.Join(dir, "b.img"), Size: 1 << 20, Format: "vmdk", Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestBlankBlockPreallocationZeroes(t *testing.T) {
 	dev := testimg.LoopDevice(t, dir, 8<<20)
 	testimg.WriteDevice(t, dev, raw) // the device holds data
 	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{
-		Target: dev, Size: 8 << 20, Preallocation: true, Logger: testLogger(t),
+		Target: dev, Size: 8 << 20, Preallocation: true, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	assert.True(t, res.Complete)
@@ -102,16 +102,16 @@ func TestBlankBlockPreallocationZeroes(t *testing.T) {
 func TestBlankBlockWithoutPreallocationLeavesIt(t *testing.T) {
 	dir := t.TempDir()
 	dev := testimg.LoopDevice(t, dir, 4<<20)
-	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{Target: dev, Logger: testLogger(t)})
+	res, err := importer.CreateBlank(context.Background(), importer.BlankOptions{Target: dev, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	assert.True(t, res.Complete)
 	assert.False(t, res.PreallocationApplied)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 4<<20), readPrefix(t, dev, 4<<20))
 
 	// Too large a size, or qcow2, on a device: refused, device untouched.
-	_, err = importer.CreateBlank(context.Background(), importer.BlankOptions{Target: dev, Size: 8 << 20, Preallocation: true, Logger: testLogger(t)})
+	_, err = importer.CreateBlank(context.Background(), importer.BlankOptions{Target: dev, Size: 8 << 20, Preallocation: true, Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrTargetTooSmall)
-	_, err = importer.CreateBlank(context.Background(), importer.BlankOptions{Target: dev, Format: "qcow2", Preallocation: true, Logger: testLogger(t)})
+	_, err = importer.CreateBlank(context.Background(), importer.BlankOptions{Target: dev, Format: "qcow2", Preallocation: true, Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 4<<20), readPrefix(t, dev, 4<<20))
 }

@@ -52,7 +52,7 @@ func TestCloneFileToFileVerifiedAndSparse(t *testing.T) {
 		Source: raw, Target: dest, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
 			Verify:    true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	assert.True(t, res.Complete)
@@ -82,7 +82,7 @@ func TestCloneFileToBlock(t *testing.T) {
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: raw, Target: dev, TargetOptions: importer.TargetOptions{
 			Verify: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	sameBytes(t, raw, dev, 6<<20)
@@ -110,7 +110,7 @@ func TestCloneBlockToFile(t *testing.T) {
 		Source: dev, Target: dest, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
 			Verify:    true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	st, err := os.Stat(dest)
@@ -136,7 +136,7 @@ func TestCloneBlockToBlockExactZeroTarget(t *testing.T) {
 			ExactSize:  true,
 			Verify:     true,
 			ZeroTarget: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	sameBytes(t, raw, dst, 8<<20)
@@ -155,7 +155,7 @@ func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: q, Target: dev, TargetOptions: importer.TargetOptions{
 			Verify: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "qcow2", res.SourceFormat)
@@ -172,7 +172,7 @@ func TestCloneQCOW2FileToBlockConverted(t *testing.T) {
 	_, err = importer.Import(context.Background(), importer.Options{
 		Source: q, Target: dev, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 }
@@ -190,7 +190,7 @@ func TestCloneQCOW2XZToFileVerified(t *testing.T) {
 			Verify:     true,
 			ExactSize:  true,
 			ScratchDir: scratch,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err)
 	assert.True(t, res.ScratchUsed)
@@ -216,7 +216,7 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: small, Target: dev, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "exact size")
@@ -228,7 +228,7 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 	_, err = importer.Import(context.Background(), importer.Options{
 		Source: big, Target: dev, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 8<<20), readPrefix(t, dev, 8<<20))
@@ -239,7 +239,7 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 		Source: small, Target: dest, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
 			Size:      64 << 20,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	_, serr := os.Stat(dest)
@@ -253,7 +253,7 @@ func TestCloneExactSizeMismatchRefusedBeforeWriting(t *testing.T) {
 	_, err = importer.Import(context.Background(), importer.Options{
 		Source: zst, Target: dev, TargetOptions: importer.TargetOptions{
 			ExactSize: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 8<<20), readPrefix(t, dev, 8<<20))
@@ -265,7 +265,7 @@ func TestCloneSameDeviceRefused(t *testing.T) {
 	_, err := importer.Import(context.Background(), importer.Options{
 		Source: dev, Target: dev, TargetOptions: importer.TargetOptions{
 			ZeroTarget: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 4<<20), readPrefix(t, dev, 4<<20))
@@ -280,7 +280,7 @@ func TestCloneVerifyMismatchFails(t *testing.T) {
 	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
 		Source: raw, Target: dev, TargetOptions: importer.TargetOptions{
 			Verify: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	}, corruptAfter(t, importer.PhaseTransferDataFile, dev, 2<<20, 'X')))
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.False(t, res.Complete)
@@ -298,7 +298,7 @@ func TestCloneVerifyNeedsLocalSource(t *testing.T) {
 	_, err = importer.Import(context.Background(), importer.Options{
 		Source: "-", SourceReader: bytes.NewReader(data), Target: filepath.Join(t.TempDir(), "x.img"), TargetOptions: importer.TargetOptions{
 			Verify: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions)
 }
@@ -314,7 +314,7 @@ func TestCloneVerifyCompareMismatchFails(t *testing.T) {
 	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
 		Source: q, Target: dev, TargetOptions: importer.TargetOptions{
 			Verify: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	}, corruptAfter(t, importer.PhaseConvert, dev, 1<<20, 'Y')))
 	require.ErrorIs(t, err, importer.ErrVerifyMismatch)
 	assert.Contains(t, err.Error(), "qemu-img compare")

@@ -58,7 +58,7 @@ func TestContentDigestIsTheSameForOneDiskInEveryContainerAndRoute(t *testing.T) 
 				res, err := importer.Import(context.Background(), importer.Options{Source: src,
 					Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
 						ScratchDir: t.TempDir(),
-					}, Logger: testLogger(t)})
+					}, Logger: testimg.Logger(t)})
 				require.NoError(t, err)
 				assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
 				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, imageSize), "the bytes written")
@@ -79,7 +79,7 @@ func TestContentDigestOfAnImportOntoALoopDevice(t *testing.T) {
 				TargetOptions: importer.TargetOptions{
 					ScratchDir:          t.TempDir(),
 					ExpectContentDigest: want,
-				}, Logger: testLogger(t)})
+				}, Logger: testimg.Logger(t)})
 			require.NoError(t, err)
 			assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
 			assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dev, imageSize))
@@ -103,7 +103,7 @@ func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
 				TargetOptions: importer.TargetOptions{
 					ScratchDir:          t.TempDir(),
 					ExpectContentDigest: wrong,
-				}, Logger: testLogger(t)})
+				}, Logger: testimg.Logger(t)})
 			require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
 			assert.False(t, res.Complete)
 			assert.Equal(t, testimg.ContentDigest(t, raw), res.ContentDigest, "the digest found is reported")
@@ -143,7 +143,7 @@ func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 					src = base + filepath.Base(path)
 				}
 				scratch := t.TempDir()
-				got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, TargetOptions: importer.TargetOptions{ScratchDir: scratch}, Logger: testLogger(t)})
+				got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, TargetOptions: importer.TargetOptions{ScratchDir: scratch}, Logger: testimg.Logger(t)})
 				require.NoError(t, err)
 				assert.Equal(t, want, got)
 				entries, _ := os.ReadDir(scratch)
@@ -155,14 +155,14 @@ func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 		f, err := os.Open(c["qcow2.xz"])
 		require.NoError(t, err)
 		defer f.Close()
-		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: "-", SourceReader: f, Logger: testLogger(t)})
+		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: "-", SourceReader: f, Logger: testimg.Logger(t)})
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	})
 	t.Run("loop device", func(t *testing.T) {
 		dev := testimg.LoopDevice(t, dir, imageSize)
 		testimg.WriteDevice(t, dev, raw)
-		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: dev, Logger: testLogger(t)})
+		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: dev, Logger: testimg.Logger(t)})
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	})
@@ -186,6 +186,6 @@ func TestContentDigestOfADamagedImageFails(t *testing.T) {
 	cut := filepath.Join(dir, "cut.qcow2.gz")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "cut.qcow2"), b[:len(b)/2], 0o644))
 	testimg.Compress(t, filepath.Join(dir, "cut.qcow2"), "gz")
-	_, err = importer.ContentDigest(context.Background(), importer.Options{Source: cut, Logger: testLogger(t)})
+	_, err = importer.ContentDigest(context.Background(), importer.Options{Source: cut, Logger: testimg.Logger(t)})
 	assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
 }

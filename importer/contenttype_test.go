@@ -40,7 +40,7 @@ func TestImportArchive(t *testing.T) {
 						ContentType: importer.ContentTypeArchive,
 					},
 					Checksums: []string{testimg.FileDigest(t, path)},
-					Logger:    testLogger(t),
+					Logger:    testimg.Logger(t),
 				})
 				require.NoError(t, err)
 				assert.True(t, res.Complete)
@@ -68,7 +68,7 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 				ContentType: importer.ContentTypeArchive,
 			},
 			Checksums: []string{"sha256:" + "00000000000000000000000000000000000000000000000000000000000000ff"},
-			Logger:    testLogger(t),
+			Logger:    testimg.Logger(t),
 		})
 		require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)
 		assertEmptyDir(t, dest)
@@ -78,7 +78,7 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 		_, err := importer.Import(context.Background(), importer.Options{
 			Source: raw, Target: dest, TargetOptions: importer.TargetOptions{
 				ContentType: importer.ContentTypeArchive,
-			}, Logger: testLogger(t)})
+			}, Logger: testimg.Logger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 		assertEmptyDir(t, dest)
 	})
@@ -88,7 +88,7 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 		_, err := importer.Import(context.Background(), importer.Options{
 			Source: tarPath, Target: f, TargetOptions: importer.TargetOptions{
 				ContentType: importer.ContentTypeArchive,
-			}, Logger: testLogger(t)})
+			}, Logger: testimg.Logger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 		b, _ := os.ReadFile(f)
 		assert.Equal(t, "keep", string(b))
@@ -97,7 +97,7 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 		_, err := importer.Import(context.Background(), importer.Options{
 			Source: tarPath, Target: t.TempDir(), TargetOptions: importer.TargetOptions{
 				ContentType: "tarball",
-			}, Logger: testLogger(t)})
+			}, Logger: testimg.Logger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	})
 	t.Run("truncated", func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestImportArchiveFailuresLeaveNothing(t *testing.T) {
 		_, err = importer.Import(context.Background(), importer.Options{
 			Source: short, Target: dest, TargetOptions: importer.TargetOptions{
 				ContentType: importer.ContentTypeArchive,
-			}, Logger: testLogger(t)})
+			}, Logger: testimg.Logger(t)})
 		require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 		assertEmptyDir(t, dest)
 	})
@@ -129,7 +129,7 @@ func TestImportArchiveHostile(t *testing.T) {
 			_, err := importer.Import(context.Background(), importer.Options{
 				Source: gz, Target: dest, TargetOptions: importer.TargetOptions{
 					ContentType: importer.ContentTypeArchive,
-				}, Logger: testLogger(t)})
+				}, Logger: testimg.Logger(t)})
 			require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 			assertEmptyDir(t, dest)
 			entries, err := os.ReadDir(outside)
@@ -160,7 +160,7 @@ func TestAsIsCopiesTheBytesUnchanged(t *testing.T) {
 			Source: "-", SourceReader: bytes.NewReader(data), SourceReaderSize: int64(len(data)),
 			Target: dst, TargetOptions: importer.TargetOptions{
 				ContentType: importer.ContentTypeAsIs,
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 		})
 		require.NoError(t, err, src)
 		assert.Equal(t, "raw", res.SourceFormat, src)
@@ -177,7 +177,7 @@ func TestAsIsCopiesTheBytesUnchanged(t *testing.T) {
 		Source: "-", SourceReader: bytes.NewReader(data), SourceReaderSize: int64(len(data)),
 		Target: dev, TargetOptions: importer.TargetOptions{
 			ContentType: importer.ContentTypeAsIs,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
 	assert.Contains(t, err.Error(), "source size")

@@ -18,7 +18,7 @@ func TestDeltaCloneRepeatedPassesAndFallbacks(t *testing.T) {
 	dir := t.TempDir()
 	src := testimg.Raw(t, dir, "src.raw", 8<<20, 41)
 	dest := filepath.Join(dir, "dest.img")
-	opts := importer.Options{Source: src, Target: dest, Delta: true, Logger: testLogger(t)}
+	opts := importer.Options{Source: src, Target: dest, Delta: true, Logger: testimg.Logger(t)}
 
 	// No target yet: a full clone.
 	res, err := importer.Import(ctx, opts)

@@ -84,7 +84,7 @@ func importFailure(t *testing.T, o importer.Options) (*importer.Result, error) {
 	if o.ScratchDir == "" && !o.NoScratch {
 		o.ScratchDir = t.TempDir()
 	}
-	o.Logger = testLogger(t)
+	o.Logger = testimg.Logger(t)
 	res, err := importer.Import(context.Background(), o)
 	require.Error(t, err)
 	t.Logf("error: %v", err)
@@ -108,7 +108,7 @@ func TestScratchMissingOrFull(t *testing.T) {
 
 	t.Run("missing", func(t *testing.T) {
 		missing := filepath.Join(t.TempDir(), "no-such-dir")
-		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{ScratchDir: missing, NoStreamDecode: true}, Logger: testLogger(t)}
+		o := importer.Options{Source: gz, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{ScratchDir: missing, NoStreamDecode: true}, Logger: testimg.Logger(t)}
 		res, err := importer.Import(context.Background(), o)
 		require.Error(t, err)
 		t.Logf("error: %v", err)
@@ -250,7 +250,7 @@ func TestImportTimedOutKeepsTheCause(t *testing.T) {
 	_, err = importer.Import(ctx, importer.Options{Source: url, Target: filepath.Join(t.TempDir(), "disk.img"),
 		Access: datasource.Access{
 			RetryBackoff: 50 * time.Millisecond,
-		}, Logger: testLogger(t)})
+		}, Logger: testimg.Logger(t)})
 	t.Log(err)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, importer.ErrCancelled)
@@ -283,7 +283,7 @@ func TestImportCancelledReadsCancelled(t *testing.T) {
 	srvURL := srv.URL + "/disk.img"
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(500*time.Millisecond, cancel)
-	_, err := importer.Import(ctx, importer.Options{Source: srvURL, Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t)})
+	_, err := importer.Import(ctx, importer.Options{Source: srvURL, Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, context.Canceled)
 	assert.ErrorIs(t, err, importer.ErrCancelled)
 	assert.Equal(t, "import cancelled", err.Error())

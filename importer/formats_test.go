@@ -184,7 +184,7 @@ func importRefusedOpts(t *testing.T, o importer.Options, cause string) {
 func importEqualsQemu(t *testing.T, source, want string) {
 	t.Helper()
 	target := filepath.Join(t.TempDir(), "disk.img")
-	res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: target, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: target, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	require.True(t, res.Complete)
 	expectImage(t, want, target, false)
@@ -207,7 +207,7 @@ func TestPzstdImported(t *testing.T) {
 	}
 	t.Run("raw-to-device", func(t *testing.T) {
 		dev := testimg.LoopDevice(t, t.TempDir(), 16<<20)
-		res, err := importer.Import(context.Background(), importer.Options{Source: raw + ".zst", Target: dev, Logger: testLogger(t)})
+		res, err := importer.Import(context.Background(), importer.Options{Source: raw + ".zst", Target: dev, Logger: testimg.Logger(t)})
 		require.NoError(t, err)
 		require.True(t, res.Complete)
 		expectImage(t, raw, dev, true)

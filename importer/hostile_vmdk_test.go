@@ -279,7 +279,7 @@ func TestRealVMDKs(t *testing.T) {
 			want := filepath.Join(t.TempDir(), "want.raw")
 			testimg.Run(t, "qemu-img", "convert", "-f", "vmdk", "-O", "raw", img, want)
 			dst := filepath.Join(t.TempDir(), "disk.img")
-			res, err := importer.Import(context.Background(), importer.Options{Source: img, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)})
+			res, err := importer.Import(context.Background(), importer.Options{Source: img, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)})
 			require.NoError(t, err)
 			require.True(t, res.Complete)
 			// Byte for byte, holes skipped where both files have them

@@ -105,7 +105,7 @@ func TestImportMatrix(t *testing.T) {
 		for srcName, mk := range sources {
 			testimg.ForEachTarget(t, c.name+"/"+srcName, loop, func(t *testing.T, tg testimg.Target) {
 				o := mk()
-				o.Logger = testLogger(t)
+				o.Logger = testimg.Logger(t)
 				o.ScratchDir = t.TempDir()
 				o.Target = tg.Path
 				res, err := importer.Import(context.Background(), o)
@@ -168,7 +168,7 @@ func TestImportCompressed(t *testing.T) {
 				res, err := importer.Import(context.Background(), importer.Options{
 					Source: src, Target: target, TargetOptions: importer.TargetOptions{
 						ScratchDir: t.TempDir(),
-					}, Logger: testLogger(t),
+					}, Logger: testimg.Logger(t),
 					Checksums: []string{testimg.FileDigest(t, filepath.Join(dir, name))},
 				})
 				require.NoError(t, err, src)
@@ -191,13 +191,7 @@ func contains(ps []importer.Phase, p importer.Phase) bool {
 
 func assertEmptyDir(t *testing.T, dir string) {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	assert.Empty(t, names, "left behind in %s", dir)
+	assert.Empty(t, testimg.DirNames(t, dir), "left behind in %s", dir)
 }
 
 // An LZ4 frame stream (lz4 -c) is decoded in one pass like gz, xz and zst:
@@ -221,7 +215,7 @@ func TestLZ4Decoded(t *testing.T) {
 		for kind, target := range targets {
 			for _, via := range []string{"http", "stdin"} {
 				t.Run(c.file+"/"+via+"/"+kind, func(t *testing.T) {
-					o := importer.Options{Source: base + c.file, Target: target(t), TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)}
+					o := importer.Options{Source: base + c.file, Target: target(t), TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)}
 					if via == "stdin" {
 						f, err := os.Open(filepath.Join(dir, c.file))
 						require.NoError(t, err)
@@ -265,7 +259,7 @@ func TestImportTakesTheCallersSource(t *testing.T) {
 	dir := t.TempDir()
 	src := &memSource{disk: disk}
 	target := filepath.Join(dir, "a.img")
-	res, err := importer.Import(context.Background(), importer.Options{CustomSource: src, Target: target, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{CustomSource: src, Target: target, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	assert.True(t, res.Complete)
 	got, err := os.ReadFile(target)
@@ -276,17 +270,17 @@ func TestImportTakesTheCallersSource(t *testing.T) {
 	reg := datasource.Builtin()
 	reg.Register("mem://", func(string, datasource.Config) (datasource.Source, error) { return src, nil })
 	target = filepath.Join(dir, "b.img")
-	_, err = importer.Import(context.Background(), importer.Options{Source: "mem://disk", Registry: reg, Target: target, Logger: testLogger(t)})
+	_, err = importer.Import(context.Background(), importer.Options{Source: "mem://disk", Registry: reg, Target: target, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	got, err = os.ReadFile(target)
 	require.NoError(t, err)
 	assert.Equal(t, disk, got)
 
 	gone := errors.New("the disk went away")
-	_, err = importer.Import(context.Background(), importer.Options{CustomSource: &memSource{fail: gone}, Target: filepath.Join(dir, "c.img"), Logger: testLogger(t)})
+	_, err = importer.Import(context.Background(), importer.Options{CustomSource: &memSource{fail: gone}, Target: filepath.Join(dir, "c.img"), Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, gone)
 	assert.NoFileExists(t, filepath.Join(dir, "c.img"))
 
-	_, err = importer.Import(context.Background(), importer.Options{Source: "mem://disk", Target: filepath.Join(dir, "d.img"), Logger: testLogger(t)})
+	_, err = importer.Import(context.Background(), importer.Options{Source: "mem://disk", Target: filepath.Join(dir, "d.img"), Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrInvalidOptions, "the built-in registry knows no mem://")
 }

@@ -120,7 +120,7 @@ func importNoScratch(t *testing.T, o importer.Options, ref reference) {
 	}
 	o.Target = filepath.Join(dir, "disk.img")
 	o.ScratchDir = t.TempDir()
-	o.Logger = testLogger(t)
+	o.Logger = testimg.Logger(t)
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
 	assert.True(t, res.Complete)

@@ -87,7 +87,7 @@ func TestNotADiskImageRefused(t *testing.T) {
 				assert.Equal(t, c.reason, cdi.Reason(err))
 			}
 			target := filepath.Join(t.TempDir(), "disk.img")
-			res, err := importer.Import(context.Background(), importer.Options{Source: base + c.file, Target: target, TargetOptions: importer.TargetOptions{FormatIn: "raw"}, Logger: testLogger(t)})
+			res, err := importer.Import(context.Background(), importer.Options{Source: base + c.file, Target: target, TargetOptions: importer.TargetOptions{FormatIn: "raw"}, Logger: testimg.Logger(t)})
 			require.NoError(t, err)
 			assert.Equal(t, "raw", res.SourceFormat)
 			want, err := os.ReadFile(filepath.Join(dir, c.file))
@@ -141,7 +141,7 @@ func TestTarOfOneDiskImportsTheDisk(t *testing.T) {
 			for kind, target := range targets {
 				t.Run(c.name+"/"+kind, func(t *testing.T) {
 					dst := target(t)
-					res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testLogger(t)})
+					res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)})
 					require.NoError(t, err, src)
 					require.True(t, res.Complete)
 					assert.Equal(t, c.format, res.SourceFormat)
@@ -168,7 +168,7 @@ func TestTarOfTwoDisksLeavesTheDeviceHeadZeroed(t *testing.T) {
 	two := filepath.Join(dir, "two.tar")
 	require.NoError(t, os.WriteFile(two, testtar.Build(t, []testtar.Member{testtar.File("a.raw", disk), testtar.File("b.raw", disk)}), 0o644))
 	dev := testimg.LoopDevice(t, t.TempDir(), imageSize+1<<20)
-	res, err := importer.Import(context.Background(), importer.Options{Source: two, Target: dev, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: two, Target: dev, Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrSeveralDisksInArchive)
 	assert.False(t, res.Complete)
 	f, err := os.Open(dev)
@@ -192,7 +192,7 @@ func TestTarOfARawDiskTooBigRefusedBeforeWriting(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "image.tar"), testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)}), 0o644))
 	src := testimg.Compress(t, filepath.Join(dir, "image.tar"), "gz")
 	target := filepath.Join(t.TempDir(), "disk.img")
-	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{Size: 2 << 20}, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{Size: 2 << 20}, Logger: testimg.Logger(t)})
 	var se *importer.SizeError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, int64(3<<20), se.ImageSize)

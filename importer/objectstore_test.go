@@ -101,7 +101,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 						NoRangedRead:   c.noRanged,
 						NoStreamDecode: c.noDecode,
 					},
-					Logger: testLogger(t),
+					Logger: testimg.Logger(t),
 				}
 				// A checksum needs every byte in order, so the ranged case
 				// goes without one.
@@ -126,7 +126,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 		p := objtest.StartProxy(t, st.host, &objtest.Proxy{DropAfter: 1 << 40, OnConn: func(int) { conns.Add(1) }})
 		o := importer.Options{
 			Source: st.endpoint(p.Addr, "images/big.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
-			Logger: testLogger(t), Access: datasource.Access{
+			Logger: testimg.Logger(t), Access: datasource.Access{
 				Connections: 4,
 			}, Checksums: []string{"sha256:" + fileSHA256(t, big)},
 		}
@@ -141,7 +141,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			Source: st.endpoint(st.host, "images/disk.raw.xz"), Target: filepath.Join(t.TempDir(), "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 			Checksums: []string{"sha256:" + strings.Repeat("0", 64)},
 		}
 		st.opts(&o)
@@ -155,7 +155,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			Source: st.endpoint(st.host, "images/absent.img"), Target: filepath.Join(t.TempDir(), "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t), Access: datasource.Access{
+			}, Logger: testimg.Logger(t), Access: datasource.Access{
 				RetryBackoff: time.Second,
 			},
 		}
@@ -173,7 +173,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 				Source: st.endpoint(p.Addr, "images/"+c.object), Target: filepath.Join(t.TempDir(), "disk.img"),
 				TargetOptions: importer.TargetOptions{
 					ScratchDir: t.TempDir(),
-				}, Logger: testLogger(t), Access: datasource.Access{
+				}, Logger: testimg.Logger(t), Access: datasource.Access{
 					RetryBackoff: 10 * time.Millisecond,
 				},
 				Checksums: []string{"sha256:" + fileSHA256(t, files[c.object])},
@@ -197,7 +197,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 			Source: st.endpoint(p.Addr, "images/replaced.raw"), Target: filepath.Join(t.TempDir(), "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t), Access: datasource.Access{
+			}, Logger: testimg.Logger(t), Access: datasource.Access{
 				RetryBackoff: 10 * time.Millisecond,
 			},
 		}
@@ -235,7 +235,7 @@ func TestS3ImportWrongCredentials(t *testing.T) {
 			Username:     s.Access,
 			Password:     "not-the-secret",
 			RetryBackoff: time.Second,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "wrong credentials")
@@ -246,7 +246,7 @@ func TestS3ImportWrongCredentials(t *testing.T) {
 		Access: datasource.Access{
 			Username: s.Access,
 			Password: s.Secret,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.ErrorIs(t, err, importer.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "the bucket does not exist")
@@ -276,7 +276,7 @@ func TestObjectStoreEndpointOptions(t *testing.T) {
 		Access: datasource.Access{
 			Username: s.Access,
 			Password: s.Secret,
-		}, Target: target, Logger: testLogger(t)})
+		}, Target: target, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	got, err := os.ReadFile(target)
 	require.NoError(t, err)
@@ -286,7 +286,7 @@ func TestObjectStoreEndpointOptions(t *testing.T) {
 	g := objtest.StartGCS(t, "bucket")
 	g.Upload(t, "bucket", "disk.img", disk)
 	target = filepath.Join(t.TempDir(), "gcs.img")
-	_, err = importer.Import(context.Background(), importer.Options{Source: "gs://bucket/disk.img", GCSEndpoint: g.URL, Target: target, Logger: testLogger(t)})
+	_, err = importer.Import(context.Background(), importer.Options{Source: "gs://bucket/disk.img", GCSEndpoint: g.URL, Target: target, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	got, err = os.ReadFile(target)
 	require.NoError(t, err)

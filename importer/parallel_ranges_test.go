@@ -80,7 +80,7 @@ func TestParallelRangesImportByteForByte(t *testing.T) {
 					Source: s.URL + "/disk." + name, Target: filepath.Join(t.TempDir(), "disk.img"),
 					TargetOptions: importer.TargetOptions{
 						ScratchDir: t.TempDir(),
-					}, Logger: testLogger(t), Access: datasource.Access{
+					}, Logger: testimg.Logger(t), Access: datasource.Access{
 						Connections: conns,
 					},
 				}
@@ -135,7 +135,7 @@ func TestParallelRangesObjectReplacedMidImport(t *testing.T) {
 			t.Cleanup(func() { s.Close() })
 			o := importer.Options{
 				Source: s.URL + "/disk.raw", Target: filepath.Join(t.TempDir(), "disk.img"),
-				Logger: testLogger(t), Access: datasource.Access{
+				Logger: testimg.Logger(t), Access: datasource.Access{
 					Connections:  4,
 					RetryBackoff: time.Millisecond,
 				},

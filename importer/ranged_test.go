@@ -91,7 +91,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 				TargetOptions: importer.TargetOptions{
 					ScratchDir:     t.TempDir(),
 					NoStreamDecode: c.noDecode,
-				}, Logger: testLogger(t),
+				}, Logger: testimg.Logger(t),
 				// The counts below are the route's requests: a stream on
 				// one GET (parallel ranges have tests of their own).
 				Access: datasource.Access{
@@ -134,7 +134,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 			TargetOptions: importer.TargetOptions{
 				ScratchDir:   t.TempDir(),
 				NoRangedRead: true,
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 			Access: datasource.Access{
 				Connections: 1,
 			}, // and one GET: no range request at all
@@ -180,7 +180,7 @@ func TestRangedTruncatedImagesRefused(t *testing.T) {
 				Source: srv.URL + "/disk." + f, Target: filepath.Join(t.TempDir(), "disk.img"),
 				TargetOptions: importer.TargetOptions{
 					ScratchDir: t.TempDir(),
-				}, Logger: testLogger(t),
+				}, Logger: testimg.Logger(t),
 			}
 			res, err := importer.Import(context.Background(), o)
 			require.Error(t, err)
@@ -225,7 +225,7 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 		TargetOptions: importer.TargetOptions{
 			ScratchDir:     t.TempDir(),
 			NoStreamDecode: true,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 		Access: datasource.Access{
 			Username: "bob",
 			Password: "hunter2",
@@ -267,7 +267,7 @@ func TestRangedReadFailureNamesCause(t *testing.T) {
 		Source: srv.URL + "/disk.vmdk", Target: filepath.Join(t.TempDir(), "disk.img"),
 		TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	}
 	_, err := importer.Import(context.Background(), o)
 	require.Error(t, err)
@@ -340,7 +340,7 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 				Source: srv.URL + "/" + c.file, Target: target,
 				TargetOptions: importer.TargetOptions{
 					ScratchDir: t.TempDir(),
-				}, Logger: testLogger(t),
+				}, Logger: testimg.Logger(t),
 			}
 			if c.maxHeld > 0 {
 				o = importer.WithStreamDecodeBuffer(o, c.maxHeld)

@@ -128,7 +128,7 @@ func importAndCheck(t *testing.T, lib *imageLibrary, img realImage, src string, 
 		Source: src, Target: target, TargetOptions: importer.TargetOptions{
 			ScratchDir:     scratch,
 			NoStreamDecode: path == pathRanged && !img.streamOptimized,
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 		// The ranged path is what http-ranged tests: onto a file the
 		// engine would decode most qcow2 as a stream (the route choice).
 	})
@@ -219,7 +219,7 @@ func importToLoop(t *testing.T, lib *imageLibrary, img realImage) {
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: lib.local(t, img.stored), Target: dev, TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 	})
 	require.NoError(t, err, "%s", img)
 	require.True(t, res.Complete)
@@ -245,7 +245,7 @@ func importArchives(t *testing.T, lib *imageLibrary) {
 				res, err := importer.Import(context.Background(), importer.Options{
 					Source: src, Target: got, TargetOptions: importer.TargetOptions{
 						ContentType: importer.ContentTypeArchive,
-					}, Logger: testLogger(t),
+					}, Logger: testimg.Logger(t),
 				})
 				require.NoError(t, err, src)
 				require.True(t, res.Complete)
@@ -265,7 +265,7 @@ func importRegistryTars(t *testing.T, lib *imageLibrary) {
 			Source: "oci-archive:" + lib.local(t, "cdi/bootc-registry-image.tar.xz"), Target: filepath.Join(targetDir, "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 		})
 		img := realImage{stored: "cdi/bootc-registry-image.tar.xz", refuse: errUnsafe, cause: `bootc|bootable`,
 			why: "a bootable container image (containers.bootc=1), not a containerdisk"}
@@ -284,7 +284,7 @@ func importRegistryTars(t *testing.T, lib *imageLibrary) {
 			Source: "oci-archive:" + lib.local(t, "cdi/kubevirt-vm-oci-image.tar.xz"), Target: filepath.Join(targetDir, "disk.img"),
 			TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 		})
 		img := realImage{stored: "cdi/kubevirt-vm-oci-image.tar.xz", refuse: errUnsupported, cause: `artifact`,
 			why: "an OCI artifact (KubeVirt VM export), not a containerdisk"}

@@ -45,7 +45,7 @@ func regOpts(t *testing.T, source, target string) importer.Options {
 	},
 		TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
-		}, Logger: testLogger(t)}
+		}, Logger: testimg.Logger(t)}
 }
 
 func assertSameDisk(t *testing.T, raw, target string) {

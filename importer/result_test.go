@@ -29,7 +29,7 @@ func TestResultMarshalsAsTheCLIsJSON(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 9)
 	src := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2"), "xz")
 	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: filepath.Join(dir, "disk.img"),
-		Checksums: []string{testimg.FileDigest(t, src)}, Logger: testLogger(t)})
+		Checksums: []string{testimg.FileDigest(t, src)}, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 
 	b, err := json.Marshal(res)
@@ -94,7 +94,7 @@ func TestRangedBytesReadCountsRangeReads(t *testing.T) {
 	var last importer.Progress
 	res, err := importer.Import(context.Background(), importer.Options{
 		Source: srv.URL + "/disk.qcow2", Target: filepath.Join(t.TempDir(), "disk.img"),
-		Logger: testLogger(t), Progress: func(p importer.Progress) { last = p },
+		Logger: testimg.Logger(t), Progress: func(p importer.Progress) { last = p },
 	})
 	require.NoError(t, err)
 	require.False(t, res.ScratchUsed, "phases %v", res.Phases)
@@ -116,7 +116,7 @@ func TestTooSmallReportsVirtualSize(t *testing.T) {
 			res, err := importer.Import(context.Background(), importer.Options{
 				Source: src, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
 					Size: 2 << 20,
-				}, Logger: testLogger(t),
+				}, Logger: testimg.Logger(t),
 			})
 			require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 			assert.EqualValues(t, 3<<20, res.VirtualSize)
@@ -138,7 +138,7 @@ func TestProgressPercentNeverGoesBack(t *testing.T) {
 	_, err := importer.Import(context.Background(), importer.Options{
 		Source: xz, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 		Progress: func(p importer.Progress) { mu.Lock(); seen = append(seen, p); mu.Unlock() },
 	})
 	require.NoError(t, err)
@@ -179,7 +179,7 @@ func TestEventsOfAStreamedConversion(t *testing.T) {
 			ScratchDir:     t.TempDir(),
 			NoStreamDecode: true,
 		},
-		Logger: testLogger(t), // the conversion's events, not the decoder's
+		Logger: testimg.Logger(t), // the conversion's events, not the decoder's
 		Events: func(e importer.Event) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -221,7 +221,7 @@ func TestEventsOfAFailedImport(t *testing.T) {
 	var log []string
 	var ended error
 	o := importer.Options{
-		Source: raw, Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t),
+		Source: raw, Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testimg.Logger(t),
 		Events: func(e importer.Event) {
 			log = append(log, e.Kind.String()+" "+string(e.Phase))
 			if e.Kind == importer.EventPhaseEnded && e.Err != nil {

@@ -92,7 +92,7 @@ func retryImport(t *testing.T, url string, o importer.Options) (*importer.Result
 	}
 	o.ScratchDir = t.TempDir()
 	o.RetryBackoff = 5 * time.Millisecond
-	o.Logger = testLogger(t)
+	o.Logger = testimg.Logger(t)
 	res, err := importer.Import(context.Background(), o)
 	assertEmptyDir(t, o.ScratchDir)
 	return res, err

@@ -212,7 +212,7 @@ func TestStreamDecodeSpillLimit(t *testing.T) {
 			ScratchDir: t.TempDir(),
 			MaxSpill:   maxSpill,
 		},
-			Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t)}
+			Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testimg.Logger(t)}
 		res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
 		assertEmptyDir(t, o.ScratchDir)
 		return res, err, o.Target
@@ -242,7 +242,7 @@ func TestStreamDecodeSpillLimit(t *testing.T) {
 		o := importer.Options{Source: base + filepath.Base(filler), TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
 		},
-			Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t)}
+			Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testimg.Logger(t)}
 		res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
 		require.NoError(t, err)
 		assert.Contains(t, res.Phases, importer.PhaseTransferScratch, "not imported through scratch")

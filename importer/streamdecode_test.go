@@ -148,13 +148,7 @@ func TestStreamDecodeFallsBackToScratch(t *testing.T) {
 
 func assertOnly(t *testing.T, dir string, names ...string) {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name())
-	}
-	assert.ElementsMatch(t, names, got)
+	assert.ElementsMatch(t, names, testimg.DirNames(t, dir))
 }
 
 // TestStreamDecodeOneTimeStreams: stdin and uploads take the decoder too
@@ -192,7 +186,7 @@ func TestStreamDecodeSwitchOff(t *testing.T) {
 	o := importer.Options{Source: testimg.Serve(t, dir) + filepath.Base(xz), TargetOptions: importer.TargetOptions{
 		ScratchDir:     t.TempDir(),
 		NoStreamDecode: true,
-	}, Logger: testLogger(t),
+	}, Logger: testimg.Logger(t),
 		Target: filepath.Join(t.TempDir(), "disk.img")}
 	res, err := importer.Import(context.Background(), o)
 	require.NoError(t, err)
@@ -279,7 +273,7 @@ func streamDecodeChecksum(t *testing.T, url, img, raw, loop string) {
 		// A mismatch first: writing began, so the device's old head is wiped.
 		o := importer.Options{Source: url, Target: target, TargetOptions: importer.TargetOptions{
 			ScratchDir: t.TempDir(),
-		}, Logger: testLogger(t),
+		}, Logger: testimg.Logger(t),
 			Checksums: []string{"sha256:" + string(bytes.Repeat([]byte("0"), 64))}}
 		res, err := importer.Import(context.Background(), o)
 		require.ErrorIs(t, err, errdefs.ErrChecksumMismatch)

@@ -28,7 +28,7 @@ func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 			Source: src, Target: out, TargetOptions: importer.TargetOptions{
 				Size:               64 << 20,
 				FilesystemOverhead: 0.06,
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 		})
 		require.NoError(t, err)
 		target := filepath.Join(out, "disk.img")
@@ -57,7 +57,7 @@ func TestPreallocationAllocatesFile(t *testing.T) {
 			Source: src, Target: target, TargetOptions: importer.TargetOptions{
 				Size:          16 << 20,
 				Preallocation: true,
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 		})
 		require.NoError(t, err)
 		assert.True(t, res.PreallocationApplied)
@@ -78,7 +78,7 @@ func TestQCOW2FileTarget(t *testing.T) {
 			Source: src, Target: target, TargetOptions: importer.TargetOptions{
 				Format: "qcow2",
 				Size:   32 << 20,
-			}, Logger: testLogger(t),
+			}, Logger: testimg.Logger(t),
 		})
 		require.NoError(t, err)
 		assert.EqualValues(t, 32<<20, res.TargetSize)
@@ -97,7 +97,7 @@ func TestReplacesExistingFile(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 12)
 	target := filepath.Join(t.TempDir(), "disk.img")
 	require.NoError(t, os.WriteFile(target, make([]byte, 8<<20), 0o644))
-	_, err := importer.Import(context.Background(), importer.Options{Source: raw, Target: target, Logger: testLogger(t)})
+	_, err := importer.Import(context.Background(), importer.Options{Source: raw, Target: target, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	expectImage(t, raw, target, false)
 }
@@ -108,7 +108,7 @@ func TestCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	target := filepath.Join(t.TempDir(), "disk.img")
-	res, err := importer.Import(ctx, importer.Options{Source: raw, Target: target, Logger: testLogger(t)})
+	res, err := importer.Import(ctx, importer.Options{Source: raw, Target: target, Logger: testimg.Logger(t)})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, importer.ErrCancelled)
 	assert.False(t, res.Complete)
@@ -125,7 +125,7 @@ func TestBlockZeroRunsAreDeallocated(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 8<<20, 14) // 2 of every 5 64 KiB blocks are zeros
 	zst := testimg.Compress(t, raw, "zst")
 	loop := testimg.LoopDevice(t, dir, 8<<20) // backing file fully written with 0xA5
-	res, err := importer.Import(context.Background(), importer.Options{Source: zst, Target: loop, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: zst, Target: loop, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	expectImage(t, raw, loop, true)
 	assert.EqualValues(t, 8<<20, res.BytesWritten)
@@ -157,7 +157,7 @@ func TestFailedConvertWipesDeviceHead(t *testing.T) {
 		}
 	}
 	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
-		Source: q, Target: loop, Logger: testLogger(t),
+		Source: q, Target: loop, Logger: testimg.Logger(t),
 	}, inject))
 	require.ErrorIs(t, err, boom)
 	assert.False(t, res.Complete)
@@ -185,7 +185,7 @@ func TestRawOneSectorTooLargeRefusedBeforeWriting(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := testimg.Digest(t, dev, -1)
 			_, err := importer.Import(context.Background(), importer.Options{
-				Source: source, Target: dev, Logger: testLogger(t),
+				Source: source, Target: dev, Logger: testimg.Logger(t),
 			})
 			require.Error(t, err)
 			assert.ErrorIs(t, err, importer.ErrTargetTooSmall)
@@ -202,7 +202,7 @@ func TestRawOneSectorTooLargeRefusedBeforeWriting(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, devSize+512, st.Size())
 		for _, source := range []string{vhd, base + "fixed.vhd"} {
-			res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: dev, Logger: testLogger(t)})
+			res, err := importer.Import(context.Background(), importer.Options{Source: source, Target: dev, Logger: testimg.Logger(t)})
 			require.NoError(t, err, source)
 			assert.Equal(t, "vhd", res.SourceFormat)
 			assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, dev, -1), source)
@@ -237,11 +237,11 @@ func TestImportSparseOvercommitIsAskedFor(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("umount", small).Run() })
 	target := filepath.Join(small, "disk.img")
 
-	_, err = importer.Import(context.Background(), importer.Options{Source: src, Target: target, Logger: testLogger(t)})
+	_, err = importer.Import(context.Background(), importer.Options{Source: src, Target: target, Logger: testimg.Logger(t)})
 	require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 	assert.NoFileExists(t, target)
 
-	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{AllowSparseOvercommit: true}, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{AllowSparseOvercommit: true}, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	assert.EqualValues(t, 64<<20, res.VirtualSize)
 	got, err := os.ReadFile(target)
@@ -265,7 +265,7 @@ func TestRetryAfterKillReclaimsPartialFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(unrelated, []byte("keep me"), 0o644))
 
 	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 8*mib, 51)
-	res, err := importer.Import(context.Background(), importer.Options{Source: raw, Target: vol, Logger: testLogger(t)})
+	res, err := importer.Import(context.Background(), importer.Options{Source: raw, Target: vol, Logger: testimg.Logger(t)})
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(vol, "disk.img"), res.Target)
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, -1))

@@ -38,7 +38,7 @@ func TestConvertOntoDeviceMatchesQemuImg(t *testing.T) {
 			img := testimg.Convert(t, raw, filepath.Join(dir, c.name), c.format)
 			want := filepath.Join(dir, c.format+".want")
 			testimg.Run(t, "qemu-img", "convert", "-f", c.format, "-O", "raw", img, want)
-			res, err := importer.Import(context.Background(), importer.Options{Source: img, Target: loop, Logger: testLogger(t)})
+			res, err := importer.Import(context.Background(), importer.Options{Source: img, Target: loop, Logger: testimg.Logger(t)})
 			require.NoError(t, err)
 			assert.True(t, res.Complete)
 			st, err := os.Stat(want)
@@ -74,7 +74,7 @@ func TestConvertOntoDeviceReportsProgress(t *testing.T) {
 	var mu sync.Mutex
 	var seen []importer.Progress
 	res, err := importer.Import(context.Background(), importer.Options{
-		Source: srv.URL + "/disk.qcow2", Target: loop, Logger: testLogger(t),
+		Source: srv.URL + "/disk.qcow2", Target: loop, Logger: testimg.Logger(t),
 		TargetOptions: importer.TargetOptions{
 			NoStreamDecode: true,
 		}, // a plain qcow2 is otherwise decoded as a stream (the route choice)

@@ -43,17 +43,17 @@ func TestCallerTLSConfigAndTransport(t *testing.T) {
 	pool.AddCert(srv.Certificate())
 	target := func() string { return filepath.Join(t.TempDir(), "disk.img") }
 
-	_, err := importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testLogger(t), Retries: new(0)})
+	_, err := importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testimg.Logger(t), Retries: new(0)})
 	require.ErrorIs(t, err, importer.ErrSourceUnreachable, "the test CA is not trusted by default")
 
-	o := importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testLogger(t),
+	o := importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testimg.Logger(t),
 		TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	_, err = importer.Import(context.Background(), o)
 	require.NoError(t, err)
 	expectImage(t, raw, o.Target, false)
 
 	tr := &countingTransport{next: srv.Client().Transport}
-	o = importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testLogger(t), Transport: tr}
+	o = importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testimg.Logger(t), Transport: tr}
 	_, err = importer.Import(context.Background(), o)
 	require.NoError(t, err)
 	assert.Positive(t, tr.n.Load())
@@ -74,7 +74,7 @@ func TestRetriesZeroMeansNone(t *testing.T) {
 	}{{new(0), 1}, {new(2), 3}, {nil, 11}} {
 		hits.Store(0)
 		_, err := importer.Import(context.Background(), importer.Options{
-			Source: srv.URL + "/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testLogger(t),
+			Source: srv.URL + "/disk.img", Target: filepath.Join(t.TempDir(), "disk.img"), Logger: testimg.Logger(t),
 			Retries: c.retries, Access: datasource.Access{
 				RetryBackoff: time.Millisecond,
 			},
@@ -96,7 +96,7 @@ func TestEgressWithCallerTLSConfigAndTransport(t *testing.T) {
 	policy := &importer.EgressPolicy{Deny: deny}
 	target := filepath.Join(t.TempDir(), "disk.img")
 
-	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testLogger(t),
+	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testimg.Logger(t),
 		TLSConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, Access: datasource.Access{
 			Egress: policy,
 		}})
@@ -105,7 +105,7 @@ func TestEgressWithCallerTLSConfigAndTransport(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, "127.0.0.1", ee.Addr)
 
-	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testLogger(t),
+	_, err = importer.Import(context.Background(), importer.Options{Source: srv.URL + "/disk.raw", Target: target, Logger: testimg.Logger(t),
 		Transport: srv.Client().Transport, Access: datasource.Access{
 			Egress: policy,
 		}})
@@ -144,7 +144,7 @@ func TestEgressPolicyCoversRangedReads(t *testing.T) {
 		TargetOptions: importer.TargetOptions{
 			ScratchDir:     t.TempDir(),
 			NoStreamDecode: true, // the ranged route, not the stream decoder
-		}, Logger: testLogger(t), Access: datasource.Access{
+		}, Logger: testimg.Logger(t), Access: datasource.Access{
 			Egress: policy,
 		}}
 	res, err := importer.Import(context.Background(), o)

@@ -87,7 +87,7 @@ func TestPodProxyWithItsOwnCA(t *testing.T) {
 	code, log, _ = runPod(t, pod{env: env, volumes: map[string]string{"/data": data, "/certs": certs}})
 	assert.Equal(t, cdi.ExitFailed, code, "without the proxy's CA its certificate is not trusted")
 	assert.Contains(t, failureText(t, log), "certificate")
-	assert.Empty(t, dirEntries(t, data))
+	assert.Empty(t, testimg.DirNames(t, data))
 }
 
 // secretVolume lays out dir as Kubernetes mounts a secret or ConfigMap:

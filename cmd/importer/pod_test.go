@@ -177,18 +177,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// dirEntries lists a directory's names (nil for an empty one).
-func dirEntries(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
 // httpEnv is the environment CDI's controller gives an HTTP import pod.
 func httpEnv(endpoint string, extra map[string]string) map[string]string {
 	env := map[string]string{
@@ -263,13 +251,13 @@ func TestPodScratchSpaceHandshake(t *testing.T) {
 	assert.True(t, m.ScratchSpaceRequired, "%s", log)
 	assert.Contains(t, out, "Scratch space required")
 	assert.Contains(t, out, "xz-compressed", "the log says why scratch is needed")
-	assert.Empty(t, dirEntries(t, data), "nothing may reach the volume before scratch space is there")
+	assert.Empty(t, testimg.DirNames(t, data), "nothing may reach the volume before scratch space is there")
 
 	code, log, out = runPod(t, pod{env: env, volumes: map[string]string{"/data": data}, dirs: []string{"/scratch"}})
 	require.Equal(t, cdi.ExitOK, code)
 	assert.True(t, decode(t, log).ScratchSpaceRequired, "a /scratch that is no mount point is the container's own layer: %s", log)
 	assert.Contains(t, out, "No scratch volume mounted at /scratch")
-	assert.Empty(t, dirEntries(t, data))
+	assert.Empty(t, testimg.DirNames(t, data))
 
 	scratch := t.TempDir()
 	code, log, _ = runPod(t, pod{env: env, volumes: map[string]string{"/data": data, "/scratch": scratch}})
@@ -279,7 +267,7 @@ func TestPodScratchSpaceHandshake(t *testing.T) {
 	assert.Equal(t, "Import Complete", m.Message)
 	assert.True(t, m.ScratchUsed)
 	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), 4<<20))
-	assert.Empty(t, dirEntries(t, scratch), "scratch not cleaned")
+	assert.Empty(t, testimg.DirNames(t, scratch), "scratch not cleaned")
 }
 
 // A failed import leaves CDI's plain text in the termination log (the
@@ -295,7 +283,7 @@ func TestPodFailureLeavesText(t *testing.T) {
 	text := failureText(t, log)
 	assert.Equal(t, "Unable to process data: expected status code 200, got 404. Status: 404 Not Found (GET "+base+"missing.img)", text,
 		"env mode keeps CDI's words, which its controller shows")
-	assert.Empty(t, dirEntries(t, data))
+	assert.Empty(t, testimg.DirNames(t, data))
 }
 
 // serverBinary builds cmd/cdi-containerimage-server once, static as the
@@ -394,5 +382,5 @@ func TestPodNodePullReadyFileTimeout(t *testing.T) {
 	assert.Equal(t, cdi.ExitFailed, code)
 	assert.Equal(t, "Timeout waiting for file /shared/ready", failureText(t, log))
 	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
-	assert.Empty(t, dirEntries(t, data))
+	assert.Empty(t, testimg.DirNames(t, data))
 }

@@ -147,7 +147,7 @@ func TestUploadServerPodDeadline(t *testing.T) {
 	rp := startPod(t, uploadPod(t, ca, freeAddr(t), map[string]string{"DEADLINE": deadline}, map[string]string{"/data": data}))
 	assert.Equal(t, 0, rp.wait(t))
 	assert.Equal(t, `{"deadlinePassed":true,"message":"Deadline Passed"}`, strings.TrimSpace(string(rp.terminationLog(t))))
-	assert.Empty(t, dirEntries(t, data))
+	assert.Empty(t, testimg.DirNames(t, data))
 }
 
 // TestClonePods: the cloner pod (CDI's env, a filesystem volume) streams

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -223,6 +224,27 @@ func Digest(t testing.TB, path string, n int64) string {
 // FileDigest returns "sha256:<hex>" of a whole file, for --checksum.
 func FileDigest(t testing.TB, path string) string {
 	return "sha256:" + Digest(t, path, -1)
+}
+
+// DirNames lists the names in dir (nil for an empty one), for tests that
+// check what an import left behind.
+func DirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// Logger sends the engine's log lines, debug ones too, to the test's
+// output, so a failing case shows its phases.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // ServeOn serves h on ip (a 127.0.0.x alias, say) at a port the OS picks
