@@ -16,14 +16,15 @@ import (
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testtar"
 )
 
 // SampleTree is the archive the tests extract: every supported member
 // type, varied modes and times, a sparse-looking file, implicit parents.
-func sampleTree() []member {
+func sampleTree() []testtar.Member {
 	t0 := time.Date(2020, 1, 2, 3, 4, 5, 600_000_000, time.UTC)
 	sparse := append(append(testimg.RandomBytes(5000, 1), make([]byte, 3<<20)...), []byte("tail after a hole")...)
-	return []member{
+	return []testtar.Member{
 		{Name: "./", Type: tar.TypeDir, Mode: 0o755, MTime: t0},
 		{Name: "dir/", Type: tar.TypeDir, Mode: 0o750, MTime: t0.Add(time.Hour), UID: 1234, GID: 2345},
 		{Name: "dir/sub/", Type: tar.TypeDir, Mode: 0o555, MTime: t0.Add(2 * time.Hour)},
@@ -45,7 +46,7 @@ func sampleTree() []member {
 // checkSampleTree verifies dest holds sampleTree exactly.
 func checkSampleTree(t *testing.T, dest string) {
 	t.Helper()
-	want := map[string]member{}
+	want := map[string]testtar.Member{}
 	for _, m := range sampleTree() {
 		name := filepath.Clean(m.Name)
 		if name == "." {
@@ -105,7 +106,7 @@ func checkSampleTree(t *testing.T, dest string) {
 func TestExtractTree(t *testing.T) {
 	base, dest := sandbox(t)
 	before := snapshot(t, base, dest)
-	data := buildTar(t, sampleTree())
+	data := testtar.Build(t, sampleTree())
 	stats, err := archive.Extract(context.Background(), bytes.NewReader(data), dest, archive.Options{})
 	require.NoError(t, err)
 	checkSampleTree(t, dest)
@@ -124,12 +125,12 @@ func TestExtractTree(t *testing.T) {
 
 func TestExtractEmptyAndDamaged(t *testing.T) {
 	_, dest := sandbox(t)
-	empty := buildTar(t, nil)
+	empty := testtar.Build(t, nil)
 	stats, err := archive.Extract(context.Background(), bytes.NewReader(empty), dest, archive.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, archive.Stats{}, stats)
 
-	data := buildTar(t, []member{{Name: "big", Type: tar.TypeReg, Body: testimg.RandomBytes(100_000, 3)}})
+	data := testtar.Build(t, []testtar.Member{{Name: "big", Type: tar.TypeReg, Body: testimg.RandomBytes(100_000, 3)}})
 	_, err = archive.Extract(context.Background(), bytes.NewReader(data[:50_000]), dest, archive.Options{})
 	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 
@@ -142,7 +143,7 @@ func TestExtractCancelled(t *testing.T) {
 	_, dest := sandbox(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	data := buildTar(t, []member{{Name: "f", Type: tar.TypeReg, Body: []byte("x")}})
+	data := testtar.Build(t, []testtar.Member{{Name: "f", Type: tar.TypeReg, Body: []byte("x")}})
 	_, err := archive.Extract(ctx, bytes.NewReader(data), dest, archive.Options{})
 	require.ErrorIs(t, err, errdefs.ErrCancelled)
 }
@@ -153,75 +154,75 @@ func TestExtractCancelled(t *testing.T) {
 func TestExtractHostile(t *testing.T) {
 	cases := []struct {
 		name        string
-		members     func(base string) []member
+		members     func(base string) []testtar.Member
 		allowLinks  bool
 		wantInvalid bool
 	}{
-		{name: "dotdot", members: func(string) []member {
-			return []member{{Name: "../x", Type: tar.TypeReg, Body: []byte("escaped")}}
+		{name: "dotdot", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "../x", Type: tar.TypeReg, Body: []byte("escaped")}}
 		}},
-		{name: "dotdot-overwrite", members: func(string) []member {
-			return []member{{Name: "a/../../sentinel/keep", Type: tar.TypeReg, Body: []byte("overwritten")}}
+		{name: "dotdot-overwrite", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "a/../../sentinel/keep", Type: tar.TypeReg, Body: []byte("overwritten")}}
 		}},
-		{name: "absolute", members: func(base string) []member {
-			return []member{{Name: filepath.Join(base, "sentinel", "abs"), Type: tar.TypeReg, Body: []byte("escaped")}}
+		{name: "absolute", members: func(base string) []testtar.Member {
+			return []testtar.Member{{Name: filepath.Join(base, "sentinel", "abs"), Type: tar.TypeReg, Body: []byte("escaped")}}
 		}},
-		{name: "etc", members: func(string) []member {
-			return []member{{Name: "/etc/importer-archive-test-x", Type: tar.TypeReg, Body: []byte("escaped")}}
+		{name: "etc", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "/etc/importer-archive-test-x", Type: tar.TypeReg, Body: []byte("escaped")}}
 		}},
-		{name: "symlink-to-root", members: func(string) []member {
-			return []member{{Name: "s", Type: tar.TypeSymlink, Link: "/"}}
+		{name: "symlink-to-root", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "s", Type: tar.TypeSymlink, Link: "/"}}
 		}},
-		{name: "symlink-dotdot", members: func(string) []member {
-			return []member{{Name: "d/s", Type: tar.TypeSymlink, Link: "../../sentinel"}}
+		{name: "symlink-dotdot", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "d/s", Type: tar.TypeSymlink, Link: "../../sentinel"}}
 		}},
-		{name: "write-through-symlink-to-root", allowLinks: true, members: func(base string) []member {
-			return []member{
+		{name: "write-through-symlink-to-root", allowLinks: true, members: func(base string) []testtar.Member {
+			return []testtar.Member{
 				{Name: "s", Type: tar.TypeSymlink, Link: "/"},
 				{Name: "s" + filepath.Join(base, "sentinel", "new"), Type: tar.TypeReg, Body: []byte("escaped")},
 			}
 		}},
-		{name: "write-through-symlink-outside", allowLinks: true, members: func(base string) []member {
-			return []member{
+		{name: "write-through-symlink-outside", allowLinks: true, members: func(base string) []testtar.Member {
+			return []testtar.Member{
 				{Name: "s", Type: tar.TypeSymlink, Link: filepath.Join(base, "sentinel")},
 				{Name: "s/keep", Type: tar.TypeReg, Body: []byte("overwritten")},
 			}
 		}},
-		{name: "mkdir-through-symlink", allowLinks: true, members: func(base string) []member {
-			return []member{
+		{name: "mkdir-through-symlink", allowLinks: true, members: func(base string) []testtar.Member {
+			return []testtar.Member{
 				{Name: "s", Type: tar.TypeSymlink, Link: "../sentinel"},
 				{Name: "s/newdir/", Type: tar.TypeDir, Mode: 0o777},
 			}
 		}},
-		{name: "write-through-inner-symlink", members: func(string) []member {
+		{name: "write-through-inner-symlink", members: func(string) []testtar.Member {
 			// Even a link that stays inside is never followed by a later member.
-			return []member{
+			return []testtar.Member{
 				{Name: "d/", Type: tar.TypeDir},
 				{Name: "l", Type: tar.TypeSymlink, Link: "d"},
 				{Name: "l/x", Type: tar.TypeReg, Body: []byte("x")},
 			}
 		}},
-		{name: "hardlink-etc-passwd", members: func(string) []member {
-			return []member{{Name: "h", Type: tar.TypeLink, Link: "/etc/passwd"}}
+		{name: "hardlink-etc-passwd", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "h", Type: tar.TypeLink, Link: "/etc/passwd"}}
 		}},
-		{name: "hardlink-dotdot", members: func(string) []member {
-			return []member{{Name: "h", Type: tar.TypeLink, Link: "../sentinel/keep"}}
+		{name: "hardlink-dotdot", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "h", Type: tar.TypeLink, Link: "../sentinel/keep"}}
 		}},
-		{name: "hardlink-through-symlink", allowLinks: true, members: func(base string) []member {
-			return []member{
+		{name: "hardlink-through-symlink", allowLinks: true, members: func(base string) []testtar.Member {
+			return []testtar.Member{
 				{Name: "s", Type: tar.TypeSymlink, Link: filepath.Join(base, "sentinel")},
 				{Name: "h", Type: tar.TypeLink, Link: "s/keep"},
 				{Name: "h", Type: tar.TypeReg, Body: []byte("overwritten")},
 			}
 		}},
-		{name: "char-device", members: func(string) []member {
-			return []member{{Name: "null", Type: tar.TypeChar}}
+		{name: "char-device", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "null", Type: tar.TypeChar}}
 		}},
-		{name: "block-device", members: func(string) []member {
-			return []member{{Name: "sda", Type: tar.TypeBlock}}
+		{name: "block-device", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "sda", Type: tar.TypeBlock}}
 		}},
-		{name: "fifo", members: func(string) []member {
-			return []member{{Name: "pipe", Type: tar.TypeFifo}}
+		{name: "fifo", members: func(string) []testtar.Member {
+			return []testtar.Member{{Name: "pipe", Type: tar.TypeFifo}}
 		}},
 	}
 	for _, tc := range cases {
@@ -229,7 +230,7 @@ func TestExtractHostile(t *testing.T) {
 			base, dest := sandbox(t)
 			before := snapshot(t, base, dest)
 			_, etcErr := os.Lstat("/etc/importer-archive-test-x")
-			data := buildTar(t, tc.members(base))
+			data := testtar.Build(t, tc.members(base))
 			_, err := archive.Extract(context.Background(), bytes.NewReader(data), dest, archive.Options{AllowOutsideSymlinks: tc.allowLinks})
 			require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 			t.Log(err)
@@ -245,7 +246,7 @@ func TestExtractHostile(t *testing.T) {
 func TestExtractReplacesSymlinkNotTarget(t *testing.T) {
 	base, dest := sandbox(t)
 	before := snapshot(t, base, dest)
-	data := buildTar(t, []member{
+	data := testtar.Build(t, []testtar.Member{
 		{Name: "s", Type: tar.TypeSymlink, Link: filepath.Join(base, "sentinel", "keep")},
 		{Name: "s", Type: tar.TypeReg, Body: []byte("a new file\n")},
 	})
@@ -262,7 +263,7 @@ func TestCommit(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dest, "existing"), []byte("old"), 0o644))
 	staging, err := archive.NewStaging(dest)
 	require.NoError(t, err)
-	_, err = archive.Extract(context.Background(), bytes.NewReader(buildTar(t, sampleTree())), staging, archive.Options{})
+	_, err = archive.Extract(context.Background(), bytes.NewReader(testtar.Build(t, sampleTree())), staging, archive.Options{})
 	require.NoError(t, err)
 	require.NoError(t, archive.Commit(staging, dest))
 	require.NoError(t, os.Remove(filepath.Join(dest, "existing")))
@@ -273,7 +274,7 @@ func TestCommit(t *testing.T) {
 	// A second archive with a clashing name moves nothing.
 	staging2, err := archive.NewStaging(dest)
 	require.NoError(t, err)
-	_, err = archive.Extract(context.Background(), bytes.NewReader(buildTar(t, []member{
+	_, err = archive.Extract(context.Background(), bytes.NewReader(testtar.Build(t, []testtar.Member{
 		{Name: "aaa-new", Type: tar.TypeReg, Body: []byte("new")},
 		{Name: "top.txt", Type: tar.TypeReg, Body: []byte("clash")},
 	})), staging2, archive.Options{})

@@ -1,8 +1,6 @@
 package archive_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
@@ -14,48 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-// member describes one tar entry a test writes.
-type member struct {
-	Name  string
-	Type  byte
-	Body  []byte
-	Link  string
-	Mode  int64
-	MTime time.Time
-	UID   int
-	GID   int
-}
-
-// buildTar writes the members as a tar stream (PAX where needed, so
-// sub-second mtimes survive).
-func buildTar(t testing.TB, ms []member) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, m := range ms {
-		mode := m.Mode
-		if mode == 0 {
-			mode = 0o644
-		}
-		mtime := m.MTime
-		if mtime.IsZero() {
-			mtime = time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
-		}
-		hdr := &tar.Header{Name: m.Name, Typeflag: m.Type, Linkname: m.Link, Mode: mode, ModTime: mtime,
-			Uid: m.UID, Gid: m.GID, Size: int64(len(m.Body)), Format: tar.FormatPAX}
-		if m.Type != tar.TypeReg {
-			hdr.Size = 0
-		}
-		require.NoError(t, tw.WriteHeader(hdr))
-		if hdr.Size > 0 {
-			_, err := tw.Write(m.Body)
-			require.NoError(t, err)
-		}
-	}
-	require.NoError(t, tw.Close())
-	return buf.Bytes()
-}
 
 // node is what snapshot records of one path.
 type node struct {

@@ -21,6 +21,8 @@ type Member struct {
 	Link  string
 	Mode  int64
 	MTime time.Time
+	UID   int
+	GID   int
 }
 
 // File is a regular file member.
@@ -51,13 +53,15 @@ func Sample() []Member {
 	}
 }
 
-// Build writes the members as a tar stream.
+// Build writes the members as a tar stream (PAX where needed, so
+// sub-second mtimes survive); a member's Mode 0 is 0644.
 func Build(t testing.TB, ms []Member) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, m := range ms {
-		hdr := &tar.Header{Name: m.Name, Typeflag: m.Type, Linkname: m.Link, Mode: m.Mode, ModTime: m.MTime}
+		hdr := &tar.Header{Name: m.Name, Typeflag: m.Type, Linkname: m.Link, Mode: m.Mode, ModTime: m.MTime,
+			Uid: m.UID, Gid: m.GID, Format: tar.FormatPAX}
 		if hdr.Mode == 0 {
 			hdr.Mode = 0o644
 		}
