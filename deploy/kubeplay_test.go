@@ -64,7 +64,7 @@ func TestFilesystemJobWithKubePlay(t *testing.T) {
 	cleanupPlay(t, p, play, claims)
 	p.Output("kube", "play", play)
 	container := pod.(*corev1.Pod).Name + "-" + pod.(*corev1.Pod).Spec.Containers[0].Name
-	code := waitExit(t, p, container, playTimeout)
+	code := p.WaitWithin(container, playTimeout)
 	if code != 0 {
 		t.Fatalf("the importer exited %d\n%s", code, p.Logs(container))
 	}
@@ -186,20 +186,6 @@ func cleanupPlay(t *testing.T, p *podmantest.Podman, play string, claims []any) 
 			}
 		}
 	})
-}
-
-// waitExit waits for a container to end, at most timeout.
-func waitExit(t *testing.T, p *podmantest.Podman, name string, timeout time.Duration) int {
-	t.Helper()
-	done := make(chan int, 1)
-	go func() { done <- p.Wait(name) }()
-	select {
-	case code := <-done:
-		return code
-	case <-time.After(timeout):
-		t.Fatalf("%s still runs after %v\n%s", name, timeout, p.Logs(name))
-		return -1
-	}
 }
 
 // loadBuiltImage loads the archive make image wrote to IMAGE_DIR, so the

@@ -68,7 +68,7 @@ func TestNodePull(t *testing.T) {
 	if r.ExitCode != 0 {
 		t.Fatalf("importer exited %d\n%s%s\nserver:\n%s", r.ExitCode, r.Stdout, r.Stderr, img.podman.Logs(server))
 	}
-	if code := waitWithin(t, img.podman, server, time.Minute); code != 0 {
+	if code := img.podman.WaitWithin(server, time.Minute); code != 0 {
 		t.Errorf("the server exited %d after the done file\n%s", code, img.podman.Logs(server))
 	}
 	if got, want := testimg.Digest(t, filepath.Join(data, "disk.img"), diskSize), testimg.Digest(t, raw, -1); got != want {
@@ -121,18 +121,4 @@ func loadContainerDisk(t *testing.T, p *podmantest.Podman, dir, disk string) str
 		}
 	})
 	return id
-}
-
-// waitWithin is Podman.Wait bounded by timeout.
-func waitWithin(t *testing.T, p *podmantest.Podman, name string, timeout time.Duration) int {
-	t.Helper()
-	done := make(chan int, 1)
-	go func() { done <- p.Wait(name) }()
-	select {
-	case code := <-done:
-		return code
-	case <-time.After(timeout):
-		t.Fatalf("%s still runs after %v\n%s", name, timeout, p.Logs(name))
-		return -1
-	}
 }

@@ -110,10 +110,26 @@ func (p *Podman) Start(c Container) string {
 // Wait waits for a started container to end and returns its exit code.
 func (p *Podman) Wait(name string) int {
 	p.t.Helper()
-	out := strings.TrimSpace(p.Output("wait", name))
-	code, err := strconv.Atoi(out)
-	if err != nil {
-		p.t.Fatalf("podman wait %s: %q", name, out)
+	return p.WaitWithin(name, commandTimeout)
+}
+
+// WaitWithin is Wait bounded by timeout: a container still running then
+// fails the test, with its logs.
+func (p *Podman) WaitWithin(name string, timeout time.Duration) int {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := p.Command(ctx, "wait", name)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		p.t.Fatalf("%s still runs after %v\n%s", name, timeout, p.Logs(name))
+	}
+	out := strings.TrimSpace(stdout.String())
+	code, convErr := strconv.Atoi(out)
+	if err != nil || convErr != nil {
+		p.t.Fatalf("podman wait %s: %v %q %s", name, err, out, stderr.String())
 	}
 	return code
 }
