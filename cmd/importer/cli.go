@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
@@ -128,24 +129,11 @@ reports to /dev/termination-log.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a Kubernetes quantity such as 10Gi; a file DEST is grown to it (less --filesystem-overhead)")
-	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2 (block devices are always raw)")
-	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
-	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
-	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
 	fl.BoolVar(&f.allowOvercommit, "allow-sparse-overcommit", false, "let a sparse image larger than a file DEST's free space be written (as qemu-img convert does; it fails if its data do not fit); default: the virtual size must fit the free space")
 	fl.StringVar(&f.mode, "mode", "", "permission bits of a new DEST file, in octal (default: 0666 less the umask)")
-	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
-	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
 	fl.BoolVar(&f.noStreamDecode, "no-stream-decode", false, "put a streamed qcow2, streamOptimized vmdk, dynamic vhd, vdi or vhdx in scratch for qemu-img instead of decoding it straight onto DEST")
 	fl.StringVar(&f.maxSpill, "max-spill", "", "cap the scratch the stream decoder may spill clusters that arrive before their tables to (bytes or a quantity such as 2Gi; it never exceeds the image's virtual size anyway)")
-	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file")
-	fl.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
-	fl.CountVarP(&f.verbose, "verbose", "v", "log the engine's phases and findings (-vv: debug)")
-	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress and no summary: only warnings and errors")
-	fl.StringVar(&f.logFormat, "log-format", logFormatText, "log lines as text or json (slog's handlers); env mode reads IMPORTER_LOG_FORMAT")
 	fl.StringVar(&f.contentType, "content-type", "kubevirt", "kubevirt (a disk image), archive (a tar stream, optionally compressed, extracted into the DEST directory) or as-is (the bytes unchanged: nothing sniffed, decompressed or converted)")
-	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the size of SOURCE (a device of that size, or a file that ends up that size)")
 	fl.StringVar(&f.expectContent, "expect-content-digest", "", "fail unless the disk written has this content digest (blk-sha256:HEX, or the HEX blksum prints; see importer digest --content)")
 	fl.BoolVar(&f.verify, "verify", false, "re-read SOURCE (a local file or device) and DEST after the copy and compare them; the digests go in the result")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve progress metrics over HTTPS (self-signed) at ADDR, e.g. :8443: CDI's "+cdi.ProgressMetricName+" and diskimport_*")
@@ -157,6 +145,8 @@ reports to /dev/termination-log.`,
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
 	cmd.AddCommand(newUploadClientCommand(ctx, stdin, stdout, stderr, &code))
 	addSourceFlags(fl, &f)
+	addTargetFlags(fl, &f)
+	addOutputFlags(fl, &f)
 	cmd.AddCommand(newDigestCommand(ctx, stdin, stdout, &code))
 	addVersion(ctx, cmd, stdout)
 	cmd.AddCommand(newInspectCommand(ctx, stdin, stdout, stderr, &code))
@@ -259,4 +249,27 @@ func compressionSuffix(c []string) string {
 	names := slices.Clone(c)
 	slices.Reverse(names)
 	return "." + strings.Join(names, ".")
+}
+
+// addTargetFlags adds the flags that say how to write DEST: an import and
+// the upload server take all of them, from this one list.
+func addTargetFlags(fl *pflag.FlagSet, f *cliFlags) {
+	fl.StringVar(&f.size, "size", "", "requested volume size: bytes or a Kubernetes quantity such as 10Gi; a file DEST is grown to it (less --filesystem-overhead)")
+	fl.StringVar(&f.format, "format", "raw", "format of a file DEST: raw or qcow2 (block devices are always raw)")
+	fl.StringVar(&f.scratch, "scratch", "", "directory for the decompressed image when a format needs random access (default: the system temp dir)")
+	fl.StringArrayVar(&f.checksums, "checksum", nil, "expected digest ALGO:HEX of the bytes as received (md5, sha1, sha256, sha512); repeatable")
+	fl.BoolVar(&f.preallocation, "preallocation", false, "allocate the whole DEST file")
+	fl.Float64Var(&f.filesystemOverhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
+	fl.StringVar(&f.cacheMode, "cache-mode", "", "qemu-img target cache: none, writeback or trynone (default: none where the target supports O_DIRECT, else writeback)")
+	fl.BoolVar(&f.exactSize, "exact-size", false, "clone: DEST must be exactly the source's size (a device of that size, or a file that ends up that size)")
+}
+
+// addOutputFlags adds the flags that say what a run reports and logs, for
+// an import and the upload server alike.
+func addOutputFlags(fl *pflag.FlagSet, f *cliFlags) {
+	fl.StringVar(&f.terminationLog, "termination-log", "", "write the result JSON to this file (of each attempt, for an upload server that keeps running)")
+	fl.BoolVar(&f.json, "json", false, "print the final result JSON on standard output")
+	fl.CountVarP(&f.verbose, "verbose", "v", "log the engine's phases and findings (-vv: debug)")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress and no summary: only warnings and errors")
+	fl.StringVar(&f.logFormat, "log-format", logFormatText, "log lines as text or json; with json the final summary or error is a record too (an import's env mode reads IMPORTER_LOG_FORMAT)")
 }
