@@ -38,11 +38,13 @@ func isCloneContentType(ct string) bool {
 // when the request says so, else CDI's snappy-framed stream.
 func (h *Handler) serveClone(w http.ResponseWriter, r *http.Request, ct string) {
 	if p := r.Header.Get(cloner.ProtocolHeader); p != "" {
-		if p != cloner.ProtocolSparseV1 || ct != ContentTypeBlockdeviceClone {
-			http.Error(w, fmt.Sprintf("clone protocol %q for %s: only %s of a %s", p, ct, cloner.ProtocolSparseV1, ContentTypeBlockdeviceClone), http.StatusBadRequest)
+		// A filesystem volume goes over sparse-v1 only as a delta pass.
+		dh := r.Header.Get(cloner.DeltaHeader)
+		if p != cloner.ProtocolSparseV1 || (ct != ContentTypeBlockdeviceClone && dh != cloner.DeltaSignature && dh != cloner.DeltaApply) {
+			http.Error(w, fmt.Sprintf("clone protocol %q for %s: only %s of a %s, or a delta pass", p, ct, cloner.ProtocolSparseV1, ContentTypeBlockdeviceClone), http.StatusBadRequest)
 			return
 		}
-		h.serveSparseClone(w, r)
+		h.serveSparseClone(w, r, ct)
 		return
 	}
 	count, err := h.begin()

@@ -51,14 +51,14 @@ var errResumeExpired = errors.New("the interrupted clone was not resumed in time
 
 // serveSparseClone receives one request of a sparse-v1 clone: a new
 // session, or the resumption of the interrupted one.
-func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request, ct string) {
 	id := r.Header.Get(cloner.SessionHeader)
 	if id == "" {
 		http.Error(w, cloner.ProtocolSparseV1+" needs "+cloner.SessionHeader, http.StatusBadRequest)
 		return
 	}
 	if r.Header.Get(cloner.DeltaHeader) == cloner.DeltaSignature {
-		h.serveDeltaSignature(w, r, id)
+		h.serveDeltaSignature(w, r, id, ct)
 		return
 	}
 	sess, err := h.claimCloneSession(id)

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/retry"
@@ -52,7 +52,9 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	}()
 	session := newSessionID()
 	budget := retryBudget(o, retryableSignature)
-	base, sigWire, sigRetries, err := fetchSignature(ctx, o, budget, session, size)
+	base, sigWire, sigRetries, err := fetchSignature(ctx, o, budget, func() (*delta.Signature, int64, error) {
+		return requestSignature(ctx, o, session, size)
+	})
 	src := <-mine
 	defer src.stop()
 	if err == nil {
@@ -79,9 +81,12 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1, SourceBytes: size, WireBytes: sigWire, Resumes: sigRetries, Delta: pass}
 	moved := false
 	err = resuming(ctx, o, budget, session, size, res, func(offset int64) ([]byte, int64, error) {
-		answer, wire, m, err := deltaRequest(ctx, o, f, src.s, runs, offset, session)
-		moved = moved || m
-		return answer, wire, err
+		send := func(from int64, sink delta.Sink) error {
+			m, err := delta.Send(ctx, f, src.s, runs, from, sink)
+			moved = moved || m
+			return err
+		}
+		return runsRequest(ctx, o, size, offset, session, send, func() blkhash.Digest { return src.s.Digest })
 	})
 	pass.WireBytes, pass.Resumes = res.WireBytes, res.Resumes
 	if err != nil {
@@ -98,24 +103,24 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 }
 
 // fetchSignature asks for the target's signature until an answer comes
-// whole: a request whose connection dropped, before or while the
-// signature came, is sent again in the same session after the budget's
-// backoff, and the server sends the same signature again from the start
-// (it keeps it until a run is applied). It returns the signature, the
-// bytes of every answer and the retries.
-func fetchSignature(ctx context.Context, o Options, budget *retry.Budget, session string, size int64) (*delta.Signature, int64, int, error) {
+// whole (request sends one request): a request whose connection dropped,
+// before or while the signature came, is sent again in the same session
+// after the budget's backoff, and the server sends the same signature
+// again from the start (it keeps it until a run is applied). It returns
+// the answer, the bytes of every answer and the retries.
+func fetchSignature[T any](ctx context.Context, o Options, budget *retry.Budget, request func() (T, int64, error)) (T, int64, int, error) {
 	streak := budget.Streak(func(a retry.Attempt) {
 		o.Logger.Warn("Fetching the delta signature failed; asking again", "err", a.Cause, "attempt", a.N, "of", a.Max, "delay", a.Delay)
 	})
 	var wire int64
 	for retries := 0; ; retries++ {
-		sig, n, err := requestSignature(ctx, o, session, size)
+		sig, n, err := request()
 		wire += n
 		if err == nil {
 			return sig, wire, retries, nil
 		}
 		if err := streak.Wait(ctx, err, 0); err != nil {
-			return nil, wire, retries, err
+			return sig, wire, retries, err
 		}
 	}
 }
@@ -136,50 +141,61 @@ func retryableSignature(err error) bool {
 // the session; a target that is no base comes back as
 // errdefs.ErrNoDeltaBase.
 func requestSignature(ctx context.Context, o Options, session string, size int64) (*delta.Signature, int64, error) {
+	var sig *delta.Signature
+	n, err := askSignature(ctx, o, session, size, http.NoBody, func(r io.Reader) (err error) {
+		sig, err = delta.ReadSignature(r, size)
+		return err
+	})
+	return sig, n, err
+}
+
+// askSignature sends a signature request with body and hands the
+// decompressed answer to read; it returns the answer's bytes on the wire.
+// An answer that breaks off is a transport error (asked again).
+func askSignature(ctx context.Context, o Options, session string, size int64, body io.Reader, read func(io.Reader) error) (int64, error) {
 	headers := map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session, DeltaHeader: DeltaSignature, SizeHeader: strconv.FormatInt(size, 10)}
 	if o.DeltaBase != "" {
 		headers[BaseHeader] = o.DeltaBase
 	}
-	resp, err := postResponse(ctx, o, http.NoBody, headers)
+	resp, err := postResponse(ctx, o, body, headers)
 	var se *statusError
 	if errors.As(err, &se) && se.code == http.StatusPreconditionFailed {
-		return nil, 0, fmt.Errorf("%s: %w", se.text, errdefs.ErrNoDeltaBase)
+		return 0, fmt.Errorf("%s: %w", se.text, errdefs.ErrNoDeltaBase)
 	}
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	body := iostage.NewCounter(resp.Body)
-	sig, err := delta.ReadSignature(s2.NewReader(body), size)
-	if err != nil {
+	counted := iostage.NewCounter(resp.Body)
+	if err := read(s2.NewReader(counted)); err != nil {
 		if !errors.Is(err, errdefs.ErrInvalidImage) && !errors.Is(err, errdefs.ErrNoDeltaBase) {
 			// The answer broke off: the transport's failure, not the
 			// signature's content.
 			err = &transportError{err}
 		}
-		return nil, body.Count(), err
+		return counted.Count(), err
 	}
 	// The rest of the answer (the compressed stream's end), so the server
 	// sees it taken whole.
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
-	return sig, body.Count(), nil
+	_, _ = io.Copy(io.Discard, io.LimitReader(counted, 64<<10))
+	return counted.Count(), nil
 }
 
-// deltaRequest sends the runs that end after offset, and the End record,
-// in one POST of the session.
-func deltaRequest(ctx context.Context, o Options, f *os.File, sig *delta.Signature, runs []delta.Run, offset int64, session string) ([]byte, int64, bool, error) {
+// runsRequest sends, in one POST of the session, the runs that end after
+// offset (send gives them to the sink) and the End record with digest's
+// value once they were sent.
+func runsRequest(ctx context.Context, o Options, size, offset int64, session string, send func(from int64, sink delta.Sink) error, digest func() blkhash.Digest) ([]byte, int64, error) {
 	pr, pw := io.Pipe()
-	var moved bool
 	produced := make(chan error, 1)
 	go func() {
 		sw := s2.NewWriter(pw)
 		enc := NewEncoder(sw)
-		err := enc.Start(sig.Size, offset)
+		err := enc.Start(size, offset)
 		if err == nil {
-			moved, err = delta.Send(ctx, f, sig, runs, offset, &progressSink{enc, o})
+			err = send(offset, &progressSink{enc, o})
 		}
 		if err == nil {
-			err = enc.End(sig.Digest)
+			err = enc.End(digest())
 		}
 		if err == nil {
 			err = sw.Close()
@@ -194,7 +210,7 @@ func deltaRequest(ctx context.Context, o Options, f *os.File, sig *delta.Signatu
 	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
 		err = perr
 	}
-	return answer, body.Count(), moved, err
+	return answer, body.Count(), err
 }
 
 // progressSink encodes a pass's runs as records and reports the offset

@@ -51,10 +51,12 @@ type Options struct {
 	// source's size (or UsedBytes for a filesystem) for percentages.
 	Progress *atomic.Int64
 	Logger   *slog.Logger
-	// Delta makes a block clone a delta pass when the server takes them
-	// (its HEAD answer's DeltaHeader) and its target is a base: only the
-	// blocks that differ are sent; DeltaBase, when set, is the content
-	// digest the target must have (the last pass's).
+	// Delta makes a clone a delta pass when the server takes them (its
+	// HEAD answer's DeltaHeader): a block clone's target, when it is a
+	// base, gets only the blocks that differ; a filesystem volume's large
+	// files likewise, its other files whole. DeltaBase, when set, is the
+	// content digest the target must have (the last pass's: a volume's
+	// tree digest for a filesystem).
 	Delta     bool
 	DeltaBase string
 }
@@ -95,6 +97,13 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("clone content type %q: want %s or %s: %w", o.ContentType, ContentTypeBlock, ContentTypeFilesystem, errdefs.ErrInvalidOptions)
 	}
 	proto := o.Protocol
+	if o.ContentType == ContentTypeFilesystem && o.Delta && proto != ProtocolSnappy {
+		if offersSparse(ctx, o) && offersDelta(ctx, o) {
+			o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV1, "delta", DeltaTree)
+			return sendTreeDelta(ctx, o)
+		}
+		proto = ProtocolSnappy
+	}
 	if proto == ProtocolAuto {
 		proto = ProtocolSnappy
 		if o.ContentType == ContentTypeBlock && offersSparse(ctx, o) {

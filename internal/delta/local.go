@@ -29,6 +29,9 @@ type Pass struct {
 	// A pass of a source in use is a warm pass: its target is the source
 	// as read, blocks of different moments, to be followed by another.
 	Final bool `json:"final"`
+	// Full: the target was no base (a filesystem volume whose digest is
+	// not the base named): every file was sent whole.
+	Full bool `json:"full,omitempty"`
 	// Received marks the receiving end's report of a pass over the wire:
 	// whether it was final only the sender can tell (Final is false).
 	Received bool `json:"received,omitempty"`

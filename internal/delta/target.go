@@ -59,37 +59,53 @@ func OpenTarget(path string, size int64) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delta target %s: %w: %w", path, err, errdefs.ErrNoDeltaBase)
 	}
-	t := &Target{path: path, size: size, block: fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0}
+	block := fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0
+	var f *os.File
 	switch {
-	case t.block:
-		t.f, err = blockdev.OpenExclusive(path, unix.O_RDWR)
+	case block:
+		f, err = blockdev.OpenExclusive(path, unix.O_RDWR)
 	case fi.Mode().IsRegular():
-		t.f, err = os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
-		if err == nil {
-			if err = unix.Flock(int(t.f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-				t.f.Close()
-				err = fmt.Errorf("delta target %s is being written by another pass: %w", path, errdefs.ErrTargetBusy)
-			}
-		}
+		f, err = os.OpenFile(path, os.O_RDWR|unix.O_CLOEXEC, 0)
 	default:
 		return nil, fmt.Errorf("delta target %s is neither a block device nor a regular file: %w", path, errdefs.ErrNoDeltaBase)
 	}
 	if err != nil {
-		if errors.Is(err, errdefs.ErrTargetBusy) {
-			return nil, err
-		}
 		return nil, fmt.Errorf("opening delta target %s: %w: %w", path, err, errdefs.ErrNoDeltaBase)
 	}
-	have, err := t.f.Seek(0, io.SeekEnd)
+	if block {
+		return newTarget(f, path, true, size)
+	}
+	return OpenTargetFile(f, path, size)
+}
+
+// OpenTargetFile takes the regular file f, open for reading and writing,
+// as a pass's target (named name in messages), locked against a second
+// pass; it is closed on failure. A file of another size is no base.
+func OpenTargetFile(f *os.File, name string, size int64) (*Target, error) {
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("delta target %s is being written by another pass: %w", name, errdefs.ErrTargetBusy)
+	}
+	return newTarget(f, name, false, size)
+}
+
+func newTarget(f *os.File, name string, block bool, size int64) (*Target, error) {
+	have, err := f.Seek(0, io.SeekEnd)
 	if err == nil && have != size {
-		err = fmt.Errorf("delta target %s has %d bytes, the source %d: %w", path, have, size, errdefs.ErrNoDeltaBase)
+		err = fmt.Errorf("delta target %s has %d bytes, the source %d: %w", name, have, size, errdefs.ErrNoDeltaBase)
 	}
 	if err != nil {
-		t.f.Close()
+		f.Close()
+		if !errors.Is(err, errdefs.ErrNoDeltaBase) {
+			err = fmt.Errorf("sizing delta target %s: %w: %w", name, err, errdefs.ErrNoDeltaBase)
+		}
 		return nil, err
 	}
-	return t, nil
+	return &Target{f: f, path: name, block: block, size: size}, nil
 }
+
+// File is the target's open file (to set a file's mode and owner).
+func (t *Target) File() *os.File { return t.f }
 
 // Size is the volume's size.
 func (t *Target) Size() int64 { return t.size }
@@ -111,6 +127,13 @@ func (t *Target) Sign(ctx context.Context) (*Signature, error) {
 	t.sig = &Signature{Size: s.Size, Sums: append([]blkhash.Sum(nil), s.Sums...), Digest: s.Digest}
 	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
 	return s, nil
+}
+
+// adopt takes s as the target's signature without reading it (a file
+// the caller just made, of zeros).
+func (t *Target) adopt(s *Signature) {
+	t.sig = s
+	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
 }
 
 // Signed is the target's signature while no run was applied (a
@@ -261,30 +284,50 @@ func (t *Target) zeroRange(off, n int64) error {
 // synced, the held ends written and synced. Only then is the target a
 // copy of the source.
 func (t *Target) Finish(want blkhash.Digest) (blkhash.Digest, error) {
+	got, err := t.Digest()
+	if err != nil {
+		return got, err
+	}
+	if got != want {
+		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, want)}
+	}
+	return got, t.Commit()
+}
+
+// Digest is the target's content digest after the runs applied so far:
+// its hashes, those of the runs.
+func (t *Target) Digest() (blkhash.Digest, error) {
 	if t.sig == nil {
 		return blkhash.Digest{}, fmt.Errorf("finishing a delta target that was not signed: %w", errdefs.ErrInvalidOptions)
 	}
-	got := blkhash.DigestOfSums(t.sig.Sums, t.size)
-	if got != want {
-		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, want)}
+	return blkhash.DigestOfSums(t.sig.Sums, t.size), nil
+}
+
+// Commit completes a pass whose digest was checked: the rest is synced,
+// the held ends written and synced. Only then is the target a copy of
+// the source.
+func (t *Target) Commit() error {
+	got, err := t.Digest()
+	if err != nil {
+		return err
 	}
 	t.finished = true
 	t.pass.Digest = got.String()
 	if t.held == nil {
-		return got, nil // nothing written
+		return nil // nothing written
 	}
 	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
-		return got, fmt.Errorf("fsync delta target %s: %w", t.path, err)
+		return fmt.Errorf("fsync delta target %s: %w", t.path, err)
 	}
 	for _, h := range t.held {
 		if _, err := t.f.WriteAt(h.buf, h.off); err != nil {
-			return got, fmt.Errorf("writing the ends of delta target %s: %w", t.path, err)
+			return fmt.Errorf("writing the ends of delta target %s: %w", t.path, err)
 		}
 	}
 	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
-		return got, fmt.Errorf("fsync delta target %s: %w", t.path, err)
+		return fmt.Errorf("fsync delta target %s: %w", t.path, err)
 	}
-	return got, nil
+	return nil
 }
 
 // Pass reports the runs applied and, once finished, the digest.

@@ -1,0 +1,90 @@
+package cloner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/delta"
+)
+
+// DeltaTree, after DeltaV1 in a Result's Protocol, marks a filesystem
+// volume's delta pass.
+const DeltaTree = "tree"
+
+// sendTreeDelta runs a filesystem volume's delta pass (delta.TreeSource,
+// delta.TreeTarget): the volume's manifest goes with the signature
+// request, the server answers with the signatures of the files it
+// compares in place (large files of the same size: a KubeVirt volume's
+// disk.img), every other file is sent whole, and the runs go in one
+// session that resumes as sparse-v1's does, ending with the volume's
+// digest, which the server's must equal before it puts anything in place.
+// A server that takes no filesystem pass (412) gets CDI's tar stream.
+func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
+	src, err := delta.OpenTreeSource(ctx, o.Source)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	signed := make(chan error, 1)
+	go func() { signed <- src.Sign(ctx) }()
+	var manifest bytes.Buffer
+	sw := s2.NewWriter(&manifest)
+	if _, err := src.Manifest().WriteTo(sw); err != nil {
+		return nil, err
+	}
+	if err := sw.Close(); err != nil {
+		return nil, err
+	}
+	session := newSessionID()
+	budget := retryBudget(o, retryableSignature)
+	type answer struct {
+		a    *delta.TreeAnswer
+		sigs map[int]*delta.Signature
+	}
+	got, sigWire, retries, err := fetchSignature(ctx, o, budget, func() (answer, int64, error) {
+		var ans answer
+		n, err := askSignature(ctx, o, session, src.Size(), bytes.NewReader(manifest.Bytes()), func(r io.Reader) (err error) {
+			ans.a, ans.sigs, err = delta.ReadTreeAnswer(r, src.Manifest())
+			return err
+		})
+		return ans, n, err
+	})
+	serr := <-signed
+	if errors.Is(err, errdefs.ErrNoDeltaBase) {
+		o.Logger.Info("The server takes no filesystem delta pass; sending the volume as a tar", "reason", err)
+		res, err := sendSnappy(ctx, o)
+		if res != nil {
+			res.WireBytes += sigWire
+		}
+		return res, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	pass := &delta.Pass{Stats: src.Plan(got.sigs), BaseDigest: got.a.BaseDigest, SignatureBytes: sigWire, Full: !got.a.Base}
+	o.Logger.Info("Filesystem delta pass", "entries", len(src.Manifest().Entries), "inPlace", len(got.sigs), "blocks", pass.Blocks,
+		"changed", pass.BlocksChanged, "dataBytes", pass.DataBytes, "zeroBytes", pass.ZeroBytes, "signatureBytes", sigWire, "base", got.a.Base)
+	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1 + "+" + DeltaTree, SourceBytes: src.Size(), WireBytes: sigWire, Resumes: retries, Delta: pass}
+	err = resuming(ctx, o, budget, session, src.Size(), res, func(offset int64) ([]byte, int64, error) {
+		send := func(from int64, sink delta.Sink) error { return src.Send(ctx, from, sink) }
+		return runsRequest(ctx, o, src.Size(), offset, session, send, src.Digest)
+	})
+	pass.WireBytes, pass.Resumes = res.WireBytes, res.Resumes
+	if err != nil {
+		return res, err
+	}
+	pass.Digest = delta.FormatTreeDigest(src.Digest())
+	res.Digest = pass.Digest
+	if pass.Final, err = src.Final(ctx); err != nil {
+		return res, err
+	}
+	return res, nil
+}
