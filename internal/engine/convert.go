@@ -2,9 +2,7 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 
@@ -17,29 +15,31 @@ import (
 )
 
 // conversion is Convert: qemu-img writes the target from in. A block
-// device is written through our own NBD export of it (targetExport),
-// which this phase owns: it keeps the image's first MiB in memory until
-// qemu-img succeeded and the rest is synced, so qemu-img never opens the
-// device and a kill at any moment leaves no bootable-looking disk.
+// device is written through our own NBD export of it
+// (nbdserver.DeviceExport over a volume.DeviceWriter), which this phase
+// owns: it keeps the image's first MiB in memory until qemu-img succeeded
+// and the rest is synced, so qemu-img never opens the device and a kill at
+// any moment leaves no bootable-looking disk.
 type conversion struct {
 	a  *attempt
 	in *imageInput
+	// On a block target, the export qemu-img writes and the writer under
+	// it (nil on a file target).
+	device *nbdserver.DeviceExport
+	writer *volume.DeviceWriter
 }
 
 func (c *conversion) run(ctx context.Context) error {
 	a, in := c.a, c.in
 	block := a.target.Kind() == volume.Block
 	dst := a.target.WritePath()
-	var dev *targetExport
 	if block {
-		e, err := startTargetExport(ctx, a.target, a.req.Preallocation, a.log)
-		if err != nil {
+		if err := c.serveDevice(ctx); err != nil {
 			return fmt.Errorf("serving %s to qemu-img: %w", a.target.Path(), err)
 		}
-		dev = e
-		defer dev.stop(a.log)
-		a.meter.deviceWriter.Store(dev.writer)
-		dst = dev.spec()
+		defer c.device.Stop(a.log)
+		a.meter.deviceWriter.Store(c.writer)
+		dst = c.device.QemuSpec()
 	}
 	if a.plan.Route == RouteInPlace {
 		a.meter.inPlaceSize.Store(datasource.LocalAllocatedSize(in.path))
@@ -56,7 +56,7 @@ func (c *conversion) run(ctx context.Context) error {
 			a.meter.convertPercent.Store(math.Float64bits(p))
 		},
 	})
-	if qemu.SourceReadFailed(err) && in.export.err() == nil {
+	if qemu.SourceReadFailed(err) && in.export.Err() == nil {
 		// Nothing under qemu-img failed (a local file, or an export that
 		// served every read), so the read it gave up on is the image's own
 		// data: a compressed cluster that does not inflate (a zstd cluster
@@ -64,19 +64,19 @@ func (c *conversion) run(ctx context.Context) error {
 		// Input/output error").
 		err = errdefs.Mark(errdefs.ErrInvalidImage, fmt.Errorf("the image's data could not be decoded: %w", err))
 	}
-	err = dev.cause(in.export.cause(err))
+	err = c.device.Cause(in.export.Cause(err))
 	verifyReadsInput := a.plan.Verify != ""
 	if !verifyReadsInput {
 		in.stopExport(a.log)
 	}
-	if err == nil && dev != nil {
-		err = c.finishDevice(ctx, dev)
+	if err == nil && block {
+		err = c.finishDevice(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("converting %s image to %s: %w", in.format, a.plan.OutputFormat, err)
 	}
 	a.meter.convertPercent.Store(math.Float64bits(100)) // qemu-img's last report may be short of it
-	if err := a.convertedContentDigest(ctx, dev); err != nil {
+	if err := a.convertedContentDigest(ctx, c.device); err != nil {
 		return err
 	}
 	a.result.PreallocationApplied = applied
@@ -87,19 +87,35 @@ func (c *conversion) run(ctx context.Context) error {
 	return nil
 }
 
+// serveDevice opens a DeviceWriter on the block target and serves it to
+// qemu-img. With preallocation, zeros qemu-img writes as data keep their
+// blocks allocated.
+func (c *conversion) serveDevice(ctx context.Context) error {
+	w, err := c.a.target.NewDeviceWriter(ctx, volume.DeviceWriterOptions{KeepAllocated: c.a.req.Preallocation})
+	if err != nil {
+		return err
+	}
+	e, err := nbdserver.ServeDevice(ctx, w, c.a.log)
+	if err != nil {
+		return err
+	}
+	c.device, c.writer = e, w
+	return nil
+}
+
 // finishDevice ends the export after qemu-img succeeded, refuses the result
 // if any write failed (even one qemu-img did not report), and writes the
 // held-back head; from then on an Abort of the target wipes it.
-func (c *conversion) finishDevice(ctx context.Context, dev *targetExport) error {
+func (c *conversion) finishDevice(ctx context.Context) error {
 	a := c.a
-	dev.stop(a.log)
-	if err := dev.unix.Err(); err != nil {
+	c.device.Stop(a.log)
+	if err := c.device.Err(); err != nil {
 		return fmt.Errorf("writing %s: %w", a.target.Path(), err)
 	}
-	if err := dev.writer.Finish(ctx); err != nil {
+	if err := c.writer.Finish(ctx); err != nil {
 		return err
 	}
-	a.result.DataBytes = dev.writer.DataBytes()
+	a.result.DataBytes = c.writer.DataBytes()
 	return nil
 }
 
@@ -127,74 +143,6 @@ func (c *conversion) cacheMode(block bool) string {
 // with -m 16 against 3.58 s with qemu's default 8.
 const convertParallel = 16
 
-// targetExport serves a block target to qemu-img as a writable NBD export
-// on a Unix socket in a private directory, so qemu-img never opens the
-// device itself: every write goes through a volume.DeviceWriter, which
-// keeps the image's first MiB in our memory until the conversion
-// succeeded and the rest is on disk. Killing qemu-img, or us (qemu-img
-// then dies by Pdeathsig), at any moment leaves no bootable-looking device.
-type targetExport struct {
-	unix   *nbdserver.UnixExport
-	writer *volume.DeviceWriter
-	hash   *nbdserver.HashingExport // the content digest of what qemu-img writes
-}
-
-// exportMaxRequest bounds one request: qemu-img convert writes 2 MiB at a
-// time, and this keeps the payload buffers of all requests in flight
-// (nbdserver.DefaultMaxInFlight of them) at 64 MiB even for a client that
-// sends the most it may.
-const exportMaxRequest = 4 << 20
-
-// startTargetExport opens a DeviceWriter on tgt and starts serving it.
-// With preallocate, zeros qemu-img writes as data keep their blocks
-// allocated.
-func startTargetExport(ctx context.Context, tgt *volume.Target, preallocate bool, log *slog.Logger) (*targetExport, error) {
-	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{KeepAllocated: preallocate})
-	if err != nil {
-		return nil, err
-	}
-	hashed := nbdserver.NewHashingExport(w)
-	srv, err := nbdserver.NewWritable(hashed, w.Size(), log)
-	if err != nil {
-		return nil, err
-	}
-	// Requests aligned to the device's blocks take the direct path; qemu
-	// aligns them when told the minimum.
-	srv.MinBlock = uint32(w.BlockSize())
-	srv.MaxRequest = exportMaxRequest
-	u, err := nbdserver.ServeUnix(ctx, "importer-target-*", "target.sock", "writing the target", func(context.Context) (*nbdserver.Server, error) {
-		return srv, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &targetExport{unix: u, writer: w, hash: hashed}, nil
-}
-
-// spec is the qemu-img destination: raw data on the NBD export.
-func (e *targetExport) spec() string {
-	b, _ := json.Marshal(map[string]any{"driver": "raw", "file": e.unix.QemuNode()})
-	return "json:" + string(b)
-}
-
-// cause prefers the export's own write error (ENOSPC, an I/O error of the
-// device, a cancel) over qemu-img's bare errno message. Safe on nil.
-func (e *targetExport) cause(err error) error {
-	if e == nil {
-		return err
-	}
-	return e.unix.Cause(err)
-}
-
-// stop ends the server, waits for requests in flight and removes the
-// socket directory. Safe to call more than once and on nil.
-func (e *targetExport) stop(log *slog.Logger) {
-	if e == nil {
-		return
-	}
-	e.unix.Stop(log, nil)
-}
-
 // convertedContentDigest records the content digest of what qemu-img
 // wrote: from the export's hashes on a block target, read back from a raw
 // file target (its holes skipped: only the data qemu-img wrote is read;
@@ -202,14 +150,14 @@ func (e *targetExport) stop(log *slog.Logger) {
 // 0.45 s of user and 0.6 s of system CPU more). A qcow2 file target gets
 // none. A digest that cannot be had fails the import only when one was
 // expected.
-func (a *attempt) convertedContentDigest(ctx context.Context, dev *targetExport) error {
+func (a *attempt) convertedContentDigest(ctx context.Context, dev *nbdserver.DeviceExport) error {
 	var (
 		d   blkhash.Digest
 		err error
 	)
 	switch {
 	case dev != nil:
-		d, err = dev.hash.Sum(a.result.VirtualSize)
+		d, err = dev.Sum(a.result.VirtualSize)
 	case a.plan.OutputFormat == "raw":
 		var f *os.File
 		if f, err = os.Open(a.target.WritePath()); err == nil {

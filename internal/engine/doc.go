@@ -24,13 +24,13 @@
 //	TransferScratch   scratchTransfer       the image to a scratch file, handed to imageInput
 //	TransferDataDir   archiveExtraction     a tar into a staging directory it owns
 //	Validate          validation            structure, self-containment, sizes; starts the ranged export
-//	Convert           conversion            qemu-img onto the target (a device through targetExport)
+//	Convert           conversion            qemu-img onto the target (a device through nbdserver.DeviceExport)
 //	Resize            attempt.resize        a file to its requested size
 //	Verify            verification          source and target read back and compared
 //	Commit            attempt.commit / archiveExtraction.commit: fsync and rename
 //
 // imageInput is what qemu-img reads on a converting route; it
-// owns the scratch copy and the ranged NBD export (rangedExport) once they are
+// owns the scratch copy and the ranged NBD export (nbdserver.ImageExport) once they are
 // handed to it. [CreateBlank] runs through the same machine with
 // a plan of its own.
 //

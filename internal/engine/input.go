@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/nbdserver"
 )
 
 // imageInput is what qemu-img reads on a converting route, handed from
@@ -15,8 +16,8 @@ import (
 type imageInput struct {
 	path    string // a local path, or a qemu-img json: spec of the export
 	format  format.Format
-	scratch string        // the scratch file, "" once removed
-	export  *rangedExport // nil unless serving
+	scratch string                 // the scratch file, "" once removed
+	export  *nbdserver.ImageExport // nil unless serving
 }
 
 // removeScratch deletes the scratch copy once nothing reads it any more.
@@ -31,7 +32,7 @@ func (in *imageInput) removeScratch(log *slog.Logger) {
 }
 
 // stopExport ends the NBD export of the HTTP object. Safe to repeat.
-func (in *imageInput) stopExport(log *slog.Logger) { in.export.stop(log) }
+func (in *imageInput) stopExport(log *slog.Logger) { in.export.Stop(log) }
 
 func (in *imageInput) release(log *slog.Logger) {
 	in.stopExport(log)

@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/nbdserver"
 )
 
 // validation is Validate: it checks the image qemu-img is about to read
@@ -21,7 +23,8 @@ type validation struct {
 func (v *validation) run(ctx context.Context) error {
 	a, in := v.a, v.in
 	if a.plan.Route == RouteRanged {
-		// Served to qemu-img over NBD until Convert ends (rangedExport).
+		// Served to qemu-img over NBD until Convert ends
+		// (nbdserver.ImageExport).
 		if err := v.startExport(ctx); err != nil {
 			return err
 		}
@@ -39,7 +42,7 @@ func (v *validation) run(ctx context.Context) error {
 	}
 	info, err := a.qemu.Info(ctx, in.path, in.format.QemuName())
 	if err != nil {
-		if rerr := in.export.cause(err); rerr != err {
+		if rerr := in.export.Cause(err); rerr != err {
 			return rerr // the HTTP side failed, not the image
 		}
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
@@ -50,7 +53,7 @@ func (v *validation) run(ctx context.Context) error {
 		return err
 	}
 	if err := a.qemu.Check(ctx, in.path, in.format.QemuName()); err != nil {
-		return in.export.cause(err)
+		return in.export.Cause(err)
 	}
 	a.result.VirtualSize = info.VirtualSize
 	if capacity := a.target.Capacity(); info.VirtualSize > capacity {
@@ -62,14 +65,41 @@ func (v *validation) run(ctx context.Context) error {
 // selfNames lists the names qemu-img may report for the image it opened
 // as src: a local path (absolute and as given), or the URI of our NBD
 // export's socket.
-func selfNames(src string, export *rangedExport) []string {
+func selfNames(src string, export *nbdserver.ImageExport) []string {
 	if export != nil {
-		sock := export.unix.SocketPath()
-		return []string{src, "nbd+unix://?socket=" + sock, "nbd+unix:///?socket=" + sock}
+		return append([]string{src}, export.QemuNames()...)
 	}
 	names := []string{src}
 	if abs, err := filepath.Abs(src); err == nil {
 		names = append(names, abs)
 	}
 	return names
+}
+
+// startExport serves the remote image, hands the export to in (qemu-img
+// reads in.path, its spec) and runs the structural checks qemu-img cannot
+// be trusted with on the same bytes.
+func (v *validation) startExport(ctx context.Context) error {
+	in := v.in
+	if in.export == nil {
+		open := func(ctx context.Context) (nbdserver.ImageReader, error) {
+			r, err := v.a.caps.Ranges.Open(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}
+		e, err := nbdserver.ServeImage(ctx, open, nbdserver.ImageExportOptions{Wire: &v.a.meter.rangedRead, Logger: v.a.log})
+		if err != nil {
+			return err
+		}
+		in.export = e
+		in.path = e.QemuSpec()
+	}
+	err := format.CheckStructure(in.format, in.export.ReaderAt(), in.export.Size())
+	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
+		// A read failure, not a verdict on the image.
+		err = fmt.Errorf("checking the %s image over HTTP: %w", in.format, err)
+	}
+	return err
 }

@@ -11,7 +11,7 @@ import (
 // fetches the next window while the current one is read. qemu-img reads a
 // compressed qcow2 one cluster (a few KiB) at a time, in file order across
 // its coroutines: without windows every cluster is an HTTP request and a
-// round trip (BenchmarkRangedConvert in internal/engine measures both).
+// round trip (BenchmarkRangedConvert in internal/nbdserver measures both).
 // Reads of at least windowSmallRead go straight through (qemu-img reads
 // runs of plain clusters 2 MiB at a time), and so does a small read that
 // is not near the last one (an L2 table of a sparse image): a window then
