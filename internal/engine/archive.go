@@ -12,12 +12,9 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// tarHeaderSize is one tar block; "ustar" sits at offset 257 of a POSIX
-// (ustar, pax or GNU) header.
-const (
-	tarHeaderSize = 512
-	tarMagicOff   = 257
-)
+// tarHeaderSize is one tar block: a header, or half of the two zero
+// blocks that end an archive.
+const tarHeaderSize = 512
 
 // archiveInfo is Info for the archive content type: the target must be a
 // directory, and the source, once decompressed, a tar stream.
@@ -66,8 +63,8 @@ func (x *archiveExtraction) run(ctx context.Context) error {
 	if err != nil && len(head) < tarHeaderSize {
 		return fmt.Errorf("%s is too short for a tar archive (%d bytes): %w", a.req.Source, len(head), errdefs.ErrInvalidImage)
 	}
-	if string(head[tarMagicOff:tarMagicOff+5]) != "ustar" && !volume.IsZero(head) {
-		return fmt.Errorf("%s is not a tar archive (no ustar magic at offset %d): %w", a.req.Source, tarMagicOff, errdefs.ErrInvalidImage)
+	if !format.IsTar(head) && !volume.IsZero(head) {
+		return fmt.Errorf("%s is not a tar archive (no ustar magic at offset 257): %w", a.req.Source, errdefs.ErrInvalidImage)
 	}
 	staging, err := archive.NewStaging(a.req.Target)
 	if err != nil {
