@@ -2,6 +2,7 @@ package format
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -42,6 +43,24 @@ type Header struct {
 	// block and the number of block-map entries.
 	VDIBlockMapOffset, VDIDataOffset uint32
 	VDIBlockSize, VDIBlocks          uint32
+}
+
+// Describe names format f with the subtype, from its header h, that
+// decides how it is read: a vmdk's create type ("monolithicSparse vmdk"), a
+// vhd's disk type, a vdi's image type.
+func Describe(f Format, h Header) string {
+	name := string(f)
+	switch f {
+	case VMDK:
+		if t := strings.TrimSpace(h.VMDKCreateType); t != "" {
+			name = t + " " + name
+		}
+	case VHD:
+		name = fmt.Sprintf("%s (disk type %d)", name, h.VHDDiskType)
+	case VDI:
+		name = fmt.Sprintf("%s (image type %d)", name, h.VDIImageType)
+	}
+	return name
 }
 
 // ParseHeader validates what can be validated from the first bytes of an

@@ -64,6 +64,15 @@ func TestFormatNames(t *testing.T) {
 	}
 }
 
+// A format is named with the subtype that decides how it is read.
+func TestDescribeNamesTheSubtype(t *testing.T) {
+	assert.Equal(t, "streamOptimized vmdk", Describe(VMDK, Header{VMDKCreateType: " streamOptimized "}))
+	assert.Equal(t, "vmdk", Describe(VMDK, Header{}))
+	assert.Equal(t, "vhd (disk type 3)", Describe(VHD, Header{VHDDiskType: 3}))
+	assert.Equal(t, "vdi (image type 2)", Describe(VDI, Header{VDIImageType: 2}))
+	assert.Equal(t, "qcow2", Describe(QCOW2, Header{VMDKCreateType: "ignored"}))
+}
+
 // TestQemuImages makes every format with qemu-img from one raw file and
 // checks Sniff, ParseHeader and the virtual size against qemu-img info.
 func TestQemuImages(t *testing.T) {

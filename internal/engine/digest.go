@@ -82,7 +82,7 @@ func ContentDigest(ctx context.Context, r DigestRequest) (DigestResult, error) {
 			_, err = io.Copy(io.Discard, img) // the decompressors' own checks
 		}
 	default:
-		err = fmt.Errorf("the stream decoder does not read a %s %s: %w", img.Header.VMDKCreateType, img.Format, errdefs.ErrNotStreamable)
+		err = fmt.Errorf("the stream decoder does not read a %s: %w", format.Describe(img.Format, img.Header), errdefs.ErrNotStreamable)
 	}
 	if err != nil {
 		return res, fmt.Errorf("content digest of %s: %w", r.Source, err)

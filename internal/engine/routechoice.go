@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
@@ -182,19 +181,9 @@ func rangedClosed(f *importFacts, req Request) string {
 }
 
 // describeFormat names the format with the subtype that decides whether
-// the stream decoder reads it.
+// the stream decoder reads it, and the compressions around it.
 func describeFormat(f *importFacts) string {
-	name := string(f.format)
-	switch f.format {
-	case format.VMDK:
-		if t := strings.TrimSpace(f.header.VMDKCreateType); t != "" {
-			name = t + " " + name
-		}
-	case format.VHD:
-		name = fmt.Sprintf("%s (disk type %d)", name, f.header.VHDDiskType)
-	case format.VDI:
-		name = fmt.Sprintf("%s (image type %d)", name, f.header.VDIImageType)
-	}
+	name := format.Describe(f.format, f.header)
 	if len(f.compressions) > 0 {
 		name = fmt.Sprintf("%s in %v", name, f.compressions)
 	}
