@@ -12,7 +12,6 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 )
 
@@ -112,20 +111,12 @@ func digestLocalRaw(ctx context.Context, path string, size int64) (blkhash.Diges
 	return d, size, err
 }
 
-// digestRawStream hashes a raw stream in order, holding back its last 512
-// bytes to tell a fixed VHD's footer from data, as the stream route does.
+// digestRawStream hashes a raw stream in order, less a fixed VHD's footer
+// at its end (format.RawDiskReader), as the stream route leaves it out.
 func digestRawStream(img io.Reader) (blkhash.Digest, int64, error) {
 	h := blkhash.New(0)
-	tail := iostage.NewTailHolder(img, format.FixedVHDFooterLen)
-	if _, err := h.ReadFrom(tail); err != nil {
+	if _, err := h.ReadFrom(format.NewRawDiskReader(img)); err != nil {
 		return blkhash.Digest{}, 0, err
-	}
-	footer, err := format.CheckRawEnd(tail.Tail(), h.Length())
-	if err != nil {
-		return blkhash.Digest{}, 0, err
-	}
-	if !footer {
-		_, _ = h.Write(tail.Tail())
 	}
 	return h.Sum(), h.Length(), nil
 }

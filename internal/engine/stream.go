@@ -7,7 +7,6 @@ import (
 
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -42,26 +41,19 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 	a.meter.writer.Store(w)
 	img := a.source.image
 	var src io.Reader = img
-	var tail *iostage.TailHolder
+	var disk *format.RawDiskReader
 	if img.Format == format.Raw && a.req.ContentType != ContentTypeAsIs {
-		tail = iostage.NewTailHolder(img, format.FixedVHDFooterLen)
-		src = tail
+		disk = format.NewRawDiskReader(img)
+		src = disk
 	}
 	if _, err := w.ReadFrom(src); err != nil {
-		// Source errors name the source and target errors the target.
+		// Source errors name the source and target errors the target; a
+		// DMG, known by its trailer, fails here, its head never written.
 		return 0, err
 	}
-	if tail != nil {
-		footer, err := format.CheckRawEnd(tail.Tail(), w.Written())
-		if err != nil {
-			return 0, err // a DMG: known by its trailer; the head was never written
-		}
-		if footer {
-			a.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
-			a.result.SourceFormat = string(format.VHD)
-		} else if _, err := w.Write(tail.Tail()); err != nil {
-			return 0, fmt.Errorf("writing image to %s: %w", t.Path(), err)
-		}
+	if disk != nil && disk.FooterLeftOut() {
+		a.log.Info("Fixed VHD footer found at the end of the stream; it is not part of the disk")
+		a.result.SourceFormat = string(format.VHD)
 	}
 	if err := a.source.drain(a); err != nil {
 		return 0, err
