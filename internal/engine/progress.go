@@ -19,10 +19,10 @@ type meter struct {
 	phase          atomic.Value // string; set by the machine's events
 	counter        atomic.Pointer[iostage.Counter]
 	sourceSize     atomic.Int64
-	writer         atomic.Pointer[volume.Writer]          // the streamed copy's
-	deviceWriter   atomic.Pointer[volume.DeviceWriter]    // qemu-img's or the stream decoder's, onto a device
-	decodedFile    atomic.Pointer[volume.PacedFileWriter] // the stream decoder's, onto a file
-	convertPercent atomic.Uint64                          // math.Float64bits
+	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
+	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's, onto a device
+	decoded        atomic.Pointer[volume.GuestWriter]  // the stream decoder's
+	convertPercent atomic.Uint64                       // math.Float64bits
 	// rangedRead counts the ranged route's range reads, which cover the
 	// head the counter saw again.
 	rangedRead iostage.RangeCounter
@@ -88,8 +88,8 @@ func (m *meter) snapshot() Progress {
 	p.BytesRead = m.bytesRead()
 	if d := m.deviceWriter.Load(); d != nil { // qemu-img writing a device
 		p.BytesWritten = d.Written()
-	} else if f := m.decodedFile.Load(); f != nil {
-		p.BytesWritten = f.Written()
+	} else if g := m.decoded.Load(); g != nil {
+		p.BytesWritten = g.Written()
 	} else if w := m.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
 	}

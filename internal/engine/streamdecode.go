@@ -29,54 +29,23 @@ func (a *attempt) spillDir() string {
 // decodeStream is TransferDataFile on RouteStreamDecode: the image stream
 // (after the checksum tee, so the digest is computed in the same pass) is
 // decoded by internal/streamdecode into guest writes at random offsets on
-// the target. A block device is written through a volume.DeviceWriter,
-// which holds its first MiB in memory until Finish; a file target is its
-// temporary file, empty and sparse, cut to the virtual size at the end.
+// the target (volume.GuestWriter: a block device through a
+// volume.DeviceWriter, which holds its first MiB in memory until Finish; a
+// file target's temporary file, empty and sparse, cut to the virtual size
+// at the end).
 // The decoder applies format.CheckQCOW2/CheckVMDK's structural checks as
 // the bytes pass (every reference inside the image, no backing or data
 // file, the sizes); Info already checked the header and the virtual size
-// against the target. What it opens (the device writer and its batching,
-// the file) it closes before it returns.
+// against the target. What it opens (the guest writer) it closes before it
+// returns.
 func (a *attempt) decodeStream(ctx context.Context) error {
-	var (
-		sink   streamdecode.Sink
-		dev    *volume.DeviceWriter
-		stage  *volume.BatchedDeviceWriter
-		file   *os.File
-		counts *volume.PacedFileWriter
-	)
-	if a.target.Kind() == volume.Block {
-		w, err := a.target.NewDeviceWriter(ctx, volume.DeviceWriterOptions{KeepAllocated: a.req.Preallocation})
-		if err != nil {
-			return fmt.Errorf("opening %s for writing: %w", a.target.Path(), err)
-		}
-		dev = w
-		a.meter.deviceWriter.Store(w)
-		// Gathered into large writes, several in flight; Close waits for
-		// them on every path, so nothing writes the device after the
-		// attempt returns.
-		if a.targetZeroed {
-			stage = volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{})
-			// Its ZeroAt hidden: the device reads zeros already, so the
-			// decoder skips holes and all-zero clusters.
-			sink = struct{ streamdecode.Sink }{stage}
-		} else {
-			stage = volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: !a.req.Preallocation})
-			sink = stage // a streamdecode.ZeroSink: the device may hold old data
-		}
-		defer stage.Close()
-	} else {
-		f, err := os.OpenFile(a.target.WritePath(), os.O_RDWR, 0)
-		if err != nil {
-			return fmt.Errorf("opening %s for writing: %w", a.target.WritePath(), err)
-		}
-		defer f.Close()
-		file = f
-		counts = volume.NewPacedFileWriter(f)
-		a.meter.decodedFile.Store(counts)
-		sink = counts
+	out, err := a.target.NewGuestWriter(ctx, volume.GuestWriterOptions{KeepAllocated: a.req.Preallocation, TargetIsZero: a.targetZeroed})
+	if err != nil {
+		return fmt.Errorf("opening %s for writing: %w", a.target.Path(), err)
 	}
-	sink, content := streamdecode.WithContentHash(sink)
+	defer out.Close()
+	a.meter.decoded.Store(out)
+	sink, content := streamdecode.WithContentHash(out.Sink())
 	img := a.source.image
 	var in io.Reader = img
 	if len(img.Compressions) == 0 {
@@ -96,12 +65,10 @@ func (a *attempt) decodeStream(ctx context.Context) error {
 	if err != nil {
 		return a.decodeFailed(err, img.Format, spill)
 	}
-	if stage != nil {
-		// Every gathered write is on the device before the source is
-		// called complete and long before Finish writes the head.
-		if err := stage.Flush(); err != nil {
-			return fmt.Errorf("writing the decoded %s image onto %s: %w", img.Format, a.target.Path(), err)
-		}
+	// Every gathered write is on the device before the source is called
+	// complete and long before Finish writes the head.
+	if err := out.Flush(); err != nil {
+		return fmt.Errorf("writing the decoded %s image onto %s: %w", img.Format, a.target.Path(), err)
 	}
 	// The rest of the image stream (padding, what follows the last
 	// cluster) is read through the decompressors, so their own integrity
@@ -118,16 +85,12 @@ func (a *attempt) decodeStream(ctx context.Context) error {
 	if err := a.takeContentDigest(content.Sum(st.VirtualSize)); err != nil {
 		return err
 	}
-	if dev != nil {
-		if err := dev.Finish(ctx); err != nil {
-			return err
-		}
+	if err := out.Finish(ctx, st.VirtualSize); err != nil {
+		return err
+	}
+	a.result.DataBytes = st.DataBytes
+	if dev := out.Device(); dev != nil {
 		a.result.DataBytes = dev.DataBytes()
-	} else {
-		if err := file.Truncate(st.VirtualSize); err != nil {
-			return fmt.Errorf("setting the size of %s: %w", a.target.WritePath(), err)
-		}
-		a.result.DataBytes = st.DataBytes
 	}
 	a.log.Info("Image decoded onto the target", "virtualSize", st.VirtualSize, "dataBytes", a.result.DataBytes,
 		"streamBytes", st.StreamBytes, "compressedClusters", st.Compressed, "peakBuffered", st.PeakBuffered,

@@ -1,0 +1,117 @@
+package volume
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+)
+
+// GuestWriter takes a decoder's guest writes at random offsets onto a
+// target. On a block device they go through a DeviceWriter (its first MiB
+// held in memory until Finish), gathered into large writes with several
+// in flight (BatchedDeviceWriter); on a file into the target's temporary
+// file, empty and sparse, through a PacedFileWriter, and Finish cuts the
+// file to the disk's size. Close releases all of it on every path, so
+// nothing writes the target after the caller returns.
+type GuestWriter struct {
+	t      *Target
+	device *DeviceWriter
+	batch  *BatchedDeviceWriter
+	file   *os.File
+	paced  *PacedFileWriter
+}
+
+// GuestWriterOptions shape a GuestWriter.
+type GuestWriterOptions struct {
+	// KeepAllocated: zeros written as data keep their blocks allocated
+	// (preallocation).
+	KeepAllocated bool
+	// TargetIsZero: the whole device reads zeros already (Target.ZeroAll),
+	// so the ranges that must read as zeros need no writing.
+	TargetIsZero bool
+}
+
+// NewGuestWriter opens the target for a decoder's guest writes.
+func (t *Target) NewGuestWriter(ctx context.Context, o GuestWriterOptions) (*GuestWriter, error) {
+	g := &GuestWriter{t: t}
+	if t.kind != Block {
+		f, err := os.OpenFile(t.writePath, os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		g.file, g.paced = f, NewPacedFileWriter(f)
+		return g, nil
+	}
+	w, err := t.NewDeviceWriter(ctx, DeviceWriterOptions{KeepAllocated: o.KeepAllocated})
+	if err != nil {
+		return nil, err
+	}
+	g.device = w
+	if o.TargetIsZero {
+		g.batch = NewBatchedDeviceWriter(ctx, w, BatchOptions{})
+	} else {
+		g.batch = NewBatchedDeviceWriter(ctx, w, BatchOptions{Zeroing: true, MayDeallocate: !o.KeepAllocated})
+	}
+	return g, nil
+}
+
+// Sink is what the decoder writes. Only on a device that may hold old
+// data does it have ZeroAt(off, n int64) error (a streamdecode.ZeroSink);
+// on a file, new and sparse, and on a zeroed device it has none, so the
+// decoder skips holes and all-zero clusters.
+func (g *GuestWriter) Sink() io.WriterAt {
+	switch {
+	case g.paced != nil:
+		return g.paced
+	case g.batch.zeroing:
+		return g.batch
+	}
+	return struct{ io.WriterAt }{g.batch}
+}
+
+// Device is the DeviceWriter under a device's writes, nil on a file.
+func (g *GuestWriter) Device() *DeviceWriter { return g.device }
+
+// Written is the bytes written so far, for progress; safe from any
+// goroutine.
+func (g *GuestWriter) Written() int64 {
+	if g.paced != nil {
+		return g.paced.Written()
+	}
+	return g.device.Written()
+}
+
+// Flush puts every gathered write on the device and waits for it (a file
+// has nothing gathered).
+func (g *GuestWriter) Flush() error {
+	if g.batch == nil {
+		return nil
+	}
+	return g.batch.Flush()
+}
+
+// Finish ends a complete decode of a disk of size bytes, after Flush and
+// once the source is verified: a device's held-back head is written
+// (DeviceWriter.Finish), a file is cut to size.
+func (g *GuestWriter) Finish(ctx context.Context, size int64) error {
+	if g.device != nil {
+		return g.device.Finish(ctx)
+	}
+	if err := g.file.Truncate(size); err != nil {
+		return fmt.Errorf("setting the size of %s: %w", g.t.writePath, err)
+	}
+	return nil
+}
+
+// Close stops the device's writers after the requests already started, or
+// closes the file. Safe to call more than once.
+func (g *GuestWriter) Close() {
+	if g.batch != nil {
+		g.batch.Close()
+	}
+	if g.file != nil {
+		g.file.Close()
+		g.file = nil
+	}
+}
