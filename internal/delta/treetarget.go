@@ -364,6 +364,10 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 	if err := tt.setTimes(); err != nil {
 		return got, err
 	}
+	if err := tt.root.RemoveAll(tt.staging); err != nil {
+		return got, fmt.Errorf("removing the staging directory of %s: %w", tt.dir, err)
+	}
+	tt.staging = ""
 	return got, tt.syncFS()
 }
 
