@@ -64,7 +64,9 @@ Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
 -mount PATH, -upload-bytes N, -url URL, -client-cert F, -client-key F,
 -server-ca F, -protocol auto|snappy|sparse-v1, -retries N,
 -metrics-listen ADDR, -owner-uid UID, -termination-log F, -json, -v, -q,
--delta, -delta-base DIGEST (a delta pass onto a target holding an earlier copy).`,
+-delta, -delta-base DIGEST (a delta pass onto a target holding an earlier copy:
+a device's differing blocks; a filesystem volume's large files likewise, its
+small files whole, committed once the volume's digest matched).`,
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
 		SilenceErrors:      true,
@@ -106,8 +108,8 @@ func cloneSourceFlagSet(f *cloneSourceFlags) *flag.FlagSet {
 	fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v is accepted)")
 	fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
-	fs.BoolVar(&f.delta, "delta", false, "a delta pass when the server's target holds an earlier copy (same size): only the blocks that differ are sent (sparse-v1; env IMPORTER_DELTA=true)")
-	fs.StringVar(&f.deltaBase, "delta-base", "", "with -delta: the content digest the target must have to be the base (the last pass's; env IMPORTER_DELTA_BASE)")
+	fs.BoolVar(&f.delta, "delta", false, "a delta pass when the server's target holds an earlier copy: only the blocks that differ are sent (a device of the same size; a filesystem volume's files of the same size, its small files whole; env IMPORTER_DELTA=true)")
+	fs.StringVar(&f.deltaBase, "delta-base", "", "with -delta: the digest the target must have to be the base (the last pass's digest: blk-sha256:… or a volume's tree-blk-sha256:…; env IMPORTER_DELTA_BASE)")
 	fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
 	return fs
 }
