@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // The bench disk: 512 MiB virtual, about 35 % data.
@@ -22,7 +24,7 @@ func benchDisk(b *testing.B) (dir, raw string) {
 // the decoder's, "x-qemu-img" is qemu-img's time over ours (above 1: we
 // are faster). Run: go test -run NONE -bench DecodeVsQemuImg -benchtime 3x
 func BenchmarkDecodeVsQemuImg(b *testing.B) {
-	need(b, "qemu-img")
+	testimg.Need(b, "qemu-img")
 	benchDir, raw := benchDisk(b)
 	cases := []struct {
 		name, fmt string
@@ -40,7 +42,7 @@ func BenchmarkDecodeVsQemuImg(b *testing.B) {
 	for _, c := range cases {
 		img := filepath.Join(benchDir, c.name+".img")
 		if _, err := os.Stat(img); err != nil {
-			run(b, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw"}, c.args...), raw, img)...)
+			testimg.Run(b, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw"}, c.args...), raw, img)...)
 		}
 		b.Run(c.name, func(b *testing.B) {
 			out := filepath.Join(b.TempDir(), "out.raw")
@@ -57,7 +59,7 @@ func BenchmarkDecodeVsQemuImg(b *testing.B) {
 				}
 				if i == 0 {
 					b.StopTimer()
-					run(b, "qemu-img", "compare", "-q", "-f", "raw", "-F", c.fmt, out, img)
+					testimg.Run(b, "qemu-img", "compare", "-q", "-f", "raw", "-F", c.fmt, out, img)
 					b.StartTimer()
 				}
 				b.StopTimer()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/hostileimg"
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -192,7 +193,7 @@ func TestQCOW2SpillBoundedByVirtualSize(t *testing.T) {
 // (the decoder took the first 64 KiB and completed). Sound zstd clusters
 // decode to what qemu-img reads.
 func TestQCOW2ZstdClusterPastClusterSizeRefused(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	disk, clusters := qcow2Disk(32)
 	sound := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: clusters, Zstd: true}
 	img := filepath.Join(t.TempDir(), "zstd.qcow2")
@@ -231,7 +232,7 @@ func TestQCOW2ZstdClusterPastClusterSizeRefused(t *testing.T) {
 // ("Invalid footer"); the same image with the magic decodes to what
 // qemu-img reads.
 func TestVMDKFooterMagicChecked(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	disk, _ := qcow2Disk(48)
 	for _, magic := range []string{"KDMV", "KDMW"} {
 		img := filepath.Join(t.TempDir(), "footer.vmdk")

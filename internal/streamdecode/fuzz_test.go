@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // boundsSink discards writes after checking they stay inside the disk.
@@ -34,7 +35,7 @@ func fuzzSeeds(f *testing.F, fmtName string, variants [][]string) {
 	raw := rawDisk(f, filepath.Join(dir, "seed.raw"), 128<<10, 50, 9)
 	for i, v := range variants {
 		img := filepath.Join(dir, fmt.Sprintf("seed%d.img", i))
-		run(f, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw", "-O", fmtName}, v...), raw, img)...)
+		testimg.Run(f, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw", "-O", fmtName}, v...), raw, img)...)
 		b, err := os.ReadFile(img)
 		if err != nil {
 			f.Fatal(err)
@@ -126,7 +127,7 @@ func FuzzVDI(f *testing.F) {
 			f.Fatal(err)
 		}
 		img := filepath.Join(dir, "one.vdi")
-		run(f, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vdi", raw, img)
+		testimg.Run(f, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vdi", raw, img)
 		b, err := os.ReadFile(img)
 		if err != nil {
 			f.Fatal(err)
@@ -146,7 +147,7 @@ func emptySeeds(f *testing.F, fmtName string, variants [][]string) {
 	}
 	for i, v := range variants {
 		img := filepath.Join(f.TempDir(), fmt.Sprintf("empty%d.img", i))
-		run(f, "qemu-img", append(append([]string{"create", "-q", "-f", fmtName}, v...), img, "3M")...)
+		testimg.Run(f, "qemu-img", append(append([]string{"create", "-q", "-f", fmtName}, v...), img, "3M")...)
 		b, err := os.ReadFile(img)
 		if err != nil {
 			f.Fatal(err)
@@ -163,8 +164,8 @@ func FuzzVHDXTables(f *testing.F) {
 	if _, err := exec.LookPath("qemu-img"); err == nil {
 		for i, opts := range []string{"block_size=1M", "block_size=32M"} {
 			img := filepath.Join(f.TempDir(), fmt.Sprintf("seed%d.vhdx", i))
-			run(f, "qemu-img", "create", "-q", "-f", "vhdx", "-o", opts, img, "5M")
-			run(f, "qemu-io", "-f", "vhdx", "-c", "write -P 1 1M 64k", img)
+			testimg.Run(f, "qemu-img", "create", "-q", "-f", "vhdx", "-o", opts, img, "5M")
+			testimg.Run(f, "qemu-io", "-f", "vhdx", "-c", "write -P 1 1M 64k", img)
 			b, err := os.ReadFile(img)
 			if err != nil {
 				f.Fatal(err)

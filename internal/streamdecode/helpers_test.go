@@ -6,29 +6,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/diskimport/engine/internal/testimg"
 )
-
-// run runs a command and fails the test with its output on error.
-func run(t testing.TB, name string, args ...string) {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-func need(t testing.TB, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-}
 
 // rawDisk writes a raw disk of size bytes where about dataPct percent of
 // the 64 KiB blocks hold data (random bytes or compressible text, some
@@ -83,7 +65,7 @@ func rawDisk(t testing.TB, path string, size int64, dataPct int, seed uint64) st
 func reference(t testing.TB, img, fmtName string) []byte {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "ref.raw")
-	run(t, "qemu-img", "convert", "-q", "-f", fmtName, "-O", "raw", img, out)
+	testimg.Run(t, "qemu-img", "convert", "-q", "-f", fmtName, "-O", "raw", img, out)
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // TestThroughFormatOpen is the seam the engine uses: format.Open peels
 // the compression and replays the peeked head; the decoder reads on from
 // the image's first byte.
 func TestThroughFormatOpen(t *testing.T) {
-	need(t, "qemu-img", "gzip", "xz")
+	testimg.Need(t, "qemu-img", "gzip", "xz")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 16<<20, 35, 11)
 	for _, c := range []struct{ name, fmt, comp string }{
@@ -28,9 +29,9 @@ func TestThroughFormatOpen(t *testing.T) {
 			if c.fmt == "vmdk" {
 				args = append(args, "-o", "subformat=streamOptimized")
 			}
-			run(t, "qemu-img", append(args, raw, img)...)
+			testimg.Run(t, "qemu-img", append(args, raw, img)...)
 			want := reference(t, img, c.fmt)
-			run(t, c.comp, "-k", img)
+			testimg.Run(t, c.comp, "-k", img)
 			ext := map[string]string{"gzip": ".gz", "xz": ".xz"}[c.comp]
 			f, err := os.Open(img + ext)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 type qcow2Case struct {
@@ -57,7 +58,7 @@ func makeQCOW2(t testing.TB, dir string, raw string, c qcow2Case) string {
 	if c.opts != "" {
 		args = append(args, "-o", c.opts)
 	}
-	run(t, "qemu-img", append(args, raw, img)...)
+	testimg.Run(t, "qemu-img", append(args, raw, img)...)
 	for _, p := range c.post {
 		args := slices.Clone(p[1:])
 		for i := range args {
@@ -65,16 +66,16 @@ func makeQCOW2(t testing.TB, dir string, raw string, c qcow2Case) string {
 				args[i] = img
 			}
 		}
-		run(t, p[0], args...)
+		testimg.Run(t, p[0], args...)
 	}
 	for _, cmd := range c.io {
-		run(t, "qemu-io", "-f", "qcow2", "-c", cmd, img)
+		testimg.Run(t, "qemu-io", "-f", "qcow2", "-c", cmd, img)
 	}
 	return img
 }
 
 func TestQCOW2MatchesQemuImg(t *testing.T) {
-	need(t, "qemu-img", "qemu-io")
+	testimg.Need(t, "qemu-img", "qemu-io")
 	dir := t.TempDir()
 	const size = 24<<20 + 3*512 // not a multiple of any cluster size
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, 40, 1)
@@ -100,7 +101,7 @@ func TestQCOW2MatchesQemuImg(t *testing.T) {
 // with ErrInvalidImage (or ErrNotStreamable, never success), unless what is
 // cut off is only unused trailing bytes.
 func TestQCOW2Truncated(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 40, 2)
 	for _, c := range []qcow2Case{{name: "plain"}, {name: "zlib", c: true}, {name: "zstd", opts: "compression_type=zstd", c: true}} {
@@ -136,14 +137,14 @@ func TestQCOW2Truncated(t *testing.T) {
 
 // TestQCOW2Refused: what the header checks refuse is refused here too.
 func TestQCOW2Refused(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base.qcow2")
-	run(t, "qemu-img", "create", "-q", "-f", "qcow2", base, "4M")
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", base, "4M")
 	over := filepath.Join(dir, "over.qcow2")
-	run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", over)
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", over)
 	df := filepath.Join(dir, "df.qcow2")
-	run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "df.raw"), df, "4M")
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-o", "data_file="+filepath.Join(dir, "df.raw"), df, "4M")
 	for name, p := range map[string]string{"backing": over, "data-file": df} {
 		_, _, err := decodeFile(t, DecodeQCOW2, p, 4<<20, false, Options{})
 		if !errors.Is(err, errdefs.ErrUnsafeImage) {
@@ -155,7 +156,7 @@ func TestQCOW2Refused(t *testing.T) {
 // TestQCOW2BufferBound: an image whose tables come after its data needs
 // the buffer; a buffer too small gives ErrNotStreamable.
 func TestQCOW2BufferBound(t *testing.T) {
-	need(t, "qemu-img", "qemu-io")
+	testimg.Need(t, "qemu-img", "qemu-io")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 16<<20, 60, 3)
 	// After a snapshot, rewriting data allocates new L2 tables at the end
@@ -186,13 +187,13 @@ func TestQCOW2BufferBound(t *testing.T) {
 // before and after their L2 tables.
 func snapImage(t *testing.T, dir string, opts string) string {
 	t.Helper()
-	need(t, "qemu-img", "qemu-io")
+	testimg.Need(t, "qemu-img", "qemu-io")
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 12<<20, 50, 31)
 	img := makeQCOW2(t, dir, raw, qcow2Case{name: "snaps", opts: opts, io: []string{"write -P 0x21 256k 64k"}})
-	run(t, "qemu-img", "snapshot", "-c", "s1", img)
-	run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0x22 1M 192k", "-c", "write -z 3M 64k", img)
-	run(t, "qemu-img", "snapshot", "-c", "second snapshot", img)
-	run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0x23 8M 128k", "-c", "write -P 0x24 300k 8k", img)
+	testimg.Run(t, "qemu-img", "snapshot", "-c", "s1", img)
+	testimg.Run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0x22 1M 192k", "-c", "write -z 3M 64k", img)
+	testimg.Run(t, "qemu-img", "snapshot", "-c", "second snapshot", img)
+	testimg.Run(t, "qemu-io", "-f", "qcow2", "-c", "write -P 0x23 8M 128k", "-c", "write -P 0x24 300k 8k", img)
 	return img
 }
 

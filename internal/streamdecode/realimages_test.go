@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // realImagesDir holds the shared corpus of real images (xz-compressed).
@@ -34,7 +35,7 @@ const inMemoryMax = 256 << 20
 // have no decoder (a fixed VHD is raw data, a monolithicSparse vmdk...)
 // are skipped.
 func TestRealImages(t *testing.T) {
-	need(t, "qemu-img", "xz")
+	testimg.Need(t, "qemu-img", "xz")
 	var files []string
 	for _, pat := range realImagePatterns {
 		m, _ := filepath.Glob(filepath.Join(realImagesDir, pat))
@@ -93,7 +94,7 @@ func TestRealImages(t *testing.T) {
 					if err := file.Truncate(size); err != nil {
 						t.Fatal(err)
 					}
-					run(t, "qemu-img", "compare", "-q", "-f", "raw", "-F", f.QemuName(), file.Name(), img)
+					testimg.Run(t, "qemu-img", "compare", "-q", "-f", "raw", "-F", f.QemuName(), file.Name(), img)
 				}
 				t.Logf("ok: virtual %d, stream %d bytes, data %d, compressed %d, buffered peak %d total %d", size, st.StreamBytes, st.DataBytes, st.Compressed, st.PeakBuffered, st.BufferedBytes)
 			}

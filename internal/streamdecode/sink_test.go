@@ -16,6 +16,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // The hashed sink keeps its sink's kind and digests the disk the sink
@@ -79,7 +80,7 @@ func (m *memHoleSink) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func TestHoleSinkHearsOfEveryByteNotWritten(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 9<<20 + 512
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, 40, 3)
@@ -101,7 +102,7 @@ func TestHoleSinkHearsOfEveryByteNotWritten(t *testing.T) {
 			for _, o := range c.opts {
 				args = append(args, "-o", o)
 			}
-			run(t, "qemu-img", append(args, raw, img)...)
+			testimg.Run(t, "qemu-img", append(args, raw, img)...)
 			want := reference(t, img, c.qfmt)
 			f, err := os.Open(img)
 			if err != nil {
@@ -143,7 +144,7 @@ func (s *failingSink) WriteAt(p []byte, off int64) (int, error) {
 // TestSinkFailureAndCancel: a failing target or a cancelled context stops
 // every decoder (reader, workers, output) with that cause, without hanging.
 func TestSinkFailureAndCancel(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 32<<20, 50, 12)
 	for _, c := range []struct {
@@ -160,7 +161,7 @@ func TestSinkFailureAndCancel(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			img := filepath.Join(t.TempDir(), "img")
-			run(t, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw"}, c.args...), raw, img)...)
+			testimg.Run(t, "qemu-img", append(append([]string{"convert", "-q", "-f", "raw"}, c.args...), raw, img)...)
 			decode := func(ctx context.Context, sink Sink) error {
 				f, err := os.Open(img)
 				if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 // lateImage is a qcow2 whose active L2 table comes after nearly all the
@@ -16,13 +17,13 @@ import (
 // of the file, and every older cluster it maps passed before it.
 func lateImage(t *testing.T, dir string, keepSnapshot bool) string {
 	t.Helper()
-	need(t, "qemu-img", "qemu-io")
+	testimg.Need(t, "qemu-img", "qemu-io")
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 16<<20, 60, 21)
 	c := qcow2Case{name: "late", post: [][]string{{"qemu-img", "snapshot", "-c", "s1", "IMG"}},
 		io: []string{"write -P 0x42 1M 64k", "write -P 0x43 9M 192k"}}
 	img := makeQCOW2(t, dir, raw, c)
 	if !keepSnapshot {
-		run(t, "qemu-img", "snapshot", "-d", "s1", img)
+		testimg.Run(t, "qemu-img", "snapshot", "-d", "s1", img)
 	}
 	return img
 }
@@ -103,7 +104,7 @@ func TestSpill(t *testing.T) {
 // TestSpillNoSpillForInOrder: an image in table order needs no spill file
 // even with a small bound and a spill directory.
 func TestSpillNoSpillForInOrder(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 16<<20, 60, 22)
 	img := makeQCOW2(t, dir, raw, qcow2Case{name: "plain"})
@@ -189,7 +190,7 @@ func TestSpillCleanupOnFailure(t *testing.T) {
 // leaked clusters appended to the file) can be claimed by nothing, so they
 // are not held: a 1 MiB bound without a spill directory suffices.
 func TestNothingHeldAfterLastTable(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 50, 23)
 	img := makeQCOW2(t, dir, raw, qcow2Case{name: "tail"})

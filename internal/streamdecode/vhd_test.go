@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -30,7 +31,7 @@ type blockImageCase struct {
 // and seed) and from it, with mk, the image name there.
 func blockImage(t *testing.T, name string, size int64, dataPct int, seed uint64, mk func(t *testing.T, raw, img string)) string {
 	t.Helper()
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, dataPct, seed)
 	img := filepath.Join(dir, name)
@@ -45,7 +46,7 @@ func convertTo(fmtName string, opts ...string) func(t *testing.T, raw, img strin
 		if len(opts) > 0 {
 			args = append(args, "-o", strings.Join(opts, ","))
 		}
-		run(t, "qemu-img", append(args, raw, img)...)
+		testimg.Run(t, "qemu-img", append(args, raw, img)...)
 	}
 }
 
@@ -54,7 +55,7 @@ func convertTo(fmtName string, opts ...string) func(t *testing.T, raw, img strin
 // blocks are stored in that order, not the guest's.
 func writesOutOfOrder(fmtName string, opts string, kib ...int64) func(t *testing.T, raw, img string) {
 	return func(t *testing.T, raw, img string) {
-		need(t, "qemu-io")
+		testimg.Need(t, "qemu-io")
 		st, err := os.Stat(raw)
 		if err != nil {
 			t.Fatal(err)
@@ -63,12 +64,12 @@ func writesOutOfOrder(fmtName string, opts string, kib ...int64) func(t *testing
 		if opts != "" {
 			args = append(args, "-o", opts)
 		}
-		run(t, "qemu-img", append(args, img, fmt.Sprint(st.Size()))...)
+		testimg.Run(t, "qemu-img", append(args, img, fmt.Sprint(st.Size()))...)
 		io := []string{"-f", fmtName}
 		for i, k := range kib {
 			io = append(io, "-c", fmt.Sprintf("write -P %d %dk 96k", 0x11*(i+1), k))
 		}
-		run(t, "qemu-io", append(io, img)...)
+		testimg.Run(t, "qemu-io", append(io, img)...)
 	}
 }
 
@@ -93,7 +94,7 @@ func checkBlockImage(t *testing.T, dec decodeFunc, img, qfmt string) Stats {
 }
 
 func runBlockImageCases(t *testing.T, dec decodeFunc, qfmt string, cases []blockImageCase) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -213,10 +214,10 @@ func TestVHDLayouts(t *testing.T) {
 
 // TestVHDEmptyDisk: a 0-byte disk has a BAT of no entries.
 func TestVHDEmptyDisk(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	for _, name := range []string{"vpc", "vdi"} {
 		img := filepath.Join(t.TempDir(), "empty")
-		run(t, "qemu-img", "create", "-q", "-f", name, img, "0")
+		testimg.Run(t, "qemu-img", "create", "-q", "-f", name, img, "0")
 		dec := map[string]decodeFunc{"vpc": DecodeVHD, "vdi": DecodeVDI}[name]
 		_, st, err := decodeFile(t, dec, img, 0, true, Options{})
 		if err != nil || st.VirtualSize != 0 {
@@ -392,7 +393,7 @@ func smallBlockVHD(disk []byte, blockSize int) []byte {
 // TestVHDSmallBlocks: blocks of other sizes than qemu's 2 MiB, one of
 // them the smallest the format allows, against qemu-img's reading.
 func TestVHDSmallBlocks(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	disk, err := os.ReadFile(rawDisk(t, filepath.Join(dir, "disk.raw"), 3<<20+7*512, 30, 8))
 	if err != nil {
@@ -416,12 +417,12 @@ func TestVHDSmallBlocks(t *testing.T) {
 // qemu's CHS geometry rounds (creator "qemu") and for force_size ones
 // (creator "qem2", current_size), up to the format's 2040 GiB.
 func TestVHDVirtualSizes(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	for _, size := range []string{"1M", "5000000", "1073741831", "40G", "127G", "2040G"} {
 		for _, opts := range []string{"force_size=off", "force_size=on"} {
 			t.Run(size+"/"+opts, func(t *testing.T) {
 				img := filepath.Join(t.TempDir(), "disk.vhd")
-				run(t, "qemu-img", "create", "-q", "-f", "vpc", "-o", opts, img, size)
+				testimg.Run(t, "qemu-img", "create", "-q", "-f", "vpc", "-o", opts, img, size)
 				want := qemuVirtualSize(t, img, "vpc")
 				f, err := os.Open(img)
 				if err != nil {

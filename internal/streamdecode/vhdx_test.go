@@ -10,6 +10,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 func TestVHDXLayouts(t *testing.T) {
@@ -29,11 +30,11 @@ func TestVHDXLayouts(t *testing.T) {
 // its BAT after each chunk's payload entries; blocks on both sides of it
 // land where qemu reads them.
 func TestVHDXPastFirstChunk(t *testing.T) {
-	need(t, "qemu-img", "qemu-io")
+	testimg.Need(t, "qemu-img", "qemu-io")
 	dir := t.TempDir()
 	img := filepath.Join(dir, "big.vhdx")
-	run(t, "qemu-img", "create", "-q", "-f", "vhdx", "-o", "block_size=32M", img, "4400M")
-	run(t, "qemu-io", "-f", "vhdx", "-c", "write -P 0x61 4200M 1M", "-c", "write -P 0x62 10M 64k", "-c", "write -P 0x63 4095M 2M", img)
+	testimg.Run(t, "qemu-img", "create", "-q", "-f", "vhdx", "-o", "block_size=32M", img, "4400M")
+	testimg.Run(t, "qemu-io", "-f", "vhdx", "-c", "write -P 0x61 4200M 1M", "-c", "write -P 0x62 10M 64k", "-c", "write -P 0x63 4095M 2M", img)
 	f, err := os.Open(img)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestVHDXPastFirstChunk(t *testing.T) {
 	if err := out.Truncate(st.VirtualSize); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "qemu-img", "compare", "-q", "-f", "raw", "-F", "vhdx", out.Name(), img)
+	testimg.Run(t, "qemu-img", "compare", "-q", "-f", "raw", "-F", "vhdx", out.Name(), img)
 }
 
 // vhdxLayoutOf reads the regions and header fields a test edits.

@@ -7,17 +7,18 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 func makeStreamVMDK(t testing.TB, raw, dir string) string {
 	t.Helper()
 	img := filepath.Join(dir, "disk.vmdk")
-	run(t, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vmdk", "-o", "subformat=streamOptimized", raw, img)
+	testimg.Run(t, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vmdk", "-o", "subformat=streamOptimized", raw, img)
 	return img
 }
 
 func TestVMDKMatchesQemuImg(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	for _, size := range []int64{24<<20 + 3*512, 40 << 20} {
 		raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, 40, uint64(size))
@@ -35,7 +36,7 @@ func TestVMDKMatchesQemuImg(t *testing.T) {
 }
 
 func TestVMDKTruncated(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 40, 5)
 	img := makeStreamVMDK(t, raw, dir)
@@ -63,11 +64,11 @@ func TestVMDKTruncated(t *testing.T) {
 }
 
 func TestVMDKNotStreamOptimized(t *testing.T) {
-	need(t, "qemu-img")
+	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 4<<20, 40, 6)
 	img := filepath.Join(dir, "sparse.vmdk")
-	run(t, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vmdk", raw, img)
+	testimg.Run(t, "qemu-img", "convert", "-q", "-f", "raw", "-O", "vmdk", raw, img)
 	if _, _, err := decodeFile(t, DecodeVMDK, img, 4<<20, false, Options{}); !errors.Is(err, errdefs.ErrNotStreamable) {
 		t.Fatalf("monolithicSparse: %v, want ErrNotStreamable", err)
 	}
