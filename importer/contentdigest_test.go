@@ -92,10 +92,7 @@ func TestExpectContentDigestMismatchFailsAndLeavesNoTarget(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 79)
 	c := containers(t, dir, raw)
 	wrong := strings.Repeat("ab", blkhash.Size) // blksum's spelling: hex alone
-	var dev string
-	if os.Geteuid() == 0 {
-		dev = testimg.LoopDevice(t, dir, imageSize)
-	}
+	dev := testimg.LoopDeviceIfRoot(t, dir, imageSize)
 	for _, name := range []string{"raw", "qcow2", "qcow2.xz"} {
 		testimg.ForEachTarget(t, name, dev, func(t *testing.T, tg testimg.Target) {
 			target := tg.Path

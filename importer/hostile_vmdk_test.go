@@ -180,10 +180,7 @@ func importVMDKFails(t *testing.T, o importer.Options, want error, msg string) *
 
 func TestHostileVMDKs(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
-	var device string
-	if os.Geteuid() == 0 {
-		device = testimg.LoopDevice(t, t.TempDir(), 4<<20)
-	}
+	device := testimg.LoopDeviceIfRoot(t, t.TempDir(), 4<<20)
 	for _, c := range hostileVMDKCases() {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -81,10 +81,7 @@ func TestImportMatrix(t *testing.T) {
 	require.NoError(t, os.Mkdir(www, 0o755))
 	base := testimg.Serve(t, www)
 
-	var loop string
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
 
 	for _, c := range imageCases() {
 		img := c.build(t, raw, dir)
@@ -146,10 +143,7 @@ func TestImportCompressed(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 2)
 	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	base := testimg.Serve(t, dir)
-	var loop string
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
 	nested := testimg.Compress(t, testimg.Compress(t, raw, "gz"), "zst") // disk.raw.gz.zst
 	cases := map[string][]string{
 		filepath.Base(nested): {"zst", "gz"},

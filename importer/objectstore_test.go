@@ -67,10 +67,7 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 		require.NoError(t, err)
 		st.put(t, "images/"+name, b)
 	}
-	var loop string
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, t.TempDir(), 8<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, t.TempDir(), 8<<20)
 	cases := []struct {
 		name, object string
 		noRanged     bool

@@ -309,10 +309,7 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
 
-	var loop string
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, t.TempDir(), 24<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, t.TempDir(), 24<<20)
 	cases := []struct {
 		name, file string
 		block      bool

@@ -32,6 +32,21 @@ func logTo(t *testing.T, buf *bytes.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+// requireStreamDecoded checks that an import took the stream-decode route:
+// complete, no scratch at all, its phases and its log line.
+func requireStreamDecoded(t *testing.T, res *importer.Result, err error, logs *bytes.Buffer) {
+	t.Helper()
+	if err != nil {
+		t.Log(logs.String())
+	}
+	require.NoError(t, err)
+	assert.True(t, res.Complete)
+	assert.False(t, res.ScratchUsed)
+	assert.Zero(t, res.ScratchBytes)
+	assert.Equal(t, streamDecodePhases, res.Phases)
+	assert.Contains(t, logs.String(), "decoded straight onto the target")
+}
+
 func TestStreamDecodeRoute(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip", "xz", "zstd")
 	dir := t.TempDir()
@@ -46,10 +61,7 @@ func TestStreamDecodeRoute(t *testing.T) {
 		filepath.Base(testimg.Compress(t, vmdk, "zst")):  qemuRaw(t, vmdk, "vmdk"),
 	}
 	base := testimg.Serve(t, dir)
-	loop := ""
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
 	for name, want := range images {
 		for _, srcName := range []string{"http", "file"} {
 			testimg.ForEachTarget(t, name+"/"+srcName, loop, func(t *testing.T, tg testimg.Target) {
@@ -62,14 +74,7 @@ func TestStreamDecodeRoute(t *testing.T) {
 					o.Source = filepath.Join(dir, name)
 				}
 				res, err := importer.Import(context.Background(), o)
-				if err != nil {
-					t.Log(logs.String())
-				}
-				require.NoError(t, err)
-				assert.True(t, res.Complete)
-				assert.False(t, res.ScratchUsed)
-				assert.Equal(t, streamDecodePhases, res.Phases)
-				assert.Contains(t, logs.String(), "decoded straight onto the target")
+				requireStreamDecoded(t, res, err, &logs)
 				st, err := os.Stat(want)
 				require.NoError(t, err)
 				assert.Equal(t, st.Size(), res.VirtualSize)
@@ -168,11 +173,7 @@ func TestStreamDecodeOneTimeStreams(t *testing.T) {
 	}, Logger: logTo(t, &logs),
 		Target: filepath.Join(t.TempDir(), "disk.img")}
 	res, err := importer.Import(context.Background(), o)
-	require.NoError(t, err)
-	assert.False(t, res.ScratchUsed)
-	assert.Zero(t, res.ScratchBytes)
-	assert.Equal(t, streamDecodePhases, res.Phases)
-	assert.Contains(t, logs.String(), "decoded straight onto the target")
+	requireStreamDecoded(t, res, err, &logs)
 	expectImage(t, raw, o.Target, false)
 	assertEmptyDir(t, o.ScratchDir)
 }
@@ -213,10 +214,7 @@ func TestStreamDecodeTruncated(t *testing.T) {
 	cutXZ := filepath.Join(dir, "cutxz.qcow2.xz") // the xz stream itself cut
 	require.NoError(t, os.WriteFile(cutXZ, data[:len(data)*2/3], 0o644))
 	base := testimg.Serve(t, dir)
-	loop := ""
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
 	for _, name := range []string{filepath.Base(cut), filepath.Base(cutXZ)} {
 		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
 			var logs bytes.Buffer
@@ -258,10 +256,7 @@ func TestStreamDecodeChecksum(t *testing.T) {
 	base := testimg.Serve(t, dir)
 	for _, img := range []string{xz, qcow} {
 		t.Run(filepath.Base(img), func(t *testing.T) {
-			loop := "" // a device per image: each checks its 0xA5 fill survives a mismatch
-			if os.Geteuid() == 0 {
-				loop = testimg.LoopDevice(t, t.TempDir(), 8<<20)
-			}
+			loop := testimg.LoopDeviceIfRoot(t, t.TempDir(), 8<<20) // a device per image: each checks its 0xA5 fill survives a mismatch
 			streamDecodeChecksum(t, base+filepath.Base(img), img, raw, loop)
 		})
 	}
@@ -347,10 +342,7 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 	}
 	var requests atomic.Int64
 	base := serveWhole(t, dir, &requests)
-	loop := ""
-	if os.Geteuid() == 0 {
-		loop = testimg.LoopDevice(t, dir, 8<<20)
-	}
+	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
 	for name, want := range images {
 		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
 			var logs bytes.Buffer
@@ -360,16 +352,8 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 				Target: tg.Path}
 			before := requests.Load()
 			res, err := importer.Import(context.Background(), o)
-			if err != nil {
-				t.Log(logs.String())
-			}
-			require.NoError(t, err)
+			requireStreamDecoded(t, res, err, &logs)
 			assert.Positive(t, requests.Load()-before, "the image came from the server")
-			assert.True(t, res.Complete)
-			assert.False(t, res.ScratchUsed)
-			assert.Zero(t, res.ScratchBytes)
-			assert.Equal(t, streamDecodePhases, res.Phases)
-			assert.Contains(t, logs.String(), "decoded straight onto the target")
 			st, err := os.Stat(want)
 			require.NoError(t, err)
 			assert.Equal(t, st.Size(), res.VirtualSize)

@@ -178,6 +178,16 @@ func LoopDevice(t testing.TB, dir string, size int64) string {
 	return AttachLoop(t, backing, "--direct-io=on")
 }
 
+// LoopDeviceIfRoot is LoopDevice for the loop argument of ForEachTarget:
+// "" without root, so the block subtests skip and the file ones still run.
+func LoopDeviceIfRoot(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	return LoopDevice(t, dir, size)
+}
+
 // AttachLoop attaches a loop device over the file backing, with losetup's
 // flags (such as --direct-io=on or --read-only), and detaches it when the
 // test ends. It skips when not root, without losetup, or when no loop
