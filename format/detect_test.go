@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -175,4 +177,206 @@ func TestISOWithQCOW2HeaderRefused(t *testing.T) {
 	s, _, err := openBytes(t, iso)
 	require.NoError(t, err)
 	assert.Equal(t, ISO, s.Format)
+}
+
+// toolOutput runs a compressor or archiver over a file holding content in a
+// fresh directory and returns the file it wrote; skipped when the tool is
+// missing.
+func toolOutput(t *testing.T, content []byte, out string, name string, args ...string) []byte {
+	t.Helper()
+	needTool(t, name)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "disk.raw"), content, 0o644))
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %v: %s", name, args, b)
+	b, err = os.ReadFile(filepath.Join(dir, out))
+	require.NoError(t, err)
+	return b
+}
+
+func TestCompressionsAndArchivesRefusedByName(t *testing.T) {
+	disk := variedContent(1<<20, 3)
+	cases := []struct {
+		name    string
+		file    func(t *testing.T) []byte
+		kind    error
+		message string
+	}{
+		{"bzip2", func(t *testing.T) []byte { return toolOutput(t, disk, "disk.raw.bz2", "bzip2", "-k", "disk.raw") },
+			errdefs.ErrCompressedFile, "a bzip2 file, not a disk image (decompress it first)"},
+		// The frame format is decoded (TestOpenRoundTrip); the legacy one,
+		// the kernel's, is not.
+		{"lz4 legacy", func(t *testing.T) []byte {
+			return toolOutput(t, disk, "disk.raw.lz4", "lz4", "-q", "-l", "disk.raw", "disk.raw.lz4")
+		},
+			errdefs.ErrCompressedFile, "an lz4 file (legacy format), not a disk image (decompress it first)"},
+		{"zip", func(t *testing.T) []byte { return testimg.Zip(t, "disk.raw", disk) },
+			errdefs.ErrArchiveFile, "a zip archive, not a disk image (extract the disk image from it first)"},
+		{"ar", func(t *testing.T) []byte { return toolOutput(t, disk, "disk.a", "ar", "rc", "disk.a", "disk.raw") },
+			errdefs.ErrArchiveFile, "an ar archive"},
+		// No 7z, rar, lzip or cab tool here: their signatures, as their
+		// formats define them, before a disk's bytes.
+		{"7z", func(t *testing.T) []byte { return append([]byte("7z\xbc\xaf\x27\x1c\x00\x04"), disk...) },
+			errdefs.ErrArchiveFile, "a 7z archive"},
+		{"rar4", func(t *testing.T) []byte { return append([]byte("Rar!\x1a\x07\x00"), disk...) },
+			errdefs.ErrArchiveFile, "a rar archive"},
+		{"rar5", func(t *testing.T) []byte { return append([]byte("Rar!\x1a\x07\x01\x00"), disk...) },
+			errdefs.ErrArchiveFile, "a rar archive"},
+		{"lzip", func(t *testing.T) []byte { return append([]byte("LZIP\x01\x0c"), disk...) },
+			errdefs.ErrCompressedFile, "an lzip file"},
+		{"lzma", func(t *testing.T) []byte {
+			return toolOutput(t, disk, "disk.raw.lzma", "xz", "-k", "--format=lzma", "disk.raw")
+		},
+			errdefs.ErrCompressedFile, "an lzma file"},
+		{"cpio", func(t *testing.T) []byte { return append([]byte("0707010000000100"), disk...) },
+			errdefs.ErrArchiveFile, "a cpio archive"},
+		{"EnCase", func(t *testing.T) []byte { return append([]byte("EVF\x09\x0d\x0a\xff\x00\x01\x01\x00\x00"), disk...) },
+			errdefs.ErrArchiveFile, "an EnCase (EWF) evidence file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := c.file(t)
+			_, _, err := openBytes(t, b)
+			require.ErrorIs(t, err, c.kind)
+			require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
+			assert.Contains(t, err.Error(), c.message)
+			// Inside a gzip layer too.
+			_, _, err = openBytes(t, gzipBytes(t, b))
+			require.ErrorIs(t, err, c.kind)
+			// Forced raw, the bytes are the disk.
+			s, err := Open(context.Background(), bytes.NewReader(b), Options{ForceRaw: true})
+			require.NoError(t, err)
+			defer s.Close()
+			assert.Equal(t, Raw, s.Format)
+		})
+	}
+}
+
+// A raw disk whose first bytes happen to start like a two-byte magic is
+// still a disk: the byte after the magic is checked.
+func TestLookalikeHeadsStayRaw(t *testing.T) {
+	for _, head := range [][]byte{
+		[]byte("BZh9\x00\x00\x00\x00\x00\x00"), // no block magic after BZh9
+		{0x1f, 0x9d, 0x7f},                     // compress flags with reserved bits set
+		{0x5d, 0x00, 0x00, 0x01, 0x23},         // a dictionary size no lzma writer uses
+		[]byte("070708zzzzzz"),
+	} {
+		b := append(append([]byte(nil), head...), variedContent(64<<10, 5)...)
+		s, _, err := openBytes(t, b)
+		require.NoError(t, err, "%q", head)
+		assert.Equal(t, Raw, s.Format)
+	}
+}
+
+func gzipBytes(t *testing.T, b []byte) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+	return run(t, "gzip", "-c", "-1", p)
+}
+
+const htmlPage = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body><h1>Not Found</h1><p>The requested URL was not found on this server.</p></body></html>\n"
+
+func TestTextRefused(t *testing.T) {
+	utf8Page := strings.Repeat("Überschrift — ein Absatz mit Umlauten äöü, 日本語のテキスト。\n", 40)
+	cases := []struct {
+		name, body string
+		o          Options
+		message    string
+	}{
+		{"html from a server", htmlPage, Options{FromServer: true},
+			`the server returned a text page, not a disk image; it begins "<!DOCTYPE html>"`},
+		{"html with its content type", htmlPage, Options{FromServer: true, ContentType: "text/html; charset=utf-8"},
+			"the server returned a text page (Content-Type text/html; charset=utf-8), not a disk image"},
+		{"a text file", "just some notes\r\n\tindented\n", Options{}, `the source is text, not a disk image; it begins "just some notes"`},
+		// Multi-byte characters, one of them cut at the KiB's end.
+		{"utf-8 text", utf8Page, Options{}, "the source is text"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Open(context.Background(), strings.NewReader(c.body), c.o)
+			require.ErrorIs(t, err, errdefs.ErrTextNotImage)
+			require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
+			assert.Contains(t, err.Error(), c.message)
+			assert.Contains(t, err.Error(), "--format-in raw")
+
+			s, err := Open(context.Background(), strings.NewReader(c.body), Options{ForceRaw: true})
+			require.NoError(t, err)
+			got, err := io.ReadAll(s)
+			require.NoError(t, err)
+			assert.Equal(t, c.body, string(got))
+			require.NoError(t, s.Close())
+		})
+	}
+	// A compressed text is text once decompressed.
+	_, _, err := openBytes(t, gzipBytes(t, []byte(htmlPage)))
+	require.ErrorIs(t, err, errdefs.ErrTextNotImage)
+	assert.Contains(t, err.Error(), "(once gzip is removed)")
+}
+
+// A text Content-Type refuses a body without a NUL byte in its first KiB
+// (a Latin-1 page, a page with stray control characters); a disk served
+// as text (a .vhd as text/x-vhdl) or a compression served as text/plain
+// is still a disk.
+func TestTextContentType(t *testing.T) {
+	latin1 := []byte("<html><body>Caf\xe9 ferm\xe9\x01 \x7f</body></html>")
+	require.False(t, looksLikeText(latin1))
+	_, err := Open(context.Background(), bytes.NewReader(latin1), Options{FromServer: true, ContentType: "text/html; charset=iso-8859-1"})
+	require.ErrorIs(t, err, errdefs.ErrTextNotImage)
+	binary := variedContent(64<<10, 9)
+	binary[100] = 0
+	s, err := Open(context.Background(), bytes.NewReader(binary), Options{FromServer: true, ContentType: "text/x-vhdl"})
+	require.NoError(t, err)
+	s.Close()
+	s, err = Open(context.Background(), bytes.NewReader(gzipBytes(t, binary)), Options{FromServer: true, ContentType: "text/plain"})
+	require.NoError(t, err)
+	assert.Equal(t, []Compression{Gzip}, s.Compressions)
+	s.Close()
+	qcow := readFile(t, convert(t, writeTemp(t, binary), t.TempDir(), "d.qcow2", "qcow2"))
+	s, err = Open(context.Background(), bytes.NewReader(qcow), Options{FromServer: true, ContentType: "text/html"})
+	require.NoError(t, err)
+	assert.Equal(t, QCOW2, s.Format)
+	s.Close()
+}
+
+// No real disk image is taken for text: every image of the shared corpus
+// (ISOs, raw disks, boot sectors, every container format) is opened, and
+// none is refused as text; the raw and ISO ones are not text by the probe.
+func TestRealImagesAreNotText(t *testing.T) {
+	root := testimg.RealImages()
+	files, _ := filepath.Glob(filepath.Join(root, "*", "*.xz"))
+	if len(files) == 0 {
+		t.Skip("shared real images not available")
+	}
+	rawOrISO := 0
+	for _, f := range files {
+		b, err := exec.Command("xz", "-dc", f).Output()
+		require.NoError(t, err, f)
+		s, err := Open(context.Background(), bytes.NewReader(b), Options{FromServer: true})
+		require.False(t, errors.Is(err, errdefs.ErrTextNotImage), "%s refused as text: %v", f, err)
+		if err != nil {
+			continue
+		}
+		if s.Format == Raw || s.Format == ISO {
+			rawOrISO++
+			assert.False(t, looksLikeText(b), f)
+		}
+		s.Close()
+	}
+	assert.GreaterOrEqual(t, rawOrISO, 6, "raw and iso images seen")
+}
+
+func writeTemp(t *testing.T, b []byte) string {
+	p := filepath.Join(t.TempDir(), "disk.raw")
+	require.NoError(t, os.WriteFile(p, b, 0o644))
+	return p
+}
+
+func readFile(t *testing.T, p string) []byte {
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return b
 }
