@@ -116,6 +116,16 @@ type Image struct {
 	decoders []*decoder // outermost first
 }
 
+// RawMemberSize is the size of a raw disk read straight from a tar member
+// (no compression inside the tar), as the member's header gave it; 0 for
+// any other image.
+func (s *Image) RawMemberSize() int64 {
+	if s.Format.NeedsConversion() || len(s.Compressions) == 0 || s.Compressions[len(s.Compressions)-1] != Tar {
+		return 0
+	}
+	return s.MemberSize
+}
+
 // Open peels compression layers off r (nested ones too: qcow2.xz,
 // raw.gz.zst...), sniffs and parses the header of the innermost stream and
 // returns a reader positioned at the start of the image: the peeked bytes

@@ -34,17 +34,19 @@ func TestTarOfOneDiskOpensTheDisk(t *testing.T) {
 		format  Format
 		layers  []Compression
 		member  string
+		// rawSize: the size of a raw disk read straight from the member
+		rawSize int64
 	}{
 		{"GCE disk.raw in a tar.gz", gzipBytes(t, testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)})),
-			Raw, []Compression{Gzip, Tar}, "disk.raw"},
+			Raw, []Compression{Gzip, Tar}, "disk.raw", int64(len(disk))},
 		{"OVA with one vmdk", testtar.Build(t, []testtar.Member{
 			testtar.File("vm.ovf", []byte(ovf)), testtar.File("disk1.vmdk", vmdk), testtar.File("vm.mf", []byte("SHA256(disk1.vmdk)= 00\n")), testtar.File("vm.nvram", disk[:8192])}),
-			VMDK, []Compression{Tar}, "disk1.vmdk"},
+			VMDK, []Compression{Tar}, "disk1.vmdk", 0},
 		{"a qcow2 among text files and directories", testtar.Build(t, []testtar.Member{
 			{Name: "images/", Type: tar.TypeDir}, testtar.File("README", []byte("the image\n")), testtar.File("images/fs.2wocq", qcow), testtar.File("images/empty", nil)}),
-			QCOW2, []Compression{Tar}, "images/fs.2wocq"},
+			QCOW2, []Compression{Tar}, "images/fs.2wocq", 0},
 		{"a compressed disk in a tar", testtar.Build(t, []testtar.Member{testtar.File("disk.raw.gz", gzipBytes(t, disk))}),
-			Raw, []Compression{Tar, Gzip}, "disk.raw.gz"},
+			Raw, []Compression{Tar, Gzip}, "disk.raw.gz", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,6 +55,7 @@ func TestTarOfOneDiskOpensTheDisk(t *testing.T) {
 			assert.Equal(t, c.format, s.Format)
 			assert.Equal(t, c.layers, s.Compressions)
 			assert.Equal(t, c.member, s.Member)
+			assert.Equal(t, c.rawSize, s.RawMemberSize())
 			want := map[Format][]byte{Raw: disk, VMDK: vmdk, QCOW2: qcow}[c.format]
 			assert.Equal(t, sha(want), sha(got), "the member's bytes")
 		})

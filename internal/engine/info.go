@@ -67,15 +67,6 @@ func (a *attempt) choosePlan(f *importFacts) *Plan {
 	return plan
 }
 
-// rawMemberSize is the size of a raw disk read straight from a tar member
-// (no compression inside the tar), else 0.
-func rawMemberSize(img *format.Image) int64 {
-	if img.Format.NeedsConversion() || len(img.Compressions) == 0 || img.Compressions[len(img.Compressions)-1] != format.Tar {
-		return 0
-	}
-	return img.MemberSize
-}
-
 // checkEarlySize refuses an image whose size is known up front and does not
 // fit, before anything is written.
 func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *datasource.Transfer) error {
@@ -87,7 +78,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		}
 		return nil
 	}
-	if n := rawMemberSize(img); n-format.FixedVHDFooterLen > capacity {
+	if n := img.RawMemberSize(); n-format.FixedVHDFooterLen > capacity {
 		// A raw disk read from a tar: the member's header gave its size
 		// (a fixed VHD's footer, one sector, may be the excess).
 		return &errdefs.SizeError{ImageSize: n, TargetSize: capacity, What: "image size"}
