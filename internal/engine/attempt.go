@@ -2,9 +2,14 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )
@@ -114,4 +119,66 @@ func (a *attempt) cleanup() {
 	if a.target != nil {
 		a.target.Close()
 	}
+}
+
+// imageInput is what qemu-img reads on a converting route, handed from
+// phase to phase: the local image in place (set by Info), the scratch copy
+// TransferScratch made, or the NBD export of an HTTP object that Validate
+// starts. It owns the scratch file and the export from the moment they are
+// handed to it, and release frees both.
+type imageInput struct {
+	path    string // a local path, or a qemu-img json: spec of the export
+	format  format.Format
+	scratch string                 // the scratch file, "" once removed
+	export  *nbdserver.ImageExport // nil unless serving
+}
+
+// removeScratch deletes the scratch copy once nothing reads it any more.
+func (in *imageInput) removeScratch(log *slog.Logger) {
+	if in.scratch == "" {
+		return
+	}
+	if err := os.Remove(in.scratch); err != nil && !os.IsNotExist(err) {
+		log.Warn("Removing scratch file failed", "path", in.scratch, "err", err)
+	}
+	in.scratch = ""
+}
+
+// stopExport ends the NBD export of the HTTP object. Safe to repeat.
+func (in *imageInput) stopExport(log *slog.Logger) { in.export.Stop(log) }
+
+func (in *imageInput) release(log *slog.Logger) {
+	in.stopExport(log)
+	in.removeScratch(log)
+}
+
+// recordContentDigest puts the digest of the guest-visible bytes written
+// (internal/blkhash: the same for one disk in any container) into the
+// result, and fails the attempt when Request.ExpectContentDigest names
+// another one. The phases call it before Commit, so a mismatch aborts the
+// target like any failure.
+func (a *attempt) recordContentDigest(d blkhash.Digest) error {
+	a.result.ContentDigest = d.String()
+	if a.req.ExpectContentDigest == "" {
+		a.log.Info("Content digest", "contentDigest", a.result.ContentDigest)
+		return nil
+	}
+	if err := blkhash.Expect(d, a.req.ExpectContentDigest); err != nil {
+		return fmt.Errorf("the image from %s: %w", a.req.Source, err)
+	}
+	a.log.Info("Content digest verified", "contentDigest", a.result.ContentDigest)
+	return nil
+}
+
+// takeContentDigest records d, or, when the digest could not be had
+// (err), fails the import only if one was expected.
+func (a *attempt) takeContentDigest(d blkhash.Digest, err error) error {
+	if err != nil {
+		if a.req.ExpectContentDigest != "" {
+			return fmt.Errorf("content digest of %s: %w", a.target.Path(), err)
+		}
+		a.log.Warn("No content digest of the image written", "target", a.target.Path(), "err", err)
+		return nil
+	}
+	return a.recordContentDigest(d)
 }
