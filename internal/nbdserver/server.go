@@ -3,6 +3,9 @@
 // object our own code fetches (an HTTP range reader) through nbd+unix
 // instead of through its own network drivers; or one WritableExport as a
 // writable export, so qemu-img writes a target only through our code.
+// The engine's two exports are ready made, each on a private Unix socket
+// (UnixExport): ImageExport reads an image at random, DeviceExport writes
+// a block device through its volume.DeviceWriter.
 package nbdserver
 
 import (
