@@ -22,20 +22,11 @@ import (
 // content digest of what was written.
 func TestDeviceExportWritesThroughTheDeviceWriter(t *testing.T) {
 	needQemu(t)
-	const size = 8 << 20
-	dev := testimg.LoopDevice(t, t.TempDir(), size)
 	data := testData(6 << 20)
 	src := qcow2Of(t, data)
+	dev, w, e := serveLoopDevice(t, 8<<20)
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
-	tgt, err := volume.Open(ctx, volume.Options{Path: dev, Logger: log})
-	require.NoError(t, err)
-	t.Cleanup(func() { tgt.Close() })
-	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{})
-	require.NoError(t, err)
-	e, err := ServeDevice(ctx, w, log)
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(log) })
 
 	out, err := qemuImg(t, "convert", "-n", "-f", "qcow2", "-O", "raw", src, e.QemuSpec())
 	require.NoError(t, err, "%s", out)
@@ -59,18 +50,9 @@ func TestDeviceExportWritesThroughTheDeviceWriter(t *testing.T) {
 func TestDeviceExportReportsWriteFailures(t *testing.T) {
 	needQemu(t)
 	testimg.Need(t, "blockdev")
-	dev := testimg.LoopDevice(t, t.TempDir(), 8<<20)
 	src := qcow2Of(t, testData(6<<20))
-	ctx := context.Background()
+	dev, _, e := serveLoopDevice(t, 8<<20)
 	log := slog.New(slog.DiscardHandler)
-	tgt, err := volume.Open(ctx, volume.Options{Path: dev, Logger: log})
-	require.NoError(t, err)
-	t.Cleanup(func() { tgt.Close() })
-	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{})
-	require.NoError(t, err)
-	e, err := ServeDevice(ctx, w, log)
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(log) })
 	testimg.Run(t, "blockdev", "--setro", dev)
 	t.Cleanup(func() { testimg.Run(t, "blockdev", "--setrw", dev) })
 
@@ -85,6 +67,24 @@ func TestDeviceExportReportsWriteFailures(t *testing.T) {
 	var none *DeviceExport
 	none.Stop(log)
 	assert.Equal(t, err, none.Cause(err))
+}
+
+// serveLoopDevice serves a new loop device of size bytes (0xA5 throughout)
+// through a DeviceExport over its DeviceWriter, stopped when the test ends.
+func serveLoopDevice(t *testing.T, size int64) (string, *volume.DeviceWriter, *DeviceExport) {
+	t.Helper()
+	dev := testimg.LoopDevice(t, t.TempDir(), size)
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	tgt, err := volume.Open(ctx, volume.Options{Path: dev, Logger: log})
+	require.NoError(t, err)
+	t.Cleanup(func() { tgt.Close() })
+	w, err := tgt.NewDeviceWriter(ctx, volume.DeviceWriterOptions{})
+	require.NoError(t, err)
+	e, err := ServeDevice(ctx, w, log)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(log) })
+	return dev, w, e
 }
 
 func readDevice(t *testing.T, dev string, n int64) []byte {
