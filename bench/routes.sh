@@ -2,8 +2,8 @@
 # routes.sh: the convertible images of bench.sh's image set imported over
 # HTTP (127.0.0.1) by each route the engine can take for them, forced with
 # the CLI's flags, against download + qemu-img convert; interleaved, one
-# line per run, medians at the end. For choosing the route in decide()
-# (internal/engine/info.go) and for timing the ranged route's NBD exports.
+# line per run, medians at the end. For choosing the route in the engine's
+# decide and for timing the ranged route's NBD exports (internal/nbdserver).
 #
 #   auto    the engine's own choice
 #   ranged  --no-stream-decode: qemu-img reads our NBD export of HTTP ranges
