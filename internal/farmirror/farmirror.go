@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/diskimport/engine/internal/retry"
 )
 
 // Options shape a mirror. The zero value is an unshaped server (Go's
@@ -73,11 +75,7 @@ func (s *Server) shape(h http.Handler, o Options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Requests.Add(1)
 		if o.FirstByte > 0 {
-			t := time.NewTimer(o.FirstByte)
-			select {
-			case <-t.C:
-			case <-r.Context().Done():
-				t.Stop()
+			if retry.Sleep(r.Context(), o.FirstByte) != nil {
 				return
 			}
 		}
@@ -125,14 +123,7 @@ func (p *pacer) wait(ctx context.Context, n int) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return retry.Sleep(ctx, d)
 }
 
 // pacedWriter sends a response in small slices, each when its pacer
