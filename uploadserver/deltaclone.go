@@ -114,6 +114,8 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 			status = http.StatusPreconditionFailed
 		case errors.Is(err, errdefs.ErrTargetBusy):
 			status = http.StatusConflict
+		case errors.Is(err, errdefs.ErrTargetTooSmall):
+			status = http.StatusInsufficientStorage
 		}
 		h.log.Info("No delta pass", "session", id, "target", d.path, "err", err)
 		http.Error(w, statusText(err), status)

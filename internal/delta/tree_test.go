@@ -146,3 +146,16 @@ func (d *dropFirstData) Data(off int64, p []byte) error {
 }
 
 func (d *dropFirstData) Zero(off, n int64) error { return d.sink.Zero(off, n) }
+
+// TestTreePassRefusesFilesLargerThanTheFilesystem: a manifest whose
+// files could not fit in the target's filesystem (a petabyte file) is
+// refused before anything is made or any signature held.
+func TestTreePassRefusesFilesLargerThanTheFilesystem(t *testing.T) {
+	dst := t.TempDir()
+	m := &delta.Manifest{Entries: []delta.Entry{{Path: "disk.img", Kind: delta.KindFile, Mode: 0o644, Size: 1 << 50}}}
+	_, err := delta.OpenTree(context.Background(), dst, m, "")
+	assert.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+	entries, err := os.ReadDir(dst)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+}

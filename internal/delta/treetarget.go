@@ -68,17 +68,26 @@ type treeFile struct {
 // manifest's size, larger than WholeFileMax, signed in place on the way);
 // when base is named and is not that digest, nothing is compared in place
 // and every file is sent whole (a full clone over the pass's records).
-func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (tt *TreeTarget, err error) {
+func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (_ *TreeTarget, err error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem delta target %s: %w: %w", dir, err, errdefs.ErrNoDeltaBase)
 	}
-	tt = &TreeTarget{root: root, dir: dir, m: m, layout: m.LayOut()}
+	tt := &TreeTarget{root: root, dir: dir, m: m, layout: m.LayOut()}
 	defer func() {
 		if err != nil {
 			tt.Close()
 		}
 	}()
+	// Files that cannot fit are refused before anything is made: the
+	// signatures held are 32 bytes per 64 KiB of them.
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil, fmt.Errorf("filesystem delta target %s: %w", dir, err)
+	}
+	if capacity := int64(st.Blocks) * st.Bsize; tt.layout.Size > capacity {
+		return nil, fmt.Errorf("the volume's files take %d bytes, the filesystem of %s holds %d: %w", tt.layout.Size, dir, capacity, errdefs.ErrTargetTooSmall)
+	}
 	have, err := ScanTree(ctx, dir)
 	if err != nil {
 		return nil, err
