@@ -33,6 +33,17 @@ func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	return srv
 }
 
+// openFails opens an HTTP source of url and returns the error its Open
+// must fail with.
+func openFails(t *testing.T, url string, cfg datasource.Config) error {
+	t.Helper()
+	src, err := datasource.NewHTTP(url, cfg)
+	require.NoError(t, err)
+	_, err = src.Open(context.Background())
+	require.Error(t, err)
+	return err
+}
+
 func serveBytes(data []byte) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "image.qcow2", time.Time{}, bytes.NewReader(data))
@@ -244,10 +255,7 @@ func TestHTTPTooManyRedirects(t *testing.T) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		http.Redirect(w, r, fmt.Sprintf("/?n=%d", n+1), http.StatusFound)
 	}))
-	src, err := datasource.NewHTTP(srv.URL+"/?n=0", datasource.Config{})
-	require.NoError(t, err)
-	_, err = src.Open(context.Background())
-	require.Error(t, err)
+	err := openFails(t, srv.URL+"/?n=0", datasource.Config{})
 	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "10 redirects")
 }
@@ -257,10 +265,7 @@ func TestHTTPStatusErrors(t *testing.T) {
 		srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "nope", code)
 		}))
-		src, err := datasource.NewHTTP(srv.URL+"/missing.img", datasource.Config{Retries: -1})
-		require.NoError(t, err)
-		_, err = src.Open(context.Background())
-		require.Error(t, err)
+		err := openFails(t, srv.URL+"/missing.img", datasource.Config{Retries: -1})
 		var se *errdefs.HTTPStatusError
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, code, se.StatusCode)
@@ -274,10 +279,7 @@ func TestHTTPRefusedConnection(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	u := srv.URL
 	srv.Close() // nothing listens on that port any more
-	src, err := datasource.NewHTTP(u+"/x", datasource.Config{Retries: -1})
-	require.NoError(t, err)
-	_, err = src.Open(context.Background())
-	require.Error(t, err)
+	err := openFails(t, u+"/x", datasource.Config{Retries: -1})
 	assert.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 	assert.Contains(t, err.Error(), "refused")
 }
@@ -454,17 +456,14 @@ func TestHTTPSCertificates(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	// The test CA is not in the system pool.
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
-	require.NoError(t, err)
-	_, err = src.Open(context.Background())
-	require.Error(t, err)
+	err := openFails(t, srv.URL, datasource.Config{})
 	assert.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 	assert.Contains(t, err.Error(), "certificate")
 
 	dir := t.TempDir()
 	writeCertPEM(t, dir, "ca.pem", srv)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "README.txt"), []byte("ignored"), 0o644))
-	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{CertDir: dir}})
+	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{CertDir: dir}})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
