@@ -194,14 +194,14 @@ func (h *Handler) openTreeTarget(ctx context.Context, d *deltaSession, m *delta.
 	}
 	isBase, digest := tt.Base()
 	files, _ := tt.Signed()
-	h.log.Info("Filesystem delta target signed", "target", d.path, "entries", len(m.Entries), "inPlace", len(files), "base", isBase, "digest", digest)
+	h.log.Info("Filesystem delta target signed", "target", d.path, "entries", len(m.Entries), "inPlace", len(files), "kept", len(tt.Kept()), "base", isBase, "digest", digest)
 	d.t = tt
 	d.answer = func(w io.Writer) (bool, error) {
 		files, sigs := tt.Signed()
 		if files == nil && tt.Offset() != 0 {
 			return false, nil
 		}
-		return true, delta.WriteTreeAnswer(w, &delta.TreeAnswer{Base: isBase, BaseDigest: digest, Files: files}, sigs)
+		return true, delta.WriteTreeAnswer(w, &delta.TreeAnswer{Base: isBase, BaseDigest: digest, Files: files, Kept: tt.Kept()}, sigs)
 	}
 	return nil
 }

@@ -30,6 +30,11 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer src.Close()
+	// The small files' digests go in the manifest: those the server holds
+	// are not sent.
+	if err := src.SignSmall(ctx); err != nil {
+		return nil, err
+	}
 	signed := make(chan error, 1)
 	go func() { signed <- src.Sign(ctx) }()
 	var manifest bytes.Buffer
@@ -69,8 +74,8 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 	if serr != nil {
 		return nil, serr
 	}
-	pass := &delta.Pass{Stats: src.Plan(got.sigs), BaseDigest: got.a.BaseDigest, SignatureBytes: sigWire, Full: !got.a.Base}
-	o.Logger.Info("Filesystem delta pass", "entries", len(src.Manifest().Entries), "inPlace", len(got.sigs), "blocks", pass.Blocks,
+	pass := &delta.Pass{Stats: src.Plan(got.sigs, got.a.Kept), BaseDigest: got.a.BaseDigest, SignatureBytes: sigWire, Full: !got.a.Base}
+	o.Logger.Info("Filesystem delta pass", "entries", len(src.Manifest().Entries), "inPlace", len(got.sigs), "kept", len(got.a.Kept), "blocks", pass.Blocks,
 		"changed", pass.BlocksChanged, "dataBytes", pass.DataBytes, "zeroBytes", pass.ZeroBytes, "signatureBytes", sigWire, "base", got.a.Base)
 	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1 + "+" + DeltaTree, SourceBytes: src.Size(), WireBytes: sigWire, Resumes: retries, Delta: pass}
 	err = resuming(ctx, o, budget, session, src.Size(), res, func(offset int64) ([]byte, int64, error) {

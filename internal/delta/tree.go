@@ -47,6 +47,11 @@ type Entry struct {
 // Manifest is a volume's entries, each directory before what it holds.
 type Manifest struct {
 	Entries []Entry `json:"entries"`
+	// Digests holds, for each regular file (in Files' order) of at most
+	// WholeFileMax bytes, its content digest ("" for the others): a
+	// receiver that holds the same bytes there keeps its file, and the
+	// file is not sent.
+	Digests []string `json:"digests,omitempty"`
 }
 
 // skipAtRoot are entries of a volume's root that are not its content.
@@ -201,6 +206,14 @@ func (m *Manifest) Check() error {
 		}
 		kinds[e.Path] = e.Kind
 	}
+	if n := len(m.Digests); n != 0 && n != len(m.Files()) {
+		return fmt.Errorf("volume manifest has %d file digests for %d files: %w", n, len(m.Files()), errdefs.ErrInvalidImage)
+	}
+	for _, d := range m.Digests {
+		if _, err := blkhash.ParseDigest(d); d != "" && err != nil {
+			return fmt.Errorf("volume manifest: %w: %w", err, errdefs.ErrInvalidImage)
+		}
+	}
 	return nil
 }
 
@@ -325,13 +338,16 @@ func ZeroSignature(size int64) *Signature {
 }
 
 // TreeAnswer is a receiver's answer to a filesystem volume's signature
-// request: whether its volume is the pass's base, its digest, and which
-// files (their index in the layout) it compares in place; their
-// signatures follow it on the wire, in that order.
+// request: whether its volume is the pass's base, its digest, which files
+// (their index in the layout) it compares in place, and which it keeps;
+// the signatures of the first follow it on the wire, in that order.
 type TreeAnswer struct {
 	Base       bool   `json:"base"`
 	BaseDigest string `json:"baseDigest"`
 	Files      []int  `json:"files"`
+	// Kept are the small files (layout index) the receiver holds with
+	// the digest the manifest names: they are not sent.
+	Kept []int `json:"kept,omitempty"`
 }
 
 // maxTreeAnswerHead bounds the answer's JSON part.
@@ -379,6 +395,11 @@ func ReadTreeAnswer(r io.Reader, m *Manifest) (*TreeAnswer, map[int]*Signature, 
 		return nil, nil, fmt.Errorf("decoding the volume's signature answer: %w: %w", err, errdefs.ErrInvalidImage)
 	}
 	files := m.Files()
+	for _, k := range a.Kept {
+		if k < 0 || k >= len(files) || k >= len(m.Digests) || m.Digests[k] == "" {
+			return nil, nil, fmt.Errorf("the volume's signature answer keeps file %d, of no digest: %w", k, errdefs.ErrInvalidImage)
+		}
+	}
 	sigs := map[int]*Signature{}
 	for _, k := range a.Files {
 		if k < 0 || k >= len(files) || sigs[k] != nil {

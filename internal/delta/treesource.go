@@ -58,29 +58,66 @@ func (s *TreeSource) Manifest() *Manifest { return s.m }
 // Size is the layout's size: the address space of the pass's runs.
 func (s *TreeSource) Size() int64 { return s.layout.Size }
 
-// Sign signs every file.
-func (s *TreeSource) Sign(ctx context.Context) error {
+// SignSmall signs the files of at most WholeFileMax bytes and names
+// their digests in the manifest (Manifest.Digests), before it is sent.
+func (s *TreeSource) SignSmall(ctx context.Context) error {
 	s.sigs = make([]*Signature, len(s.files))
-	for k, f := range s.files {
-		sig, err := Sign(ctx, f, s.m.Entries[s.layout.Files[k]].Size)
-		if err != nil {
-			return fmt.Errorf("signing %s in %s: %w", s.m.Entries[s.layout.Files[k]].Path, s.dir, err)
+	s.m.Digests = make([]string, len(s.files))
+	for k := range s.files {
+		if s.m.Entries[s.layout.Files[k]].Size > WholeFileMax {
+			continue
 		}
-		s.sigs[k] = sig
+		if err := s.sign(ctx, k); err != nil {
+			return err
+		}
+		s.m.Digests[k] = s.sigs[k].Digest.String()
 	}
 	return nil
 }
 
+// Sign signs the files SignSmall did not.
+func (s *TreeSource) Sign(ctx context.Context) error {
+	if s.sigs == nil {
+		s.sigs = make([]*Signature, len(s.files))
+	}
+	for k := range s.files {
+		if s.sigs[k] == nil {
+			if err := s.sign(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *TreeSource) sign(ctx context.Context, k int) error {
+	e := s.m.Entries[s.layout.Files[k]]
+	sig, err := Sign(ctx, s.files[k], e.Size)
+	if err != nil {
+		return fmt.Errorf("signing %s in %s: %w", e.Path, s.dir, err)
+	}
+	s.sigs[k] = sig
+	return nil
+}
+
 // Plan lists each file's runs against its base in the target: bases[k]
-// for the k-th file compared in place, else an empty file (the file is
-// sent whole). It returns what the pass amounts to.
-func (s *TreeSource) Plan(bases map[int]*Signature) Stats {
+// for the k-th file compared in place, nothing for one kept, else an
+// empty file (the file is sent whole). It returns what the pass amounts
+// to.
+func (s *TreeSource) Plan(bases map[int]*Signature, kept []int) Stats {
 	st := Stats{}
 	s.runs = make([][]Run, len(s.files))
+	keep := map[int]bool{}
+	for _, k := range kept {
+		keep[k] = true
+	}
 	for k := range s.files {
 		size := s.m.Entries[s.layout.Files[k]].Size
 		base := bases[k]
-		if base == nil {
+		switch {
+		case keep[k]:
+			base = s.sigs[k]
+		case base == nil:
 			base = ZeroSignature(size)
 		}
 		s.runs[k] = Changes(s.sigs[k], base)

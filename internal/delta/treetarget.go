@@ -61,6 +61,10 @@ type treeFile struct {
 	t       *Target
 	inPlace bool
 	staged  string // its name in the root while staged
+	// kept: the volume holds the file's bytes already (its digest, the
+	// one the manifest names); it has no target.
+	kept   bool
+	digest blkhash.Digest
 }
 
 // OpenTree prepares a pass of the volume described by m onto the volume
@@ -101,7 +105,9 @@ func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (_ *Tre
 	}
 	tt.baseDigest = TreeDigest(have, digests)
 	tt.base = base == "" || base == FormatTreeDigest(tt.baseDigest)
-	if !tt.base {
+	if tt.base {
+		tt.keep(have, digests)
+	} else {
 		for k := range tt.files {
 			if f := &tt.files[k]; f.inPlace {
 				f.t.Close()
@@ -178,6 +184,42 @@ func next(p string, i int) int {
 	return i + 1 + j
 }
 
+// keep marks the small files the volume holds with the digest the
+// manifest names, at the same path, under real directories: they are
+// neither sent nor staged.
+func (tt *TreeTarget) keep(have *Manifest, digests []blkhash.Digest) {
+	if len(tt.m.Digests) == 0 {
+		return
+	}
+	kinds := map[string]*Entry{}
+	for i := range have.Entries {
+		kinds[have.Entries[i].Path] = &have.Entries[i]
+	}
+	held := map[string]blkhash.Digest{}
+	for k, i := range have.Files() {
+		held[have.Entries[i].Path] = digests[k]
+	}
+	for k := range tt.files {
+		f := &tt.files[k]
+		d, ok := held[f.entry.Path]
+		if f.inPlace || !ok || tt.m.Digests[k] != d.String() || kinds[f.entry.Path].Size != f.entry.Size || !underDirs(f.entry.Path, kinds) {
+			continue
+		}
+		f.kept, f.digest = true, d
+	}
+}
+
+// Kept lists the files the volume keeps (their index in the layout).
+func (tt *TreeTarget) Kept() []int {
+	var kept []int
+	for k, f := range tt.files {
+		if f.kept {
+			kept = append(kept, k)
+		}
+	}
+	return kept
+}
+
 // digestsOf is the content digest of each regular file of have: from the
 // signatures taken in place, else read.
 func (tt *TreeTarget) digestsOf(ctx context.Context, have *Manifest) ([]blkhash.Digest, error) {
@@ -220,7 +262,7 @@ func (tt *TreeTarget) stage(ctx context.Context) error {
 	}
 	for k := range tt.files {
 		f := &tt.files[k]
-		if f.inPlace {
+		if f.inPlace || f.kept {
 			continue
 		}
 		f.staged = tt.staging + "/" + strconv.Itoa(k)
@@ -270,7 +312,7 @@ func (tt *TreeTarget) Offset() int64 { return tt.offset }
 // file finds the file holding [off, off+n), and off within it.
 func (tt *TreeTarget) file(off, n int64) (*treeFile, int64, error) {
 	k := sort.Search(len(tt.files), func(k int) bool { return tt.layout.Bases[k]+tt.files[k].entry.Size > off })
-	if off < tt.offset || n <= 0 || k == len(tt.files) || off < tt.layout.Bases[k] || n > tt.layout.Bases[k]+tt.files[k].entry.Size-off {
+	if off < tt.offset || n <= 0 || k == len(tt.files) || off < tt.layout.Bases[k] || n > tt.layout.Bases[k]+tt.files[k].entry.Size-off || tt.files[k].kept {
 		return nil, 0, fmt.Errorf("delta run of %d bytes at %d (applied up to %d of %d) is not inside one file: %w", n, off, tt.offset, tt.layout.Size, errdefs.ErrInvalidImage)
 	}
 	return &tt.files[k], off - tt.layout.Bases[k], nil
@@ -304,9 +346,12 @@ func (tt *TreeTarget) Zero(off, n int64) error {
 func (tt *TreeTarget) Pass() Pass {
 	p := Pass{BaseDigest: FormatTreeDigest(tt.baseDigest)}
 	for _, f := range tt.files {
-		fp := f.t.Pass()
 		p.Size += f.entry.Size
 		p.Blocks += Blocks(f.entry.Size)
+		if f.kept {
+			continue
+		}
+		fp := f.t.Pass()
 		p.BlocksChanged += fp.BlocksChanged
 		p.DataBytes += fp.DataBytes
 		p.ZeroBytes += fp.ZeroBytes
@@ -321,6 +366,10 @@ func (tt *TreeTarget) Pass() Pass {
 func (tt *TreeTarget) Digest() (blkhash.Digest, error) {
 	digests := make([]blkhash.Digest, len(tt.files))
 	for k, f := range tt.files {
+		if f.kept {
+			digests[k] = f.digest
+			continue
+		}
 		d, err := f.t.Digest()
 		if err != nil {
 			return blkhash.Digest{}, err
@@ -346,7 +395,7 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 	}
 	tt.finished, tt.digest = true, got
 	for _, f := range tt.files {
-		if f.inPlace {
+		if f.inPlace || f.kept {
 			continue
 		}
 		if err := f.t.Commit(); err != nil {
@@ -355,11 +404,21 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 		if err := setOwnerMode(f.t.File(), f.entry); err != nil {
 			return got, err
 		}
+		// Its size and mode too, before the name points at it (Commit
+		// syncs the data of a file that was written to, and only then).
+		if err := f.t.File().Sync(); err != nil {
+			return got, fmt.Errorf("fsync %s: %w", f.entry.Path, err)
+		}
 	}
 	if err := tt.place(); err != nil {
 		return got, err
 	}
 	for _, f := range tt.files {
+		if f.kept {
+			if err := tt.setKeptOwnerMode(f.entry); err != nil {
+				return got, err
+			}
+		}
 		if !f.inPlace {
 			continue
 		}
@@ -404,7 +463,7 @@ func (tt *TreeTarget) place() error {
 	}
 	staged := map[string]string{}
 	for _, f := range tt.files {
-		if !f.inPlace {
+		if f.staged != "" {
 			staged[f.entry.Path] = f.staged
 		}
 	}
@@ -470,6 +529,16 @@ func (tt *TreeTarget) syncFS() error {
 		return fmt.Errorf("syncfs %s: %w", tt.dir, err)
 	}
 	return nil
+}
+
+// setKeptOwnerMode gives a file the volume kept its mode and owner.
+func (tt *TreeTarget) setKeptOwnerMode(e *Entry) error {
+	f, err := tt.root.OpenFile(e.Path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s in %s: %w", e.Path, tt.dir, err)
+	}
+	defer f.Close()
+	return setOwnerMode(f, e)
 }
 
 // setOwnerMode gives a file its mode and, when running as root, its
