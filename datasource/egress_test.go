@@ -116,49 +116,43 @@ func fetch(t *testing.T, rawURL string, c datasource.Config) (datasource.Source,
 	return src, got, err
 }
 
-func TestEgressDenyListRefusesItsNetworkOnly(t *testing.T) {
-	data := testImage(t, 64<<10)
-	ok := mustServeAlias(t, "127.0.0.2", serveBytes(data))
-	denied := mustServeAlias(t, "127.0.0.3", serveBytes(data))
-	c := egressConfig(&datasource.EgressPolicy{Deny: prefixes(t, "127.0.0.3/32")})
+// A policy lets an address it allows through and refuses another before
+// connecting to it, naming the rule; a policy refusal is not retried. The
+// rows: a deny list, an allow list, and a deny that wins over an allow.
+func TestEgressPolicyRefusesOnlyWhatItMust(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		allow, deny string // ParseEgressList's lists ("": none)
+		refusedIP   string
+		rule        string // what the refusal names
+	}{
+		{name: "DenyListRefusesItsNetworkOnly", deny: "127.0.0.3/32", refusedIP: "127.0.0.3", rule: "deny 127.0.0.3/32"},
+		{name: "AllowListRefusesEverythingElse", allow: "127.0.0.2", refusedIP: "127.0.0.4", rule: "not in allow list 127.0.0.2/32"},
+		{name: "DenyWinsOverAllow", allow: "127.0.0.0/8", deny: "127.0.0.3", refusedIP: "127.0.0.3", rule: "deny 127.0.0.3/32"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := testImage(t, 64<<10)
+			ok := mustServeAlias(t, "127.0.0.2", serveBytes(data))
+			refused := mustServeAlias(t, c.refusedIP, serveBytes(data))
+			var policy datasource.EgressPolicy
+			if c.allow != "" {
+				policy.Allow = prefixes(t, c.allow)
+			}
+			if c.deny != "" {
+				policy.Deny = prefixes(t, c.deny)
+			}
+			conf := egressConfig(&policy)
 
-	_, got, err := fetch(t, "http://"+ok.addr+"/disk.img", c)
-	require.NoError(t, err)
-	require.Equal(t, sum(data), sum(got))
+			_, got, err := fetch(t, "http://"+ok.addr+"/disk.img", conf)
+			require.NoError(t, err)
+			require.Equal(t, sum(data), sum(got))
 
-	src, _, err := fetch(t, "http://"+denied.addr+"/disk.img", c)
-	requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
-	assert.Zero(t, denied.accepted.Load(), "a denied address must not be connected to")
-	assert.Zero(t, datasource.Retries(src), "a policy refusal is not retried")
-}
-
-func TestEgressAllowListRefusesEverythingElse(t *testing.T) {
-	data := testImage(t, 64<<10)
-	ok := mustServeAlias(t, "127.0.0.2", serveBytes(data))
-	other := mustServeAlias(t, "127.0.0.4", serveBytes(data))
-	c := egressConfig(&datasource.EgressPolicy{Allow: prefixes(t, "127.0.0.2")})
-
-	_, got, err := fetch(t, "http://"+ok.addr+"/disk.img", c)
-	require.NoError(t, err)
-	require.Equal(t, sum(data), sum(got))
-
-	_, _, err = fetch(t, "http://"+other.addr+"/disk.img", c)
-	requireRefused(t, err, "127.0.0.4", "not in allow list 127.0.0.2/32")
-	assert.Zero(t, other.accepted.Load())
-}
-
-func TestEgressDenyWinsOverAllow(t *testing.T) {
-	data := testImage(t, 16<<10)
-	ok := mustServeAlias(t, "127.0.0.2", serveBytes(data))
-	both := mustServeAlias(t, "127.0.0.3", serveBytes(data))
-	c := egressConfig(&datasource.EgressPolicy{Allow: prefixes(t, "127.0.0.0/8"), Deny: prefixes(t, "127.0.0.3")})
-
-	_, got, err := fetch(t, "http://"+ok.addr+"/disk.img", c)
-	require.NoError(t, err)
-	require.Equal(t, sum(data), sum(got))
-	_, _, err = fetch(t, "http://"+both.addr+"/disk.img", c)
-	requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
-	assert.Zero(t, both.accepted.Load())
+			src, _, err := fetch(t, "http://"+refused.addr+"/disk.img", conf)
+			requireRefused(t, err, c.refusedIP, c.rule)
+			assert.Zero(t, refused.accepted.Load(), "a refused address must not be connected to")
+			assert.Zero(t, datasource.Retries(src), "a policy refusal is not retried")
+		})
+	}
 }
 
 func TestEgressRedirectToDeniedAddressIsRefused(t *testing.T) {
