@@ -172,3 +172,20 @@ func TestOVADescriptorNamesTheDisk(t *testing.T) {
 	_, _, err = openBytes(t, testtar.Build(t, []testtar.Member{testtar.File("vm.ovf", ovfOf("gone.vmdk")), testtar.File("other.img", disk)}))
 	require.ErrorIs(t, err, errdefs.ErrNoDiskInArchive)
 }
+
+// A POSIX, pax or GNU tar header is told by its ustar magic at offset
+// 257; a head too short to hold it, or other bytes there, is not a tar.
+func TestIsTarTellsATarHeader(t *testing.T) {
+	for _, f := range []tar.Format{tar.FormatUSTAR, tar.FormatPAX, tar.FormatGNU} {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: "disk.raw", Mode: 0o644, Size: 0, Format: f}))
+		require.NoError(t, tw.Close())
+		assert.True(t, IsTar(b.Bytes()), "%v", f)
+		assert.False(t, IsTar(b.Bytes()[:261]), "%v: a head cut inside the magic", f)
+	}
+	head := make([]byte, 512)
+	assert.False(t, IsTar(head), "zeros (an archive's end) are no header")
+	copy(head[257:], "ustaR")
+	assert.False(t, IsTar(head))
+}
