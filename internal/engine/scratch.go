@@ -21,12 +21,9 @@ type scratchTransfer struct {
 
 func (s *scratchTransfer) run(ctx context.Context) (err error) {
 	a := s.a
-	dir := a.req.ScratchDir
-	if a.req.NoScratch {
-		return fmt.Errorf("%w: this import was given no scratch space", errdefs.ErrScratchSpaceRequired)
-	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, dir, err)
+	dir, err := a.scratchDir()
+	if err != nil {
+		return err
 	}
 	f, err := os.CreateTemp(dir, "importer-scratch-*."+string(a.source.image.Format))
 	if err != nil {
@@ -62,4 +59,17 @@ func (s *scratchTransfer) run(ctx context.Context) (err error) {
 	}
 	s.out.path, s.out.scratch = path, path
 	return nil
+}
+
+// scratchDir is the request's scratch directory, or why there is none to
+// use (ErrScratchSpaceRequired: none was given, or it is not a directory).
+func (a *attempt) scratchDir() (string, error) {
+	dir := a.req.ScratchDir
+	if a.req.NoScratch {
+		return "", fmt.Errorf("%w: this import was given no scratch space", errdefs.ErrScratchSpaceRequired)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("%w: scratch directory %s is not usable: %v", errdefs.ErrScratchSpaceRequired, dir, err)
+	}
+	return dir, nil
 }

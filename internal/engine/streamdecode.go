@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
@@ -17,13 +16,11 @@ import (
 // spillDir is where the decoder may spill what it holds past its memory
 // bound: the request's scratch directory when it is usable ("" when not).
 func (a *attempt) spillDir() string {
-	if a.req.NoScratch {
+	dir, err := a.scratchDir()
+	if err != nil {
 		return ""
 	}
-	if st, err := os.Stat(a.req.ScratchDir); err == nil && st.IsDir() {
-		return a.req.ScratchDir
-	}
-	return ""
+	return dir
 }
 
 // decodeStream is TransferDataFile on RouteStreamDecode: the image stream
