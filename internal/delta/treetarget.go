@@ -168,7 +168,7 @@ func (tt *TreeTarget) signInPlace(ctx context.Context, have *Manifest) error {
 // underDirs: every directory on the way to p is a directory in the
 // volume (not a symlink to one).
 func underDirs(p string, kinds map[string]*Entry) bool {
-	for i := strings.IndexByte(p, '/'); i >= 0; i = next(p, i) {
+	for i := strings.IndexByte(p, '/'); i >= 0; i = nextSlash(p, i) {
 		if e := kinds[p[:i]]; e == nil || e.Kind != KindDir {
 			return false
 		}
@@ -176,7 +176,8 @@ func underDirs(p string, kinds map[string]*Entry) bool {
 	return true
 }
 
-func next(p string, i int) int {
+// nextSlash is the index of the first "/" in p after i, or -1.
+func nextSlash(p string, i int) int {
 	j := strings.IndexByte(p[i+1:], '/')
 	if j < 0 {
 		return -1
