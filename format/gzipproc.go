@@ -3,7 +3,6 @@ package format
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
@@ -13,17 +12,7 @@ import (
 // ISA-L's igzip decodes about twice as fast as klauspost's gzip here
 // (2 GiB bench disk: 1.2-1.6 s vs 2.5 s on two cores).
 func (o Options) gzipBinary() string {
-	switch o.ExternalGzip {
-	case "-":
-		return ""
-	case "":
-		p, err := exec.LookPath("igzip")
-		if err != nil {
-			return ""
-		}
-		return p
-	}
-	return o.ExternalGzip
+	return externalTool(o.ExternalGzip, "igzip")
 }
 
 // igzipAddressSpace is the igzip child's RLIMIT_AS. igzip decodes with

@@ -88,17 +88,24 @@ func (o Options) withDefaults() Options {
 
 // xzBinary is the external xz to run, or "" for the Go decoder.
 func (o Options) xzBinary() string {
-	switch o.ExternalXZ {
+	return externalTool(o.ExternalXZ, "xz")
+}
+
+// externalTool reads an Options.External* setting: "-" is the Go decoder
+// (""), "" the named tool from PATH when it is installed, anything else
+// the tool's path.
+func externalTool(setting, name string) string {
+	switch setting {
 	case "-":
 		return ""
 	case "":
-		p, err := exec.LookPath("xz")
+		p, err := exec.LookPath(name)
 		if err != nil {
 			return ""
 		}
 		return p
 	}
-	return o.ExternalXZ
+	return setting
 }
 
 // Image is an image with its compression layers peeled off. Reading it
