@@ -150,15 +150,7 @@ func TestBlockVolume(t *testing.T) {
 // assertEmpty checks that the importer cleaned its scratch space.
 func assertEmpty(t *testing.T, dir string) {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if len(names) > 0 {
+	if names := testimg.DirNames(t, dir); len(names) > 0 {
 		t.Errorf("%s still holds %s after the import", dir, strings.Join(names, ", "))
 	}
 }
