@@ -237,3 +237,30 @@ func TestFilesystemDeltaPassDoesNotWriteThroughASymlink(t *testing.T) {
 	assert.Equal(t, want, testimg.FileDigest(t, outside), "the file outside the volume is untouched")
 	assert.Equal(t, volumeState(t, src), volumeState(t, dst))
 }
+
+// TestFilesystemDeltaSignatureFetchedAgainAfterADrop: the connection is
+// cut while the server's answer (the disk's signature) comes back; the
+// cloner asks again with the same manifest in the same session, the
+// server answers again, and the pass sends only what changed, exact.
+func TestFilesystemDeltaSignatureFetchedAgainAfterADrop(t *testing.T) {
+	src := newVolume(t, 77)
+	dst := t.TempDir()
+	p := newPKI(t)
+	first := passOnto(t, p, src, dst, "")
+	changed := testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 700, 4096, spread(8)...)
+
+	s := startServer(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")})
+	// Past the TLS handshake and the two HEAD answers (about 2 KiB),
+	// inside the answer to the signature request.
+	proxy := startBackCuttingProxy(t, s.addr, 5<<10)
+	res, err := sendTree(t, p, s.url(proxy.addr()), src, first.Digest, 0)
+	require.NoError(t, err)
+	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
+	assert.Equal(t, 1, res.Resumes, "the signature asked for again")
+	assert.Empty(t, res.ResumedAt, "the runs went in one request")
+	assert.Equal(t, changed, res.Delta.BlocksChanged)
+	got, err := s.wait(t)
+	require.NoError(t, err)
+	assert.Equal(t, res.Digest, got.ContentDigest)
+	assert.Equal(t, volumeState(t, src), volumeState(t, dst))
+}
