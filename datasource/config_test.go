@@ -6,38 +6,26 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/internal/testimg"
 )
-
-// countingTransport is a real transport that counts the requests it
-// carries.
-type countingTransport struct {
-	base http.RoundTripper
-	n    atomic.Int64
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.base.RoundTrip(r)
-}
 
 func TestHTTPConfigTransportCarriesEveryRequest(t *testing.T) {
 	data := testImage(t, 64<<10)
 	srv := newServer(t, serveBytes(data))
-	tr := &countingTransport{base: http.DefaultTransport.(*http.Transport).Clone()}
-	t.Cleanup(tr.base.(*http.Transport).CloseIdleConnections)
+	tr := &testimg.CountingTransport{Next: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(tr.Next.(*http.Transport).CloseIdleConnections)
 	src, err := datasource.NewHTTP(srv.URL+"/disk.img", datasource.Config{Transport: tr})
 	require.NoError(t, err)
 	st, got, err := readAll(t, src)
 	require.NoError(t, err)
 	assert.Equal(t, data, got)
-	assert.EqualValues(t, 1, tr.n.Load())
+	assert.EqualValues(t, 1, tr.N.Load())
 	require.NotNil(t, st.Ranges)
 	assert.False(t, st.Ranges.Plain, "a caller's transport may carry what the URL does not")
 
@@ -46,7 +34,7 @@ func TestHTTPConfigTransportCarriesEveryRequest(t *testing.T) {
 	_, err = rr.ReadAt(buf, 8192)
 	require.NoError(t, err)
 	assert.Equal(t, data[8192:8192+4096], buf)
-	assert.EqualValues(t, 3, tr.n.Load(), "the stream, the second Open and the range read")
+	assert.EqualValues(t, 3, tr.N.Load(), "the stream, the second Open and the range read")
 }
 
 func TestHTTPConfigProxy(t *testing.T) {

@@ -28,16 +28,6 @@ import (
 	"github.com/diskimport/engine/internal/testimg"
 )
 
-type countingTransport struct {
-	next http.RoundTripper
-	n    atomic.Int64
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.next.RoundTrip(r)
-}
-
 // A caller's *tls.Config or http.RoundTripper carries the requests.
 func TestCallerTLSConfigAndTransport(t *testing.T) {
 	dir := t.TempDir()
@@ -57,11 +47,11 @@ func TestCallerTLSConfigAndTransport(t *testing.T) {
 	require.NoError(t, err)
 	expectImage(t, raw, o.Target, false)
 
-	tr := &countingTransport{next: srv.Client().Transport}
+	tr := &testimg.CountingTransport{Next: srv.Client().Transport}
 	o = importer.Options{Source: srv.URL + "/disk.raw", Target: target(), Logger: testimg.Logger(t), Transport: tr}
 	_, err = importer.Import(context.Background(), o)
 	require.NoError(t, err)
-	assert.Positive(t, tr.n.Load())
+	assert.Positive(t, tr.N.Load())
 	expectImage(t, raw, o.Target, false)
 }
 

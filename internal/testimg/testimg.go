@@ -257,6 +257,18 @@ func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+// CountingTransport passes requests to Next and counts them, to show that
+// a caller's transport carried an import's requests.
+type CountingTransport struct {
+	Next http.RoundTripper
+	N    atomic.Int64
+}
+
+func (c *CountingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.N.Add(1)
+	return c.Next.RoundTrip(r)
+}
+
 // ServeOn serves h on ip (a 127.0.0.x alias, say) at a port the OS picks
 // until the test ends, and counts the connections it accepts. It returns
 // host:port.
