@@ -20,14 +20,15 @@ import (
 )
 
 // newVolume makes a KubeVirt-like filesystem volume in a new directory:
-// a disk.img of deltaSize, a few small files in a subdirectory, a
-// symlink to the disk.
+// a disk.img of deltaSize, a few small files (one empty) in a
+// subdirectory, a symlink to the disk.
 func newVolume(t *testing.T, seed uint64) string {
 	dir := t.TempDir()
 	testimg.Raw(t, dir, "disk.img", deltaSize, seed)
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "meta"), 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "meta", "config.json"), []byte(`{"disk":"disk.img"}`), 0o640))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), testimg.RandomBytes(100<<10, seed), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "meta", "empty"), nil, 0o644))
 	require.NoError(t, os.Symlink("disk.img", filepath.Join(dir, "current")))
 	return dir
 }
@@ -262,5 +263,28 @@ func TestFilesystemDeltaSignatureFetchedAgainAfterADrop(t *testing.T) {
 	got, err := s.wait(t)
 	require.NoError(t, err)
 	assert.Equal(t, res.Digest, got.ContentDigest)
+	assert.Equal(t, volumeState(t, src), volumeState(t, dst))
+}
+
+// TestFilesystemDeltaPassLeavesAHardLinkOutsideAlone: the target's small
+// file, with the source's bytes, is also linked from outside the volume;
+// it is not kept (its mode would change the outside name's too) but
+// replaced, and the outside file keeps its mode and bytes.
+func TestFilesystemDeltaPassLeavesAHardLinkOutsideAlone(t *testing.T) {
+	src := newVolume(t, 78)
+	dst := t.TempDir()
+	p := newPKI(t)
+	first := passOnto(t, p, src, dst, "")
+	outside := filepath.Join(dst, "..", filepath.Base(dst)+"-outside")
+	require.NoError(t, os.Link(filepath.Join(dst, "notes.txt"), outside))
+	t.Cleanup(func() { os.Remove(outside) })
+	require.NoError(t, os.Chmod(filepath.Join(src, "notes.txt"), 0o644))
+	want := testimg.FileDigest(t, outside)
+
+	passOnto(t, p, src, dst, first.Digest)
+	fi, err := os.Stat(outside)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the outside name's mode is untouched")
+	assert.Equal(t, want, testimg.FileDigest(t, outside))
 	assert.Equal(t, volumeState(t, src), volumeState(t, dst))
 }

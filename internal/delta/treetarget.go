@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -204,6 +205,15 @@ func (tt *TreeTarget) keep(have *Manifest, digests []blkhash.Digest) {
 		f := &tt.files[k]
 		d, ok := held[f.entry.Path]
 		if f.inPlace || !ok || tt.m.Digests[k] != d.String() || kinds[f.entry.Path].Size != f.entry.Size || !underDirs(f.entry.Path, kinds) {
+			continue
+		}
+		// One link: its mode and owner are set, and no name outside the
+		// volume may share them.
+		fi, err := tt.root.Lstat(f.entry.Path)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Nlink != 1 {
 			continue
 		}
 		f.kept, f.digest = true, d
