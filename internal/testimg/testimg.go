@@ -1,7 +1,9 @@
 // Package testimg builds test disk images at test time: a raw file of known,
 // varied content (random blocks, text, zero holes), converted with the real
 // qemu-img and compressed with the real gzip/xz/zstd tools. Tests compare
-// what the engine wrote with the raw file byte for byte.
+// what the engine wrote with the raw file byte for byte. It also serves
+// images over HTTP on 127.0.0.1 and provides what tests write them onto:
+// loop devices, a tmpfs, and the file-and-device matrix of ForEachTarget.
 package testimg
 
 import (
@@ -9,23 +11,16 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // Raw writes a raw image of size bytes (a multiple of 512) to dir/name:
@@ -130,88 +125,6 @@ func Compress(t testing.TB, path, kind string) string {
 	return path + "." + kind
 }
 
-// Serve serves dir on 127.0.0.1 and returns the base URL (ending in /).
-func Serve(t testing.TB, dir string) string {
-	t.Helper()
-	base, _ := ServeCountingRanges(t, dir)
-	return base
-}
-
-// ServeCountingRanges is Serve, counting the requests that carry a Range
-// header: how a test tells that an image was read in place over ranges,
-// or not at all.
-func ServeCountingRanges(t testing.TB, dir string) (base string, ranges *atomic.Int64) {
-	t.Helper()
-	ranges = new(atomic.Int64)
-	files := http.FileServer(http.Dir(dir))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Range") != "" {
-			ranges.Add(1)
-		}
-		files.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/", ranges
-}
-
-// LoopDevice attaches a loop device over a new sparse file of size bytes
-// filled with a 0xA5 pattern (so unwritten zeros show), and detaches it when
-// the test ends. It skips when not root or without losetup.
-func LoopDevice(t testing.TB, dir string, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("loop devices need root")
-	}
-	Need(t, "losetup")
-	backing := filepath.Join(dir, fmt.Sprintf("loop-%d.img", rand.Uint32()))
-	f, err := os.Create(backing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pattern := bytes.Repeat([]byte{0xA5}, 1<<20)
-	for off := int64(0); off < size; off += int64(len(pattern)) {
-		if _, err := f.Write(pattern[:min(int64(len(pattern)), size-off)]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f.Close()
-	return AttachLoop(t, backing, "--direct-io=on")
-}
-
-// LoopDeviceIfRoot is LoopDevice for the loop argument of ForEachTarget:
-// "" without root, so the block subtests skip and the file ones still run.
-func LoopDeviceIfRoot(t testing.TB, dir string, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		return ""
-	}
-	return LoopDevice(t, dir, size)
-}
-
-// AttachLoop attaches a loop device over the file backing, with losetup's
-// flags (such as --direct-io=on or --read-only), and detaches it when the
-// test ends. It skips when not root, without losetup, or when no loop
-// device can be attached.
-func AttachLoop(t testing.TB, backing string, flags ...string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("loop devices need root")
-	}
-	Need(t, "losetup")
-	args := append(append([]string{"-f", "--show"}, flags...), backing)
-	out, err := exec.Command("losetup", args...).CombinedOutput()
-	if err != nil {
-		t.Skipf("losetup failed (no free loop device?): %v: %s", err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-			t.Errorf("detaching %s: %v %s", dev, err, out)
-		}
-	})
-	return dev
-}
-
 // Digest returns the sha256 of the first n bytes of path (all of it when n < 0).
 func Digest(t testing.TB, path string, n int64) string {
 	t.Helper()
@@ -255,38 +168,6 @@ func DirNames(t testing.TB, dir string) []string {
 // output, so a failing case shows its phases.
 func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// CountingTransport passes requests to Next and counts them, to show that
-// a caller's transport carried an import's requests.
-type CountingTransport struct {
-	Next http.RoundTripper
-	N    atomic.Int64
-}
-
-func (c *CountingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.N.Add(1)
-	return c.Next.RoundTrip(r)
-}
-
-// ServeOn serves h on ip (a 127.0.0.x alias, say) at a port the OS picks
-// until the test ends, and counts the connections it accepts. It returns
-// host:port.
-func ServeOn(t testing.TB, ip string, h http.Handler) (addr string, conns *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns = new(atomic.Int32)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnState: func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}}
-	go srv.Serve(ln) //nolint:errcheck // ends with Close
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String(), conns
 }
 
 // RealImages is the shared corpus of public projects' images beside the
@@ -344,23 +225,6 @@ func Zip(t testing.TB, name string, content []byte) []byte {
 	return buf.Bytes()
 }
 
-// ServerOn is an httptest server of h on host (an address of the loopback
-// network such as 127.0.0.2: another host than 127.0.0.1 to an HTTP
-// client) at a port the OS picks, closed when the test ends.
-func ServerOn(t testing.TB, host string, h http.Handler) *httptest.Server {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 // AssertZeros fails unless path holds only zero bytes in [off, off+n).
 func AssertZeros(t testing.TB, path string, off, n int64) {
 	t.Helper()
@@ -382,27 +246,6 @@ func AssertZeros(t testing.TB, path string, off, n int64) {
 		}
 		off += int64(k)
 		n -= int64(k)
-	}
-}
-
-// WriteDevice writes the content of file to the start of dev and syncs it
-// (a device that holds data, to show what an import overwrites or leaves).
-func WriteDevice(t testing.TB, dev, file string) {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(data, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -433,55 +276,4 @@ func LUKS(t testing.TB, path string) {
 		}
 	}
 	t.Fatalf("qemu-img create -f luks %s: %v\n%s", path, err, out)
-}
-
-// Tmpfs mounts a tmpfs of size bytes on a new directory, unmounted at
-// cleanup: a destination whose free space is known exactly, and where
-// holes take no memory. It skips without root or where mounting fails.
-func Tmpfs(t testing.TB, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("mount tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// Target is where one run of an import test writes: a file, or a block
-// device.
-type Target struct {
-	Path  string // a new file's path in the subtest's temporary directory, or the loop device
-	Block bool   // Path is the loop device
-}
-
-// ForEachTarget runs f as the subtests name/file and name/block (just file
-// and block when name is ""): the first onto a file in a new temporary
-// directory, the second onto loop, skipped when loop is "" (no root for
-// loop devices).
-func ForEachTarget(t *testing.T, name, loop string, f func(t *testing.T, tg Target)) {
-	t.Helper()
-	for _, block := range []bool{false, true} {
-		sub := map[bool]string{false: "file", true: "block"}[block]
-		if name != "" {
-			sub = name + "/" + sub
-		}
-		t.Run(sub, func(t *testing.T) {
-			if !block {
-				f(t, Target{Path: filepath.Join(t.TempDir(), "disk.img")})
-				return
-			}
-			if loop == "" {
-				t.Skip("loop devices need root")
-			}
-			f(t, Target{Path: loop, Block: true})
-		})
-	}
 }

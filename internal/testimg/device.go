@@ -1,0 +1,143 @@
+package testimg
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// LoopDevice attaches a loop device over a new sparse file of size bytes
+// filled with a 0xA5 pattern (so unwritten zeros show), and detaches it when
+// the test ends. It skips when not root or without losetup.
+func LoopDevice(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	Need(t, "losetup")
+	backing := filepath.Join(dir, fmt.Sprintf("loop-%d.img", rand.Uint32()))
+	f, err := os.Create(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pattern := bytes.Repeat([]byte{0xA5}, 1<<20)
+	for off := int64(0); off < size; off += int64(len(pattern)) {
+		if _, err := f.Write(pattern[:min(int64(len(pattern)), size-off)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	return AttachLoop(t, backing, "--direct-io=on")
+}
+
+// LoopDeviceIfRoot is LoopDevice for the loop argument of ForEachTarget:
+// "" without root, so the block subtests skip and the file ones still run.
+func LoopDeviceIfRoot(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	return LoopDevice(t, dir, size)
+}
+
+// AttachLoop attaches a loop device over the file backing, with losetup's
+// flags (such as --direct-io=on or --read-only), and detaches it when the
+// test ends. It skips when not root, without losetup, or when no loop
+// device can be attached.
+func AttachLoop(t testing.TB, backing string, flags ...string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loop devices need root")
+	}
+	Need(t, "losetup")
+	args := append(append([]string{"-f", "--show"}, flags...), backing)
+	out, err := exec.Command("losetup", args...).CombinedOutput()
+	if err != nil {
+		t.Skipf("losetup failed (no free loop device?): %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("detaching %s: %v %s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+// WriteDevice writes the content of file to the start of dev and syncs it
+// (a device that holds data, to show what an import overwrites or leaves).
+func WriteDevice(t testing.TB, dev, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Tmpfs mounts a tmpfs of size bytes on a new directory, unmounted at
+// cleanup: a destination whose free space is known exactly, and where
+// holes take no memory. It skips without root or where mounting fails.
+func Tmpfs(t testing.TB, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// Target is where one run of an import test writes: a file, or a block
+// device.
+type Target struct {
+	Path  string // a new file's path in the subtest's temporary directory, or the loop device
+	Block bool   // Path is the loop device
+}
+
+// ForEachTarget runs f as the subtests name/file and name/block (just file
+// and block when name is ""): the first onto a file in a new temporary
+// directory, the second onto loop, skipped when loop is "" (no root for
+// loop devices).
+func ForEachTarget(t *testing.T, name, loop string, f func(t *testing.T, tg Target)) {
+	t.Helper()
+	for _, block := range []bool{false, true} {
+		sub := map[bool]string{false: "file", true: "block"}[block]
+		if name != "" {
+			sub = name + "/" + sub
+		}
+		t.Run(sub, func(t *testing.T) {
+			if !block {
+				f(t, Target{Path: filepath.Join(t.TempDir(), "disk.img")})
+				return
+			}
+			if loop == "" {
+				t.Skip("loop devices need root")
+			}
+			f(t, Target{Path: loop, Block: true})
+		})
+	}
+}
