@@ -140,7 +140,8 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 		// memory. MaxMemory is raised because, for streams, it would also
 		// refuse frames whose declared content size exceeds it (64 GiB by
 		// default): disk images are bigger.
-		zr, err := zstd.NewReader(src,
+		// RLE blocks reach it as Raw blocks (rleAsRaw).
+		zr, err := zstd.NewReader(newRLEAsRaw(src),
 			zstd.WithDecoderConcurrency(1),
 			zstd.WithDecoderMaxWindow(o.MaxZstdWindow),
 			zstd.WithDecoderMaxMemory(1<<63),
