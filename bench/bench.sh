@@ -13,7 +13,8 @@
 # and ours run side by side as pods (bench/pods.sh: CDI's environment, a
 # private mount namespace, a 256 MiB memory cgroup each), interleaved with
 # the rest; the pod table gives CDI's seconds, our speedup against issue
-# 24's targets, and each case's limit (its decoder alone).
+# 24's targets, and each case's limits (its decoder alone; for a raw image
+# also the decoder piped into dd onto the loop device).
 #
 # Environment: BENCH_SIZE (2G; e.g. 256M for a quick check), BENCH_RUNS (3),
 # BENCH_CASES (space-separated; default: $default_cases below, ~25 min at 2G
@@ -163,9 +164,9 @@ measure() {
 }
 extra() { printf 'X\t%s\t%s\t%s\n' "$1" "$2" "$3" >>"$tsv"; }
 compare() { printf 'C\t%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-0}" "${4:-}" >>"$tsv"; }
-# pod CASE CDI_LABEL OURS_ENV_LABEL OURS_CLI_LABEL LIMIT_LABEL TARGET: one
-# row of the pod table.
-pod() { printf 'P\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; }
+# pod CASE CDI_LABEL OURS_ENV_LABEL OURS_CLI_LABEL LIMIT_LABEL TARGET
+# DEVICE_LIMIT_LABEL: one row of the pod table (the last may be empty).
+pod() { printf 'P\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; }
 
 imp="$work/importer -q --json --scratch $scratch"
 # with_scratch_peak LABEL PREP CMD: one import, measured, with the scratch
@@ -228,6 +229,17 @@ limit_label() {
 	*) echo "qemu-img convert local $1 → loop" ;;
 	esac
 }
+# A raw image's limit with the device write: its decoder piped into dd onto
+# the loop device (every byte written, as a user's pipe does); the other
+# rows' qemu-img limit writes the device already.
+dev_limit_label() {
+	case $1 in
+	raw.zst) echo "zstd -dc | dd → loop" ;;
+	raw.gz) echo "igzip -dc | dd → loop" ;;
+	raw.xz) echo "xz -dc | dd raw.xz → loop" ;;
+	raw.mt.xz) echo "xz -T0 -dc | dd raw.mt.xz → loop" ;;
+	esac
+}
 
 # registry_round TAG: the containerdisk :TAG imported from the registry onto
 # the loop device, against crane export | tar -xO (| dd, or > file and
@@ -265,23 +277,27 @@ one_round() {
 		raw.zst)
 			measure "go zstd (engine) → null" reset_none "$bt decode $f"
 			measure "zstd -dc → null" reset_none "zstd -dc $f >/dev/null"
+			measure "$(dev_limit_label "$c")" reset_loop "zstd -dc $f | $dd_loop"
 			measure "curl|zstd -dc|dd → loop" reset_loop "curl -sS $url/disk.$c | zstd -dc | $dd_loop" ;;
 		raw.gz)
 			measure "go gzip (engine) → null" reset_none "$bt decode $f"
 			measure "gzip -dc → null" reset_none "gzip -dc $f >/dev/null"
 			measure "pigz -dc → null" reset_none "pigz -dc $f >/dev/null"
 			measure "igzip -dc → null" reset_none "igzip -dc $f >/dev/null"
+			measure "$(dev_limit_label "$c")" reset_loop "igzip -dc $f | $dd_loop"
 			measure "curl|gzip -dc|dd → loop" reset_loop "curl -sS $url/disk.$c | gzip -dc | $dd_loop"
 			measure "curl|pigz -dc|dd → loop" reset_loop "curl -sS $url/disk.$c | pigz -dc | $dd_loop" ;;
 		raw.xz | raw.mt.xz)
 			measure "engine xz decoder $c → null" reset_none "$bt decode $f"
 			if [[ $c == raw.xz ]]; then
 				measure "xz -dc $c → null" reset_none "xz -dc $f >/dev/null"
+				measure "$(dev_limit_label "$c")" reset_loop "xz -dc $f | $dd_loop"
 				# CDI's decoder: ~20 s per run at 2G, so timed in the first run only.
 				[[ $goxz == 1 && $run == 1 ]] && measure "go ulikunitz/xz $c → null" reset_none "$bt decode -goxz $f"
 				measure "curl|xz -dc|dd $c → loop" reset_loop "curl -sS $url/disk.$c | xz -dc | $dd_loop"
 			else
 				measure "xz -T0 -dc $c → null" reset_none "xz -T0 -dc $f >/dev/null"
+				measure "$(dev_limit_label "$c")" reset_loop "xz -T0 -dc $f | $dd_loop"
 				measure "curl|xz -T0 -dc|dd $c → loop" reset_loop "curl -sS $url/disk.$c | xz -T0 -dc | $dd_loop"
 			fi ;;
 		raw)
@@ -369,7 +385,7 @@ for c in $cases; do
 		compare "$L" "qemu-img convert local $c → loop"
 		compare "$F" "qemu-img convert local $c → file" ;;
 	esac
-	[[ $c == registry-* ]] || pod "$c" "$(pod_label CDI "$c")" "$(pod_label ours "$c")" "$L" "$(limit_label "$c")" "${cdi_target[$c]:-3}"
+	[[ $c == registry-* ]] || pod "$c" "$(pod_label CDI "$c")" "$(pod_label ours "$c")" "$L" "$(limit_label "$c")" "${cdi_target[$c]:-3}" "$(dev_limit_label "$c")"
 done
 
 # Warm the page cache with the sources (they stand in for a network).

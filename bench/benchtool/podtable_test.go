@@ -14,6 +14,7 @@ func TestPodRowVerdicts(t *testing.T) {
 		m("cdi a", 6, 200<<20, 210<<20), m("env a", 1.5, 60<<20, 70<<20), m("lim a", 0.5),
 		m("cdi b", 10), m("env b", 4), m("lim b", 3.8), // the decoder alone needs more than 10/3.5 s
 		m("cdi c", 10), m("env c", 4), m("lim c", 1),
+		m("cdi e", 6), m("env e", 2.4), m("lim e", 0.5), m("dev e", 2.2), // the device write binds
 	} {
 		byLabel[x.Label] = x
 	}
@@ -22,6 +23,7 @@ func TestPodRowVerdicts(t *testing.T) {
 		{Case: "b", CDI: "cdi b", OursEnv: "env b", Limit: "lim b", Target: 3.5},
 		{Case: "c", CDI: "cdi c", OursEnv: "env c", Limit: "lim c", Target: 3},
 		{Case: "d", CDI: "cdi d", OursEnv: "env a", Limit: "lim a", Target: 3},
+		{Case: "e", CDI: "cdi e", OursEnv: "env e", Limit: "lim e", DevLimit: "dev e", Target: 3},
 	}
 	fillPodRows(rows, byLabel)
 	if r := rows[0]; r.Verdict != "ok" || r.Speedup != 4 || r.EnvPeak != 70<<20 || r.CDIPeak != 210<<20 {
@@ -35,5 +37,8 @@ func TestPodRowVerdicts(t *testing.T) {
 	}
 	if r := rows[3]; r.Verdict != "no CDI run" || r.Met != nil {
 		t.Errorf("row d: %+v", r)
+	}
+	if r := rows[4]; !strings.HasPrefix(r.Verdict, "limit: dev e alone takes 2.20 s, the target needs 2.00 s") || r.DevS != 2.2 {
+		t.Errorf("row e: %q %+v", r.Verdict, r)
 	}
 }

@@ -17,7 +17,7 @@ import (
 //	M label run seconds rss_kib virtual_bytes exit_code   one measured run
 //	C ours_label ref_label min_ratio target_text          one table row
 //	X label key value                                     an extra per-run number
-//	P case cdi_label env_label cli_label limit_label target   one row of the pod table
+//	P case cdi_label env_label cli_label limit_label target [device_limit_label]   one row of the pod table
 //	N text                                                a note printed under the pod table
 //
 // Our imports carry the extras scratch_peak (bytes allocated under the
@@ -116,6 +116,9 @@ func runReport(args []string) error {
 			comps = append(comps, comparison{Ours: c[1], Ref: c[2], MinRatio: num(3), Target: c[4]})
 		case c[0] == "P" && len(c) >= 7:
 			pods = append(pods, podRow{Case: c[1], CDI: c[2], OursEnv: c[3], OursCLI: c[4], Limit: c[5], Target: num(6)})
+			if len(c) >= 8 {
+				pods[len(pods)-1].DevLimit = c[7]
+			}
 		case c[0] == "N" && len(c) >= 2:
 			if !slices.Contains(notes, c[1]) { // one per run
 				notes = append(notes, c[1])
