@@ -428,23 +428,17 @@ func TestTarOfOneDiskImportsTheDisk(t *testing.T) {
 		{"GCE tar.gz", filepath.Base(gce), "raw", []string{"gz", "tar"}},
 		{"OVA", "vm.ova", "vmdk", []string{"tar"}},
 	}
-	targets := map[string]func(t *testing.T) string{"file": func(t *testing.T) string { return filepath.Join(t.TempDir(), "disk.img") }}
-	if os.Geteuid() == 0 {
-		targets["loop"] = func(t *testing.T) string { return testimg.LoopDevice(t, t.TempDir(), imageSize+1<<20) }
-	}
 	for _, c := range cases {
 		for _, src := range []string{filepath.Join(dir, c.file), base + c.file} {
-			for kind, target := range targets {
-				t.Run(c.name+"/"+kind, func(t *testing.T) {
-					dst := target(t)
-					res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)})
-					require.NoError(t, err, src)
-					require.True(t, res.Complete)
-					assert.Equal(t, c.format, res.SourceFormat)
-					assert.Equal(t, c.layers, res.Compressions)
-					assert.Equal(t, testimg.Digest(t, raw, imageSize), testimg.Digest(t, dst, imageSize), "the disk's bytes")
-				})
-			}
+			testimg.ForEachTarget(t, c.name, imageSize+1<<20, func(t *testing.T, tg testimg.Target) {
+				dst := tg.Path
+				res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: dst, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)})
+				require.NoError(t, err, src)
+				require.True(t, res.Complete)
+				assert.Equal(t, c.format, res.SourceFormat)
+				assert.Equal(t, c.layers, res.Compressions)
+				assert.Equal(t, testimg.Digest(t, raw, imageSize), testimg.Digest(t, dst, imageSize), "the disk's bytes")
+			})
 		}
 	}
 }

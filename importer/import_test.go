@@ -81,8 +81,6 @@ func TestImportMatrix(t *testing.T) {
 	require.NoError(t, os.Mkdir(www, 0o755))
 	base := testimg.Serve(t, www)
 
-	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
-
 	for _, c := range imageCases() {
 		img := c.build(t, raw, dir)
 		served := filepath.Join(www, filepath.Base(img))
@@ -100,7 +98,7 @@ func TestImportMatrix(t *testing.T) {
 			},
 		}
 		for srcName, mk := range sources {
-			testimg.ForEachTarget(t, c.name+"/"+srcName, loop, func(t *testing.T, tg testimg.Target) {
+			testimg.ForEachTarget(t, c.name+"/"+srcName, 8<<20, func(t *testing.T, tg testimg.Target) {
 				o := mk()
 				o.Logger = testimg.Logger(t)
 				o.ScratchDir = t.TempDir()
@@ -143,7 +141,6 @@ func TestImportCompressed(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 2)
 	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 	base := testimg.Serve(t, dir)
-	loop := testimg.LoopDeviceIfRoot(t, dir, 8<<20)
 	nested := testimg.Compress(t, testimg.Compress(t, raw, "gz"), "zst") // disk.raw.gz.zst
 	cases := map[string][]string{
 		filepath.Base(nested): {"zst", "gz"},
@@ -153,7 +150,7 @@ func TestImportCompressed(t *testing.T) {
 		cases[filepath.Base(testimg.Compress(t, qcow, kind))] = []string{kind}
 	}
 	for name, comps := range cases {
-		testimg.ForEachTarget(t, name, loop, func(t *testing.T, tg testimg.Target) {
+		testimg.ForEachTarget(t, name, 8<<20, func(t *testing.T, tg testimg.Target) {
 			for i, src := range []string{base + name, filepath.Join(dir, name)} {
 				target := tg.Path
 				if i > 0 && !tg.Block {
@@ -201,29 +198,23 @@ func TestLZ4Decoded(t *testing.T) {
 		testimg.Run(t, "lz4", "-q", p, p+".lz4")
 	}
 	base := testimg.Serve(t, dir)
-	targets := map[string]func(t *testing.T) string{"file": func(t *testing.T) string { return filepath.Join(t.TempDir(), "disk.img") }}
-	if os.Geteuid() == 0 {
-		targets["loop"] = func(t *testing.T) string { return testimg.LoopDevice(t, t.TempDir(), imageSize+1<<20) }
-	}
 	for _, c := range []struct{ file, format string }{{"disk.raw.lz4", "raw"}, {"disk.qcow2.lz4", "qcow2"}} {
-		for kind, target := range targets {
-			for _, via := range []string{"http", "stdin"} {
-				t.Run(c.file+"/"+via+"/"+kind, func(t *testing.T) {
-					o := importer.Options{Source: base + c.file, Target: target(t), TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)}
-					if via == "stdin" {
-						f, err := os.Open(filepath.Join(dir, c.file))
-						require.NoError(t, err)
-						defer f.Close()
-						o.Source, o.SourceReader = "-", f
-					}
-					res, err := importer.Import(context.Background(), o)
+		for _, via := range []string{"http", "stdin"} {
+			testimg.ForEachTarget(t, c.file+"/"+via, imageSize+1<<20, func(t *testing.T, tg testimg.Target) {
+				o := importer.Options{Source: base + c.file, Target: tg.Path, TargetOptions: importer.TargetOptions{ScratchDir: t.TempDir()}, Logger: testimg.Logger(t)}
+				if via == "stdin" {
+					f, err := os.Open(filepath.Join(dir, c.file))
 					require.NoError(t, err)
-					assert.Equal(t, c.format, res.SourceFormat)
-					assert.Equal(t, []string{"lz4"}, res.Compressions)
-					assert.False(t, res.ScratchUsed)
-					assert.Equal(t, testimg.Digest(t, raw, imageSize), testimg.Digest(t, o.Target, imageSize))
-				})
-			}
+					defer f.Close()
+					o.Source, o.SourceReader = "-", f
+				}
+				res, err := importer.Import(context.Background(), o)
+				require.NoError(t, err)
+				assert.Equal(t, c.format, res.SourceFormat)
+				assert.Equal(t, []string{"lz4"}, res.Compressions)
+				assert.False(t, res.ScratchUsed)
+				assert.Equal(t, testimg.Digest(t, raw, imageSize), testimg.Digest(t, o.Target, imageSize))
+			})
 		}
 	}
 }

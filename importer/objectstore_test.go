@@ -67,7 +67,6 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 		require.NoError(t, err)
 		st.put(t, "images/"+name, b)
 	}
-	loop := testimg.LoopDeviceIfRoot(t, t.TempDir(), 8<<20)
 	cases := []struct {
 		name, object string
 		noRanged     bool
@@ -83,38 +82,30 @@ func testObjectStoreImports(t *testing.T, st objectStore) {
 		{"qcow2 streamed to scratch", "disk.qcow2", true, true, true, importer.PhaseTransferScratch},
 	}
 	for _, c := range cases {
-		for _, block := range []bool{false, true} {
-			t.Run(c.name+map[bool]string{false: " onto a file", true: " onto a loop device"}[block], func(t *testing.T) {
-				if block && loop == "" {
-					t.Skip("loop devices need root")
-				}
-				target := filepath.Join(t.TempDir(), "disk.img")
-				if block {
-					target = loop
-				}
-				o := importer.Options{
-					Source: st.endpoint(st.host, "images/"+c.object), Target: target, TargetOptions: importer.TargetOptions{
-						ScratchDir:     t.TempDir(),
-						NoRangedRead:   c.noRanged,
-						NoStreamDecode: c.noDecode,
-					},
-					Logger: testimg.Logger(t),
-				}
-				// A checksum needs every byte in order, so the ranged case
-				// goes without one.
-				if ranged := !c.wantScratch && c.wantPhase == importer.PhaseConvert; !ranged {
-					o.Checksums = []string{"sha256:" + fileSHA256(t, files[c.object])}
-				}
-				st.opts(&o)
-				res, err := importer.Import(context.Background(), o)
-				require.NoError(t, err)
-				assert.Equal(t, c.wantScratch, res.ScratchUsed, "phases %v", res.Phases)
-				assert.Contains(t, res.Phases, c.wantPhase)
-				expectImage(t, raw, target, block)
-				assertEmptyDir(t, o.ScratchDir)
-				assertNoSocketDir(t, tmp)
-			})
-		}
+		testimg.ForEachTarget(t, c.name, 8<<20, func(t *testing.T, tg testimg.Target) {
+			target := tg.Path
+			o := importer.Options{
+				Source: st.endpoint(st.host, "images/"+c.object), Target: target, TargetOptions: importer.TargetOptions{
+					ScratchDir:     t.TempDir(),
+					NoRangedRead:   c.noRanged,
+					NoStreamDecode: c.noDecode,
+				},
+				Logger: testimg.Logger(t),
+			}
+			// A checksum needs every byte in order, so the ranged case
+			// goes without one.
+			if ranged := !c.wantScratch && c.wantPhase == importer.PhaseConvert; !ranged {
+				o.Checksums = []string{"sha256:" + fileSHA256(t, files[c.object])}
+			}
+			st.opts(&o)
+			res, err := importer.Import(context.Background(), o)
+			require.NoError(t, err)
+			assert.Equal(t, c.wantScratch, res.ScratchUsed, "phases %v", res.Phases)
+			assert.Contains(t, res.Phases, c.wantPhase)
+			expectImage(t, raw, target, tg.Block)
+			assertEmptyDir(t, o.ScratchDir)
+			assertNoSocketDir(t, tmp)
+		})
 	}
 	t.Run("read over several connections", func(t *testing.T) {
 		big := testimg.Raw(t, t.TempDir(), "big.raw", 18<<20, 9)

@@ -30,20 +30,17 @@ const spillBound = 1 << 20
 // late is decoded in one pass over HTTP and from stdin; what was spilled is
 // reported and gone afterwards.
 func TestStreamDecodeSpills(t *testing.T) {
-	url, gz, want, loop := servedLateTables(t)
+	url, gz, want := servedLateTables(t)
 	for _, srcName := range []string{"http", "stdin", "stdin-block"} {
 		t.Run(srcName, func(t *testing.T) {
 			block := strings.HasSuffix(srcName, "-block")
-			if block && loop == "" {
-				t.Skip("loop devices need root")
-			}
 			var logs bytes.Buffer
 			o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
 				ScratchDir: t.TempDir(),
 			}, Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}
 			if block {
-				o.Target = loop
+				o.Target = testimg.LoopDevice(t, t.TempDir(), 8<<20)
 			}
 			if strings.HasPrefix(srcName, "stdin") {
 				o.Source, o.SourceReader = "-", pipeOf(t, gz)
@@ -84,13 +81,10 @@ func pipeOf(t *testing.T, path string) *os.File {
 // stream fails at once with ErrScratchSpaceRequired naming the source and
 // the bytes; neither leaves anything on the target.
 func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
-	url, gz, _, loop := servedLateTables(t)
+	url, gz, _ := servedLateTables(t)
 	for _, srcName := range []string{"http", "stdin", "stdin-block", "http-block"} {
 		t.Run(srcName, func(t *testing.T) {
 			block := strings.HasSuffix(srcName, "-block")
-			if block && loop == "" {
-				t.Skip("loop devices need root")
-			}
 			srcName = strings.TrimSuffix(srcName, "-block")
 			var logs bytes.Buffer
 			o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
@@ -98,7 +92,7 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			}, Logger: logTo(t, &logs),
 				Target: filepath.Join(t.TempDir(), "disk.img")}
 			if block {
-				o.Target = loop
+				o.Target = testimg.LoopDevice(t, t.TempDir(), 8<<20)
 			}
 			if srcName == "stdin" {
 				o.Source, o.SourceReader = "-", pipeOf(t, gz)
@@ -122,7 +116,7 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			if block {
 				// The decoder held the device's head: it still
 				// holds what was there before.
-				assertPattern(t, loop, 0, 1<<20)
+				assertPattern(t, o.Target, 0, 1<<20)
 			} else {
 				assertEmptyDir(t, filepath.Dir(o.Target))
 			}
