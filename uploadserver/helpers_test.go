@@ -2,7 +2,6 @@ package uploadserver_test
 
 import (
 	"io"
-	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -12,18 +11,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/uploadserver"
 )
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // serve runs a Handler on 127.0.0.1 for the test.
 func serve(t *testing.T, o uploadserver.Options) (*uploadserver.Handler, string) {
 	t.Helper()
 	if o.Logger == nil {
-		o.Logger = testLogger(t)
+		o.Logger = testimg.Logger(t)
 	}
 	h := uploadserver.NewHandler(o)
 	srv := httptest.NewServer(h)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/uploadserver"
 )
 
@@ -73,7 +74,7 @@ func TestUnprotectedServerListensOnLoopbackOnly(t *testing.T) {
 	for _, anywhere := range []bool{false, true} {
 		port := freePort(t)
 		runServer(t, &uploadserver.Server{
-			Options: uploadserver.Options{Import: importer.Options{Target: t.TempDir()}, Logger: testLogger(t)},
+			Options: uploadserver.Options{Import: importer.Options{Target: t.TempDir()}, Logger: testimg.Logger(t)},
 			Addr:    "0.0.0.0:" + port, ListenAnywhere: anywhere,
 		})
 		require.True(t, reachable("127.0.0.1:"+port), "loopback")
@@ -91,7 +92,7 @@ func TestDeadlinePassed(t *testing.T) {
 	port := freePort(t)
 	dir := t.TempDir()
 	done := runServer(t, &uploadserver.Server{
-		Options:  uploadserver.Options{Import: importer.Options{Target: dir}, Logger: testLogger(t)},
+		Options:  uploadserver.Options{Import: importer.Options{Target: dir}, Logger: testimg.Logger(t)},
 		Addr:     "127.0.0.1:" + port,
 		Deadline: time.Now().Add(300 * time.Millisecond),
 	})
