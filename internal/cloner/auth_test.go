@@ -41,7 +41,7 @@ func TestCloneRefusesUnauthorizedClients(t *testing.T) {
 			t.Run(tc.name+" "+protocol, func(t *testing.T) {
 				_, err := cloner.Send(context.Background(), cloner.Options{
 					URL: s.url(""), ContentType: cloner.ContentTypeBlock, Source: img, Protocol: protocol,
-					Client: p.clientFor(t, tc.pair), Logger: testLogger(t), Retries: -1,
+					Client: p.clientFor(t, tc.pair), Logger: testimg.Logger(t), Retries: -1,
 				})
 				require.Error(t, err)
 				if tc.pair != &stranger {

@@ -28,7 +28,7 @@ func fileSHA(t *testing.T, path string) string {
 func send(t *testing.T, p *pki, url, contentType, source, protocol string) (*cloner.Result, error) {
 	return cloner.Send(context.Background(), cloner.Options{
 		URL: url, ContentType: contentType, Source: source, Protocol: protocol,
-		Client: p.clientFor(t, &p.client), Logger: testLogger(t), RetryDelay: 50e6,
+		Client: p.clientFor(t, &p.client), Logger: testimg.Logger(t), RetryDelay: 50e6,
 	})
 }
 

@@ -23,7 +23,7 @@ const deltaSize = 32 * mib
 func sendDelta(t *testing.T, p *pki, url, source, base string) (*cloner.Result, error) {
 	return cloner.Send(context.Background(), cloner.Options{
 		URL: url, ContentType: cloner.ContentTypeBlock, Source: source, Delta: true, DeltaBase: base,
-		Client: p.clientFor(t, &p.client), Logger: testLogger(t), RetryDelay: 50e6,
+		Client: p.clientFor(t, &p.client), Logger: testimg.Logger(t), RetryDelay: 50e6,
 	})
 }
 

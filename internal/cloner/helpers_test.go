@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -13,16 +12,13 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/testpki"
 	"github.com/diskimport/engine/uploadserver"
 )
 
 // clientName is the name the upload server demands (CDI's CLIENT_NAME).
 const clientName = "cdi-cloner"
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
 
 // pki is the test's CA with a server and a good client certificate.
 type pki struct {
@@ -79,7 +75,7 @@ func startServer(t *testing.T, p *pki, imp importer.Options) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imp.Logger = testLogger(t)
+	imp.Logger = testimg.Logger(t)
 	srv := &uploadserver.Server{
 		Options: uploadserver.Options{Import: imp, ClientName: clientName, Logger: imp.Logger,
 			CloneResumeWindow: 30 * time.Second},

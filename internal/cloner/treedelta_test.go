@@ -71,7 +71,7 @@ func volumeState(t *testing.T, dir string) []string {
 func sendTree(t *testing.T, p *pki, url, src, base string, retries int) (*cloner.Result, error) {
 	return cloner.Send(context.Background(), cloner.Options{
 		URL: url, ContentType: cloner.ContentTypeFilesystem, Source: src, Delta: true, DeltaBase: base,
-		Client: p.clientFor(t, &p.client), Logger: testLogger(t), RetryDelay: 50e6, Retries: retries,
+		Client: p.clientFor(t, &p.client), Logger: testimg.Logger(t), RetryDelay: 50e6, Retries: retries,
 	})
 }
 
