@@ -46,9 +46,6 @@ func TestStreamDecodeSpills(t *testing.T) {
 				o.Source, o.SourceReader = "-", pipeOf(t, gz)
 			}
 			res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
-			if err != nil {
-				t.Log(logs.String())
-			}
 			require.NoError(t, err)
 			assert.Equal(t, streamDecodePhases, res.Phases)
 			assert.True(t, res.ScratchUsed)
@@ -153,9 +150,6 @@ func TestStreamDecodeSnapshots(t *testing.T) {
 					o.Source, o.SourceReader = "-", pipeOf(t, gz)
 				}
 				res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, bound))
-				if err != nil {
-					t.Log(logs.String())
-				}
 				require.NoError(t, err)
 				assert.Equal(t, streamDecodePhases, res.Phases)
 				assert.Equal(t, bound > 0, res.ScratchUsed, "spilled %d", res.ScratchBytes)

@@ -29,16 +29,13 @@ var streamDecodePhases = []importer.Phase{importer.PhaseInfo, importer.PhaseTran
 // logTo returns a debug logger into buf that also goes to the test log.
 func logTo(t *testing.T, buf *bytes.Buffer) *slog.Logger {
 	t.Helper()
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(io.MultiWriter(buf, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // requireStreamDecoded checks that an import took the stream-decode route:
 // complete, no scratch at all, its phases and its log line.
 func requireStreamDecoded(t *testing.T, res *importer.Result, err error, logs *bytes.Buffer) {
 	t.Helper()
-	if err != nil {
-		t.Log(logs.String())
-	}
 	require.NoError(t, err)
 	assert.True(t, res.Complete)
 	assert.False(t, res.ScratchUsed)
@@ -129,9 +126,6 @@ func TestStreamDecodeFallsBackToScratch(t *testing.T) {
 			}
 		}
 		res, err := importer.Import(context.Background(), importer.WithStreamDecodeBuffer(o, 1))
-		if err != nil {
-			t.Log(logs.String())
-		}
 		require.NoError(t, err)
 		assert.True(t, res.ScratchUsed)
 		assert.Contains(t, res.Phases, importer.PhaseTransferScratch)
