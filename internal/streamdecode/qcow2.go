@@ -105,10 +105,7 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 	// Compressed clusters may claim up to two clusters of input.
 	nbuf := max(2, min(2*o.Workers+2, int((32<<20)/(3*d.cs))))
 	d.inf = newInflaters(codec, o.Workers)
-	d.outFree = make(chan []byte, nbuf)
-	for range nbuf {
-		d.outFree <- make([]byte, d.cs)
-	}
+	d.outFree = freeBuffers(nbuf, d.cs)
 	defer func() {
 		d.inf.stop()
 		if werr := d.out.close(); err == nil && werr != nil {

@@ -125,10 +125,7 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	d.out = newOutput(ctx, sink, 4*o.Workers)
 	d.inf = newInflaters(codecZlib, o.Workers)
 	nbuf := max(2, min(4*o.Workers+2, int((64<<20)/d.grainB)))
-	d.outFree = make(chan []byte, nbuf)
-	for range nbuf {
-		d.outFree <- make([]byte, d.grainB)
-	}
+	d.outFree = freeBuffers(nbuf, d.grainB)
 	defer func() {
 		d.inf.stop()
 		if werr := d.out.close(); err == nil && werr != nil {
