@@ -49,15 +49,8 @@ func (r *Runner) Check(ctx context.Context, path, format string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.infoTimeout())
 	defer cancel()
-	out := &capBuffer{max: maxInfoJSON}
 	// -r is never passed: check must not modify the image.
-	res, err := r.run(ctx, runSpec{
-		sub:    "check",
-		args:   []string{"check", "--output=json", "-f", format, "--", path},
-		limits: r.Limits.merge(defaultInfoLimits),
-		stdout: out,
-		reads:  []string{path},
-	})
+	res, out, err := r.query(ctx, "check", path, format)
 	if err == nil {
 		return nil
 	}

@@ -71,14 +71,7 @@ func (r *Runner) Info(ctx context.Context, path, format string) (*ImageInfo, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.infoTimeout())
 	defer cancel()
-	out := &capBuffer{max: maxInfoJSON}
-	res, err := r.run(ctx, runSpec{
-		sub:    "info",
-		args:   []string{"info", "--output=json", "-f", format, "--", path},
-		limits: r.Limits.merge(defaultInfoLimits),
-		stdout: out,
-		reads:  []string{path},
-	})
+	res, out, err := r.query(ctx, "info", path, format)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +108,21 @@ func parseInfo(b []byte) (*ImageInfo, error) {
 		}
 	}
 	return info, nil
+}
+
+// query runs the read-only `qemu-img SUB --output=json -f FORMAT -- PATH`
+// (info, check) under the info limits, reading path alone, its JSON output
+// kept up to maxInfoJSON bytes.
+func (r *Runner) query(ctx context.Context, sub, path, format string) (runResult, *capBuffer, error) {
+	out := &capBuffer{max: maxInfoJSON}
+	res, err := r.run(ctx, runSpec{
+		sub:    sub,
+		args:   []string{sub, "--output=json", "-f", format, "--", path},
+		limits: r.Limits.merge(defaultInfoLimits),
+		stdout: out,
+		reads:  []string{path},
+	})
+	return res, out, err
 }
 
 // capBuffer is a bytes.Buffer that stops growing at max and remembers that
