@@ -48,6 +48,9 @@ func newRLEAsRaw(r io.Reader) *rleAsRaw {
 }
 
 func (z *rleAsRaw) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for {
 		if len(z.pending) > 0 {
 			n := copy(p, z.pending)

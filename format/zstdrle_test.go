@@ -79,7 +79,11 @@ func TestRLEAsRawKeepsTheStreamAndLeavesNoRLEBlock(t *testing.T) {
 	before := blockTypes(t, stream)
 	require.Positive(t, before[zstdBlockRLE], "the test stream must hold RLE blocks")
 
-	rewritten, err := io.ReadAll(newRLEAsRaw(bytes.NewReader(stream)))
+	z := newRLEAsRaw(bytes.NewReader(stream))
+	n, err := z.Read(nil)
+	require.Zero(t, n)
+	require.NoError(t, err)
+	rewritten, err := io.ReadAll(z)
 	require.NoError(t, err)
 	after := blockTypes(t, rewritten)
 	require.Zero(t, after[zstdBlockRLE])
