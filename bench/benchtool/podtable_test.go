@@ -15,6 +15,7 @@ func TestPodRowVerdicts(t *testing.T) {
 		m("cdi b", 10), m("env b", 4), m("lim b", 3.8), // the decoder alone needs more than 10/3.5 s
 		m("cdi c", 10), m("env c", 4), m("lim c", 1),
 		m("cdi e", 6), m("env e", 2.4), m("lim e", 0.5), m("dev e", 2.2), // the device write binds
+		m("cdi f", 6), m("env f", 2.4), m("lim f", 0.5), m("dev f", 3), // ours beats the pipe into dd
 	} {
 		byLabel[x.Label] = x
 	}
@@ -24,6 +25,7 @@ func TestPodRowVerdicts(t *testing.T) {
 		{Case: "c", CDI: "cdi c", OursEnv: "env c", Limit: "lim c", Target: 3},
 		{Case: "d", CDI: "cdi d", OursEnv: "env a", Limit: "lim a", Target: 3},
 		{Case: "e", CDI: "cdi e", OursEnv: "env e", Limit: "lim e", DevLimit: "dev e", Target: 3},
+		{Case: "f", CDI: "cdi f", OursEnv: "env f", Limit: "lim f", DevLimit: "dev f", Target: 3},
 	}
 	fillPodRows(rows, byLabel)
 	if r := rows[0]; r.Verdict != "ok" || r.Speedup != 4 || r.EnvPeak != 70<<20 || r.CDIPeak != 210<<20 {
@@ -40,5 +42,8 @@ func TestPodRowVerdicts(t *testing.T) {
 	}
 	if r := rows[4]; !strings.HasPrefix(r.Verdict, "limit: dev e alone takes 2.20 s, the target needs 2.00 s") || r.DevS != 2.2 {
 		t.Errorf("row e: %q %+v", r.Verdict, r)
+	}
+	if r := rows[5]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 2.00 s, the limit 0.50 s") || !strings.HasSuffix(r.Verdict, "; ours beats dev f (3.00 s)") {
+		t.Errorf("row f: %q", r.Verdict)
 	}
 }
