@@ -88,6 +88,26 @@ func passOnto(t *testing.T, p *pki, src, dst, base string) *cloner.Result {
 	return res
 }
 
+// copiedVolume makes a volume from seed (newVolume) and a directory a
+// first pass copied it onto; it returns both, the PKI the server and the
+// cloner share and the first pass's result.
+func copiedVolume(t *testing.T, seed uint64) (src, dst string, p *pki, first *cloner.Result) {
+	src = newVolume(t, seed)
+	dst = t.TempDir()
+	p = newPKI(t)
+	return src, dst, p, passOnto(t, p, src, dst, "")
+}
+
+// blockStarts is spread(n) with each offset moved down to the start of its
+// delta block, so a write of delta.BlockSize there changes one block.
+func blockStarts(n int) []int64 {
+	offs := spread(n)
+	for i := range offs {
+		offs[i] &^= delta.BlockSize - 1
+	}
+	return offs
+}
+
 // TestFilesystemDeltaPassSendsTheChangedBlocksOfItsDisk: a first pass
 // onto an empty volume sends everything; after random writes at known
 // offsets of the source's disk.img, a changed, an added and a removed
@@ -95,10 +115,7 @@ func passOnto(t *testing.T, p *pki, src, dst, base string) *cloner.Result {
 // and added small files whole (the unchanged one is kept), and the
 // target then holds the source's entries, bytes, modes and times.
 func TestFilesystemDeltaPassSendsTheChangedBlocksOfItsDisk(t *testing.T) {
-	src := newVolume(t, 71)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
+	src, dst, p, first := copiedVolume(t, 71)
 	assert.Equal(t, volumeState(t, src), volumeState(t, dst))
 	assert.True(t, first.Delta.Final)
 	assert.Equal(t, cloner.ProtocolSparseV1+"+"+cloner.DeltaV1+"+"+cloner.DeltaTree, first.Protocol)
@@ -125,14 +142,8 @@ func TestFilesystemDeltaPassSendsTheChangedBlocksOfItsDisk(t *testing.T) {
 // ends up exact (a small file with only its mode changed kept, its mode
 // set).
 func TestFilesystemDeltaPassResumesAfterADrop(t *testing.T) {
-	src := newVolume(t, 72)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
-	offs := spread(60)
-	for i := range offs {
-		offs[i] &^= delta.BlockSize - 1
-	}
+	src, dst, p, first := copiedVolume(t, 72)
+	offs := blockStarts(60)
 	changed := testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 200, delta.BlockSize, offs...)
 	// Kept (the same bytes), but with another mode, which the target takes.
 	require.NoError(t, os.Chmod(filepath.Join(src, "meta", "config.json"), 0o600))
@@ -156,14 +167,8 @@ func TestFilesystemDeltaPassResumesAfterADrop(t *testing.T) {
 // held end: no partition table, no boot sector) and the small files as
 // they were: nothing of it passes for a copy.
 func TestFilesystemDeltaPassCutOffLeavesNoCompleteVolume(t *testing.T) {
-	src := newVolume(t, 73)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
-	offs := spread(60)
-	for i := range offs {
-		offs[i] &^= delta.BlockSize - 1
-	}
+	src, dst, p, first := copiedVolume(t, 73)
+	offs := blockStarts(60)
 	testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 300, delta.BlockSize, offs...)
 	require.NoError(t, os.WriteFile(filepath.Join(src, "meta", "config.json"), []byte(`{"v":3}`), 0o640))
 	before := volumeState(t, dst)
@@ -185,10 +190,7 @@ func TestFilesystemDeltaPassCutOffLeavesNoCompleteVolume(t *testing.T) {
 // to since the last pass is not the base named: every file is sent whole
 // and renamed into place, and the volume ends up exact.
 func TestFilesystemDeltaPassOntoAnotherBaseSendsEverything(t *testing.T) {
-	src := newVolume(t, 74)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
+	src, dst, p, first := copiedVolume(t, 74)
 	testimg.WriteRandomAt(t, filepath.Join(dst, "disk.img"), 400, 4096, 5*mib)
 	testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 401, 4096, 9*mib)
 
@@ -204,10 +206,7 @@ func TestFilesystemDeltaPassOntoAnotherBaseSendsEverything(t *testing.T) {
 // target is the volume as sent, and a pass after the writer stopped is
 // final and exact.
 func TestFilesystemDeltaPassOfAVolumeBeingWrittenIsWarm(t *testing.T) {
-	src := newVolume(t, 75)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
+	src, dst, p, first := copiedVolume(t, 75)
 	testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 500, 4096, spread(10)...)
 
 	stop := testimg.KeepWriting(t, filepath.Join(src, "disk.img"), deltaSize)
@@ -244,10 +243,7 @@ func TestFilesystemDeltaPassDoesNotWriteThroughASymlink(t *testing.T) {
 // cloner asks again with the same manifest in the same session, the
 // server answers again, and the pass sends only what changed, exact.
 func TestFilesystemDeltaSignatureFetchedAgainAfterADrop(t *testing.T) {
-	src := newVolume(t, 77)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
+	src, dst, p, first := copiedVolume(t, 77)
 	changed := testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 700, 4096, spread(8)...)
 
 	s := startServer(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")})
@@ -271,10 +267,7 @@ func TestFilesystemDeltaSignatureFetchedAgainAfterADrop(t *testing.T) {
 // it is not kept (its mode would change the outside name's too) but
 // replaced, and the outside file keeps its mode and bytes.
 func TestFilesystemDeltaPassLeavesAHardLinkOutsideAlone(t *testing.T) {
-	src := newVolume(t, 78)
-	dst := t.TempDir()
-	p := newPKI(t)
-	first := passOnto(t, p, src, dst, "")
+	src, dst, p, first := copiedVolume(t, 78)
 	outside := filepath.Join(dst, "..", filepath.Base(dst)+"-outside")
 	require.NoError(t, os.Link(filepath.Join(dst, "notes.txt"), outside))
 	t.Cleanup(func() { os.Remove(outside) })
