@@ -2,8 +2,10 @@ package format
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -126,3 +128,9 @@ func compressFile(tb testing.TB, in, out string, tool string, args ...string) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = src, dst, &stderr
 	require.NoError(tb, cmd.Run(), "%s %v: %s", tool, args, stderr.String())
 }
+
+func le32(b []byte, v uint32) []byte { return binary.LittleEndian.AppendUint32(b, v) }
+
+func crc32IEEE(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
+
+func execLookPath(name string) (string, error) { return exec.LookPath(name) }
