@@ -13,8 +13,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,9 +193,7 @@ func TestHostileVMDKs(t *testing.T) {
 			img := filepath.Join(www, "evil.vmdk")
 			require.NoError(t, os.WriteFile(img, c.make(t, dir, secret), 0o644))
 			xz := testimg.Compress(t, img, "xz")
-			rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
-			srv := httptest.NewServer(rc)
-			t.Cleanup(srv.Close)
+			srv, rc := serveCountingRanges(t, www)
 
 			target := func() string { return filepath.Join(t.TempDir(), "disk.img") }
 			t.Run("file", func(t *testing.T) {

@@ -59,6 +59,17 @@ func imageCases() []imageCase {
 	}
 }
 
+// rawAndWebRoot writes a raw disk of size bytes from seed into a new
+// directory and makes an empty directory www beside it, for the images an
+// HTTP server of the test serves.
+func rawAndWebRoot(t *testing.T, size int64, seed uint64) (raw, www string) {
+	dir := t.TempDir()
+	raw = testimg.Raw(t, dir, "disk.raw", size, seed)
+	www = filepath.Join(dir, "www")
+	require.NoError(t, os.Mkdir(www, 0o755))
+	return raw, www
+}
+
 // expectImage checks that target holds exactly the raw content (and, for a
 // block device, that the content is there and was not cut).
 func expectImage(t *testing.T, raw, target string, block bool) {

@@ -41,6 +41,15 @@ func (c *rangeCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.h.ServeHTTP(w, r)
 }
 
+// serveCountingRanges serves the files of www over HTTP on 127.0.0.1,
+// counting the requests and those with a Range header.
+func serveCountingRanges(t *testing.T, www string) (*httptest.Server, *rangeCounter) {
+	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	return srv, rc
+}
+
 // privateTmp points TMPDIR (where the NBD socket directory goes) at a test
 // directory, so the test can see that nothing is left behind.
 func privateTmp(t *testing.T) string {
@@ -60,10 +69,7 @@ func assertNoSocketDir(t *testing.T, tmp string) {
 func TestRangedFormatsReadInPlace(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 11)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, imageSize, 11)
 	cases := []struct {
 		name, file, qfmt, want string
 		opts                   []string
@@ -85,9 +91,7 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 	for _, c := range cases {
 		testimg.Convert(t, raw, filepath.Join(www, c.file), c.qfmt, c.opts...)
 	}
-	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
-	srv := httptest.NewServer(rc)
-	t.Cleanup(srv.Close)
+	srv, rc := serveCountingRanges(t, www)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before, beforeAll := rc.ranges.Load(), rc.all.Load()
@@ -165,19 +169,14 @@ func TestRangedFormatsReadInPlace(t *testing.T) {
 func TestRangedTruncatedImagesRefused(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 12)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, imageSize, 12)
 	for _, f := range []string{"qcow2", "vdi"} {
 		p := testimg.Convert(t, raw, filepath.Join(www, "disk."+f), f)
 		st, err := os.Stat(p)
 		require.NoError(t, err)
 		require.NoError(t, os.Truncate(p, st.Size()*2/3))
 	}
-	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
-	srv := httptest.NewServer(rc)
-	t.Cleanup(srv.Close)
+	srv, rc := serveCountingRanges(t, www)
 	for _, f := range []string{"qcow2", "vdi"} {
 		t.Run(f, func(t *testing.T) {
 			before := rc.ranges.Load()
@@ -204,10 +203,7 @@ func TestRangedTruncatedImagesRefused(t *testing.T) {
 
 func TestRangedAuthTLSHeaders(t *testing.T) {
 	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 13)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, imageSize, 13)
 	testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
 	var denied atomic.Int64
 	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
@@ -249,10 +245,7 @@ func TestRangedAuthTLSHeaders(t *testing.T) {
 
 func TestRangedReadFailureNamesCause(t *testing.T) {
 	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 24<<20, 14)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, 24<<20, 14)
 	testimg.Convert(t, raw, filepath.Join(www, "disk.vmdk"), "vmdk")
 	fs := http.FileServer(http.Dir(www))
 	var ranges atomic.Int64
@@ -293,10 +286,7 @@ func TestRangedReadFailureNamesCause(t *testing.T) {
 func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 24<<20, 31)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, 24<<20, 31)
 	testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
 	padded := testimg.Convert(t, raw, filepath.Join(www, "padded.qcow2"), "qcow2")
 	st, err := os.Stat(padded)
@@ -307,12 +297,10 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 	moved := testimg.Convert(t, raw, filepath.Join(www, "moved.qcow2"), "qcow2")
 	testimg.Run(t, "qemu-img", "resize", "-q", "-f", "qcow2", moved, "1G")
 	// Every cluster compressed: text only.
-	text := filepath.Join(dir, "text.raw")
+	text := filepath.Join(t.TempDir(), "text.raw")
 	require.NoError(t, os.WriteFile(text, bytes.Repeat([]byte("all work and no play makes jack a dull boy.\n"), 8<<20/44+1)[:8<<20], 0o644))
 	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", text, filepath.Join(www, "text.qcow2"))
-	rc := &rangeCounter{h: http.FileServer(http.Dir(www))}
-	srv := httptest.NewServer(rc)
-	t.Cleanup(srv.Close)
+	srv, rc := serveCountingRanges(t, www)
 
 	loop := testimg.LoopDeviceIfRoot(t, t.TempDir(), 24<<20)
 	cases := []struct {

@@ -80,10 +80,7 @@ func (w countingWriter) Write(p []byte) (int, error) {
 // head of the first response.
 func TestRangedBytesReadCountsRangeReads(t *testing.T) {
 	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 31)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, imageSize, 31)
 	qcow := testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
 	st, err := os.Stat(qcow)
 	require.NoError(t, err)

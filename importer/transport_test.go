@@ -114,10 +114,7 @@ func TestEgressWithCallerTLSConfigAndTransport(t *testing.T) {
 // the policy's refusal, that address never connected to.
 func TestEgressPolicyCoversRangedReads(t *testing.T) {
 	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 12)
-	www := filepath.Join(dir, "www")
-	require.NoError(t, os.Mkdir(www, 0o755))
+	raw, www := rawAndWebRoot(t, imageSize, 12)
 	testimg.Convert(t, raw, filepath.Join(www, "disk.vdi"), "vdi")
 	files := http.FileServer(http.Dir(www))
 	other, otherConns := testimg.ServeOn(t, "127.0.0.3", files)
