@@ -60,9 +60,7 @@ func TestGCSReadsObject(t *testing.T) {
 	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(g.URL, "http://"))
 	src, err = datasource.New("gs://images/dir/disk.img", gcsConfig)
 	require.NoError(t, err)
-	_, got, err = readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
+	requireContent(t, src, data)
 }
 
 func TestGCSRangedReads(t *testing.T) {
@@ -101,6 +99,26 @@ func TestGCSRefusals(t *testing.T) {
 	}
 }
 
+// tokenEndpoint is an OAuth 2 token endpoint on 127.0.0.1: it counts the
+// exchanges, answers one whose form grant accepts with the access token
+// token, and any other with 400 invalid_grant, refusal its description.
+func tokenEndpoint(t *testing.T, token, refusal string, grant func(*http.Request) bool) (*httptest.Server, *atomic.Int64) {
+	var exchanges atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exchanges.Add(1)
+		_ = r.ParseForm()
+		w.Header().Set("Content-Type", "application/json")
+		if !grant(r) {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_grant", "error_description": refusal})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": token, "expires_in": 3600, "token_type": "Bearer"})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &exchanges
+}
+
 // serviceAccount writes a service-account key file whose token_uri is
 // tokenURL, with the key k.
 func serviceAccount(t *testing.T, tokenURL string, k *rsa.PrivateKey) string {
@@ -123,22 +141,13 @@ func serviceAccount(t *testing.T, tokenURL string, k *rsa.PrivateKey) string {
 func TestGCSServiceAccount(t *testing.T) {
 	data := testImage(t, 256<<10)
 	g, _ := gcsFixture(t, data)
-	var exchanges atomic.Int64
 	accept := atomic.Bool{}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
 	var tokenURL string
-	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		exchanges.Add(1)
-		_ = r.ParseForm()
-		if !accept.Load() || !validAssertion(t, r, &key.PublicKey, tokenURL) {
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = io.WriteString(w, `{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`)
-			return
-		}
-		_, _ = io.WriteString(w, `{"access_token":"tok-123","expires_in":3600,"token_type":"Bearer"}`)
-	}))
-	t.Cleanup(tokenSrv.Close)
+	tokenSrv, exchanges := tokenEndpoint(t, "tok-123", "Invalid JWT Signature.", func(r *http.Request) bool {
+		return accept.Load() && validAssertion(t, r, &key.PublicKey, tokenURL)
+	})
 	tokenURL = tokenSrv.URL
 	var sawToken atomic.Bool
 	front := tokenCheckingFront(t, g, "tok-123", &sawToken)
@@ -156,9 +165,7 @@ func TestGCSServiceAccount(t *testing.T) {
 	assert.Equal(t, int64(1), exchanges.Load())
 
 	accept.Store(true)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
+	requireContent(t, src, data)
 	assert.True(t, sawToken.Load(), "the access token was sent")
 	_, _, err = readAll(t, src)
 	require.NoError(t, err)
@@ -196,23 +203,12 @@ func tokenCheckingFront(t *testing.T, g *objtest.GCS, token string, saw *atomic.
 func TestGCSAuthorizedUser(t *testing.T) {
 	data := testImage(t, 256<<10)
 	g, _ := gcsFixture(t, data)
-	var exchanges atomic.Int64
 	revoked := atomic.Bool{}
-	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		exchanges.Add(1)
-		_ = r.ParseForm()
+	tokenSrv, exchanges := tokenEndpoint(t, "user-tok", "Token has been expired or revoked.", func(r *http.Request) bool {
 		f := r.PostForm
-		if revoked.Load() || f.Get("grant_type") != "refresh_token" || f.Get("client_id") != "cid" ||
-			f.Get("client_secret") != "csecret" || f.Get("refresh_token") != "rtoken" {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			_, _ = io.WriteString(w, `{"error":"invalid_grant","error_description":"Token has been expired or revoked."}`)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"access_token":"user-tok","expires_in":3600,"token_type":"Bearer"}`)
-	}))
-	t.Cleanup(tokenSrv.Close)
+		return !revoked.Load() && f.Get("grant_type") == "refresh_token" && f.Get("client_id") == "cid" &&
+			f.Get("client_secret") == "csecret" && f.Get("refresh_token") == "rtoken"
+	})
 	var sawToken atomic.Bool
 	front := tokenCheckingFront(t, g, "user-tok", &sawToken)
 	b, err := json.Marshal(map[string]string{"type": "authorized_user", "client_id": "cid", "client_secret": "csecret",
@@ -224,9 +220,7 @@ func TestGCSAuthorizedUser(t *testing.T) {
 
 	src, err := datasource.New("gs+"+front.URL+"/images/dir/disk.img", gcsConfig)
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
+	requireContent(t, src, data)
 	assert.True(t, sawToken.Load(), "the access token was sent")
 	assert.Equal(t, int64(1), exchanges.Load())
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/datasource"
@@ -60,4 +61,13 @@ func readAll(t *testing.T, src datasource.Source) (*datasource.Transfer, []byte,
 	var out bytes.Buffer
 	_, err = io.Copy(&out, st.Body)
 	return st, out.Bytes(), err
+}
+
+// requireContent reads src whole and checks that it delivered want (by
+// digest).
+func requireContent(t *testing.T, src datasource.Source, want []byte) {
+	t.Helper()
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sum(want), sum(got))
 }

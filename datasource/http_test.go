@@ -68,6 +68,16 @@ func (s *seen) all() []http.Header {
 	return append([]http.Header(nil), s.hdr...)
 }
 
+// readSeenOnce reads src whole, checks it delivered data, and returns the
+// headers of the one request rec saw.
+func readSeenOnce(t *testing.T, src datasource.Source, data []byte, rec *seen) http.Header {
+	t.Helper()
+	requireContent(t, src, data)
+	h := rec.all()
+	require.Len(t, h, 1)
+	return h[0]
+}
+
 func TestHTTPOK(t *testing.T) {
 	data := testImage(t, 3<<20+17)
 	var rec seen
@@ -127,14 +137,10 @@ func TestHTTPBasicAuthAndHeaders(t *testing.T) {
 		UserAgent: "test-agent/1",
 	})
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
-	h := rec.all()
-	require.Len(t, h, 1)
-	assert.Equal(t, "abc def", h[0].Get("X-Token"))
-	assert.Equal(t, []string{"1", "2"}, h[0].Values("X-Multi"))
-	assert.Equal(t, "test-agent/1", h[0].Get("User-Agent"))
+	h := readSeenOnce(t, src, data, &rec)
+	assert.Equal(t, "abc def", h.Get("X-Token"))
+	assert.Equal(t, []string{"1", "2"}, h.Values("X-Multi"))
+	assert.Equal(t, "test-agent/1", h.Get("User-Agent"))
 
 	// Wrong password: the server's 401 is a refusal.
 	src, err = datasource.NewHTTP(srv.URL+"/x", datasource.Config{Access: datasource.Access{Username: "alice", Password: "bad"}})
@@ -204,12 +210,8 @@ func TestHTTPRedirectSameHostKeepsAuth(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
-	h := rec.all()
-	require.Len(t, h, 1)
-	assert.Equal(t, "yes", h[0].Get("X-Extra"))
+	h := readSeenOnce(t, src, data, &rec)
+	assert.Equal(t, "yes", h.Get("X-Extra"))
 }
 
 func TestHTTPRedirectOtherHostDropsAuth(t *testing.T) {
@@ -237,15 +239,11 @@ func TestHTTPRedirectOtherHostDropsAuth(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
-	h := rec.all()
-	require.Len(t, h, 1)
-	assert.Empty(t, h[0].Get("Authorization"))
-	assert.Empty(t, h[0].Get("Cookie"))
-	assert.Empty(t, h[0].Get("X-Extra"), "extra headers are scoped to the origin like credentials")
-	assert.Equal(t, "diskimport-engine", h[0].Get("User-Agent"))
+	h := readSeenOnce(t, src, data, &rec)
+	assert.Empty(t, h.Get("Authorization"))
+	assert.Empty(t, h.Get("Cookie"))
+	assert.Empty(t, h.Get("X-Extra"), "extra headers are scoped to the origin like credentials")
+	assert.Equal(t, "diskimport-engine", h.Get("User-Agent"))
 	assert.Contains(t, logs.String(), "not sending credentials")
 }
 
@@ -483,9 +481,7 @@ func TestHTTPSCertificates(t *testing.T) {
 
 	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{InsecureTLS: true}})
 	require.NoError(t, err)
-	_, got, err = readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
+	requireContent(t, src, data)
 }
 
 func TestHTTPSCertDirErrors(t *testing.T) {

@@ -152,9 +152,7 @@ func TestParallelRangesResumeOnlyTheDroppedChunk(t *testing.T) {
 	s := startMirror(t, h, farmirror.Options{})
 	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(4))
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	requireContent(t, src, data)
 	require.True(t, dropped.Load())
 	ranges, _ := obj.requests()
 	seen := map[string]int{}
@@ -251,9 +249,7 @@ func TestParallelRangesCredentialsOnlyToTheOrigin(t *testing.T) {
 		cfg.Username, cfg.Password = "user", "pw"
 		src, err := datasource.NewHTTP(front.URL+"/disk.img", cfg)
 		require.NoError(t, err)
-		_, got, err := readAll(t, src)
-		require.NoError(t, err)
-		assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+		requireContent(t, src, data)
 		ranges, auth := obj.requests()
 		assert.Len(t, ranges, 2<<20/testChunk, "range requests go to the redirect's target")
 		for i, a := range auth {
@@ -302,9 +298,7 @@ func TestParallelRangesConnectThroughTheEgressPolicy(t *testing.T) {
 	cfg.Egress = p
 	src, err := datasource.NewHTTP(s.URL+"/disk.img", cfg)
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	requireContent(t, src, data)
 	// Keep-alive connections may be reused: at least one besides the first.
 	assert.GreaterOrEqual(t, s.Connections.Load(), int64(2), "the first GET and range connections")
 	assert.Equal(t, s.Connections.Load(), connects.Load(), "every connection went through the policy")
@@ -354,9 +348,7 @@ func TestParallelRangesUseConnectionsOfTheirOwnOverTLS(t *testing.T) {
 	cfg.CertDir = certDir
 	src, err := datasource.NewHTTP(srv.URL+"/disk.img", cfg)
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	requireContent(t, src, data)
 	assert.Equal(t, map[string]int{"HTTP/1.1": 2<<20/testChunk - 1}, protos)
 	assert.GreaterOrEqual(t, conns.Load(), int64(3), "the first GET and range connections")
 }
@@ -371,9 +363,7 @@ func TestParallelRangesCutTheLastRoundAcrossConnections(t *testing.T) {
 	s := startMirror(t, obj, farmirror.Options{Rate: 32 << 20, FirstByte: 2 * time.Millisecond})
 	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(conns))
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	requireContent(t, src, data)
 	ranges, _ := obj.requests()
 	require.Equal(t, "", ranges[0], "the first GET")
 	spans := map[int64]int64{}
@@ -420,9 +410,7 @@ func TestParallelRangesFallToTheConnectionsTheServerAccepts(t *testing.T) {
 	s := startMirror(t, h, farmirror.Options{Rate: 4 << 20, FirstByte: 5 * time.Millisecond})
 	src, err := datasource.NewHTTP(s.URL+"/disk.img", parallelConfig(16))
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	requireContent(t, src, data)
 	assert.Positive(t, refused.Load(), "the server refused connections beyond its limit")
 	assert.Equal(t, int64(3), peak.Load(), "three requests served at once")
 	ranges, _ := obj.requests()

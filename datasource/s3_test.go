@@ -52,9 +52,7 @@ func TestS3ReadsObject(t *testing.T) {
 	assert.Equal(t, "s3+"+s.URL+"/images/dir/disk.img?region=us-east-1", ep2)
 	src, err = datasource.New(ep2, s3Config(s))
 	require.NoError(t, err)
-	_, got, err = readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
+	requireContent(t, src, data)
 }
 
 func TestS3RangedReads(t *testing.T) {
@@ -141,9 +139,7 @@ func TestS3PrivateCA(t *testing.T) {
 	cfg.CertDir = certDir
 	src, err := datasource.New(ep, cfg)
 	require.NoError(t, err)
-	_, got, err := readAll(t, src)
-	require.NoError(t, err)
-	assert.Equal(t, sum(data), sum(got))
+	requireContent(t, src, data)
 
 	cfg = s3Config(s)
 	cfg.RetryBackoff = time.Second
