@@ -130,20 +130,24 @@ func TestConvertToBlockDevice(t *testing.T) {
 	r := &Runner{}
 	ctx := context.Background()
 
-	t.Run("preallocate falls back to -S 0", func(t *testing.T) {
-		dev := attachLoop(t, rawSize)
-		pre, err := r.Convert(ctx, q, dev, ConvertOptions{SrcFormat: "qcow2", DstFormat: "raw", CacheMode: "none", Preallocate: true})
-		require.NoError(t, err)
-		assert.True(t, pre)
-		requireSameContent(t, data, dev)
-	})
-	t.Run("existing target, target-is-zero", func(t *testing.T) {
-		dev := attachLoop(t, rawSize)
-		pre, err := r.Convert(ctx, q, dev, ConvertOptions{SrcFormat: "qcow2", DstFormat: "raw", CacheMode: "none", TargetExists: true, TargetIsZero: true})
-		require.NoError(t, err)
-		assert.False(t, pre)
-		requireSameContent(t, data, dev)
-	})
+	for _, c := range []struct {
+		name         string
+		opts         ConvertOptions
+		preallocated bool
+	}{
+		{"preallocate falls back to -S 0", ConvertOptions{Preallocate: true}, true},
+		{"existing target, target-is-zero", ConvertOptions{TargetExists: true, TargetIsZero: true}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev := attachLoop(t, rawSize)
+			o := c.opts
+			o.SrcFormat, o.DstFormat, o.CacheMode = "qcow2", "raw", "none"
+			pre, err := r.Convert(ctx, q, dev, o)
+			require.NoError(t, err)
+			assert.Equal(t, c.preallocated, pre, "preallocation applied")
+			requireSameContent(t, data, dev)
+		})
+	}
 }
 
 func TestBackingFileAndDataFileReported(t *testing.T) {
