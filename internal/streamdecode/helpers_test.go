@@ -61,6 +61,18 @@ func rawDisk(t testing.TB, path string, size int64, dataPct int, seed uint64) st
 	return path
 }
 
+// plainQCOW2 converts a raw disk (rawDisk's size, dataPct and seed) to
+// NAME.qcow2 with qemu-img's defaults, in a new directory, and returns its
+// path and the disk qemu-img reads from it.
+func plainQCOW2(t testing.TB, name string, size int64, dataPct int, seed uint64) (img string, want []byte) {
+	t.Helper()
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), size, dataPct, seed)
+	img = makeQCOW2(t, dir, raw, qcow2Case{name: name})
+	return img, reference(t, img, "qcow2")
+}
+
 // reference converts an image to raw with qemu-img.
 func reference(t testing.TB, img, fmtName string) []byte {
 	t.Helper()

@@ -104,11 +104,7 @@ func TestSpill(t *testing.T) {
 // TestSpillNoSpillForInOrder: an image in table order needs no spill file
 // even with a small bound and a spill directory.
 func TestSpillNoSpillForInOrder(t *testing.T) {
-	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 16<<20, 60, 22)
-	img := makeQCOW2(t, dir, raw, qcow2Case{name: "plain"})
-	want := reference(t, img, "qcow2")
+	img, want := plainQCOW2(t, "plain", 16<<20, 60, 22)
 	spillDir := t.TempDir()
 	got, st, err := decodeFile(t, DecodeQCOW2, img, int64(len(want)), false, Options{MaxBuffered: 1 << 20, SpillDir: spillDir})
 	if err != nil {
@@ -148,35 +144,32 @@ func TestSpillCleanupOnFailure(t *testing.T) {
 		}
 		emptyDir(t, dir)
 	})
-	t.Run("sink", func(t *testing.T) {
+	// decodeOnto decodes img onto sink with a spill directory of its own,
+	// which it checks is empty afterwards.
+	decodeOnto := func(t *testing.T, ctx context.Context, sink Sink) error {
 		dir := t.TempDir()
 		f, err := os.Open(img)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
+		_, err = DecodeQCOW2(ctx, f, sink, o(dir))
+		emptyDir(t, dir)
+		return err
+	}
+	t.Run("sink", func(t *testing.T) {
 		s := &failingSink{}
 		s.n.Store(int64(len(want)) / (64 << 10) / 2)
-		_, err = DecodeQCOW2(context.Background(), f, s, o(dir))
-		if !errors.Is(err, errSinkBroke) {
+		if err := decodeOnto(t, context.Background(), s); !errors.Is(err, errSinkBroke) {
 			t.Errorf("failing sink: %v", err)
 		}
-		emptyDir(t, dir)
 	})
 	t.Run("cancel", func(t *testing.T) {
-		dir := t.TempDir()
-		f, err := os.Open(img)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		_, err = DecodeQCOW2(ctx, f, &failingSink{cancel: cancel}, o(dir))
-		if !errors.Is(err, errdefs.ErrCancelled) {
+		if err := decodeOnto(t, ctx, &failingSink{cancel: cancel}); !errors.Is(err, errdefs.ErrCancelled) {
 			t.Errorf("cancelled: %v", err)
 		}
-		emptyDir(t, dir)
 	})
 	t.Run("unusable-dir", func(t *testing.T) {
 		_, _, err := decodeFile(t, DecodeQCOW2, img, int64(len(want)), false, o(filepath.Join(t.TempDir(), "missing")))
@@ -190,11 +183,7 @@ func TestSpillCleanupOnFailure(t *testing.T) {
 // leaked clusters appended to the file) can be claimed by nothing, so they
 // are not held: a 1 MiB bound without a spill directory suffices.
 func TestNothingHeldAfterLastTable(t *testing.T) {
-	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	raw := rawDisk(t, filepath.Join(dir, "disk.raw"), 8<<20, 50, 23)
-	img := makeQCOW2(t, dir, raw, qcow2Case{name: "tail"})
-	want := reference(t, img, "qcow2")
+	img, want := plainQCOW2(t, "tail", 8<<20, 50, 23)
 	f, err := os.OpenFile(img, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
