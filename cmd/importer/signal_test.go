@@ -120,9 +120,7 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 256 << 20
-	raw := testimg.Raw(t, dir, "disk.raw", size, 90)
-	writeBootSector(t, raw)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := bootableImages(t, dir, "disk", size, 90)
 	loop := testimg.LoopDevice(t, dir, size) // 0xA5 everywhere
 	seedHead := filepath.Join(dir, "seed-head")
 	require.NoError(t, os.WriteFile(seedHead, bytes.Repeat([]byte{0xA5}, 1<<20), 0o600))
@@ -187,6 +185,16 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 			testimg.AssertZeros(t, loop, 0, 1<<20)
 		})
 	}
+}
+
+// bootableImages writes into dir a raw disk of size bytes from seed whose
+// first sector looks like an MBR (NAME.raw), and its qcow2 conversion
+// (NAME.qcow2).
+func bootableImages(t *testing.T, dir, name string, size int64, seed uint64) (raw, qcow2 string) {
+	t.Helper()
+	raw = testimg.Raw(t, dir, name+".raw", size, seed)
+	writeBootSector(t, raw)
+	return raw, testimg.Convert(t, raw, filepath.Join(dir, name+".qcow2"), "qcow2")
 }
 
 // writeBootSector makes the image's first sector look like an MBR.
@@ -319,11 +327,9 @@ func TestBinaryCutOffImportLeavesNoMixOfImages(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 32 << 20
-	rawPath := testimg.Raw(t, dir, "b.raw", size, 77)
-	writeBootSector(t, rawPath)
+	rawPath, qPath := bootableImages(t, dir, "b", size, 77)
 	raw, err := os.ReadFile(rawPath)
 	require.NoError(t, err)
-	qPath := testimg.Convert(t, rawPath, filepath.Join(dir, "b.qcow2"), "qcow2")
 	qcow, err := os.ReadFile(qPath)
 	require.NoError(t, err)
 	truncated := filepath.Join(dir, "truncated.qcow2")
