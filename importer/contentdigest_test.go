@@ -175,8 +175,7 @@ func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 
 func TestContentDigestOfADamagedImageFails(t *testing.T) {
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 81)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, q := testimg.RawAndQCOW2(t, dir, imageSize, 81)
 	b, err := os.ReadFile(q)
 	require.NoError(t, err)
 	cut := filepath.Join(dir, "cut.qcow2.gz")

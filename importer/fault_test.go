@@ -103,8 +103,7 @@ func importFailure(t *testing.T, o importer.Options) (*importer.Result, error) {
 func TestScratchMissingOrFull(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 12<<20, 42)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, q := testimg.RawAndQCOW2(t, dir, 12<<20, 42)
 	gz := testimg.Compress(t, q, "gz")
 
 	t.Run("missing", func(t *testing.T) {
@@ -178,8 +177,7 @@ func TestMountedOrHeldDeviceRefused(t *testing.T) {
 func TestQemuImgKilledMidConvert(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 96<<20, 44)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, q := testimg.RawAndQCOW2(t, dir, 96<<20, 44)
 	killed := make(chan int, 1)
 	wrap := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
 		if phase != importer.PhaseConvert {
@@ -330,8 +328,7 @@ func importFails(t *testing.T, o importer.Options, want error) error {
 func TestTruncatedQCOW2(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 3)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, q := testimg.RawAndQCOW2(t, dir, imageSize, 3)
 	st, err := os.Stat(q)
 	require.NoError(t, err)
 	require.NoError(t, os.Truncate(q, st.Size()/2))
@@ -425,8 +422,7 @@ func TestUnsafeImages(t *testing.T) {
 func TestChecksumMismatch(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 6)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, imageSize, 6)
 	base := testimg.Serve(t, dir)
 	wrong := "sha256:" + strings.Repeat("ab", 32)
 	for _, src := range []string{raw, q, base + "disk.raw", base + "disk.qcow2"} {
@@ -468,8 +464,7 @@ func TestImageLargerThanDevice(t *testing.T) {
 func TestFileTargetTooSmallForRequestedSize(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 8)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 4<<20, 8)
 	for _, src := range []string{raw, q} {
 		err := importFails(t, importer.Options{Source: src, TargetOptions: importer.TargetOptions{Size: 2 << 20}}, importer.ErrTargetTooSmall)
 		var se *importer.SizeError

@@ -195,8 +195,7 @@ func importEqualsQemu(t *testing.T, source, want string) {
 func TestPzstdImported(t *testing.T) {
 	testimg.Need(t, "qemu-img", "pzstd")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 12<<20, 91)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 12<<20, 91)
 	for _, p := range []string{raw, q} {
 		testimg.Run(t, "pzstd", "-q", "-f", p, "-o", p+".zst")
 	}

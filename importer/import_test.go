@@ -149,8 +149,7 @@ func TestImportMatrix(t *testing.T) {
 func TestImportCompressed(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip", "xz", "zstd")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 2)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, imageSize, 2)
 	base := testimg.Serve(t, dir)
 	nested := testimg.Compress(t, testimg.Compress(t, raw, "gz"), "zst") // disk.raw.gz.zst
 	cases := map[string][]string{
@@ -203,8 +202,7 @@ func assertEmptyDir(t *testing.T, dir string) {
 func TestLZ4Decoded(t *testing.T) {
 	testimg.Need(t, "qemu-img", "lz4")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 41)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, imageSize, 41)
 	for _, p := range []string{raw, qcow} {
 		testimg.Run(t, "lz4", "-q", p, p+".lz4")
 	}

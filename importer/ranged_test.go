@@ -518,8 +518,7 @@ func TestRangedFallsBackWhenServerIgnoresRanges(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	tmp := privateTmp(t)
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 31)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, imageSize, 31)
 	var ranged atomic.Int64
 	srv := rangeIgnoringServer(t, qcow, &ranged)
 

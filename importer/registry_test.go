@@ -25,8 +25,7 @@ type regDisks struct{ raw, qcow2, qcow2xz string }
 func makeRegDisks(t *testing.T, seed uint64) regDisks {
 	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, seed)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 4<<20, seed)
 	qx := testimg.Compress(t, testimg.Convert(t, raw, filepath.Join(dir, "disk2.qcow2"), "qcow2"), "xz")
 	return regDisks{raw: raw, qcow2: q, qcow2xz: qx}
 }

@@ -106,8 +106,7 @@ func TestRangedBytesReadCountsRangeReads(t *testing.T) {
 func TestTooSmallReportsVirtualSize(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 3<<20, 32)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, 3<<20, 32)
 	for name, src := range map[string]string{"raw": raw, "qcow2": qcow} {
 		t.Run(name, func(t *testing.T) {
 			res, err := importer.Import(context.Background(), importer.Options{
@@ -161,8 +160,7 @@ func TestProgressPercentNeverGoesBack(t *testing.T) {
 func TestEventsOfAStreamedConversion(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 51)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, q := testimg.RawAndQCOW2(t, dir, 4<<20, 51)
 	f, err := os.Open(q)
 	require.NoError(t, err)
 	defer f.Close()

@@ -47,8 +47,7 @@ func requireStreamDecoded(t *testing.T, res *importer.Result, err error, logs *b
 func TestStreamDecodeRoute(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip", "xz", "zstd")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 41)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, imageSize, 41)
 	packed := filepath.Join(dir, "packed.qcow2")
 	testimg.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", raw, packed)
 	vmdk := testimg.Convert(t, raw, filepath.Join(dir, "stream.vmdk"), "vmdk", "subformat=streamOptimized")
@@ -252,8 +251,7 @@ func assertNoMixOfImages(t *testing.T, dev string) {
 func TestStreamDecodeChecksum(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 47)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, imageSize, 47)
 	xz := testimg.Compress(t, qcow, "xz")
 	f, err := os.OpenFile(qcow, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)

@@ -20,8 +20,7 @@ import (
 func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 9)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 4<<20, 9)
 	for _, src := range []string{raw, q} {
 		out := t.TempDir() // a directory target: DIR/disk.img
 		res, err := importer.Import(context.Background(), importer.Options{
@@ -49,8 +48,7 @@ func TestFileTargetGrowsToRequestedSize(t *testing.T) {
 func TestPreallocationAllocatesFile(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 10)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 4<<20, 10)
 	for _, src := range []string{raw, q} {
 		target := filepath.Join(t.TempDir(), "disk.img")
 		res, err := importer.Import(context.Background(), importer.Options{
@@ -141,8 +139,7 @@ func TestBlockZeroRunsAreDeallocated(t *testing.T) {
 func TestFailedConvertWipesDeviceHead(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 15)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, q := testimg.RawAndQCOW2(t, dir, 4<<20, 15)
 	loop := testimg.LoopDevice(t, dir, 8<<20)
 	boom := errors.New("injected failure after convert")
 	inject := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {

@@ -62,8 +62,7 @@ func TestConvertOntoDeviceReportsProgress(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 16 << 20
-	raw := testimg.Raw(t, dir, "disk.raw", size, 72)
-	img := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, img := testimg.RawAndQCOW2(t, dir, size, 72)
 	data := mustRead(t, img)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "disk.qcow2", time.Time{}, &slowReadSeeker{r: bytes.NewReader(data), delay: 50 * time.Millisecond})

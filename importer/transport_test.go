@@ -269,8 +269,7 @@ func TestImportResumesAfterServerDies(t *testing.T) {
 func TestImportRestartsWhenRangesIgnored(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 22)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, imageSize, 22)
 	for _, p := range []string{raw, testimg.Compress(t, q, "gz")} {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			data, err := os.ReadFile(p)

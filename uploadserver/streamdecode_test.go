@@ -25,8 +25,7 @@ var uploadStreamDecodePhases = []importer.Phase{importer.PhaseInfo, importer.Pha
 func TestUploadStreamDecode(t *testing.T) {
 	testimg.Need(t, "qemu-img", "qemu-io", "gzip")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", diskSize, 12)
-	qcow := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow := testimg.RawAndQCOW2(t, dir, diskSize, 12)
 	vmdk := testimg.Convert(t, raw, filepath.Join(dir, "disk.vmdk"), "vmdk", "subformat=streamOptimized")
 	// Tables after their data, and internal snapshots: still no scratch.
 	late := testimg.Convert(t, raw, filepath.Join(dir, "late.qcow2"), "qcow2")

@@ -112,8 +112,7 @@ func cdiRoot(t *testing.T) string {
 func TestEnvContractFilesystem(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 22)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 4<<20, 22)
 	xz := testimg.Compress(t, q, "xz")
 	base := testimg.Serve(t, dir)
 	root := cdiRoot(t)

@@ -47,8 +47,7 @@ func TestCLINumbersAreTrue(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	const size = 4 << 20
-	raw := testimg.Raw(t, dir, "disk.raw", size, 61)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, size, 61)
 	vdi := testimg.Convert(t, raw, filepath.Join(dir, "disk.vdi"), "vdi")
 	// Mostly compressed clusters: the route choice reads its tables over
 	// ranges before the stream reads them again.

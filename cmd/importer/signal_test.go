@@ -27,8 +27,7 @@ func TestBinarySIGTERMMidImport(t *testing.T) {
 	testimg.Need(t, "qemu-img", "gzip")
 	dir := t.TempDir()
 	bin := buildImporter(t, dir)
-	raw := testimg.Raw(t, dir, "disk.raw", 8<<20, 51)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 8<<20, 51)
 	for _, img := range []string{raw, testimg.Compress(t, q, "gz")} {
 		t.Run(filepath.Base(img), func(t *testing.T) {
 			data, err := os.ReadFile(img)

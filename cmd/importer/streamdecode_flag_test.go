@@ -19,8 +19,7 @@ import (
 func TestCLINoStreamDecode(t *testing.T) {
 	testimg.Need(t, "qemu-img", "xz")
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 31)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, q := testimg.RawAndQCOW2(t, dir, 4<<20, 31)
 	src := testimg.Compress(t, q, "xz")
 	for _, c := range []struct {
 		flags   []string

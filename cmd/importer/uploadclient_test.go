@@ -84,8 +84,7 @@ func TestUploadClientSendsQcow2AndRawXZOverMutualTLS(t *testing.T) {
 	ca := testpki.NewCA(t, t.TempDir(), "upload-ca")
 	client := ca.Client(uploaderName)
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", 6<<20, 41)
-	qcow2 := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	_, qcow2 := testimg.RawAndQCOW2(t, dir, 6<<20, 41)
 
 	dest := filepath.Join(t.TempDir(), "disk.img")
 	base := mtlsUploadServer(t, ca, dest, false)

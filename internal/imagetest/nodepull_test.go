@@ -36,8 +36,7 @@ func TestNodePull(t *testing.T) {
 		t.Skip("issue 11: cdi-containerimage-server is not built yet (make build writes no bin/cdi-containerimage-server), so the image has no " + containerImageServer)
 	}
 	dir := t.TempDir()
-	raw := testimg.Raw(t, dir, "disk.raw", diskSize, 31)
-	qcow2 := testimg.Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+	raw, qcow2 := testimg.RawAndQCOW2(t, dir, diskSize, 31)
 	diskImage := loadContainerDisk(t, img.podman, dir, qcow2)
 	shared, data := volumeDir(t, dir, "shared"), volumeDir(t, dir, "data")
 	termLog := terminationLog(t, dir)

@@ -102,6 +102,14 @@ func Convert(t testing.TB, raw, dst, fmt string, opts ...string) string {
 	return dst
 }
 
+// RawAndQCOW2 writes dir/disk.raw (Raw's size and seed) and its qcow2
+// conversion dir/disk.qcow2, and returns both paths.
+func RawAndQCOW2(t testing.TB, dir string, size int64, seed uint64) (raw, qcow2 string) {
+	t.Helper()
+	raw = Raw(t, dir, "disk.raw", size, seed)
+	return raw, Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
+}
+
 // Compress compresses path with the named tool (gz, xz, zst) keeping the
 // original, and returns the new file's path.
 func Compress(t testing.TB, path, kind string) string {
