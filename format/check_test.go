@@ -53,9 +53,7 @@ func TestStructureChecksAcceptRealImages(t *testing.T) {
 // anywhere), and checks ours refuses each cut.
 func TestTruncatedVHDAndVDIRefused(t *testing.T) {
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(6<<20, 9))
+	dir, raw := variedRaw(t, 6<<20, 9)
 	for _, tc := range []struct {
 		qfmt  string
 		check func(r *bytes.Reader, n int64) error
@@ -115,9 +113,7 @@ func rewriteRegionTable(b []byte, edit func(table []byte)) []byte {
 
 func TestCheckVHDXRefusals(t *testing.T) {
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(4<<20, 5))
+	dir, raw := variedRaw(t, 4<<20, 5)
 	p := convert(t, raw, dir, "disk.vhdx", "vhdx")
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)

@@ -68,6 +68,16 @@ func writeRaw(tb testing.TB, path string, content []byte) {
 	require.NoError(tb, os.WriteFile(path, content, 0o644))
 }
 
+// variedRaw writes variedContent(n, seed) to disk.raw in a new directory
+// and returns the directory and the file's path.
+func variedRaw(tb testing.TB, n int, seed uint64) (dir, raw string) {
+	tb.Helper()
+	dir = tb.TempDir()
+	raw = filepath.Join(dir, "disk.raw")
+	writeRaw(tb, raw, variedContent(n, seed))
+	return dir, raw
+}
+
 func sha(b []byte) string {
 	s := sha256.Sum256(b)
 	return fmt.Sprintf("%x", s)

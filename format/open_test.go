@@ -171,9 +171,7 @@ func TestOpenTinyStreams(t *testing.T) {
 }
 
 func TestOpenTruncatedAndCorrupt(t *testing.T) {
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(2<<20, 8))
+	dir, raw := variedRaw(t, 2<<20, 8)
 	for _, c := range []Compression{Gzip, XZ, Zstd, LZ4} {
 		full, err := os.ReadFile(wrap(t, raw, c))
 		require.NoError(t, err)

@@ -19,9 +19,7 @@ import (
 
 func TestCheckQCOW2(t *testing.T) {
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(6<<20, 3))
+	dir, raw := variedRaw(t, 6<<20, 3)
 	for _, tc := range []struct {
 		name string
 		opts []string
@@ -84,9 +82,7 @@ func TestCheckQCOW2QemuIoWrites(t *testing.T) {
 
 func TestCheckQCOW2Malformed(t *testing.T) {
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(1<<20, 4))
+	dir, raw := variedRaw(t, 1<<20, 4)
 	p := convert(t, raw, dir, "d.qcow2", "qcow2")
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
@@ -180,9 +176,7 @@ func readLayout(t *testing.T, path string, size, maxTableBytes int64) (QCOW2Layo
 // outside the file are refused, not read past the end.
 func TestReadQCOW2Layout(t *testing.T) {
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(24<<20, 4))
+	dir, raw := variedRaw(t, 24<<20, 4)
 	plain := filepath.Join(dir, "plain.qcow2")
 	run(t, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, plain)
 	st, err := os.Stat(plain)

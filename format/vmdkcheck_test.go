@@ -20,9 +20,7 @@ import (
 func realVMDK(t *testing.T, subformat string) []byte {
 	t.Helper()
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(1<<20, 77))
+	dir, raw := variedRaw(t, 1<<20, 77)
 	p := convert(t, raw, dir, "disk.vmdk", "vmdk", "subformat="+subformat)
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
@@ -187,9 +185,7 @@ func logQemuConvert(t *testing.T, b []byte) {
 // (the grains overlap) instead of being walked entry by entry.
 func TestCheckVMDKOverlappingGrains(t *testing.T) {
 	needTool(t, "qemu-img")
-	dir := t.TempDir()
-	raw := filepath.Join(dir, "disk.raw")
-	writeRaw(t, raw, variedContent(64<<10, 78))
+	dir, raw := variedRaw(t, 64<<10, 78)
 	require.NoError(t, os.Truncate(raw, 256<<20)) // the rest a hole
 	p := convert(t, raw, dir, "disk.vmdk", "vmdk")
 	b, err := os.ReadFile(p)
@@ -215,9 +211,7 @@ func TestCheckVMDKOverlappingGrains(t *testing.T) {
 // panic or a hang.
 func FuzzCheckVMDK(f *testing.F) {
 	for _, sub := range []string{"monolithicSparse", "streamOptimized"} {
-		dir := f.TempDir()
-		raw := filepath.Join(dir, "disk.raw")
-		writeRaw(f, raw, variedContent(256<<10, 79))
+		dir, raw := variedRaw(f, 256<<10, 79)
 		p := convert(f, raw, dir, sub+".vmdk", "vmdk", "subformat="+sub)
 		b, err := os.ReadFile(p)
 		require.NoError(f, err)
