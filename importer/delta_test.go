@@ -1,14 +1,18 @@
 package importer_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -61,4 +65,147 @@ func TestDeltaCloneRepeatedPassesAndFallbacks(t *testing.T) {
 	assert.Nil(t, res.Delta)
 	assert.Equal(t, "qcow2", res.SourceFormat)
 	sameBytes(t, src, dest, 8<<20)
+}
+
+// deltaEvents records what Options.Events saw: the phases started, in
+// order, and the phase after which the source was drained.
+type deltaEvents struct {
+	started []importer.Phase
+	drained []importer.Phase
+}
+
+func (e *deltaEvents) observe(ev importer.Event) {
+	switch ev.Kind {
+	case importer.EventPhaseStarted:
+		e.started = append(e.started, ev.Phase)
+	case importer.EventSourceDrained:
+		e.drained = append(e.drained, ev.Phase)
+	}
+}
+
+// deltaTargetOf makes src, of size bytes, and an earlier copy of it on
+// the target tg; it returns src and the copy's content digest (a base).
+func deltaTargetOf(t *testing.T, tg testimg.Target, size int64, seed uint64) (src, base string) {
+	src = testimg.Raw(t, t.TempDir(), "src.raw", size, seed)
+	testimg.CopyOnto(t, src, tg.Path)
+	return src, testimg.ContentDigest(t, tg.Path)
+}
+
+// A delta pass is a route of the engine: Info, TransferDelta, Verify,
+// Commit and Complete, as Options.Events sees them, the source drained
+// after Verify (its second reading ends there), progress that reaches the
+// whole source, and the engine's Result.
+func TestDeltaPassRunsThroughTheEnginePhases(t *testing.T) {
+	const size = 8 << 20
+	testimg.ForEachTarget(t, "", size, func(t *testing.T, tg testimg.Target) {
+		src, base := deltaTargetOf(t, tg, size, 61)
+		// Blocks in both held ends and between them.
+		changed := testimg.WriteRandomAt(t, src, 62, 4096, 0, 3<<20+100, size-4096)
+		var ev deltaEvents
+		var last importer.Progress
+		res, err := importer.Import(context.Background(), importer.Options{
+			Source: src, Target: tg.Path, Delta: true, DeltaBase: base, Logger: testimg.Logger(t),
+			Events: ev.observe, Progress: func(p importer.Progress) { last = p },
+		})
+		require.NoError(t, err)
+		phases := []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDelta, importer.PhaseVerify, importer.PhaseCommit, importer.PhaseComplete}
+		assert.Equal(t, phases, ev.started)
+		assert.Equal(t, phases, res.Phases)
+		assert.Equal(t, []importer.Phase{importer.PhaseVerify}, ev.drained)
+		assert.True(t, res.Complete)
+		require.NotNil(t, res.Delta)
+		assert.Equal(t, changed, res.Delta.BlocksChanged)
+		assert.Equal(t, base, res.Delta.BaseDigest)
+		assert.True(t, res.Delta.Final)
+		assert.True(t, res.Verified)
+		assert.Equal(t, testimg.ContentDigest(t, src), res.ContentDigest)
+		assert.Equal(t, res.ContentDigest, res.Delta.Digest)
+		assert.EqualValues(t, size, res.VirtualSize)
+		assert.EqualValues(t, size, res.BytesRead, "the whole source was signed")
+		assert.Equal(t, changed*64<<10, res.DataBytes)
+		assert.Equal(t, importer.PhaseComplete, last.Phase)
+		assert.EqualValues(t, 100, last.Percent)
+		assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, tg.Path, size))
+	})
+}
+
+// A target that is not the base named, found only once it was signed,
+// restarts the import as a full clone, logged once: the target then
+// holds the source's bytes exactly.
+func TestDeltaBaseMismatchRestartsAsAFullClone(t *testing.T) {
+	const size = 8 << 20
+	testimg.ForEachTarget(t, "", size, func(t *testing.T, tg testimg.Target) {
+		src, base := deltaTargetOf(t, tg, size, 63)
+		testimg.WriteRandomAt(t, src, 64, 4096, 1<<20)
+		// Someone wrote to the target since: not the base named.
+		testimg.WriteRandomAt(t, tg.Path, 65, 4096, 5<<20)
+		var ev deltaEvents
+		var logs bytes.Buffer
+		res, err := importer.Import(context.Background(), importer.Options{
+			Source: src, Target: tg.Path, Delta: true, DeltaBase: base, Logger: logTo(t, &logs), Events: ev.observe,
+		})
+		require.NoError(t, err)
+		assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDelta, importer.PhaseError,
+			importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseResize, importer.PhaseCommit, importer.PhaseComplete}, ev.started)
+		assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataFile, importer.PhaseResize, importer.PhaseCommit, importer.PhaseComplete}, res.Phases)
+		assert.True(t, res.Complete)
+		assert.Nil(t, res.Delta, "a full clone")
+		assert.Equal(t, 1, strings.Count(logs.String(), "not the delta base; cloning in full"))
+		assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, tg.Path, size))
+		assert.Equal(t, testimg.ContentDigest(t, src), res.ContentDigest)
+	})
+}
+
+// A pass that fails after its first write (a wrong expected digest,
+// found in Verify; a pass cut off after its runs) is never Complete: the
+// import fails in Error, and the target's first and last MiB stay zeroed,
+// so it is no copy anything takes for done, nor the base it was. The next
+// pass naming that base clones in full, exactly.
+func TestFailedDeltaPassIsNeverComplete(t *testing.T) {
+	const size = 8 << 20
+	errCut := errors.New("cut off after the runs")
+	for _, c := range []struct {
+		name string
+		opts func(o importer.Options) importer.Options
+		want error
+	}{
+		{"wrong expected digest", func(o importer.Options) importer.Options {
+			o.ExpectContentDigest = "blk-sha256:" + strings.Repeat("ab", 32)
+			return o
+		}, errdefs.ErrChecksumMismatch},
+		{"cut after the runs", func(o importer.Options) importer.Options {
+			return importer.WithPhaseHook(o, func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
+				if phase != importer.PhaseTransferDelta {
+					return step
+				}
+				return func(ctx context.Context) error {
+					if err := step(ctx); err != nil {
+						return err
+					}
+					return errCut
+				}
+			})
+		}, errCut},
+	} {
+		testimg.ForEachTarget(t, c.name, size, func(t *testing.T, tg testimg.Target) {
+			src, base := deltaTargetOf(t, tg, size, 66)
+			testimg.WriteRandomAt(t, src, 67, 4096, 2<<20)
+			var ev deltaEvents
+			opts := importer.Options{Source: src, Target: tg.Path, Delta: true, DeltaBase: base, Logger: testimg.Logger(t), Events: ev.observe}
+			res, err := importer.Import(context.Background(), c.opts(opts))
+			require.ErrorIs(t, err, c.want)
+			assert.False(t, res.Complete)
+			assert.Equal(t, importer.PhaseError, res.Phases[len(res.Phases)-1])
+			assert.NotContains(t, ev.started, importer.PhaseComplete)
+			assert.Nil(t, res.Delta)
+			testimg.AssertZeros(t, tg.Path, 0, 1<<20)
+			testimg.AssertZeros(t, tg.Path, size-1<<20, 1<<20)
+			assert.NotEqual(t, base, testimg.ContentDigest(t, tg.Path))
+
+			res, err = importer.Import(context.Background(), opts)
+			require.NoError(t, err)
+			assert.Nil(t, res.Delta, "no longer the base named: a full clone")
+			assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, tg.Path, size))
+		})
+	}
 }

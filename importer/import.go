@@ -26,13 +26,6 @@ const (
 // error wraps one of the package's Err values and the Result says how far
 // the import got; the target is never reported complete.
 func Import(ctx context.Context, o Options) (*Result, error) {
-	if o.Delta {
-		res, err := deltaClone(ctx, o)
-		if !errors.Is(err, errdefs.ErrNoDeltaBase) {
-			return res, cancelled(ctx, err)
-		}
-		o.logger().Info("The target is no delta base; cloning in full", "target", o.Target, "reason", err)
-	}
 	r, err := request(o)
 	if err != nil {
 		return &Result{Target: o.Target}, err
@@ -121,6 +114,8 @@ func request(o Options) (engine.Request, error) {
 		Checksums:               sums,
 		Settings:                settings,
 		StreamDecodeMaxBuffered: o.streamDecodeMaxBuffered,
+		Delta:                   o.Delta,
+		DeltaBase:               o.DeltaBase,
 		Progress:                progress,
 		Events:                  events,
 		Logger:                  o.logger(),

@@ -5,9 +5,10 @@ import "github.com/diskimport/engine/internal/engine"
 // Phase names a step of an import, as logged ("New phase: X") and listed in
 // Result.Phases. An import runs Info, then the phases of its plan:
 //
-//	Info → (TransferScratch | TransferDataFile | TransferDataDir) → Validate → Convert → Resize → Verify → Commit → Complete
+//	Info → (TransferScratch | TransferDataFile | TransferDataDir | TransferDelta) → Validate → Convert → Resize → Verify → Commit → Complete
 //
-// (each route takes the ones it needs), or ends in Error.
+// (each route takes the ones it needs: a delta pass Info, TransferDelta,
+// Verify, Commit, Complete), or ends in Error.
 type Phase = engine.Phase
 
 // The phases. Complete is entered only once the data is durable.
@@ -16,6 +17,7 @@ const (
 	PhaseTransferScratch  = engine.TransferScratch
 	PhaseTransferDataFile = engine.TransferDataFile
 	PhaseTransferDataDir  = engine.TransferDataDir
+	PhaseTransferDelta    = engine.TransferDelta
 	PhaseValidate         = engine.Validate
 	PhaseConvert          = engine.Convert
 	PhaseResize           = engine.Resize

@@ -48,7 +48,9 @@ type Result struct {
 	// back matched the source; VerifyMethod is "sha256" (digests of both
 	// sides) or "qemu-img compare" (a converted image: SourceDigest is then
 	// empty, TargetDigest is set for raw targets). Digests are "sha256:hex"
-	// of the first BytesWritten bytes.
+	// of the first BytesWritten bytes. A delta pass is always verified:
+	// "block hashes", the content digest of the target's block hashes
+	// after the pass against the source's (both digests are that one).
 	Verified     bool
 	VerifyMethod string
 	SourceDigest string

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -31,23 +32,30 @@ const minHoleSkip = 1 << 20
 // inside a 256 MiB memory cgroup otherwise filled it with page cache (peak
 // 256 MiB, the limit).
 func SumFile(ctx context.Context, f *os.File, size int64, workers int) (Digest, error) {
-	return hashFile(ctx, f, size, New(workers))
+	return hashFile(ctx, f, size, New(workers), nil)
 }
 
 // BlockSums is SumFile that also returns the hash of every block, in
-// order (32 bytes per 64 KiB: what a delta clone compares).
-func BlockSums(ctx context.Context, f *os.File, size int64, workers int) (Digest, []Sum, error) {
+// order (32 bytes per 64 KiB: what a delta clone compares). covered, when
+// not nil, is advanced by the bytes hashed or skipped as holes, as they
+// are (a pass's progress).
+func BlockSums(ctx context.Context, f *os.File, size int64, workers int, covered *atomic.Int64) (Digest, []Sum, error) {
 	h := New(workers)
 	h.recording = true
 	h.blocks = make([]Sum, 0, (size+BlockSize-1)/BlockSize)
-	d, err := hashFile(ctx, f, size, h)
+	d, err := hashFile(ctx, f, size, h, covered)
 	if err != nil {
 		return Digest{}, nil, err
 	}
 	return d, h.blocks, nil
 }
 
-func hashFile(ctx context.Context, f *os.File, size int64, h *Hash) (Digest, error) {
+func hashFile(ctx context.Context, f *os.File, size int64, h *Hash, covered *atomic.Int64) (Digest, error) {
+	advance := func(n int64) {
+		if covered != nil {
+			covered.Add(n)
+		}
+	}
 	bufs := [2][]byte{make([]byte, readSize), make([]byte, readSize)}
 	cur := 0
 	wait := func() {}
@@ -67,6 +75,7 @@ func hashFile(ctx context.Context, f *os.File, size int64, h *Hash) (Digest, err
 					wait()
 					wait = func() {}
 					h.Zero(data - off)
+					advance(data - off)
 					off = data
 					continue
 				}
@@ -93,6 +102,7 @@ func hashFile(ctx context.Context, f *os.File, size int64, h *Hash) (Digest, err
 		wait = h.Start(buf)
 		cur ^= 1
 		off += int64(n)
+		advance(int64(n))
 	}
 	wait()
 	wait = func() {}

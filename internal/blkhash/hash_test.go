@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 
@@ -194,9 +195,13 @@ func TestBlockSumsGiveTheFileDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	d, sums, err := BlockSums(context.Background(), f, int64(len(data)), 2)
+	var covered atomic.Int64
+	d, sums, err := BlockSums(context.Background(), f, int64(len(data)), 2, &covered)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if covered.Load() != int64(len(data)) {
+		t.Fatalf("covered %d bytes of %d", covered.Load(), len(data))
 	}
 	h := New(1)
 	h.Write(data)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
@@ -29,7 +30,12 @@ func Blocks(size int64) int64 { return (size + BlockSize - 1) / BlockSize }
 // Sign reads the first size bytes of f (a file's holes skipped) and
 // returns their signature.
 func Sign(ctx context.Context, f *os.File, size int64) (*Signature, error) {
-	d, sums, err := blkhash.BlockSums(ctx, f, size, 0)
+	return sign(ctx, f, size, nil)
+}
+
+// sign is Sign advancing covered (when not nil) by the bytes signed so far.
+func sign(ctx context.Context, f *os.File, size int64, covered *atomic.Int64) (*Signature, error) {
+	d, sums, err := blkhash.BlockSums(ctx, f, size, 0, covered)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -117,7 +118,12 @@ func (t *Target) Offset() int64 { return t.offset }
 // Sign reads the target and returns its signature; a target that cannot
 // be read is no base.
 func (t *Target) Sign(ctx context.Context) (*Signature, error) {
-	s, err := Sign(ctx, t.f, t.size)
+	return t.sign(ctx, nil)
+}
+
+// sign is Sign advancing covered (when not nil) by the bytes signed.
+func (t *Target) sign(ctx context.Context, covered *atomic.Int64) (*Signature, error) {
+	s, err := sign(ctx, t.f, t.size, covered)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
@@ -336,6 +342,38 @@ func (t *Target) Pass() Pass { return t.pass }
 // Close releases the target. Before Finish, writing may have begun: its
 // ends are then left zeroed, so it is no copy anything takes for done.
 func (t *Target) Close() error { return t.f.Close() }
+
+// TargetState is what a pass's target holds as it lies, read without
+// claiming it: whether it exists, whether it is a volume a pass writes in
+// place (a block device or a regular file), and its size.
+type TargetState struct {
+	Exists, Volume bool
+	Size           int64
+}
+
+// StatTarget reads the state of the volume at path (TargetPath's). A
+// path that cannot be read as one is no volume.
+func StatTarget(path string) TargetState {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return TargetState{}
+	}
+	s := TargetState{Exists: true}
+	switch {
+	case fi.Mode().IsRegular():
+		s.Volume, s.Size = true, fi.Size()
+	case fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0:
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return s
+		}
+		defer f.Close()
+		if s.Size, err = f.Seek(0, io.SeekEnd); err == nil {
+			s.Volume = true
+		}
+	}
+	return s
+}
 
 // TargetPath is the volume a target path names: a directory's disk.img
 // (CDI's filesystem-volume layout, as an import writes it), else itself.

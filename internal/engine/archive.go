@@ -42,7 +42,7 @@ func (a *attempt) archiveInfo(ctx context.Context) (*Plan, error) {
 		return nil, fmt.Errorf("content type archive wants a tar stream, but %s is a %s image: %w", a.req.Source, img.Format, errdefs.ErrInvalidImage)
 	}
 	a.result.SourceFormat = "tar"
-	return a.choosePlan(a.gatherFacts(ctx, img)), nil
+	return a.choosePlan(a.gatherFacts(ctx, a.sourceFacts())), nil
 }
 
 // archiveExtraction is TransferDataDir and, for an archive, Commit. It owns

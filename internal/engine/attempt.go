@@ -9,6 +9,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
@@ -36,6 +37,9 @@ type attempt struct {
 	caps datasource.Capabilities
 	// targetZeroed: Info zeroed the whole block target (Request.ZeroTarget).
 	targetZeroed bool
+	// pass is RouteDelta's, opened by Info in place of target: the source
+	// and the target claimed where it lies.
+	pass *delta.LocalPass
 
 	releases []func() // run last first when the attempt ends
 }
@@ -48,6 +52,9 @@ func (a *attempt) release(f func()) { a.releases = append(a.releases, f) }
 // the stream routes' transfers, whose writers end with them).
 func (a *attempt) steps(plan *Plan) map[Phase]Step {
 	a.plan = plan
+	if plan.Route == RouteDelta {
+		return map[Phase]Step{TransferDelta: a.transferDelta, Verify: a.verifyDelta, Commit: a.commitDelta}
+	}
 	if plan.Route == RouteArchive {
 		x := &archiveExtraction{a: a}
 		a.release(x.removeStaging)

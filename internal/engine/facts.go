@@ -6,13 +6,15 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
 // importFacts is everything the route choice reads about one import. Info
-// gathers it once (gatherFacts: the source opened, its header sniffed, its
-// capabilities taken, and where the choice depends on them a range probe
-// and a qcow2's tables read); decide reads nothing else, so it does no I/O.
+// gathers it once (sourceFacts: the source opened, its header sniffed, its
+// capabilities taken, and for a delta pass the target as it lies; then
+// gatherFacts: where the choice depends on them a range probe and a
+// qcow2's tables read); decide reads nothing else, so it does no I/O.
 type importFacts struct {
 	// The image as identified: its format, the layers peeled off it
 	// (outermost first) and its header.
@@ -27,6 +29,11 @@ type importFacts struct {
 	targetZeroed bool
 	// blank: no source at all (CreateBlank).
 	blank bool
+	// sourceSize is the source's size in bytes (-1: not known before it
+	// is read); deltaTarget the target as it lies, read only where
+	// Request.Delta asks for a pass.
+	sourceSize  int64
+	deltaTarget delta.TargetState
 
 	// rangesProbed: one range read was tried, only where nothing else
 	// closes the ranged route; rangeReadErr is its failure (nil: the
@@ -42,19 +49,31 @@ type importFacts struct {
 	fileSize  int64
 }
 
-// gatherFacts takes what the route choice needs from the opened source
-// (openSource took its capabilities) and the identified image: the probes
-// are made only where decide will read them, so a route the request closes
-// costs no request.
-func (a *attempt) gatherFacts(ctx context.Context, img *format.Image) *importFacts {
+// sourceFacts is what the opened source and its identified image tell
+// the route choice, and, where Request.Delta asks for a pass, the state
+// of the target as it lies (a stat, nothing opened for writing).
+func (a *attempt) sourceFacts() *importFacts {
+	img := a.source.image
 	f := &importFacts{
 		format:       img.Format,
 		compressions: img.Compressions,
 		header:       img.Header,
 		caps:         a.caps,
 		checksummed:  a.source.verifier != nil,
-		targetZeroed: a.targetZeroed,
+		sourceSize:   a.source.size,
 	}
+	if a.req.Delta {
+		f.deltaTarget = delta.StatTarget(delta.TargetPath(a.req.Target))
+	}
+	return f
+}
+
+// gatherFacts completes f once the target is open (whether Info zeroed
+// it) with the probes decide will read: a range probe and a qcow2's
+// tables, made only where the route depends on them, so a route the
+// request closes costs no request.
+func (a *attempt) gatherFacts(ctx context.Context, f *importFacts) *importFacts {
+	f.targetZeroed = a.targetZeroed
 	if a.req.ContentType == ContentTypeArchive || rangedClosed(f, a.req) != "" {
 		return f
 	}

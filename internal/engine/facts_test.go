@@ -55,7 +55,7 @@ func TestGatherFactsReadsRangesOnlyWhereTheRouteDependsOnThem(t *testing.T) {
 			require.NoError(t, err)
 			require.NotNil(t, a.caps.Ranges, "the file server serves ranges")
 			before := ranges.Load()
-			f := a.gatherFacts(ctx, a.source.image)
+			f := a.gatherFacts(ctx, a.sourceFacts())
 			n := ranges.Load() - before
 			assert.True(t, c.rangeQueries(n), "%d range requests", n)
 			assert.Equal(t, c.probed, f.rangesProbed)

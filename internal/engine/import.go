@@ -115,30 +115,29 @@ const maxRestarts = 100
 // ignores Range, or the object changed) fails the attempt with a
 // *datasource.RestartError; that attempt has already aborted its target and
 // removed its scratch file, so the next one begins from Info with a fresh
-// Open and nothing of the old bytes. An attempt on RouteStreamDecode whose
-// image the decoder cannot stream (notStreamableError) is started over the
-// same way, once, with Request.NoStreamDecode set: the request is all the
-// attempts share, and that flag sends the next one to RouteRanged (a
-// server that serves ranges) or RouteScratch. Only a source that can be
-// read again is started over (a one-time stream fails): clusters ahead of
-// their tables spill to the scratch directory, so this is for layouts the
-// decoder cannot follow at all, or an overflow with no usable scratch
-// directory (which the scratch route then reports as
-// ErrScratchSpaceRequired).
+// Open and nothing of the old bytes. An attempt whose route found, only
+// while running, that it cannot take the import (routeClosedError: a
+// layout the stream decoder cannot follow, a target that is not the delta
+// base named) is started over the same way, once, with that route closed
+// in the request (closeRoute): the request is all the attempts share.
+// Only a source that can be read again is started over (a one-time stream
+// fails): clusters ahead of their tables spill to the scratch directory,
+// so the decoder's restart is for layouts it cannot follow at all, or an
+// overflow with no usable scratch directory (which the scratch route then
+// reports as ErrScratchSpaceRequired).
 func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 	start := time.Now()
 	for restarts := 0; ; restarts++ {
 		res, err := importOnce(ctx, r, start)
 		res.Retries = datasource.Retries(r.Source)
-		var ns *notStreamableError
-		if err != nil && ctx.Err() == nil && !r.NoStreamDecode && errors.As(err, &ns) {
-			// The decoder met a layout it cannot stream:
-			// that attempt wrote no head and removed its file; the next
-			// one reads the source again, over ranges or through scratch.
-			r.NoStreamDecode = true
-			logger(r).Warn("The image cannot be decoded in one pass; starting the import over through qemu-img",
-				"source", r.Source.String(), "cause", ns.Error())
-			continue
+		var rc *routeClosedError
+		if err != nil && ctx.Err() == nil && errors.As(err, &rc) {
+			if then := r.closeRoute(rc.route); then != "" {
+				// That attempt wrote nothing that stays: the next one
+				// reads the source again and plans without the route.
+				logger(r).Warn(then, "source", r.Source.String(), "target", r.Target, "cause", rc.Error())
+				continue
+			}
 		}
 		var re *datasource.RestartError
 		if err == nil || ctx.Err() != nil || !errors.As(err, &re) || restarts >= maxRestarts {
@@ -147,6 +146,31 @@ func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 		logger(r).Warn("Transfer cannot resume; starting the import over from the beginning",
 			"source", r.Source.String(), "restart", restarts+1, "cause", re.Error())
 	}
+}
+
+// routeClosedError fails an attempt whose route cannot take the import,
+// found only while it ran: the restart loop starts the import over with
+// the route closed (Request.closeRoute).
+type routeClosedError struct {
+	route Route
+	err   error
+}
+
+func (e *routeClosedError) Error() string { return e.err.Error() }
+func (e *routeClosedError) Unwrap() error { return e.err }
+
+// closeRoute closes route in r for the attempts to come and says what
+// they do instead, or returns "" when it was closed already.
+func (r *Request) closeRoute(route Route) string {
+	switch {
+	case route == RouteStreamDecode && !r.NoStreamDecode:
+		r.NoStreamDecode = true // over ranges, or through scratch
+		return "The image cannot be decoded in one pass; starting the import over through qemu-img"
+	case route == RouteDelta && r.Delta:
+		r.Delta = false
+		return "The target is not the delta base; cloning in full"
+	}
+	return ""
 }
 
 func logger(r Request) *slog.Logger {

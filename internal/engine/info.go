@@ -12,7 +12,10 @@ import (
 
 // info is the Info phase: it opens the target and the source, peels
 // compression, identifies the image, checks what its header tells before a
-// byte reaches the target, and decides the plan.
+// byte reaches the target, and decides the plan. The target is opened
+// first, so a busy device is refused before a download starts, except
+// where a delta pass is asked for: whether the target is then claimed in
+// place or staged depends on the source.
 func (a *attempt) info(ctx context.Context) (*Plan, error) {
 	switch a.req.ContentType {
 	case "", ContentTypeKubevirt:
@@ -23,6 +26,44 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 	default:
 		return a.archiveInfo(ctx)
 	}
+	var st *datasource.Transfer
+	var facts *importFacts
+	if a.req.Delta {
+		var err error
+		if st, err = a.openSource(ctx); err != nil {
+			return nil, err
+		}
+		if facts = a.sourceFacts(); deltaClosed(facts, a.req) == "" {
+			return a.deltaInfo(facts)
+		}
+	}
+	if err := a.openTarget(ctx); err != nil {
+		return nil, err
+	}
+	if st == nil {
+		var err error
+		if st, err = a.openSource(ctx); err != nil {
+			return nil, err
+		}
+		facts = a.sourceFacts()
+	}
+	img := a.source.image
+	a.log.Info("Image detected", "format", img.Format, "compression", a.result.Compressions,
+		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", a.target.Path(), "targetCapacity", a.target.Capacity())
+
+	if err := a.checkEarlySize(ctx, img, st); err != nil {
+		return nil, err
+	}
+	if err := a.checkClone(ctx, img, st); err != nil {
+		return nil, err
+	}
+	return a.choosePlan(a.gatherFacts(ctx, facts)), nil
+}
+
+// openTarget opens the target to be written (a file staged beside its
+// final name, a device claimed) and refuses a device asked to hold a
+// qcow2.
+func (a *attempt) openTarget(ctx context.Context) error {
 	tgt, err := volume.Open(ctx, volume.Options{
 		Path:               a.req.Target,
 		RequestedSize:      a.req.Size,
@@ -33,29 +74,14 @@ func (a *attempt) info(ctx context.Context) (*Plan, error) {
 		AllowSparseOvercommit: a.req.AllowSparseOvercommit,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening target %s: %w", a.req.Target, err)
+		return fmt.Errorf("opening target %s: %w", a.req.Target, err)
 	}
 	a.target = tgt
 	a.result.Target = tgt.Path()
 	if outputFormat(a.req) == "qcow2" && tgt.Kind() == volume.Block {
-		return nil, fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
+		return fmt.Errorf("target %s is a block device, which holds raw data only; qcow2 needs a file target: %w", tgt.Path(), errdefs.ErrInvalidOptions)
 	}
-
-	st, err := a.openSource(ctx)
-	if err != nil {
-		return nil, err
-	}
-	img := a.source.image
-	a.log.Info("Image detected", "format", img.Format, "compression", a.result.Compressions,
-		"virtualSize", img.Header.VirtualSize, "sourceSize", st.Size, "target", tgt.Path(), "targetCapacity", tgt.Capacity())
-
-	if err := a.checkEarlySize(ctx, img, st); err != nil {
-		return nil, err
-	}
-	if err := a.checkClone(ctx, img, st); err != nil {
-		return nil, err
-	}
-	return a.choosePlan(a.gatherFacts(ctx, img)), nil
+	return nil
 }
 
 // choosePlan is decide's plan for the facts, logged in one line with the

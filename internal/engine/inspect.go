@@ -75,7 +75,7 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 			in.VirtualSize = in.UncompressedSize
 		}
 	}
-	in.Plan = a.choosePlan(a.gatherFacts(ctx, img))
+	in.Plan = a.choosePlan(a.gatherFacts(ctx, a.sourceFacts()))
 	if in.Plan.Route == RouteInPlace {
 		if err := format.CheckStructureFile(img.Format, a.caps.LocalPath); err != nil {
 			return in, refusal(in, err)

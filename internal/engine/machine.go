@@ -115,6 +115,9 @@ const (
 	TransferDataFile Phase = "TransferDataFile"
 	// TransferDataDir extracts a tar stream into a staging directory.
 	TransferDataDir Phase = "TransferDataDir"
+	// TransferDelta signs the source and the target and writes the runs
+	// that differ into the target, in place.
+	TransferDelta Phase = "TransferDelta"
 	// Validate checks the image qemu-img is about to read.
 	Validate Phase = "Validate"
 	// Convert writes the target with qemu-img.

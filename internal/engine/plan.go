@@ -29,6 +29,11 @@ const (
 	// with Request.NoStreamDecode: over ranges where the server serves
 	// them, else through scratch.
 	RouteStreamDecode
+	// RouteDelta: a delta pass (Request.Delta) onto a target that already
+	// holds a copy of the source's size, written in place: only the 64
+	// KiB blocks whose hashes differ (internal/delta). A target found
+	// not to be the base named restarts the import without Delta.
+	RouteDelta
 )
 
 func (r Route) String() string {
@@ -47,6 +52,8 @@ func (r Route) String() string {
 		return "blank"
 	case RouteStreamDecode:
 		return "stream-decode"
+	case RouteDelta:
+		return "delta"
 	}
 	return "unknown"
 }
@@ -64,6 +71,9 @@ const (
 	VerifyDigests VerifyMethod = "sha256"
 	// VerifyCompare: qemu-img compare (a converted image).
 	VerifyCompare VerifyMethod = "qemu-img compare"
+	// VerifyBlockHashes: the content digest of the target's block hashes
+	// after a delta pass against the source's.
+	VerifyBlockHashes VerifyMethod = "block hashes"
 )
 
 // Plan is what Info decided about one import. It is not changed once
@@ -110,6 +120,9 @@ func PhasesFor(r Route, verify bool) (phases []Phase, drainedAfter Phase) {
 		return []Phase{TransferDataDir, Commit, Complete}, TransferDataDir
 	case RouteBlank:
 		return []Phase{Resize, Commit, Complete}, ""
+	case RouteDelta:
+		// Verify waits for the source's second reading (delta.Recheck).
+		return []Phase{TransferDelta, Verify, Commit, Complete}, Verify
 	}
 	if verify {
 		phases = append(phases, Verify)

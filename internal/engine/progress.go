@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -22,6 +23,7 @@ type meter struct {
 	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
 	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's, onto a device
 	decoded        atomic.Pointer[volume.GuestWriter]  // the stream decoder's
+	delta          atomic.Pointer[delta.LocalPass]     // a delta pass's
 	convertPercent atomic.Uint64                       // math.Float64bits
 	// rangedRead counts the ranged route's range reads, which cover the
 	// head the counter saw again.
@@ -35,12 +37,15 @@ type meter struct {
 
 // bytesRead is the bytes of the source read: the stream's, together with
 // the distinct bytes the range reads covered, or, on the in-place route,
-// the share of the local image qemu-img has converted. It does not pass
-// the source's size.
+// the share of the local image qemu-img has converted, or what a delta
+// pass signed. It does not pass the source's size.
 func (m *meter) bytesRead() int64 {
 	var n int64
 	if c := m.counter.Load(); c != nil {
 		n = c.Count()
+	}
+	if d := m.delta.Load(); d != nil {
+		n = max(n, d.SourceRead())
 	}
 	n = m.rangedRead.Distinct(n)
 	if total := m.inPlaceSize.Load(); total > 0 {
@@ -92,9 +97,15 @@ func (m *meter) snapshot() Progress {
 		p.BytesWritten = g.Written()
 	} else if w := m.writer.Load(); w != nil {
 		p.BytesWritten = w.Written()
+	} else if d := m.delta.Load(); d != nil {
+		p.BytesWritten = d.Written()
 	}
 	p.PhasePercent = -1
 	switch {
+	case p.Phase == TransferDelta && p.SourceSize > 0:
+		// Signing both sides is most of a pass: it goes by the bytes
+		// compared.
+		p.PhasePercent = min(100, 100*float64(m.delta.Load().Compared())/float64(p.SourceSize))
 	case p.Phase == Convert:
 		p.PhasePercent = math.Float64frombits(m.convertPercent.Load())
 	case p.SourceSize > 0:
@@ -141,7 +152,7 @@ func (o *overallPercent) of(phase Phase, pct float64) (float64, bool) {
 	case TransferScratch:
 		o.scratch = true
 		return pct * scratchTransferShare / 100, pct >= 0
-	case TransferDataFile, TransferDataDir:
+	case TransferDataFile, TransferDataDir, TransferDelta:
 		return min(pct, beforeComplete), pct >= 0
 	case Validate:
 		return scratchTransferShare, o.scratch

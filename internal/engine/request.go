@@ -1,12 +1,12 @@
 package engine
 
 import (
-	"github.com/diskimport/engine/internal/delta"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/qemu"
 )
@@ -37,6 +37,11 @@ type Request struct {
 	// clusters that arrive before their table (0: its default); tests set
 	// it small.
 	StreamDecodeMaxBuffered int64
+	// Delta asks for a delta pass (RouteDelta) where the target already
+	// holds a copy; DeltaBase, when set, is the content digest it must
+	// have. The restart loop clears Delta when the target was no base.
+	Delta     bool
+	DeltaBase string
 
 	Progress func(Progress)
 	Events   func(Event)

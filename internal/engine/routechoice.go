@@ -49,13 +49,61 @@ const rangedWins = 2
 
 // decide is the plan for an import with these facts and this request,
 // and the reason for its route in words: no I/O, no logging (Info logs the
-// one line). The route table is ARCHITECTURE.md's, in this order: a raw
-// image onto a raw target is streamed; an image the ranged route takes goes
-// over ranges unless the stream decoder takes it too and is predicted
-// faster (preferRanged); a local uncompressed image is converted in place;
-// an image the stream decoder takes is decoded; the rest goes through a
+// one line). The route table is ARCHITECTURE.md's, in this order: a delta
+// pass where one was asked for and the facts allow it (deltaClosed; the
+// reason of any other route then says why not); a raw image onto a raw
+// target is streamed; an image the ranged route takes goes over ranges
+// unless the stream decoder takes it too and is predicted faster
+// (preferRanged); a local uncompressed image is converted in place; an
+// image the stream decoder takes is decoded; the rest goes through a
 // scratch copy.
 func decide(f *importFacts, req Request) (*Plan, string) {
+	if !req.Delta {
+		return decideRoute(f, req)
+	}
+	noDelta := deltaClosed(f, req)
+	if noDelta != "" {
+		plan, why := decideRoute(f, req)
+		return plan, why + "; no delta pass: " + noDelta
+	}
+	plan := &Plan{Route: RouteDelta, SourceFormat: f.format, OutputFormat: "raw", Verify: VerifyBlockHashes, Clone: true}
+	plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteDelta, true)
+	return plan, "a delta pass: the target holds a copy of the source's size; only the blocks that differ are written, in place"
+}
+
+// deltaClosed is why a delta pass may not take this import, "" when it
+// may. It copies raw bytes from a local file or device (a compressed or
+// converted image is written in full, as without Delta) onto a target
+// that exists and holds raw bytes of the source's size (no archive, no
+// qcow2, no growing to a requested size). Whether the target is the base
+// named only its signature tells: the pass restarts the import without
+// Delta when it is not (routeClosedError).
+func deltaClosed(f *importFacts, req Request) string {
+	switch {
+	case req.ContentType == ContentTypeArchive:
+		return "an archive is extracted, not passed in place"
+	case outputFormat(req) != "raw":
+		return "the target is a qcow2, which qemu-img writes"
+	case req.Size > 0:
+		return "a requested size grows the target past the source's"
+	case f.caps.LocalPath == "":
+		return "the source is not a local file or device"
+	case len(f.compressions) > 0:
+		return fmt.Sprintf("the source is compressed (%v)", f.compressions)
+	case f.format.NeedsConversion():
+		return fmt.Sprintf("the source is a %s image, which is converted", f.format)
+	case !f.deltaTarget.Exists:
+		return "the target does not exist yet"
+	case !f.deltaTarget.Volume:
+		return "the target is neither a regular file nor a block device"
+	case f.deltaTarget.Size != f.sourceSize:
+		return fmt.Sprintf("the target has %d bytes, the source %d", f.deltaTarget.Size, f.sourceSize)
+	}
+	return ""
+}
+
+// decideRoute is decide's plan for an import that is no delta pass.
+func decideRoute(f *importFacts, req Request) (*Plan, string) {
 	switch {
 	case f.blank:
 		plan := &Plan{Route: RouteBlank, OutputFormat: outputFormat(req)}

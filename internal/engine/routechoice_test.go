@@ -10,6 +10,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/delta"
 )
 
 // The phases of ARCHITECTURE.md's route table, written out.
@@ -23,6 +24,7 @@ var (
 	rangedPhases        = []Phase{Validate, Convert, Resize, Commit, Complete}
 	archivePhases       = []Phase{TransferDataDir, Commit, Complete}
 	blankPhases         = []Phase{Resize, Commit, Complete}
+	deltaPhases         = []Phase{TransferDelta, Verify, Commit, Complete}
 )
 
 // factsOf is the facts of an image of format f with header h, peeled of
@@ -63,6 +65,23 @@ func (f *importFacts) withLayoutErr(err error) *importFacts {
 	return f
 }
 
+// deltaOnto: a source of size bytes, onto a target that holds a volume
+// of targetSize bytes (-1: no target yet).
+func (f *importFacts) deltaOnto(size, targetSize int64) *importFacts {
+	f.sourceSize = size
+	if targetSize >= 0 {
+		f.deltaTarget = delta.TargetState{Exists: true, Volume: true, Size: targetSize}
+	}
+	return f
+}
+
+// noVolume: the target path holds something that is neither a file nor
+// a block device.
+func (f *importFacts) noVolume() *importFacts {
+	f.deltaTarget.Volume = false
+	return f
+}
+
 func (f *importFacts) checksum() *importFacts {
 	f.checksummed = true
 	return f
@@ -78,7 +97,9 @@ func (f *importFacts) zeroed() *importFacts {
 // route, its phases, its drain phase, the plan's flags and the reason
 // decide gives, from facts alone (no source, no network).
 func TestDecideRouteTable(t *testing.T) {
+	withDelta := func(s Settings) Request { return Request{Settings: s, Delta: true} }
 	var (
+		deltaReq     = withDelta(Settings{})
 		raw          = format.Header{}
 		qcow2        = format.Header{VirtualSize: 2 << 30}
 		streamVMDK   = format.Header{VMDKCreateType: "streamOptimized"}
@@ -220,6 +241,37 @@ func TestDecideRouteTable(t *testing.T) {
 		{name: "restarted qcow2 stream through scratch", facts: factsOf(format.QCOW2, qcow2), req: Request{Settings: Settings{NoStreamDecode: true}},
 			route: RouteScratch, phases: scratchPhases, drained: Validate, reason: "stream decoder is off"},
 
+		// a delta pass, and each reason the facts give for an ordinary
+		// route instead
+		{name: "delta pass onto a copy", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30), req: deltaReq,
+			route: RouteDelta, phases: deltaPhases, drained: Verify, reason: "only the blocks that differ are written, in place",
+			check: func(t *testing.T, p *Plan) {
+				assert.Equal(t, VerifyBlockHashes, p.Verify)
+				assert.True(t, p.Clone)
+			}},
+		{name: "delta pass of an iso, as-is", facts: factsOf(format.ISO, raw).local().deltaOnto(1<<30, 1<<30), req: withDelta(Settings{ContentType: ContentTypeAsIs}),
+			route: RouteDelta, phases: deltaPhases, drained: Verify, reason: "a delta pass"},
+		{name: "delta asked, no target yet", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, -1), req: deltaReq,
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "copied as it arrives; no delta pass: the target does not exist yet"},
+		{name: "delta asked, target of another size", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 2<<30), req: deltaReq,
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "no delta pass: the target has 2147483648 bytes, the source 1073741824"},
+		{name: "delta asked, target neither file nor device", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30).noVolume(), req: deltaReq,
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "no delta pass: the target is neither a regular file nor a block device"},
+		{name: "delta asked, compressed source", facts: factsOf(format.Raw, raw, format.XZ).local().deltaOnto(1<<30, 1<<30), req: deltaReq,
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "no delta pass: the source is compressed ([xz])"},
+		{name: "delta asked, qcow2 source", facts: factsOf(format.QCOW2, qcow2).local().deltaOnto(1<<30, 1<<30), req: deltaReq,
+			route: RouteInPlace, phases: inPlacePhases, drained: Validate, reason: "no delta pass: the source is a qcow2 image, which is converted"},
+		{name: "delta asked, source from stdin", facts: factsOf(format.Raw, raw).oneTime().deltaOnto(1<<30, 1<<30), req: deltaReq,
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "no delta pass: the source is not a local file or device"},
+		{name: "delta asked, archive", facts: factsOf(format.Raw, raw, format.Tar).local().deltaOnto(1<<30, 1<<30), req: withDelta(Settings{ContentType: ContentTypeArchive}),
+			route: RouteArchive, phases: archivePhases, drained: TransferDataDir, reason: "no delta pass: an archive is extracted"},
+		{name: "delta asked, qcow2 target", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30), req: withDelta(Settings{Format: "qcow2"}),
+			route: RouteInPlace, phases: inPlacePhases, drained: Validate, reason: "no delta pass: the target is a qcow2"},
+		{name: "delta asked, size requested", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30), req: withDelta(Settings{Size: 2 << 30}),
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "no delta pass: a requested size grows the target"},
+		{name: "delta closed by the restart", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30),
+			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "copied as it arrives"},
+
 		// archive and blank
 		{name: "archive", facts: factsOf(format.Raw, raw, format.Gzip, format.Tar).served(nil), req: Request{Settings: Settings{ContentType: ContentTypeArchive}},
 			route: RouteArchive, phases: archivePhases, drained: TransferDataDir, reason: "tar stream extracted"},
@@ -233,6 +285,9 @@ func TestDecideRouteTable(t *testing.T) {
 			assert.Equal(t, c.phases, plan.Phases)
 			assert.Equal(t, c.drained, plan.SourceDrainedAfter)
 			assert.Contains(t, reason, c.reason)
+			if !c.req.Delta {
+				assert.NotContains(t, reason, "delta", "only a delta asked for is mentioned")
+			}
 			if plan.Route == RouteStreamDecode {
 				// The words the import tests find in the log.
 				assert.Contains(t, reason, "decoded straight onto the target")

@@ -20,6 +20,7 @@ type sourceReader struct {
 	wire     io.Reader // the source bytes as received, hashed when checksums are set
 	verifier *iostage.Verifier
 	image    *format.Image
+	size     int64 // the transfer's size, -1 when not known
 }
 
 // openSource starts the transfer and builds the read side of the pipeline.
@@ -32,7 +33,7 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 		// file X does not exist").
 		return nil, err
 	}
-	r := &sourceReader{source: src, body: st.Body}
+	r := &sourceReader{source: src, body: st.Body, size: st.Size}
 	a.source = r
 	a.caps = st.Capabilities
 	a.takeSourceLabels()

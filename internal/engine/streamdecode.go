@@ -108,8 +108,8 @@ func (a *attempt) noteSpill(st streamdecode.Stats) {
 }
 
 // decodeFailed is the attempt's error for a failed decode. A layout the
-// decoder cannot follow in one pass restarts the import on the scratch
-// route when the source can be read again (notStreamableError); a
+// decoder cannot follow in one pass restarts the import without the
+// decoder when the source can be read again (routeClosedError); a
 // one-time stream cannot be, and fails: with ErrScratchSpaceRequired when
 // only the missing scratch directory stopped it, so CDI's controller adds
 // one and the upload is sent again.
@@ -118,7 +118,7 @@ func (a *attempt) decodeFailed(err error, f format.Format, spill string) error {
 		return fmt.Errorf("decoding %s image onto %s: %w", f, a.target.Path(), err)
 	}
 	if !a.caps.OneTime {
-		return &notStreamableError{err: err}
+		return &routeClosedError{route: RouteStreamDecode, err: err}
 	}
 	var be *streamdecode.BufferError
 	if errors.As(err, &be) && spill == "" && !be.Bookkeeping {
@@ -134,15 +134,6 @@ const (
 	streamReadAheadSize    = 1 << 20
 	streamReadAheadBuffers = 4
 )
-
-// notStreamableError fails an attempt on RouteStreamDecode whose image has
-// a layout the decoder cannot follow in one pass: the restart loop starts
-// the import over with Request.NoStreamDecode set, so it takes the scratch
-// route.
-type notStreamableError struct{ err error }
-
-func (e *notStreamableError) Error() string { return e.err.Error() }
-func (e *notStreamableError) Unwrap() error { return e.err }
 
 // overflowError: a one-time stream whose clusters arrive before their
 // tables needed more than the decoder's memory bound and there was no
