@@ -1,9 +1,10 @@
 // Package delta is the delta pass of a clone: when the target already
 // holds an earlier copy of the source (same size), only the blocks that
 // differ are sent and written. One mechanism serves both roles: a local
-// clone between two files or devices (Local) and clone-source → upload
-// server, where the signature and the runs cross the wire (internal/cloner,
-// uploadserver).
+// clone between two files or devices (LocalPass, whose steps the import
+// engine's delta route runs as its phases; Local runs them at once) and
+// clone-source → upload server, where the signature and the runs cross
+// the wire (internal/cloner, uploadserver).
 //
 // A pass:
 //

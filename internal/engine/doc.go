@@ -23,16 +23,21 @@
 //	                  attempt.decodeStream  the stream decoder's guest writes onto the target
 //	TransferScratch   scratchTransfer       the image to a scratch file, handed to imageInput
 //	TransferDataDir   archiveExtraction     a tar into a staging directory it owns
+//	TransferDelta     attempt.transferDelta both sides signed, the runs that differ into the target in place
 //	Validate          validation            structure, self-containment, sizes; starts the ranged export
 //	Convert           conversion            qemu-img onto the target (a device through nbdserver.DeviceExport)
 //	Resize            attempt.resize        a file to its requested size
 //	Verify            verification          source and target read back and compared
-//	Commit            attempt.commit / archiveExtraction.commit: fsync and rename
+//	                  attempt.verifyDelta   a delta pass's target digest against the source's
+//	Commit            attempt.commit / archiveExtraction.commit: fsync and rename;
+//	                  attempt.commitDelta: a delta pass's held ends written and synced
 //
 // imageInput is what qemu-img reads on a converting route; it
 // owns the scratch copy and the ranged NBD export (nbdserver.ImageExport) once they are
-// handed to it. [CreateBlank] runs through the same machine with
-// a plan of its own.
+// handed to it. On RouteDelta Info opens a delta.LocalPass (the
+// source, and the target claimed where it lies) instead of a
+// volume.Target, and the delta phases run its steps. [CreateBlank] runs
+// through the same machine with a plan of its own.
 //
 // To add a phase: a type with run(ctx) error over what it owns (or an
 // attempt method, if it owns nothing), a Phase constant, its place in PhasesFor for the routes that take it, and its
