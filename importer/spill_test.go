@@ -35,10 +35,7 @@ func TestStreamDecodeSpills(t *testing.T) {
 		t.Run(srcName, func(t *testing.T) {
 			block := strings.HasSuffix(srcName, "-block")
 			var logs bytes.Buffer
-			o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
-				ScratchDir: t.TempDir(),
-			}, Logger: logTo(t, &logs),
-				Target: filepath.Join(t.TempDir(), "disk.img")}
+			o := loggedImport(t, url, filepath.Join(t.TempDir(), "disk.img"), &logs)
 			if block {
 				o.Target = testimg.LoopDevice(t, t.TempDir(), 8<<20)
 			}
@@ -142,10 +139,7 @@ func TestStreamDecodeSnapshots(t *testing.T) {
 		for _, bound := range []int64{0, spillBound} {
 			t.Run(srcName+"/"+map[bool]string{true: "spill", false: "memory"}[bound > 0], func(t *testing.T) {
 				var logs bytes.Buffer
-				o := importer.Options{Source: base + filepath.Base(gz), TargetOptions: importer.TargetOptions{
-					ScratchDir: t.TempDir(),
-				}, Logger: logTo(t, &logs),
-					Target: filepath.Join(t.TempDir(), "disk.img")}
+				o := loggedImport(t, base+filepath.Base(gz), filepath.Join(t.TempDir(), "disk.img"), &logs)
 				if srcName == "stdin" {
 					o.Source, o.SourceReader = "-", pipeOf(t, gz)
 				}

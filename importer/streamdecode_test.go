@@ -32,6 +32,14 @@ func logTo(t *testing.T, buf *bytes.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.MultiWriter(buf, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+// loggedImport is an import of source onto target with a scratch directory
+// of its own, logging into logs (logTo) for requireStreamDecoded to read.
+func loggedImport(t *testing.T, source, target string, logs *bytes.Buffer) importer.Options {
+	return importer.Options{Source: source, Target: target, TargetOptions: importer.TargetOptions{
+		ScratchDir: t.TempDir(),
+	}, Logger: logTo(t, logs)}
+}
+
 // requireStreamDecoded checks that an import took the stream-decode route:
 // complete, no scratch at all, its phases and its log line.
 func requireStreamDecoded(t *testing.T, res *importer.Result, err error, logs *bytes.Buffer) {
@@ -61,10 +69,7 @@ func TestStreamDecodeRoute(t *testing.T) {
 		for _, srcName := range []string{"http", "file"} {
 			testimg.ForEachTarget(t, name+"/"+srcName, 8<<20, func(t *testing.T, tg testimg.Target) {
 				var logs bytes.Buffer
-				o := importer.Options{Source: base + name, TargetOptions: importer.TargetOptions{
-					ScratchDir: t.TempDir(),
-				}, Logger: logTo(t, &logs),
-					Target: tg.Path}
+				o := loggedImport(t, base+name, tg.Path, &logs)
 				if srcName == "file" {
 					o.Source = filepath.Join(dir, name)
 				}
@@ -114,10 +119,7 @@ func TestStreamDecodeFallsBackToScratch(t *testing.T) {
 	url, _, want := servedLateTables(t)
 	testimg.ForEachTarget(t, "", 8<<20, func(t *testing.T, tg testimg.Target) {
 		var logs bytes.Buffer
-		o := importer.Options{Source: url, TargetOptions: importer.TargetOptions{
-			ScratchDir: t.TempDir(),
-		}, Logger: logTo(t, &logs),
-			Target: tg.Path}
+		o := loggedImport(t, url, tg.Path, &logs)
 		var phases []importer.Phase
 		o.Events = func(e importer.Event) {
 			if e.Kind == importer.EventPhaseStarted {
@@ -205,10 +207,7 @@ func TestStreamDecodeTruncated(t *testing.T) {
 	for _, name := range []string{filepath.Base(cut), filepath.Base(cutXZ)} {
 		testimg.ForEachTarget(t, name, 8<<20, func(t *testing.T, tg testimg.Target) {
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + name, TargetOptions: importer.TargetOptions{
-				ScratchDir: t.TempDir(),
-			}, Logger: logTo(t, &logs),
-				Target: tg.Path}
+			o := loggedImport(t, base+name, tg.Path, &logs)
 			res, err := importer.Import(context.Background(), o)
 			t.Log(err)
 			require.ErrorIs(t, err, errdefs.ErrInvalidImage)
@@ -349,10 +348,7 @@ func TestStreamDecodeVHDAndVDI(t *testing.T) {
 	for name, want := range images {
 		testimg.ForEachTarget(t, name, 8<<20, func(t *testing.T, tg testimg.Target) {
 			var logs bytes.Buffer
-			o := importer.Options{Source: base + name, TargetOptions: importer.TargetOptions{
-				ScratchDir: t.TempDir(),
-			}, Logger: logTo(t, &logs),
-				Target: tg.Path}
+			o := loggedImport(t, base+name, tg.Path, &logs)
 			before := requests.Load()
 			res, err := importer.Import(context.Background(), o)
 			requireStreamDecoded(t, res, err, &logs)
