@@ -38,9 +38,15 @@ type hostileCase struct {
 
 // smallQCOW2 is a real 1 MiB qcow2 (v3, 64 KiB clusters) of varied content.
 func smallQCOW2(t *testing.T, dir string) []byte {
-	raw := testimg.Raw(t, dir, "small.raw", 1<<20, 31)
-	q := testimg.Convert(t, raw, filepath.Join(dir, "small.qcow2"), "qcow2")
-	b, err := os.ReadFile(q)
+	return convertedBytes(t, dir, "small", 31, "qcow2")
+}
+
+// convertedBytes is the bytes of a 1 MiB raw disk from seed converted by
+// qemu-img to format f (with opts), written in dir as NAME.raw and NAME.f.
+func convertedBytes(t *testing.T, dir, name string, seed uint64, f string, opts ...string) []byte {
+	raw := testimg.Raw(t, dir, name+".raw", 1<<20, seed)
+	p := testimg.Convert(t, raw, filepath.Join(dir, name+"."+f), f, opts...)
+	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	return b
 }
@@ -93,21 +99,14 @@ func qcow2Header(size uint64, clusterBits uint32) []byte {
 
 // sparseVMDK is a real monolithicSparse vmdk.
 func sparseVMDK(t *testing.T, dir string) []byte {
-	raw := testimg.Raw(t, dir, "v.raw", 1<<20, 32)
-	v := testimg.Convert(t, raw, filepath.Join(dir, "v.vmdk"), "vmdk")
-	b, err := os.ReadFile(v)
-	require.NoError(t, err)
-	return b
+	return convertedBytes(t, dir, "v", 32, "vmdk")
 }
 
 // truncatedFormat makes an image of format f with qemu-img and keeps the
 // first n bytes.
 func truncatedFormat(f string, n int, opts ...string) func(t *testing.T, dir string) string {
 	return func(t *testing.T, dir string) string {
-		raw := testimg.Raw(t, dir, "t.raw", 1<<20, 33)
-		p := testimg.Convert(t, raw, filepath.Join(dir, "t."+f), f, opts...)
-		b, err := os.ReadFile(p)
-		require.NoError(t, err)
+		b := convertedBytes(t, dir, "t", 33, f, opts...)
 		return writeImage(t, dir, "cut-"+strconv.Itoa(n)+"."+f, b[:min(n, len(b))])
 	}
 }
