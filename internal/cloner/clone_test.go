@@ -1,7 +1,9 @@
 package cloner_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -251,4 +254,18 @@ func TestCloneExpectContentDigest(t *testing.T) {
 		assert.Equal(t, want, res.ContentDigest, protocol)
 		assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
 	}
+}
+
+// forgedStream is a sparse-v1 body carrying data with a wrong digest.
+func forgedStream(t *testing.T, data []byte) (io.Reader, [sha256.Size]byte) {
+	var buf bytes.Buffer
+	sw := s2.NewWriter(&buf)
+	enc := cloner.NewEncoder(sw)
+	wrong := sha256.Sum256(append([]byte("not "), data...))
+	for _, err := range []error{enc.Start(int64(len(data)), 0), enc.Data(0, data), enc.End(wrong), sw.Close()} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &buf, wrong
 }
