@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -67,9 +66,7 @@ func TestGuestWriterOntoAFile(t *testing.T) {
 	assert.Equal(t, data, g.Written())
 	require.NoError(t, g.Flush())
 	require.NoError(t, g.Finish(ctx, size))
-	got, err := os.ReadFile(tgt.WritePath())
-	require.NoError(t, err)
-	requireSameBytes(t, img, got)
+	requireFileHolds(t, tgt.WritePath(), img)
 	g.Close()
 	g.Close()
 }

@@ -134,3 +134,11 @@ func requireSameBytes(t testing.TB, want, got []byte) {
 		}
 	}
 }
+
+// requireFileHolds checks that the file at path holds exactly want.
+func requireFileHolds(t testing.TB, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	requireSameBytes(t, want, got)
+}
