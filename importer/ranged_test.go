@@ -172,9 +172,7 @@ func TestRangedTruncatedImagesRefused(t *testing.T) {
 	raw, www := rawAndWebRoot(t, imageSize, 12)
 	for _, f := range []string{"qcow2", "vdi"} {
 		p := testimg.Convert(t, raw, filepath.Join(www, "disk."+f), f)
-		st, err := os.Stat(p)
-		require.NoError(t, err)
-		require.NoError(t, os.Truncate(p, st.Size()*2/3))
+		require.NoError(t, os.Truncate(p, testimg.FileSize(t, p)*2/3))
 	}
 	srv, rc := serveCountingRanges(t, www)
 	for _, f := range []string{"qcow2", "vdi"} {
@@ -289,9 +287,7 @@ func TestRouteChoiceForRangedQCOW2(t *testing.T) {
 	raw, www := rawAndWebRoot(t, 24<<20, 31)
 	testimg.Convert(t, raw, filepath.Join(www, "disk.qcow2"), "qcow2")
 	padded := testimg.Convert(t, raw, filepath.Join(www, "padded.qcow2"), "qcow2")
-	st, err := os.Stat(padded)
-	require.NoError(t, err)
-	require.NoError(t, os.Truncate(padded, 4*st.Size()))
+	require.NoError(t, os.Truncate(padded, 4*testimg.FileSize(t, padded)))
 	// The L1 table moves to the end when the disk outgrows it; the disk
 	// then reads as the raw image followed by zeros.
 	moved := testimg.Convert(t, raw, filepath.Join(www, "moved.qcow2"), "qcow2")

@@ -76,9 +76,7 @@ func TestUploadStreamDecodeDamaged(t *testing.T) {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", diskSize, 13)
 	q := testimg.Convert(t, raw, filepath.Join(dir, "cut.qcow2"), "qcow2")
-	st, err := os.Stat(q)
-	require.NoError(t, err)
-	require.NoError(t, os.Truncate(q, st.Size()/2))
+	require.NoError(t, os.Truncate(q, testimg.FileSize(t, q)/2))
 	for _, path := range []string{uploadserver.PathUpload, uploadserver.PathUploadAsync} {
 		t.Run(strings.Trim(path, "/"), func(t *testing.T) {
 			o := fileTarget(t)

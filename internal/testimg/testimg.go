@@ -110,6 +110,16 @@ func RawAndQCOW2(t testing.TB, dir string, size int64, seed uint64) (raw, qcow2 
 	return raw, Convert(t, raw, filepath.Join(dir, "disk.qcow2"), "qcow2")
 }
 
+// FileSize is the size of the file at path.
+func FileSize(t testing.TB, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
 // Compress compresses path with the named tool (gz, xz, zst) keeping the
 // original, and returns the new file's path.
 func Compress(t testing.TB, path, kind string) string {
