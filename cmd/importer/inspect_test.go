@@ -220,3 +220,19 @@ func TestInspectConcatenatedXZStreams(t *testing.T) {
 		assert.EqualValues(t, 3<<20+8192, in.VirtualSize, src)
 	}
 }
+
+// inspect --json gives a refused image's reason, as an import's JSON does.
+func TestInspectJSONHasTheRefusalsReason(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	base := testimg.Convert(t, testimg.Raw(t, dir, "base.raw", 1<<20, 5), filepath.Join(dir, "base.qcow2"), "qcow2")
+	child := filepath.Join(dir, "child.qcow2")
+	out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", child).CombinedOutput()
+	require.NoError(t, err, string(out))
+	code, stdout, _ := runCLI(t, nil, env(nil), "inspect", "--json", child)
+	assert.Equal(t, cdi.ExitFailed, code)
+	var in map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &in))
+	assert.Equal(t, "UnsafeImage", in["reason"])
+	assert.Contains(t, in["refused"], "backing file \""+base+"\"")
+}
