@@ -15,7 +15,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/volume"
 )
 
 // Pass reports one delta pass.
@@ -146,12 +146,9 @@ func OpenLocal(src, dst string, o LocalOptions) (*LocalPass, error) {
 	if err != nil {
 		return nil, err
 	}
-	if same, err := sameFile(sf, dst); err != nil || same {
+	if err := volume.RefuseSameVolume(src, dst); err != nil {
 		sf.Close()
-		if err == nil {
-			err = fmt.Errorf("delta clone of %s onto itself: %w", src, errdefs.ErrInvalidOptions)
-		}
-		return nil, err
+		return nil, fmt.Errorf("delta clone: %w", err)
 	}
 	t, err := OpenTarget(dst, size)
 	if err != nil {
@@ -269,17 +266,4 @@ func (c countingSink) Data(off int64, p []byte) error {
 	}
 	c.n.Add(int64(len(p)))
 	return nil
-}
-
-// sameFile reports whether path is the file f has open.
-func sameFile(f *os.File, path string) (bool, error) {
-	a, err := f.Stat()
-	if err != nil {
-		return false, err
-	}
-	b, err := os.Stat(path)
-	if err != nil {
-		return false, nil // no target: OpenTarget says it is no base
-	}
-	return os.SameFile(a, b) || blockdev.SameDevice(a, b), nil
 }

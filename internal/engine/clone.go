@@ -3,12 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -26,7 +24,7 @@ func (a *attempt) checkClone(ctx context.Context, img *format.Image, st *datasou
 		return fmt.Errorf("verify needs a source that can be read a second time (a local file or block device), and %s is a stream: %w", a.req.Source, errdefs.ErrInvalidOptions)
 	}
 	if a.caps.LocalPath != "" && a.target.Kind() == volume.Block {
-		if err := refuseSameDevice(a.caps.LocalPath, a.target.Path()); err != nil {
+		if err := volume.RefuseSameVolume(a.caps.LocalPath, a.target.Path()); err != nil {
 			return err
 		}
 	}
@@ -83,27 +81,6 @@ func (a *attempt) checkExactSize(size int64) error {
 			return fmt.Errorf("exact size: the requested size %d (usable %d after the filesystem overhead) would grow %s beyond the source's %d bytes; drop the size or make it match: %w",
 				a.req.Size, grown, a.target.Path(), size, errdefs.ErrInvalidOptions)
 		}
-	}
-	return nil
-}
-
-// refuseSameDevice stops a clone of a device onto itself (through another
-// name or a loop device's backing file it is not caught, but the common
-// mistake of naming the same node twice is).
-func refuseSameDevice(src, dst string) error {
-	a, err := os.Stat(src)
-	if err != nil {
-		return nil // the source was just opened; a vanished name is not ours to judge
-	}
-	b, err := os.Stat(dst)
-	if err != nil {
-		return nil
-	}
-	if blockdev.SameDevice(a, b) {
-		return fmt.Errorf("source %s and target %s are the same block device: %w", src, dst, errdefs.ErrInvalidOptions)
-	}
-	if os.SameFile(a, b) {
-		return fmt.Errorf("source %s and target %s are the same file: %w", src, dst, errdefs.ErrInvalidOptions)
 	}
 	return nil
 }

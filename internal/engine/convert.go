@@ -47,7 +47,7 @@ func (c *conversion) run(ctx context.Context) error {
 	applied, err := a.qemu.Convert(ctx, in.path, dst, qemu.ConvertOptions{
 		SrcFormat:    in.format.QemuName(),
 		DstFormat:    a.plan.OutputFormat,
-		CacheMode:    c.cacheMode(block),
+		CacheMode:    a.target.QemuCacheMode(a.req.CacheMode),
 		Preallocate:  a.req.Preallocation,
 		TargetExists: block,
 		TargetIsZero: a.plan.TargetZeroed,
@@ -117,22 +117,6 @@ func (c *conversion) finishDevice(ctx context.Context) error {
 	}
 	a.result.DataBytes = c.writer.DataBytes()
 	return nil
-}
-
-// cacheMode picks qemu-img's target cache: O_DIRECT unless asked otherwise
-// or the target's filesystem refuses it (tmpfs).
-func (c *conversion) cacheMode(block bool) string {
-	switch mode := c.a.req.CacheMode; mode {
-	case "none", "writeback":
-		return mode
-	}
-	// Default, and "trynone": O_DIRECT wherever the target takes it.
-	// Through the page cache qemu-img left ~680 MiB dirty importing a 1 GiB
-	// image into a file, which a 600 MB pod cannot afford.
-	if block || volume.SupportsDirectIO(c.a.target.WritePath()) {
-		return "none"
-	}
-	return "writeback"
 }
 
 // convertParallel is qemu-img's -m: its maximum, 16 coroutines, so that

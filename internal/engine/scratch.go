@@ -25,12 +25,12 @@ func (s *scratchTransfer) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "importer-scratch-*."+string(a.source.image.Format))
+	scratch, err := volume.OpenScratch(ctx, dir, string(a.source.image.Format), a.log)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
+		return err
 	}
-	path := f.Name()
-	f.Close()
+	defer scratch.Close()
+	path := scratch.Path()
 	a.result.ScratchUsed = true
 	defer func() {
 		if err != nil {
@@ -39,12 +39,6 @@ func (s *scratchTransfer) run(ctx context.Context) (err error) {
 			}
 		}
 	}()
-
-	scratch, err := volume.Open(ctx, volume.Options{Path: path, Scratch: true, Logger: a.log})
-	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrScratchSpaceRequired, err)
-	}
-	defer scratch.Close()
 	n, err := a.copyRaw(ctx, scratch)
 	a.result.ScratchBytes += n
 	if err != nil {

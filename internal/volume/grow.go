@@ -35,7 +35,7 @@ func GrowFile(path string, size int64, preallocate bool) error {
 }
 
 // SupportsDirectIO reports whether the filesystem holding path accepts
-// O_DIRECT (tmpfs, for one, does not). It creates path when missing.
+// O_DIRECT (tmpfs before Linux 6.6 does not). It creates path when missing.
 func SupportsDirectIO(path string) bool {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_DIRECT|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
