@@ -161,12 +161,19 @@ func readRegistry(t *testing.T, ref string, o Config) (Source, []byte, error) {
 	return s, got, err
 }
 
+// droppingRegistry is a test registry holding pushResumeImage's image
+// whose layer's transfers are cut after every `after` bytes, times times.
+func droppingRegistry(t *testing.T, after int64, times int) (reg *regtest.Registry, ref string, layer v1.Hash, disk []byte) {
+	reg = regtest.Start(t, regtest.Options{})
+	ref, layer, disk = pushResumeImage(t, reg)
+	reg.DropBlob(layer, after, times)
+	return reg, ref, layer, disk
+}
+
 // One cut: containers/image itself resumes with "Range: bytes=N-", which
 // the test registry serves; we do not retry.
 func TestRegistryBlobResumedByContainersImage(t *testing.T) {
-	reg := regtest.Start(t, regtest.Options{})
-	ref, d, data := pushResumeImage(t, reg)
-	reg.DropBlob(d, 300<<10, 1)
+	reg, ref, d, data := droppingRegistry(t, 300<<10, 1)
 	s, got, err := readRegistry(t, ref, Config{Access: Access{RetryBackoff: 10 * time.Millisecond}})
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "content differs after a resumed blob")
@@ -178,9 +185,7 @@ func TestRegistryBlobResumedByContainersImage(t *testing.T) {
 // reconnection (too little progress), and our reader fetches the blob
 // again, skips what it had and completes with the right content.
 func TestRegistryBlobRetriedAfterRepeatedDrops(t *testing.T) {
-	reg := regtest.Start(t, regtest.Options{})
-	ref, d, data := pushResumeImage(t, reg)
-	reg.DropBlob(d, 64<<10, 4)
+	reg, ref, d, data := droppingRegistry(t, 64<<10, 4)
 	s, got, err := readRegistry(t, ref, Config{Access: Access{RetryBackoff: 10 * time.Millisecond}})
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "content differs after retried blob transfers")
@@ -192,9 +197,7 @@ func TestRegistryBlobRetriedAfterRepeatedDrops(t *testing.T) {
 
 // A blob that always breaks: bounded retries, then a clear transfer error.
 func TestRegistryBlobGivesUpAfterRetries(t *testing.T) {
-	reg := regtest.Start(t, regtest.Options{})
-	ref, d, _ := pushResumeImage(t, reg)
-	reg.DropBlob(d, 64<<10, 1000)
+	_, ref, _, _ := droppingRegistry(t, 64<<10, 1000)
 	s, _, err := readRegistry(t, ref, Config{Retries: 2, Access: Access{RetryBackoff: 10 * time.Millisecond}})
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 	assert.Contains(t, err.Error(), "gave up after 2 retries")
@@ -204,9 +207,7 @@ func TestRegistryBlobGivesUpAfterRetries(t *testing.T) {
 // Without our retries (Retries < 0), the repeated drops fail the import:
 // the test above depends on the retry layer, not on luck.
 func TestRegistryBlobRepeatedDropsFailWithoutRetries(t *testing.T) {
-	reg := regtest.Start(t, regtest.Options{})
-	ref, d, _ := pushResumeImage(t, reg)
-	reg.DropBlob(d, 64<<10, 4)
+	_, ref, _, _ := droppingRegistry(t, 64<<10, 4)
 	_, _, err := readRegistry(t, ref, Config{Retries: -1})
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 }
