@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,9 +191,7 @@ func httpEnv(endpoint string, extra map[string]string) map[string]string {
 		// Other tests' pods may run at once: not the pod's real :8443.
 		"IMPORTER_METRICS_LISTEN": "off",
 	}
-	for k, v := range extra {
-		env[k] = v
-	}
+	maps.Copy(env, extra)
 	return env
 }
 
@@ -310,9 +309,7 @@ func nodePullEnv(port string, extra map[string]string) map[string]string {
 		"IMPORTER_READY_FILE":  "/shared/ready",
 		"IMPORTER_DONE_FILE":   "/shared/done",
 	})
-	for k, v := range extra {
-		env[k] = v
-	}
+	maps.Copy(env, extra)
 	return env
 }
 
