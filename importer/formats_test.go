@@ -41,6 +41,22 @@ func qemuRaw(t *testing.T, path, qfmt string) string {
 	return out
 }
 
+// refusedFromEverySource runs importRefused on each of sources(path), a
+// subtest each.
+func refusedFromEverySource(t *testing.T, path string, want error, cause string) {
+	for how, src := range sources(t, path) {
+		t.Run(how, func(t *testing.T) { importRefused(t, src, want, cause) })
+	}
+}
+
+// equalsQemuFromEverySource runs importEqualsQemu on each of
+// sources(path), a subtest each.
+func equalsQemuFromEverySource(t *testing.T, path, want string) {
+	for how, src := range sources(t, path) {
+		t.Run(how, func(t *testing.T) { importEqualsQemu(t, src, want) })
+	}
+}
+
 // importRefused imports source onto a file and expects the sentinel want
 // and a message naming the cause.
 func importRefused(t *testing.T, source string, want error, cause string) {
@@ -72,11 +88,7 @@ func TestForeignFormatsRefused(t *testing.T) {
 			} else {
 				p = testimg.SharedImage(t, dir, rel)
 			}
-			for how, src := range sources(t, p) {
-				t.Run(how, func(t *testing.T) {
-					importRefused(t, src, importer.ErrUnsupportedFormat, "Invalid format "+name+" for image")
-				})
-			}
+			refusedFromEverySource(t, p, importer.ErrUnsupportedFormat, "Invalid format "+name+" for image")
 		})
 	}
 }
@@ -103,11 +115,7 @@ func TestDMGOntoDeviceLeavesNoHead(t *testing.T) {
 func TestISOWithQCOW2HeaderRefused(t *testing.T) {
 	testimg.Need(t, "xz")
 	p := testimg.SharedImage(t, t.TempDir(), "ostest/iso-with-qcow2-in-system.iso")
-	for how, src := range sources(t, p) {
-		t.Run(how, func(t *testing.T) {
-			importRefused(t, src, importer.ErrUnsafeImage, "more than one format (qcow2, iso)")
-		})
-	}
+	refusedFromEverySource(t, p, importer.ErrUnsafeImage, "more than one format (qcow2, iso)")
 }
 
 // assertPattern fails unless dev still holds the 0xA5 fill LoopDevice put
@@ -235,9 +243,7 @@ func TestExtendedL2Imported(t *testing.T) {
 	for name, p := range images {
 		t.Run(name, func(t *testing.T) {
 			want := qemuRaw(t, p, "qcow2")
-			for how, src := range sources(t, p) {
-				t.Run(how, func(t *testing.T) { importEqualsQemu(t, src, want) })
-			}
+			equalsQemuFromEverySource(t, p, want)
 		})
 	}
 	t.Run("partial-truncated", func(t *testing.T) {
@@ -293,9 +299,7 @@ func TestRealVHDImported(t *testing.T) {
 		t.Run(rel, func(t *testing.T) {
 			p := testimg.SharedImage(t, t.TempDir(), rel)
 			want := qemuRaw(t, p, qfmt)
-			for how, src := range sources(t, p) {
-				t.Run(how, func(t *testing.T) { importEqualsQemu(t, src, want) })
-			}
+			equalsQemuFromEverySource(t, p, want)
 		})
 	}
 }
@@ -306,11 +310,7 @@ func TestRealVHDImported(t *testing.T) {
 func TestDifferencingVHDXRefused(t *testing.T) {
 	testimg.Need(t, "xz")
 	p := testimg.SharedImage(t, t.TempDir(), "dissect/differencing.avhdx")
-	for how, src := range sources(t, p) {
-		t.Run(how, func(t *testing.T) {
-			importRefused(t, src, importer.ErrUnsafeImage, "differencing disk refers to a parent image")
-		})
-	}
+	refusedFromEverySource(t, p, importer.ErrUnsafeImage, "differencing disk refers to a parent image")
 }
 
 const notFoundPage = "<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head><body><h1>It works</h1></body></html>\n"
