@@ -301,14 +301,7 @@ func TestHostileImages(t *testing.T) {
 func TestZstdClusterPastClusterSizeRefused(t *testing.T) {
 	testimg.Need(t, "qemu-img", "zstd")
 	const vsize = 2 << 20
-	clusters := make([][]byte, vsize>>16)
-	for i := range clusters {
-		c := make([]byte, 64<<10)
-		for k := range c {
-			c[k] = byte(k%249 + i + 1)
-		}
-		clusters[i] = c
-	}
+	_, clusters := hostileimg.Disk(vsize>>16, 1)
 	clusters[5] = append(clusters[5], make([]byte, 512)...)
 	dir := t.TempDir()
 	img := filepath.Join(dir, "long.qcow2")

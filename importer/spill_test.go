@@ -159,15 +159,7 @@ func TestStreamDecodeSnapshots(t *testing.T) {
 // returns the image and the disk's digest.
 func lateL2QCOW2(t *testing.T, dir string, filler int64) (string, string) {
 	const vsize = 16 << 20
-	disk := make([]byte, vsize)
-	clusters := make([][]byte, vsize>>16)
-	for i := 0; i < len(clusters); i += 3 {
-		c := disk[i<<16 : (i+1)<<16]
-		for k := range c {
-			c[k] = byte(k%251 + i + 1)
-		}
-		clusters[i] = c
-	}
+	disk, clusters := hostileimg.Disk(vsize>>16, 3)
 	raw := filepath.Join(dir, "disk.raw")
 	require.NoError(t, os.WriteFile(raw, disk, 0o644))
 	img := filepath.Join(dir, "late.qcow2")

@@ -488,15 +488,7 @@ func TestHostileImagesInSmallMemoryCgroup(t *testing.T) {
 	srv := filepath.Join(dir, "srv")
 	require.NoError(t, os.Mkdir(srv, 0o755))
 	const vsize = 16 << 20
-	disk := make([]byte, vsize)
-	clusters := make([][]byte, vsize/(64<<10))
-	for i := 0; i < len(clusters); i += 3 {
-		c := disk[i<<16 : (i+1)<<16]
-		for k := range c {
-			c[k] = byte(k%253 + i + 1)
-		}
-		clusters[i] = c
-	}
+	disk, clusters := hostileimg.Disk(vsize>>16, 3)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "disk.raw"), disk, 0o644))
 	want := testimg.Digest(t, filepath.Join(dir, "disk.raw"), -1)
 	qcow2 := func(name string, l2After bool) string {

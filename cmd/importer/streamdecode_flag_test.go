@@ -41,14 +41,7 @@ func TestCLINoStreamDecode(t *testing.T) {
 // 16 MiB one; a negative cap is a usage error.
 func TestCLIMaxSpill(t *testing.T) {
 	const vsize = 128 << 20
-	clusters := make([][]byte, vsize>>16)
-	for i := range clusters {
-		c := make([]byte, 64<<10)
-		for k := range c {
-			c[k] = byte(k%241 + i + 1)
-		}
-		clusters[i] = c
-	}
+	_, clusters := hostileimg.Disk(vsize>>16, 1)
 	var img bytes.Buffer
 	_, err := hostileimg.QCOW2{VirtualSize: vsize, Clusters: clusters, L2AfterFiller: true}.WriteTo(&img)
 	require.NoError(t, err)

@@ -36,24 +36,10 @@ func writeFile(t *testing.T, write func(f *os.File) error) string {
 	return p
 }
 
-// testDisk is n 64 KiB clusters, every other one holding data.
-func testDisk(n int) ([]byte, [][]byte) {
-	disk := make([]byte, n*qcow2Cluster)
-	clusters := make([][]byte, n)
-	for i := 0; i < n; i += 2 {
-		c := disk[i*qcow2Cluster : (i+1)*qcow2Cluster]
-		for k := range c {
-			c[k] = byte(i*31 + k%251 + 1)
-		}
-		clusters[i] = c
-	}
-	return disk, clusters
-}
-
 // The sound images the generators write read as their disk in qemu-img;
 // the hostile ones as qemu-img sees them.
 func TestGeneratorsAgainstQemuImg(t *testing.T) {
-	disk, clusters := testDisk(16)
+	disk, clusters := Disk(16, 2)
 	for _, q := range []QCOW2{
 		{VirtualSize: int64(len(disk)), Clusters: clusters},
 		{VirtualSize: int64(len(disk)), Clusters: clusters, Zstd: true},

@@ -31,6 +31,24 @@ type QCOW2 struct {
 
 const qcow2Cluster = 64 << 10
 
+// Disk is a guest disk of n clusters of 64 KiB and its QCOW2.Clusters:
+// every every-th cluster, from the first, holds data (a non-zero pattern
+// of its index), the others are unallocated (nil) and zeros in disk. A
+// cluster's capacity ends with it: appending to one (a content longer than
+// the cluster) copies it and leaves disk and the next cluster alone.
+func Disk(n, every int) (disk []byte, clusters [][]byte) {
+	disk = make([]byte, n*qcow2Cluster)
+	clusters = make([][]byte, n)
+	for i := 0; i < n; i += every {
+		c := disk[i*qcow2Cluster : (i+1)*qcow2Cluster : (i+1)*qcow2Cluster]
+		for k := range c {
+			c[k] = byte(k%251 + i + 1)
+		}
+		clusters[i] = c
+	}
+	return disk, clusters
+}
+
 // WriteTo writes the image.
 func (q QCOW2) WriteTo(w io.Writer) (int64, error) {
 	if q.VirtualSize > 512<<20 || int64(len(q.Clusters))*qcow2Cluster > (q.VirtualSize+qcow2Cluster-1)/qcow2Cluster*qcow2Cluster {

@@ -109,28 +109,13 @@ func TestVHDBlockTableStaysInBudget(t *testing.T) {
 	}
 }
 
-// qcow2Disk is a disk of n 64 KiB clusters, every third holding data, and
-// those clusters as hostileimg.QCOW2 takes them.
-func qcow2Disk(n int) ([]byte, [][]byte) {
-	disk := make([]byte, n<<16)
-	clusters := make([][]byte, n)
-	for i := 0; i < n; i += 3 {
-		c := disk[i<<16 : (i+1)<<16]
-		for k := range c {
-			c[k] = byte(k%253 + i + 1)
-		}
-		clusters[i] = c
-	}
-	return disk, clusters
-}
-
 // 256 MiB of bytes no table refers to, before the refcount table of a
 // 16 MiB disk: once the L1 and L2 tables are read nothing can claim them
 // (a refcount table's blocks are skipped), so none is held or spilled
 // (the decoder spilled 255 MiB of them when it kept bytes while any table
 // was still to come), and the disk decodes.
 func TestQCOW2BytesNoTableReferstoAreDropped(t *testing.T) {
-	disk, clusters := qcow2Disk(256)
+	disk, clusters := hostileimg.Disk(256, 3)
 	q := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: clusters, Filler: 256 << 20}
 	spillDir := t.TempDir()
 	got, st, _, err := decodeGenerated(t, DecodeQCOW2, int64(len(disk)), Options{MaxBuffered: 1 << 20, SpillDir: spillDir}, func(w io.Writer) error {
@@ -153,7 +138,7 @@ func TestQCOW2BytesNoTableReferstoAreDropped(t *testing.T) {
 // filler (the decoder spilled all of it and completed); Options.MaxSpill
 // caps it lower still. Without the filler the image decodes.
 func TestQCOW2SpillBoundedByVirtualSize(t *testing.T) {
-	disk, clusters := qcow2Disk(256)
+	disk, clusters := hostileimg.Disk(256, 3)
 	for _, c := range []struct {
 		filler, maxSpill, limit int64
 		capped                  bool
@@ -194,7 +179,7 @@ func TestQCOW2SpillBoundedByVirtualSize(t *testing.T) {
 // decode to what qemu-img reads.
 func TestQCOW2ZstdClusterPastClusterSizeRefused(t *testing.T) {
 	testimg.Need(t, "qemu-img")
-	disk, clusters := qcow2Disk(32)
+	disk, clusters := hostileimg.Disk(32, 3)
 	sound := hostileimg.QCOW2{VirtualSize: int64(len(disk)), Clusters: clusters, Zstd: true}
 	img := filepath.Join(t.TempDir(), "zstd.qcow2")
 	f, err := os.Create(img)
@@ -233,7 +218,7 @@ func TestQCOW2ZstdClusterPastClusterSizeRefused(t *testing.T) {
 // qemu-img reads.
 func TestVMDKFooterMagicChecked(t *testing.T) {
 	testimg.Need(t, "qemu-img")
-	disk, _ := qcow2Disk(48)
+	disk, _ := hostileimg.Disk(48, 3)
 	for _, magic := range []string{"KDMV", "KDMW"} {
 		img := filepath.Join(t.TempDir(), "footer.vmdk")
 		f, err := os.Create(img)
@@ -263,7 +248,7 @@ func TestVMDKFooterMagicChecked(t *testing.T) {
 // grains do not fit in 128 bytes (a count bound of a million grains was
 // all there was), and fit in the default.
 func TestVMDKPendingGrainsCharged(t *testing.T) {
-	disk, _ := qcow2Disk(48)
+	disk, _ := hostileimg.Disk(48, 3)
 	write := func(w io.Writer) error { return hostileimg.VMDKFooter(w, disk, "KDMV") }
 	_, _, _, err := decodeGenerated(t, DecodeVMDK, int64(len(disk)), Options{MaxBuffered: 128}, write)
 	var be *BufferError
