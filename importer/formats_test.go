@@ -415,10 +415,9 @@ func TestTarOfOneDiskImportsTheDisk(t *testing.T) {
 	require.NoError(t, err)
 	vmdk, err := os.ReadFile(testimg.Convert(t, raw, filepath.Join(dir, "disk1.vmdk"), "vmdk", "subformat=streamOptimized"))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "gce.tar"), testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)}), 0o644))
-	gce := testimg.Compress(t, filepath.Join(dir, "gce.tar"), "gz")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "vm.ova"), testtar.Build(t, []testtar.Member{
-		testtar.File("vm.ovf", []byte("<?xml version=\"1.0\"?>\n<Envelope/>\n")), testtar.File("disk1.vmdk", vmdk), testtar.File("vm.mf", []byte("SHA256(disk1.vmdk)= 0\n"))}), 0o644))
+	gce := testimg.Compress(t, testtar.Write(t, dir, "gce.tar", []testtar.Member{testtar.File("disk.raw", disk)}), "gz")
+	testtar.Write(t, dir, "vm.ova", []testtar.Member{
+		testtar.File("vm.ovf", []byte("<?xml version=\"1.0\"?>\n<Envelope/>\n")), testtar.File("disk1.vmdk", vmdk), testtar.File("vm.mf", []byte("SHA256(disk1.vmdk)= 0\n"))})
 	base := testimg.Serve(t, dir)
 	cases := []struct {
 		name, file, format string
@@ -478,8 +477,7 @@ func TestTarOfARawDiskTooBigRefusedBeforeWriting(t *testing.T) {
 	raw := testimg.Raw(t, dir, "disk.raw", 3<<20, 24)
 	disk, err := os.ReadFile(raw)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "image.tar"), testtar.Build(t, []testtar.Member{testtar.File("disk.raw", disk)}), 0o644))
-	src := testimg.Compress(t, filepath.Join(dir, "image.tar"), "gz")
+	src := testimg.Compress(t, testtar.Write(t, dir, "image.tar", []testtar.Member{testtar.File("disk.raw", disk)}), "gz")
 	target := filepath.Join(t.TempDir(), "disk.img")
 	res, err := importer.Import(context.Background(), importer.Options{Source: src, Target: target, TargetOptions: importer.TargetOptions{Size: 2 << 20}, Logger: testimg.Logger(t)})
 	var se *importer.SizeError
