@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -208,4 +209,50 @@ func TestFailedDeltaPassIsNeverComplete(t *testing.T) {
 			assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, tg.Path, size))
 		})
 	}
+}
+
+// Progress during TransferDelta goes by the bytes both sides were signed
+// over, reads the source's bytes signed and writes the data runs: the
+// phase's step, once done, waits for the reporter's next report of it.
+func TestDeltaPassProgressGoesByTheBytesCompared(t *testing.T) {
+	const size = 8 << 20
+	tg := testimg.Target{Path: filepath.Join(t.TempDir(), "disk.img")}
+	src, _ := deltaTargetOf(t, tg, size, 68)
+	changed := testimg.WriteRandomAt(t, src, 69, 4096, 1<<20, 6<<20)
+	during := make(chan importer.Progress, 1)
+	opts := importer.Options{Source: src, Target: tg.Path, Delta: true, Logger: testimg.Logger(t),
+		Progress: func(p importer.Progress) {
+			if p.Phase == importer.PhaseTransferDelta {
+				select {
+				case during <- p:
+				default:
+				}
+			}
+		}}
+	var seen importer.Progress
+	opts = importer.WithPhaseHook(opts, func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
+		if phase != importer.PhaseTransferDelta {
+			return step
+		}
+		return func(ctx context.Context) error {
+			if err := step(ctx); err != nil {
+				return err
+			}
+			select {
+			case seen = <-during:
+			case <-time.After(30 * time.Second):
+				t.Error("no progress report during TransferDelta")
+			}
+			return nil
+		}
+	})
+	res, err := importer.Import(context.Background(), opts)
+	require.NoError(t, err)
+	require.NotNil(t, res.Delta)
+	assert.EqualValues(t, size, seen.SourceSize)
+	assert.EqualValues(t, 100, seen.PhasePercent, "every block of both sides compared")
+	assert.Less(t, seen.Percent, 100.0, "100 is Complete's")
+	assert.EqualValues(t, size, seen.BytesRead)
+	assert.Equal(t, changed*64<<10, seen.BytesWritten)
+	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, tg.Path, -1))
 }
