@@ -258,20 +258,10 @@ func importArchives(t *testing.T, lib *imageLibrary) {
 // importRegistryTars imports the OCI layout tars through the oci-archive:
 // registry source.
 func importRegistryTars(t *testing.T, lib *imageLibrary) {
-	t.Run("cdi/bootc-registry-image.tar", func(t *testing.T) {
+	for _, img := range []realImage{
 		// Its config carries containers.bootc=1: CDI refuses it ("bootc image detected").
-		targetDir := t.TempDir()
-		res, err := importer.Import(context.Background(), importer.Options{
-			Source: "oci-archive:" + lib.local(t, "cdi/bootc-registry-image.tar.xz"), Target: filepath.Join(targetDir, "disk.img"),
-			TargetOptions: importer.TargetOptions{
-				ScratchDir: t.TempDir(),
-			}, Logger: testimg.Logger(t),
-		})
-		img := realImage{stored: "cdi/bootc-registry-image.tar.xz", refuse: errUnsafe, cause: `bootc|bootable`,
-			why: "a bootable container image (containers.bootc=1), not a containerdisk"}
-		expectRefusal(t, img, res, err, targetDir)
-	})
-	t.Run("cdi/kubevirt-vm-oci-image.tar", func(t *testing.T) {
+		{stored: "cdi/bootc-registry-image.tar.xz", refuse: errUnsafe, cause: `bootc|bootable`,
+			why: "a bootable container image (containers.bootc=1), not a containerdisk"},
 		// A KubeVirt VM export: an OCI artifact (artifactType
 		// application/vnd.kubevirt.virtualmachine.v1) whose layer is a
 		// raw+zstd disk, not a tar with disk/. The registry source imports
@@ -279,17 +269,20 @@ func importRegistryTars(t *testing.T, lib *imageLibrary) {
 		// unsupported format, never "source unreachable" (which a
 		// controller retries). CDI (4ae0721a4b37) imports such artifacts;
 		// supporting them is a feature of its own.
-		targetDir := t.TempDir()
-		res, err := importer.Import(context.Background(), importer.Options{
-			Source: "oci-archive:" + lib.local(t, "cdi/kubevirt-vm-oci-image.tar.xz"), Target: filepath.Join(targetDir, "disk.img"),
-			TargetOptions: importer.TargetOptions{
-				ScratchDir: t.TempDir(),
-			}, Logger: testimg.Logger(t),
+		{stored: "cdi/kubevirt-vm-oci-image.tar.xz", refuse: errUnsupported, cause: `artifact`,
+			why: "an OCI artifact (KubeVirt VM export), not a containerdisk"},
+	} {
+		t.Run(strings.TrimSuffix(img.stored, ".xz"), func(t *testing.T) {
+			targetDir := t.TempDir()
+			res, err := importer.Import(context.Background(), importer.Options{
+				Source: "oci-archive:" + lib.local(t, img.stored), Target: filepath.Join(targetDir, "disk.img"),
+				TargetOptions: importer.TargetOptions{
+					ScratchDir: t.TempDir(),
+				}, Logger: testimg.Logger(t),
+			})
+			expectRefusal(t, img, res, err, targetDir)
 		})
-		img := realImage{stored: "cdi/kubevirt-vm-oci-image.tar.xz", refuse: errUnsupported, cause: `artifact`,
-			why: "an OCI artifact (KubeVirt VM export), not a containerdisk"}
-		expectRefusal(t, img, res, err, targetDir)
-	})
+	}
 }
 
 // checkTableCoversDir fails when a stored image has no row or a row names
