@@ -175,17 +175,7 @@ func TestFailedDeltaPassIsNeverComplete(t *testing.T) {
 			return o
 		}, errdefs.ErrChecksumMismatch},
 		{"cut after the runs", func(o importer.Options) importer.Options {
-			return importer.WithPhaseHook(o, func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
-				if phase != importer.PhaseTransferDelta {
-					return step
-				}
-				return func(ctx context.Context) error {
-					if err := step(ctx); err != nil {
-						return err
-					}
-					return errCut
-				}
-			})
+			return importer.AfterPhase(o, importer.PhaseTransferDelta, func(context.Context) error { return errCut })
 		}, errCut},
 	} {
 		testimg.ForEachTarget(t, c.name, size, func(t *testing.T, tg testimg.Target) {
@@ -230,21 +220,13 @@ func TestDeltaPassProgressGoesByTheBytesCompared(t *testing.T) {
 			}
 		}}
 	var seen importer.Progress
-	opts = importer.WithPhaseHook(opts, func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
-		if phase != importer.PhaseTransferDelta {
-			return step
+	opts = importer.AfterPhase(opts, importer.PhaseTransferDelta, func(context.Context) error {
+		select {
+		case seen = <-during:
+		case <-time.After(30 * time.Second):
+			t.Error("no progress report during TransferDelta")
 		}
-		return func(ctx context.Context) error {
-			if err := step(ctx); err != nil {
-				return err
-			}
-			select {
-			case seen = <-during:
-			case <-time.After(30 * time.Second):
-				t.Error("no progress report during TransferDelta")
-			}
-			return nil
-		}
+		return nil
 	})
 	res, err := importer.Import(context.Background(), opts)
 	require.NoError(t, err)

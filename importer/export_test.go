@@ -15,6 +15,22 @@ func WithPhaseHook(o Options, hook func(phase Phase, step func(context.Context) 
 	return o
 }
 
+// AfterPhase returns o with then run once phase's own work succeeded;
+// its error is the phase's (tests cut an import there).
+func AfterPhase(o Options, phase Phase, then func(context.Context) error) Options {
+	return WithPhaseHook(o, func(p Phase, step func(context.Context) error) func(context.Context) error {
+		if p != phase {
+			return step
+		}
+		return func(ctx context.Context) error {
+			if err := step(ctx); err != nil {
+				return err
+			}
+			return then(ctx)
+		}
+	})
+}
+
 // WithStreamDecodeBuffer returns o with the stream decoder's buffer of
 // clusters that precede their table bounded to n bytes.
 func WithStreamDecodeBuffer(o Options, n int64) Options {

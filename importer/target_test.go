@@ -142,20 +142,9 @@ func TestFailedConvertWipesDeviceHead(t *testing.T) {
 	_, q := testimg.RawAndQCOW2(t, dir, 4<<20, 15)
 	loop := testimg.LoopDevice(t, dir, 8<<20)
 	boom := errors.New("injected failure after convert")
-	inject := func(phase importer.Phase, step func(context.Context) error) func(context.Context) error {
-		if phase != importer.PhaseConvert {
-			return step
-		}
-		return func(ctx context.Context) error {
-			if err := step(ctx); err != nil {
-				return err
-			}
-			return boom
-		}
-	}
-	res, err := importer.Import(context.Background(), importer.WithPhaseHook(importer.Options{
+	res, err := importer.Import(context.Background(), importer.AfterPhase(importer.Options{
 		Source: q, Target: loop, Logger: testimg.Logger(t),
-	}, inject))
+	}, importer.PhaseConvert, func(context.Context) error { return boom }))
 	require.ErrorIs(t, err, boom)
 	assert.False(t, res.Complete)
 	testimg.AssertZeros(t, loop, 0, 1<<20)
