@@ -48,23 +48,15 @@ func TestContentDigestIsTheSameForOneDiskInEveryContainerAndRoute(t *testing.T) 
 	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 77)
 	want := testimg.ContentDigest(t, raw)
 	base := testimg.Serve(t, dir)
-	for name, path := range containers(t, dir, raw) {
-		for _, via := range []string{"file", "http"} {
-			t.Run(name+"/"+via, func(t *testing.T) {
-				src := path
-				if via == "http" {
-					src = base + filepath.Base(path)
-				}
-				res, err := importer.Import(context.Background(), importer.Options{Source: src,
-					Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
-						ScratchDir: t.TempDir(),
-					}, Logger: testimg.Logger(t)})
-				require.NoError(t, err)
-				assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
-				assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, imageSize), "the bytes written")
-			})
-		}
-	}
+	forEachFileAndURL(t, containers(t, dir, raw), base, func(t *testing.T, path, src string) {
+		res, err := importer.Import(context.Background(), importer.Options{Source: src,
+			Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
+				ScratchDir: t.TempDir(),
+			}, Logger: testimg.Logger(t)})
+		require.NoError(t, err)
+		assert.Equal(t, want, res.ContentDigest, "route %v", res.Phases)
+		assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, res.Target, imageSize), "the bytes written")
+	})
 }
 
 func TestContentDigestOfAnImportOntoALoopDevice(t *testing.T) {
@@ -131,22 +123,14 @@ func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 	want := testimg.ContentDigest(t, raw)
 	c := containers(t, dir, raw)
 	base := testimg.Serve(t, dir)
-	for name, path := range c {
-		for _, via := range []string{"file", "http"} {
-			t.Run(name+"/"+via, func(t *testing.T) {
-				src := path
-				if via == "http" {
-					src = base + filepath.Base(path)
-				}
-				scratch := t.TempDir()
-				got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, TargetOptions: importer.TargetOptions{ScratchDir: scratch}, Logger: testimg.Logger(t)})
-				require.NoError(t, err)
-				assert.Equal(t, want, got)
-				entries, _ := os.ReadDir(scratch)
-				assert.Empty(t, entries, "nothing is left in the scratch directory")
-			})
-		}
-	}
+	forEachFileAndURL(t, c, base, func(t *testing.T, _, src string) {
+		scratch := t.TempDir()
+		got, err := importer.ContentDigest(context.Background(), importer.Options{Source: src, TargetOptions: importer.TargetOptions{ScratchDir: scratch}, Logger: testimg.Logger(t)})
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+		entries, _ := os.ReadDir(scratch)
+		assert.Empty(t, entries, "nothing is left in the scratch directory")
+	})
 	t.Run("stdin", func(t *testing.T) {
 		f, err := os.Open(c["qcow2.xz"])
 		require.NoError(t, err)

@@ -26,34 +26,26 @@ func TestImportArchive(t *testing.T) {
 		files["tar."+c] = testimg.Compress(t, tarPath, c)
 	}
 	base := testimg.Serve(t, dir)
-	for name, path := range files {
-		for _, via := range []string{"file", "http"} {
-			t.Run(name+"/"+via, func(t *testing.T) {
-				src := path
-				if via == "http" {
-					src = base + filepath.Base(path)
-				}
-				dest := t.TempDir()
-				require.NoError(t, os.Mkdir(filepath.Join(dest, "lost+found"), 0o700))
-				res, err := importer.Import(context.Background(), importer.Options{
-					Source: src, Target: dest, TargetOptions: importer.TargetOptions{
-						ContentType: importer.ContentTypeArchive,
-					},
-					Checksums: []string{testimg.FileDigest(t, path)},
-					Logger:    testimg.Logger(t),
-				})
-				require.NoError(t, err)
-				assert.True(t, res.Complete)
-				assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataDir, importer.PhaseCommit, importer.PhaseComplete}, res.Phases)
-				assert.Equal(t, "tar", res.SourceFormat)
-				assert.Len(t, res.Checksums, 1)
-				fi, err := os.Stat(path)
-				require.NoError(t, err)
-				assert.Equal(t, fi.Size(), res.BytesRead)
-				testtar.Verify(t, dest, tree, "lost+found")
-			})
-		}
-	}
+	forEachFileAndURL(t, files, base, func(t *testing.T, path, src string) {
+		dest := t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(dest, "lost+found"), 0o700))
+		res, err := importer.Import(context.Background(), importer.Options{
+			Source: src, Target: dest, TargetOptions: importer.TargetOptions{
+				ContentType: importer.ContentTypeArchive,
+			},
+			Checksums: []string{testimg.FileDigest(t, path)},
+			Logger:    testimg.Logger(t),
+		})
+		require.NoError(t, err)
+		assert.True(t, res.Complete)
+		assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDataDir, importer.PhaseCommit, importer.PhaseComplete}, res.Phases)
+		assert.Equal(t, "tar", res.SourceFormat)
+		assert.Len(t, res.Checksums, 1)
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, fi.Size(), res.BytesRead)
+		testtar.Verify(t, dest, tree, "lost+found")
+	})
 }
 
 func TestImportArchiveFailuresLeaveNothing(t *testing.T) {

@@ -70,6 +70,16 @@ func rawAndWebRoot(t *testing.T, size int64, seed uint64) (raw, www string) {
 	return raw, www
 }
 
+// forEachFileAndURL runs f on each of files (name: path) twice, as the
+// subtests NAME/file, src the path, and NAME/http, src its URL under base
+// (a server of the files' directory).
+func forEachFileAndURL(t *testing.T, files map[string]string, base string, f func(t *testing.T, path, src string)) {
+	for name, path := range files {
+		t.Run(name+"/file", func(t *testing.T) { f(t, path, path) })
+		t.Run(name+"/http", func(t *testing.T) { f(t, path, base+filepath.Base(path)) })
+	}
+}
+
 // expectImage checks that target holds exactly the raw content (and, for a
 // block device, that the content is there and was not cut).
 func expectImage(t *testing.T, raw, target string, block bool) {
