@@ -142,3 +142,12 @@ func requireFileHolds(t testing.TB, path string, want []byte) {
 	require.NoError(t, err)
 	requireSameBytes(t, want, got)
 }
+
+// requireImageOver checks that the device dev, which held before, holds
+// img at its start and before's bytes past it, untouched.
+func requireImageOver(t testing.TB, dev string, img, before []byte) {
+	t.Helper()
+	got := readDev(t, dev, 0, int64(len(before)))
+	requireSameBytes(t, img, got[:len(img)])
+	requireSameBytes(t, before[len(img):], got[len(img):])
+}

@@ -134,9 +134,7 @@ func TestWriteOverDeviceTouchesOnlyWhatItMust(t *testing.T) {
 	writeAll(t, tg, img)
 	require.NoError(t, tg.Commit(context.Background()))
 	require.NoError(t, tg.Close())
-	got := readDev(t, dev, 0, devSize)
-	requireSameBytes(t, img, got[:len(img)])
-	requireSameBytes(t, old[len(img):], got[len(img):])
+	requireImageOver(t, dev, img, old)
 }
 
 // A target aborted after a writer's Finish put the image's head on the

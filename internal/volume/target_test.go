@@ -356,10 +356,7 @@ func TestBlockTargetContentAndZeroRuns(t *testing.T) {
 			assert.LessOrEqual(t, w.DataBytes(), int64(len(img)))
 			require.NoError(t, tg.Commit(ctx))
 			require.NoError(t, tg.Close())
-			got := readDev(t, dev, 0, devSize)
-			requireSameBytes(t, img, got[:len(img)])
-			// Bytes past the image are untouched.
-			requireSameBytes(t, before[len(img):], got[len(img):])
+			requireImageOver(t, dev, img, before)
 		})
 	}
 }
