@@ -6,20 +6,11 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 )
-
-// addRegistryFlags adds the options of docker://, oci-archive: and oci:
-// sources (--creds, --cert-dir and --insecure-tls apply to them too).
-func addRegistryFlags(fl *pflag.FlagSet, f *cliFlags) {
-	fl.StringVar(&f.arch, "arch", "", "architecture to pick from a multi-platform image (default: this machine's)")
-	fl.StringVar(&f.authFile, "auth-file", "", "registry credentials: a containers auth.json or docker config.json")
-	fl.StringVar(&f.registriesConf, "registries-conf", "", "registries.conf to use for mirrors and insecure registries (default: the system's)")
-}
 
 // newDigestCommand is `importer digest SOURCE`: print the manifest digest
 // an image reference resolves to, so a poller can tell whether the image

@@ -29,3 +29,11 @@ func addSourceFlags(fl *pflag.FlagSet, f *cliFlags) {
 	addRegistryFlags(fl, f)
 	addEgressFlags(fl, f)
 }
+
+// addRegistryFlags adds the options of docker://, oci-archive: and oci:
+// sources (--creds, --cert-dir and --insecure-tls apply to them too).
+func addRegistryFlags(fl *pflag.FlagSet, f *cliFlags) {
+	fl.StringVar(&f.arch, "arch", "", "architecture to pick from a multi-platform image (default: this machine's)")
+	fl.StringVar(&f.authFile, "auth-file", "", "registry credentials: a containers auth.json or docker config.json")
+	fl.StringVar(&f.registriesConf, "registries-conf", "", "registries.conf to use for mirrors and insecure registries (default: the system's)")
+}
