@@ -207,11 +207,7 @@ func TestEnvUnsupportedSource(t *testing.T) {
 
 // TestBinary runs the real binary as a process, as a person would.
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	dir := t.TempDir()
-	bin := buildImporter(t, dir)
+	dir, bin := builtImporter(t)
 	raw := testimg.Raw(t, dir, "disk.raw", 2<<20, 25)
 	dest := filepath.Join(dir, "copy.img")
 	cmd := exec.Command(bin, "--json", raw, dest)

@@ -103,18 +103,6 @@ type tmuxPane struct {
 	socket string
 }
 
-// importerForTerminal builds this program into a new directory for a test
-// that runs it in a tmux pane, and returns both; it skips the test in
-// -short mode or without tmux.
-func importerForTerminal(t *testing.T) (dir, bin string) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	testimg.Need(t, "tmux")
-	dir = t.TempDir()
-	return dir, buildImporter(t, dir)
-}
-
 func startTmux(t *testing.T, command string) *tmuxPane {
 	t.Helper()
 	p := &tmuxPane{t: t, socket: fmt.Sprintf("importer-test-%d", time.Now().UnixNano())}
@@ -149,7 +137,7 @@ func (p *tmuxPane) waitFor(s string, within time.Duration) string {
 // an average rate and an ETA; -v's log lines are printed above it, never
 // on its line; at the end the bar is at 100% and the final line follows.
 func TestTerminalProgressBar(t *testing.T) {
-	dir, bin := importerForTerminal(t)
+	dir, bin := builtImporter(t, "tmux")
 	data := bytes.Repeat([]byte("dsk\x00"), 6<<20/4) // 6 MiB at 1 MiB/s, binary (a text body is refused)
 	srv := pacedServer(t, data, 64<<10, 62*time.Millisecond, 0)
 	dest := filepath.Join(dir, "disk.img")
@@ -183,7 +171,7 @@ func TestTerminalProgressBar(t *testing.T) {
 // read and the rate while it is read, not a bar and a percentage standing
 // at 0.0 % until it ends.
 func TestTerminalProgressUnknownLength(t *testing.T) {
-	dir, bin := importerForTerminal(t)
+	dir, bin := builtImporter(t, "tmux")
 	data := bytes.Repeat([]byte("dsk\x00"), 5<<20/4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for off := 0; off < len(data); off += 64 << 10 {

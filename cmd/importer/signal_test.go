@@ -21,12 +21,7 @@ import (
 // SIGTERM in the middle of a slow download: the binary stops within a few
 // seconds, exits 143 (128 + SIGTERM), says "cancelled", leaves no target and no scratch file.
 func TestBinarySIGTERMMidImport(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	testimg.Need(t, "qemu-img", "gzip")
-	dir := t.TempDir()
-	bin := buildImporter(t, dir)
+	dir, bin := builtImporter(t, "qemu-img", "gzip")
 	raw, q := testimg.RawAndQCOW2(t, dir, 8<<20, 51)
 	for _, img := range []string{raw, testimg.Compress(t, q, "gz")} {
 		t.Run(filepath.Base(img), func(t *testing.T) {
@@ -71,11 +66,7 @@ func TestBinarySIGTERMMidImport(t *testing.T) {
 // Ctrl-C (SIGINT) in the middle of a slow download: exit 130, nothing left
 // behind.
 func TestBinarySIGINTExits130(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	dir := t.TempDir()
-	bin := buildImporter(t, dir)
+	_, bin := builtImporter(t)
 	srv := pacedServer(t, bytes.Repeat([]byte{7}, 16<<20), 64<<10, 50*time.Millisecond, 0)
 	destDir := t.TempDir()
 	var stderr bytes.Buffer
@@ -113,18 +104,13 @@ func TestInterruptedCode(t *testing.T) {
 // or after the head went out; if after, the device must hold the whole
 // image).
 func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
+	dir, bin := builtImporter(t, "qemu-img")
 	const size = 256 << 20
 	raw, q := bootableImages(t, dir, "disk", size, 90)
 	loop := testimg.LoopDevice(t, dir, size) // 0xA5 everywhere
 	seedHead := filepath.Join(dir, "seed-head")
 	require.NoError(t, os.WriteFile(seedHead, bytes.Repeat([]byte{0xA5}, 1<<20), 0o600))
 	imageHead := testimg.Digest(t, raw, 1<<20)
-	bin := buildImporter(t, dir)
 	// A short TMPDIR of our own for the export's socket directory, which a
 	// killed importer cannot remove (a t.TempDir path is too long for a
 	// socket, and the importer would fall back to /tmp).
@@ -280,6 +266,18 @@ func tail(s string, n int) string {
 	return s
 }
 
+// builtImporter builds this program into a new directory for a test that
+// runs it, and returns both; it skips the test in -short mode or when one
+// of tools is missing.
+func builtImporter(t *testing.T, tools ...string) (dir, bin string) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	testimg.Need(t, tools...)
+	dir = t.TempDir()
+	return dir, buildImporter(t, dir)
+}
+
 // buildImporter builds this program into dir, for the tests that run it as
 // a process.
 func buildImporter(t *testing.T, dir string) string {
@@ -320,11 +318,7 @@ func signalAtWritten(t *testing.T, pid int, dev string, start, n int64, sig sysc
 // (without the zeroing, A's head would sit in front of them). A complete
 // import leaves exactly B: the device's sha256 is B's.
 func TestBinaryCutOffImportLeavesNoMixOfImages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
+	dir, bin := builtImporter(t, "qemu-img")
 	const size = 32 << 20
 	rawPath, qPath := bootableImages(t, dir, "b", size, 77)
 	raw, err := os.ReadFile(rawPath)
@@ -334,7 +328,6 @@ func TestBinaryCutOffImportLeavesNoMixOfImages(t *testing.T) {
 	truncated := filepath.Join(dir, "truncated.qcow2")
 	require.NoError(t, os.WriteFile(truncated, qcow[:len(qcow)*2/3], 0o644))
 	loop := testimg.LoopDevice(t, dir, size)
-	bin := buildImporter(t, dir)
 
 	type cutoff struct {
 		url    func(t *testing.T) string

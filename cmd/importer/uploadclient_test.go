@@ -281,7 +281,7 @@ func (b slowBody) Read(p []byte) (int, error) {
 // an ETA; at the end the bar is at 100% on every byte and the final line
 // follows, and the server's target holds the file.
 func TestUploadClientTerminalProgressBar(t *testing.T) {
-	dir, bin := importerForTerminal(t)
+	dir, bin := builtImporter(t, "tmux")
 	img := testimg.Raw(t, dir, "disk.raw", 6<<20, 49)
 	dest := filepath.Join(t.TempDir(), "disk.img")
 	h := uploadserver.NewHandler(uploadserver.Options{Import: importer.Options{Target: dest}, KeepRunning: true,
