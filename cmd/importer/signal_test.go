@@ -125,14 +125,7 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 			cmd.Env = append(os.Environ(), "TMPDIR="+sockDir)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
-			require.NoError(t, cmd.Start())
-			waited := false
-			t.Cleanup(func() {
-				if !waited {
-					cmd.Process.Kill()
-					cmd.Wait()
-				}
-			})
+			wait := startReaped(t, cmd)
 			var at string
 			if moment == "qemu-img exited" {
 				at = killAfterConvertExits(t, cmd.Process.Pid, q)
@@ -141,8 +134,7 @@ func TestBinarySIGKILLDuringConvertLeavesNoBootSector(t *testing.T) {
 				require.NoError(t, err)
 				at = signalAtWritten(t, cmd.Process.Pid, loop, deviceWritten(t, loop), int64(frac/100*size), syscall.SIGKILL)
 			}
-			err := cmd.Wait()
-			waited = true
+			err := wait()
 			t.Logf("killed %s; exit: %v; stderr tail: %s", at, err, tail(stderr.String(), 600))
 			if moment == "qemu-img exited" && err == nil {
 				// The importer wrote the head, synced and exited in the
@@ -266,6 +258,24 @@ func tail(s string, n int) string {
 	return s
 }
 
+// startReaped starts cmd and returns its Wait; a cmd the test has not
+// waited for when it ends is killed and reaped.
+func startReaped(t *testing.T, cmd *exec.Cmd) (wait func() error) {
+	require.NoError(t, cmd.Start())
+	waited := false
+	t.Cleanup(func() {
+		if !waited {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return func() error {
+		err := cmd.Wait()
+		waited = true
+		return err
+	}
+}
+
 // builtImporter builds this program into a new directory for a test that
 // runs it, and returns both; it skips the test in -short mode or when one
 // of tools is missing.
@@ -361,21 +371,13 @@ func TestBinaryCutOffImportLeavesNoMixOfImages(t *testing.T) {
 			var stderr bytes.Buffer
 			cmd := exec.Command(bin, "--retries", "2", c.url(t), loop)
 			cmd.Stderr = &stderr
-			require.NoError(t, cmd.Start())
-			waited := false
-			t.Cleanup(func() {
-				if !waited {
-					cmd.Process.Kill()
-					cmd.Wait()
-				}
-			})
+			wait := startReaped(t, cmd)
 			at := "no signal"
 			if c.signal != 0 {
 				// Past the zeroing (1 MiB at each end) B's data is going out.
 				at = signalAtWritten(t, cmd.Process.Pid, loop, start, 4<<20, c.signal)
 			}
-			err := cmd.Wait()
-			waited = true
+			err := wait()
 			t.Logf("%s; exit: %v; stderr tail: %s", at, err, tail(stderr.String(), 400))
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee)
