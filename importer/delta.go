@@ -1,9 +1,8 @@
 package importer
 
 import (
-	"time"
+	"context"
 
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/engine"
 )
@@ -13,11 +12,18 @@ import (
 // was final (the source unchanged while it ran).
 type DeltaPass = delta.Pass
 
-// NewDeltaResult is the Result of a delta pass received over the wire
-// and completed onto target (the upload server's): what the pass reports,
-// as the engine records a local pass (engine.Result.TakeDeltaPass).
-func NewDeltaResult(target string, p *DeltaPass, took time.Duration) *Result {
-	r := &engine.Result{Complete: true, Target: target, SourceFormat: string(format.Raw), BytesRead: p.Size, Duration: took}
-	r.TakeDeltaPass(p)
-	return (*Result)(r)
+// ReceiveDelta runs the import of a delta pass received over the wire
+// (the upload server's session feeds pass): Info claims and signs its
+// target, TransferDelta applies the runs the session hands over,
+// Verify checks the End record's digest, Commit writes the held ends, with
+// o's events, progress and logger, and one Result. o names the source
+// (for the log) and the target; its other options do not apply.
+func ReceiveDelta(ctx context.Context, o Options, pass *delta.ReceivedPass) (*Result, error) {
+	r, err := request(o)
+	if err != nil {
+		return &Result{Target: o.Target}, err
+	}
+	r.DeltaReceived = pass
+	res, err := engine.Import(ctx, r)
+	return (*Result)(res), cancelled(ctx, err)
 }

@@ -2,6 +2,7 @@ package uploadserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"time"
 
 	"github.com/klauspost/compress/s2"
 
@@ -22,36 +22,44 @@ import (
 	"github.com/diskimport/engine/internal/delta"
 )
 
-// passTarget is what a delta session writes: a volume's target
-// (delta.Target) or a filesystem volume's (delta.TreeTarget).
-type passTarget interface {
-	Size() int64
-	Offset() int64
-	Data(off int64, p []byte) error
-	Zero(off, n int64) error
-	Finish(want blkhash.Digest) (blkhash.Digest, error)
-	Pass() delta.Pass
-	Close() error
-}
-
-// deltaSession is a sparse-v1 session's delta pass (internal/delta): the
-// target, written in place, signed when the session opened. It waits for
-// its runs, and across a dropped connection, as a suspended session does.
+// deltaSession is a sparse-v1 session's delta pass: an engine import on
+// the delta route (importer.ReceiveDelta) whose runs the session's
+// requests hand over (delta.ReceivedPass). The import claims and signs
+// the target, applies the runs, checks the End record's digest and
+// commits; the session keeps the wire: the signature answer, records,
+// offsets, resumption across dropped connections, the 412 of a target
+// that is no base.
 type deltaSession struct {
-	t    passTarget
-	path string
+	pass *delta.ReceivedPass
 	// ask is the signature request that opened the session (its size and
 	// base, the manifest's digest): one asked again must be the same.
 	ask string
-	// answer writes the signature answer again while no run was applied
-	// (false after).
-	answer func(w io.Writer) (bool, error)
-	start  time.Time
+	// stop cancels the import's context (an abort also stops the signing
+	// of a large target).
+	stop context.CancelFunc
+	done chan struct{} // closed once the import returned
+	res  *importer.Result
+	err  error
 }
 
-// abort closes the target unfinished: once a run was applied its ends
-// stay zeroed, so it is no copy anything takes for done.
-func (d *deltaSession) abort() { d.t.Close() }
+// abort ends the pass unfinished and waits for its import: once a run
+// was applied the target's ends stay zeroed, so it is no copy anything
+// takes for done.
+func (d *deltaSession) abort(cause error) {
+	if cause == nil {
+		cause = errSessionEnded
+	}
+	d.pass.Abort(cause)
+	d.stop()
+	<-d.done
+}
+
+// ended is the import's outcome once it returned: its own error, or
+// err when it has none.
+func (d *deltaSession) ended(err error) error {
+	<-d.done
+	return cmp.Or(d.err, err)
+}
 
 // serveDeltaSignature opens a delta session: the target is opened in
 // place and signed, the signature is the answer, and the session waits for
@@ -98,14 +106,7 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		return
 	}
 	h.setPhase(string(importer.PhaseInfo))
-	d := &deltaSession{ask: ask, start: time.Now()}
-	if manifest != nil {
-		d.path = archiveDir(h.opts.Import.Target)
-		err = h.openTreeTarget(r.Context(), d, manifest, r.Header.Get(cloner.BaseHeader))
-	} else {
-		d.path = delta.TargetPath(h.opts.Import.Target)
-		err = h.signDeltaTarget(r.Context(), d, size, r.Header.Get(cloner.BaseHeader))
-	}
+	d, err := h.startDelta(r.Context(), manifest, size, r.Header.Get(cloner.BaseHeader))
 	if err != nil {
 		h.releaseClaim()
 		status := http.StatusInternalServerError
@@ -117,10 +118,11 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		case errors.Is(err, errdefs.ErrTargetTooSmall):
 			status = http.StatusInsufficientStorage
 		}
-		h.log.Info("No delta pass", "session", id, "target", d.path, "err", err)
+		h.log.Info("No delta pass", "session", id, "target", h.opts.Import.Target, "err", err)
 		http.Error(w, statusText(err), status)
 		return
 	}
+	d.ask = ask
 	sess.delta = d
 	h.sendSignature(w, sess)
 }
@@ -133,7 +135,7 @@ const maxManifestWire = 64 << 20
 func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	sw := s2.NewWriter(w)
-	ok, err := sess.delta.answer(sw)
+	ok, err := sess.delta.pass.WriteSignature(sw)
 	if err == nil && !ok {
 		err = errors.New("runs were applied since: no signature to send again")
 	}
@@ -148,62 +150,52 @@ func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession) {
 	h.suspendClone(sess, nil)
 }
 
-// signDeltaTarget opens and signs the target of d. A server that grows
-// its file to a requested size holds no copy of the source's size: no
-// base.
-func (h *Handler) signDeltaTarget(ctx context.Context, d *deltaSession, size int64, base string) error {
-	if h.opts.Import.Size > 0 && !isBlockDevice(d.path) {
-		return fmt.Errorf("this server grows its file to a requested size: its target is no copy of the source: %w", errdefs.ErrNoDeltaBase)
-	}
-	t, err := delta.OpenTarget(d.path, size)
-	if err != nil {
-		return err
-	}
-	sig, err := t.Sign(ctx)
-	if err == nil {
-		err = delta.CheckBase(sig, base)
-	}
-	if err != nil {
-		t.Close()
-		return err
-	}
-	h.log.Info("Delta target signed", "target", d.path, "blocks", len(sig.Sums), "digest", sig.Digest)
-	d.t = t
-	d.answer = func(w io.Writer) (bool, error) {
-		sig := t.Signed()
-		if sig == nil {
-			return false, nil
+// startDelta starts the import of a delta pass (importer.ReceiveDelta)
+// onto the server's target, a filesystem volume's directory when m is
+// set, else the volume; it returns once the import claimed and signed the
+// target, or with the import's error (ErrNoDeltaBase: no base). The import
+// runs under the server's context, not the request's: the session
+// outlives its requests. A server that grows its file to a requested size
+// holds no copy of the source's size: no base; a block target takes no
+// filesystem volume's pass (the sender then sends CDI's tar).
+func (h *Handler) startDelta(ctx context.Context, m *delta.Manifest, size int64, base string) (*deltaSession, error) {
+	var pass *delta.ReceivedPass
+	if m != nil {
+		dir := archiveDir(h.opts.Import.Target)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("the target %s is not a filesystem volume's directory: %w", dir, errdefs.ErrNoDeltaBase)
 		}
-		_, err := sig.WriteTo(w)
-		return true, err
-	}
-	return nil
-}
-
-// openTreeTarget opens a filesystem volume's pass onto the directory of
-// d: its large files signed in place, the others to be sent whole (all
-// of them when the volume is not the base named). A block target takes
-// no such pass (the sender then sends CDI's tar).
-func (h *Handler) openTreeTarget(ctx context.Context, d *deltaSession, m *delta.Manifest, base string) error {
-	if fi, err := os.Stat(d.path); err != nil || !fi.IsDir() {
-		return fmt.Errorf("the target %s is not a filesystem volume's directory: %w", d.path, errdefs.ErrNoDeltaBase)
-	}
-	tt, err := delta.OpenTree(ctx, d.path, m, base)
-	if err != nil {
-		return err
-	}
-	isBase, digest := tt.Base()
-	files, _ := tt.Signed()
-	h.log.Info("Filesystem delta target signed", "target", d.path, "entries", len(m.Entries), "inPlace", len(files), "kept", len(tt.Kept()), "base", isBase, "digest", digest)
-	d.t = tt
-	d.answer = func(w io.Writer) (bool, error) {
-		files, sigs := tt.Signed()
-		if files == nil && tt.Offset() != 0 {
-			return false, nil
+		pass = delta.ReceiveTree(dir, m, base)
+	} else {
+		path := delta.TargetPath(h.opts.Import.Target)
+		if h.opts.Import.Size > 0 && !isBlockDevice(path) {
+			return nil, fmt.Errorf("this server grows its file to a requested size: its target is no copy of the source: %w", errdefs.ErrNoDeltaBase)
 		}
-		return true, delta.WriteTreeAnswer(w, &delta.TreeAnswer{Base: isBase, BaseDigest: digest, Files: files, Kept: tt.Kept()}, sigs)
+		pass = delta.ReceiveVolume(path, size, base)
 	}
-	return nil
+	o := h.importOptions(http.NoBody)
+	o.SourceReaderName, o.Target = "the delta session", pass.Path()
+	o = h.withEvents(o, func() {})
+	ictx, stop := context.WithCancel(h.opts.BaseContext)
+	d := &deltaSession{pass: pass, stop: stop, done: make(chan struct{})}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer close(d.done)
+		defer stop()
+		d.res, d.err = importer.ReceiveDelta(ictx, o, pass)
+	}()
+	select {
+	case <-pass.Ready():
+		return d, nil
+	case <-d.done:
+		return nil, cmp.Or(d.err, errImportEnded)
+	case <-ctx.Done():
+		// The sender left while the target was signed: it asks again.
+		err := fmt.Errorf("signing the delta target: %w: %w", errdefs.ErrCancelled, ctx.Err())
+		d.abort(err)
+		return nil, err
+	}
 }
 
 // refuseLostDelta refuses the runs of a delta session this server does not
@@ -225,17 +217,17 @@ func (h *Handler) releaseClaim() {
 	h.status = Status{Phase: "Idle"}
 }
 
-// receiveDelta applies one request's runs to the delta session, from the
-// offset it holds; the End record's digest must be the target's after the
-// runs before the pass completes.
+// receiveDelta hands one request's runs to the delta session's import,
+// from the offset it holds; the End record's digest is the import's to
+// check (Verify) before it commits the target.
 func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *cloner.Decoder) (*importer.Result, error) {
 	d := sess.delta
 	rec, err := dec.Next()
 	if err != nil {
 		return nil, fmt.Errorf("receiving the delta pass: %w", err)
 	}
-	if !rec.IsStart() || rec.Size != d.t.Size() || rec.Offset != d.t.Offset() {
-		return nil, fmt.Errorf("delta pass request starts at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, d.t.Offset(), d.t.Size(), errdefs.ErrInvalidImage)
+	if !rec.IsStart() || rec.Size != d.pass.Size() || rec.Offset != d.pass.Offset() {
+		return nil, fmt.Errorf("delta pass request starts at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, d.pass.Offset(), d.pass.Size(), errdefs.ErrInvalidImage)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -243,28 +235,42 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 		}
 		rec, err := dec.Next()
 		if err != nil {
-			return nil, fmt.Errorf("receiving the delta pass at %d bytes: %w", d.t.Offset(), err)
+			return nil, fmt.Errorf("receiving the delta pass at %d bytes: %w", d.pass.Offset(), err)
 		}
 		switch {
 		case rec.IsEnd():
-			if _, err := d.t.Finish(blkhash.Digest(rec.Digest)); err != nil {
+			if err := d.pass.End(ctx, blkhash.Digest(rec.Digest)); err != nil {
+				return nil, d.failed(ctx, err)
+			}
+			if err := d.ended(nil); err != nil {
 				return nil, asTargetError(err)
 			}
-			p := d.t.Pass()
-			p.WireBytes, p.Received = h.counter().Load(), true
-			d.t.Close()
-			return importer.NewDeltaResult(d.path, &p, time.Since(d.start)), nil
+			d.res.Delta.WireBytes = h.counter().Load()
+			return d.res, nil
 		case rec.IsData():
-			err = d.t.Data(rec.Offset, rec.Data)
+			err = d.pass.Data(ctx, rec.Offset, rec.Data)
 		case rec.IsZero():
-			err = d.t.Zero(rec.Offset, rec.Length)
+			err = d.pass.Zero(ctx, rec.Offset, rec.Length)
 		default:
 			err = fmt.Errorf("unexpected clone record %q: %w", rec.Kind, errdefs.ErrInvalidImage)
 		}
 		if err != nil {
-			return nil, asTargetError(err)
+			return nil, d.failed(ctx, err)
 		}
 	}
+}
+
+// failed is err of a run the session handed over: the request's end, for
+// the session to resume, or the import's own error (the target refused
+// the run, or the import ended), once it returned.
+func (d *deltaSession) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("receiving the delta pass: %w", err)
+	}
+	if errors.Is(err, errdefs.ErrInvalidImage) {
+		return err
+	}
+	return asTargetError(d.ended(err))
 }
 
 // asTargetError marks a failure to write the target (not the stream's

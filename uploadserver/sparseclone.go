@@ -32,7 +32,7 @@ func (s *cloneSession) started() bool { return s.tgt != nil || s.delta != nil }
 // offset is where the session resumes.
 func (s *cloneSession) offset() int64 {
 	if s.delta != nil {
-		return s.delta.t.Offset()
+		return s.delta.pass.Offset()
 	}
 	return s.tgt.offset
 }
@@ -40,7 +40,7 @@ func (s *cloneSession) offset() int64 {
 // abort ends the session's target for good.
 func (s *cloneSession) abort(err error) {
 	if s.delta != nil {
-		s.delta.abort()
+		s.delta.abort(err)
 		return
 	}
 	s.tgt.abort(err)

@@ -4,7 +4,10 @@
 // clone between two files or devices (LocalPass, whose steps the import
 // engine's delta route runs as its phases; Local runs them at once) and
 // clone-source → upload server, where the signature and the runs cross
-// the wire (internal/cloner, uploadserver).
+// the wire (internal/cloner, uploadserver): the receiving end is a
+// ReceivedPass, whose steps the same route runs, fed the runs by the
+// upload server's session (a volume's Target, or a filesystem volume's
+// TreeTarget).
 //
 // A pass:
 //

@@ -9,7 +9,6 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
@@ -37,9 +36,10 @@ type attempt struct {
 	caps datasource.Capabilities
 	// targetZeroed: Info zeroed the whole block target (Request.ZeroTarget).
 	targetZeroed bool
-	// pass is RouteDelta's, opened by Info in place of target: the source
-	// and the target claimed where it lies.
-	pass *delta.LocalPass
+	// pass is RouteDelta's, opened by Info in place of target: the target
+	// claimed where it lies, and the local source or the session that
+	// feeds a received pass.
+	pass deltaPass
 
 	releases []func() // run last first when the attempt ends
 }

@@ -5,8 +5,30 @@ import (
 	"errors"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/delta"
 )
+
+// deltaPass is a delta pass as the steps RouteDelta's phases run, in
+// order (Transfer, Check, Commit; Close at the end): a local one
+// (delta.LocalPass) or one received over the wire (delta.ReceivedPass).
+// Compared, SourceRead and Written are read by the progress reporter
+// while it runs.
+type deltaPass interface {
+	Size() int64
+	Transfer(ctx context.Context) error
+	Check() (blkhash.Digest, error)
+	Commit() error
+	Pass() *delta.Pass
+	Compared() int64
+	SourceRead() int64
+	Written() int64
+	Close()
+}
+
+// passMeter holds the attempt's delta pass for the progress reporter.
+type passMeter struct{ deltaPass }
 
 // deltaInfo is Info on RouteDelta: the pass is opened (the source for
 // reading, the target claimed where it lies, never staged: a device
@@ -23,8 +45,30 @@ func (a *attempt) deltaInfo(f *importFacts) (*Plan, error) {
 	}
 	a.pass = pass
 	a.release(pass.Close)
-	a.meter.delta.Store(pass)
+	a.meter.delta.Store(&passMeter{pass})
 	return a.choosePlan(f), nil
+}
+
+// receivedDeltaInfo is Info for a delta pass received over the wire
+// (Request.DeltaReceived): the target claimed in place and signed, its
+// signature the session's first answer; the source is the session, which
+// is not read here. A target that is no base fails the import: the
+// sender clones in full.
+func (a *attempt) receivedDeltaInfo(ctx context.Context) (*Plan, error) {
+	pass := a.req.DeltaReceived
+	a.result.Target = pass.Path()
+	a.result.VirtualSize = pass.Size()
+	a.result.SourceFormat = string(format.Raw)
+	a.meter.sourceSize.Store(pass.Size())
+	a.log.Info("Image detected", "format", format.Raw, "sourceSize", pass.Size(), "target", pass.Path(), "source", "a delta pass received")
+	a.release(pass.Close)
+	if err := pass.Open(ctx); err != nil {
+		return nil, err
+	}
+	a.log.Info("Delta target signed", "target", pass.Path(), "blocks", pass.Pass().Blocks, "baseDigest", pass.Pass().BaseDigest)
+	a.pass = pass
+	a.meter.delta.Store(&passMeter{pass})
+	return a.choosePlan(&importFacts{format: format.Raw, sourceSize: pass.Size(), deltaReceived: true}), nil
 }
 
 // transferDelta is TransferDelta: both sides signed, the runs that differ

@@ -24,6 +24,7 @@
 //	TransferScratch   scratchTransfer       the image to a scratch file, handed to imageInput
 //	TransferDataDir   archiveExtraction     a tar into a staging directory it owns
 //	TransferDelta     attempt.transferDelta both sides signed, the runs that differ into the target in place
+//	                                        (received: the runs the upload server's session hands over)
 //	Validate          validation            structure, self-containment, sizes; starts the ranged export
 //	Convert           conversion            qemu-img onto the target (a device through nbdserver.DeviceExport)
 //	Resize            attempt.resize        a file to its requested size
@@ -35,8 +36,10 @@
 // imageInput is what qemu-img reads on a converting route; it
 // owns the scratch copy and the ranged NBD export (nbdserver.ImageExport) once they are
 // handed to it. On RouteDelta Info opens a delta.LocalPass (the
-// source, and the target claimed where it lies) instead of a
-// volume.Target, and the delta phases run its steps. [CreateBlank] runs
+// source, and the target claimed where it lies) or, for a pass received
+// over the wire (Request.DeltaReceived), claims and signs the target of
+// a delta.ReceivedPass, instead of a volume.Target, and the delta phases
+// run its steps. [CreateBlank] runs
 // through the same machine with a plan of its own.
 //
 // To add a phase: a type with run(ctx) error over what it owns (or an

@@ -34,6 +34,9 @@ type importFacts struct {
 	// Request.Delta asks for a pass.
 	sourceSize  int64
 	deltaTarget delta.TargetState
+	// deltaReceived: the import is a delta pass received over the wire
+	// (Request.DeltaReceived), its target already open and signed.
+	deltaReceived bool
 
 	// rangesProbed: one range read was tried, only where nothing else
 	// closes the ranged route; rangeReadErr is its failure (nil: the

@@ -166,7 +166,7 @@ func (r *Request) closeRoute(route Route) string {
 	case route == RouteStreamDecode && !r.NoStreamDecode:
 		r.NoStreamDecode = true // over ranges, or through scratch
 		return "The image cannot be decoded in one pass; starting the import over through qemu-img"
-	case route == RouteDelta && r.Delta:
+	case route == RouteDelta && r.Delta && r.DeltaReceived == nil:
 		r.Delta = false
 		return "The target is not the delta base; cloning in full"
 	}

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -23,7 +22,7 @@ type meter struct {
 	writer         atomic.Pointer[volume.Writer]       // the streamed copy's
 	deviceWriter   atomic.Pointer[volume.DeviceWriter] // qemu-img's, onto a device
 	decoded        atomic.Pointer[volume.GuestWriter]  // the stream decoder's
-	delta          atomic.Pointer[delta.LocalPass]     // a delta pass's
+	delta          atomic.Pointer[passMeter]           // a delta pass's
 	convertPercent atomic.Uint64                       // math.Float64bits
 	// rangedRead counts the ranged route's range reads, which cover the
 	// head the counter saw again.

@@ -42,6 +42,11 @@ type Request struct {
 	// have. The restart loop clears Delta when the target was no base.
 	Delta     bool
 	DeltaBase string
+	// DeltaReceived, when set, is a delta pass received over the wire (the
+	// upload server's session feeds it): the import takes RouteDelta onto
+	// its target, the source is not read, and a target that is no base
+	// fails the import (the sender then clones in full).
+	DeltaReceived *delta.ReceivedPass
 
 	Progress func(Progress)
 	Events   func(Event)

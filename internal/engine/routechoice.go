@@ -58,6 +58,9 @@ const rangedWins = 2
 // image the stream decoder takes is decoded; the rest goes through a
 // scratch copy.
 func decide(f *importFacts, req Request) (*Plan, string) {
+	if f.deltaReceived {
+		return deltaPlan(f), "a delta pass received over the wire: the runs the sender found different are written in place"
+	}
 	if !req.Delta {
 		return decideRoute(f, req)
 	}
@@ -66,9 +69,14 @@ func decide(f *importFacts, req Request) (*Plan, string) {
 		plan, why := decideRoute(f, req)
 		return plan, why + "; no delta pass: " + noDelta
 	}
+	return deltaPlan(f), "a delta pass: the target holds a copy of the source's size; only the blocks that differ are written, in place"
+}
+
+// deltaPlan is RouteDelta's plan.
+func deltaPlan(f *importFacts) *Plan {
 	plan := &Plan{Route: RouteDelta, SourceFormat: f.format, OutputFormat: "raw", Verify: VerifyBlockHashes, Clone: true}
 	plan.Phases, plan.SourceDrainedAfter = PhasesFor(RouteDelta, true)
-	return plan, "a delta pass: the target holds a copy of the source's size; only the blocks that differ are written, in place"
+	return plan
 }
 
 // deltaClosed is why a delta pass may not take this import, "" when it

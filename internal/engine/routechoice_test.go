@@ -269,6 +269,8 @@ func TestDecideRouteTable(t *testing.T) {
 			route: RouteInPlace, phases: inPlacePhases, drained: Validate, reason: "no delta pass: the target is a qcow2"},
 		{name: "delta asked, size requested", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30), req: withDelta(Settings{Size: 2 << 30}),
 			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "no delta pass: a requested size grows the target"},
+		{name: "delta pass received over the wire", facts: &importFacts{format: format.Raw, sourceSize: 1 << 30, deltaReceived: true},
+			route: RouteDelta, phases: deltaPhases, drained: Verify, reason: "a delta pass received over the wire"},
 		{name: "delta closed by the restart", facts: factsOf(format.Raw, raw).local().deltaOnto(1<<30, 1<<30),
 			route: RouteStream, phases: streamPhases, drained: TransferDataFile, reason: "copied as it arrives"},
 
@@ -285,8 +287,8 @@ func TestDecideRouteTable(t *testing.T) {
 			assert.Equal(t, c.phases, plan.Phases)
 			assert.Equal(t, c.drained, plan.SourceDrainedAfter)
 			assert.Contains(t, reason, c.reason)
-			if !c.req.Delta {
-				assert.NotContains(t, reason, "delta", "only a delta asked for is mentioned")
+			if !c.req.Delta && !c.facts.deltaReceived {
+				assert.NotContains(t, reason, "delta", "only a delta asked for or received is mentioned")
 			}
 			if plan.Route == RouteStreamDecode {
 				// The words the import tests find in the log.

@@ -1,0 +1,158 @@
+package uploadserver_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/delta"
+	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/uploadserver"
+)
+
+const deltaVolume = 8 << 20
+
+// phaseLog records the phases an import's events started.
+type phaseLog struct {
+	mu     sync.Mutex
+	phases []importer.Phase
+}
+
+func (l *phaseLog) observe(e importer.Event) {
+	if e.Kind != importer.EventPhaseStarted {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.phases = append(l.phases, e.Phase)
+}
+
+func (l *phaseLog) started() []importer.Phase {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]importer.Phase(nil), l.phases...)
+}
+
+// waitLast waits for the server's outcome.
+func waitLast(t *testing.T, h *uploadserver.Handler) (*importer.Result, error) {
+	t.Helper()
+	waitStatus(t, h, func(s uploadserver.Status) bool { return s.Phase == "Complete" || s.Phase == "Error" })
+	res, err, _ := h.Last()
+	return res, err
+}
+
+// TestReceivedDeltaPassGoesThroughThePhases: a delta pass sent by
+// clone-source's sender onto a file holding an earlier copy is an import
+// of the server's: its events start Info, TransferDelta, Verify, Commit
+// and Complete in that order, as an upload's do, the server's Result is
+// the engine's (its phases, the pass received), and the file then holds
+// the source's bytes.
+func TestReceivedDeltaPassGoesThroughThePhases(t *testing.T) {
+	src := testimg.Raw(t, t.TempDir(), "source.img", deltaVolume, 7)
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	testimg.CopyOnto(t, src, dst)
+	changed := testimg.WriteRandomAt(t, src, 8, 4096, 0, 3<<20, deltaVolume-4096)
+	var log phaseLog
+	h, url := serve(t, uploadserver.Options{Import: importer.Options{Target: dst, Events: log.observe}})
+
+	sent, err := cloner.Send(context.Background(), cloner.Options{
+		URL: url + uploadserver.PathUpload, ContentType: cloner.ContentTypeBlock, Source: src, Delta: true,
+		Client: http.DefaultClient, Logger: testimg.Logger(t), RetryDelay: 50e6,
+	})
+	require.NoError(t, err)
+	require.NotNil(t, sent.Delta, "the file was a base")
+
+	res, err := waitLast(t, h)
+	require.NoError(t, err)
+	want := []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDelta, importer.PhaseVerify, importer.PhaseCommit, importer.PhaseComplete}
+	assert.Equal(t, want, log.started())
+	assert.True(t, res.Complete)
+	assert.Equal(t, want, res.Phases, "the Result's phases are the import's")
+	require.NotNil(t, res.Delta)
+	assert.True(t, res.Delta.Received)
+	assert.Equal(t, changed, res.Delta.BlocksChanged)
+	assert.Positive(t, res.Delta.WireBytes)
+	assert.Equal(t, testimg.ContentDigest(t, src), res.ContentDigest)
+	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, -1))
+}
+
+// TestReceivedDeltaPassWithAWrongEndDigestIsNeverComplete: runs whose End
+// record names a digest the target does not have after them fail the
+// import in Verify: Commit and Complete never start, the server reports
+// a verify mismatch, and the target's first and last MiB are left zeroed
+// (its held ends never written: no copy anything takes for done) while
+// the bytes between them are the base's.
+func TestReceivedDeltaPassWithAWrongEndDigestIsNeverComplete(t *testing.T) {
+	dst := testimg.Raw(t, t.TempDir(), "disk.img", deltaVolume, 9)
+	before, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	var log phaseLog
+	h, url := serve(t, uploadserver.Options{Import: importer.Options{Target: dst, Events: log.observe}})
+
+	post := func(headers map[string]string, body io.Reader) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, url+uploadserver.PathUpload, body)
+		require.NoError(t, err)
+		req.Header.Set(uploadserver.HeaderContentType, uploadserver.ContentTypeBlockdeviceClone)
+		req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+		req.Header.Set(cloner.SessionHeader, "0123456789abcdef")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, answer := post(map[string]string{cloner.DeltaHeader: cloner.DeltaSignature, cloner.SizeHeader: strconv.Itoa(deltaVolume)}, http.NoBody)
+	require.Equal(t, http.StatusOK, code, answer)
+	sig, err := delta.ReadSignature(s2.NewReader(bytes.NewReader([]byte(answer))), deltaVolume)
+	require.NoError(t, err)
+	assert.Equal(t, testimg.ContentDigest(t, dst), sig.Digest.String(), "the signature is the target's")
+
+	// A run in each held end and one between, then an End record that
+	// names the base's digest: not the target's after the runs.
+	var body bytes.Buffer
+	sw := s2.NewWriter(&body)
+	enc := cloner.NewEncoder(sw)
+	run := testimg.RandomBytes(delta.BlockSize, 10)
+	for _, err := range []error{
+		enc.Start(deltaVolume, 0), enc.Data(0, run), enc.Data(4<<20, run), enc.Data(deltaVolume-delta.BlockSize, run),
+		enc.End(sha256.Sum256([]byte("not the target's"))), sw.Close(),
+	} {
+		require.NoError(t, err)
+	}
+	code, answer = post(map[string]string{cloner.DeltaHeader: cloner.DeltaApply}, &body)
+	assert.GreaterOrEqual(t, code, 400)
+	assert.Contains(t, answer, errdefs.ErrVerifyMismatch.Error())
+
+	res, err := waitLast(t, h)
+	require.ErrorIs(t, err, errdefs.ErrVerifyMismatch)
+	assert.False(t, res != nil && res.Complete)
+	phases := log.started()
+	assert.Equal(t, []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDelta, importer.PhaseVerify, importer.PhaseError}, phases)
+	assert.NotContains(t, phases, importer.PhaseCommit)
+	assert.NotContains(t, phases, importer.PhaseComplete)
+	testimg.AssertZeros(t, dst, 0, 1<<20)
+	testimg.AssertZeros(t, dst, deltaVolume-1<<20, 1<<20)
+	after, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	got := after[1<<20 : deltaVolume-1<<20]
+	middle := append([]byte(nil), before[1<<20:deltaVolume-1<<20]...)
+	copy(middle[4<<20-1<<20:], run)
+	assert.True(t, bytes.Equal(middle, got), "between the ends: the base with the run applied")
+}
