@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/hostileimg"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/volume"
 )
@@ -346,32 +348,8 @@ func smallBlockVHD(disk []byte, blockSize int) []byte {
 	be := binary.BigEndian
 	entries := (len(disk) + blockSize - 1) / blockSize
 	bitmap := (blockSize/512/8 + 511) &^ 511
-	footer := make([]byte, 512)
-	copy(footer, "conectix")
-	be.PutUint32(footer[8:], 2)        // features: reserved bit
-	be.PutUint32(footer[12:], 0x10000) // version 1.0
-	be.PutUint64(footer[16:], 512)     // data offset: the dynamic header
-	copy(footer[28:], "qem2")
-	be.PutUint64(footer[40:], uint64(len(disk)))
-	be.PutUint64(footer[48:], uint64(len(disk)))
-	be.PutUint16(footer[56:], 16) // geometry (not used for "qem2")
-	footer[58], footer[59] = 4, 17
-	be.PutUint32(footer[60:], vhdDynamic)
-	var sum uint32
-	for _, c := range footer {
-		sum += uint32(c)
-	}
-	be.PutUint32(footer[64:], ^sum)
-	out := append([]byte{}, footer...)
-	dyn := make([]byte, 1024)
-	copy(dyn, "cxsparse")
-	be.PutUint64(dyn[8:], ^uint64(0))
-	be.PutUint64(dyn[16:], vhdHeadLen)
-	be.PutUint32(dyn[24:], 0x10000)
-	be.PutUint32(dyn[28:], uint32(entries))
-	be.PutUint32(dyn[32:], uint32(blockSize))
-	out = append(out, dyn...)
-	fixDynChecksum(out)
+	out := hostileimg.VHDHead(int64(len(disk)), entries, uint32(blockSize))
+	footer := slices.Clone(out[:512])
 	bat := make([]byte, (4*entries+511)&^511)
 	for i := range bat {
 		bat[i] = 0xff
