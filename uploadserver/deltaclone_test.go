@@ -56,38 +56,70 @@ func waitLast(t *testing.T, h *uploadserver.Handler) (*importer.Result, error) {
 }
 
 // TestReceivedDeltaPassGoesThroughThePhases: a delta pass sent by
-// clone-source's sender onto a file holding an earlier copy is an import
-// of the server's: its events start Info, TransferDelta, Verify, Commit
-// and Complete in that order, as an upload's do, the server's Result is
-// the engine's (its phases, the pass received), and the file then holds
-// the source's bytes.
+// clone-source's sender is an import of the server's, onto a file
+// holding an earlier copy of a volume and onto a filesystem volume's
+// directory holding an earlier disk.img: its events start Info,
+// TransferDelta, Verify, Commit and Complete in that order, as an
+// upload's do, the server's Result is the engine's (its phases, the pass
+// received), and the target then holds the source's bytes.
 func TestReceivedDeltaPassGoesThroughThePhases(t *testing.T) {
-	src := testimg.Raw(t, t.TempDir(), "source.img", deltaVolume, 7)
-	dst := filepath.Join(t.TempDir(), "disk.img")
-	testimg.CopyOnto(t, src, dst)
-	changed := testimg.WriteRandomAt(t, src, 8, 4096, 0, 3<<20, deltaVolume-4096)
-	var log phaseLog
-	h, url := serve(t, uploadserver.Options{Import: importer.Options{Target: dst, Events: log.observe}})
-
-	sent, err := cloner.Send(context.Background(), cloner.Options{
-		URL: url + uploadserver.PathUpload, ContentType: cloner.ContentTypeBlock, Source: src, Delta: true,
-		Client: http.DefaultClient, Logger: testimg.Logger(t), RetryDelay: 50e6,
-	})
-	require.NoError(t, err)
-	require.NotNil(t, sent.Delta, "the file was a base")
-
-	res, err := waitLast(t, h)
-	require.NoError(t, err)
 	want := []importer.Phase{importer.PhaseInfo, importer.PhaseTransferDelta, importer.PhaseVerify, importer.PhaseCommit, importer.PhaseComplete}
-	assert.Equal(t, want, log.started())
-	assert.True(t, res.Complete)
-	assert.Equal(t, want, res.Phases, "the Result's phases are the import's")
-	require.NotNil(t, res.Delta)
-	assert.True(t, res.Delta.Received)
-	assert.Equal(t, changed, res.Delta.BlocksChanged)
-	assert.Positive(t, res.Delta.WireBytes)
-	assert.Equal(t, testimg.ContentDigest(t, src), res.ContentDigest)
-	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, -1))
+	for _, c := range []struct {
+		name, contentType string
+		// extra: the blocks the pass changes beyond the disk's (a small
+		// file the target does not have, sent whole).
+		extra int64
+		// layout makes the source and the target holding an earlier copy
+		// of it; the source is then changed at three blocks.
+		layout func(t *testing.T) (src, disk, target, dst string)
+	}{
+		{"volume", cloner.ContentTypeBlock, 0, func(t *testing.T) (string, string, string, string) {
+			src := testimg.Raw(t, t.TempDir(), "source.img", deltaVolume, 7)
+			dst := filepath.Join(t.TempDir(), "disk.img")
+			testimg.CopyOnto(t, src, dst)
+			return src, src, dst, dst
+		}},
+		{"filesystem", cloner.ContentTypeFilesystem, 1, func(t *testing.T) (string, string, string, string) {
+			src := t.TempDir()
+			disk := testimg.Raw(t, src, "disk.img", deltaVolume, 7)
+			require.NoError(t, os.WriteFile(filepath.Join(src, "notes.txt"), []byte("a small file, sent whole"), 0o644))
+			dir := t.TempDir()
+			dst := filepath.Join(dir, "disk.img")
+			testimg.CopyOnto(t, disk, dst)
+			return src, disk, filepath.Join(dir, "disk.img"), dst
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src, disk, target, dst := c.layout(t)
+			changed := testimg.WriteRandomAt(t, disk, 8, 4096, 0, 3<<20, deltaVolume-4096)
+			var log phaseLog
+			h, url := serve(t, uploadserver.Options{Import: importer.Options{Target: target, Events: log.observe}})
+
+			sent, err := cloner.Send(context.Background(), cloner.Options{
+				URL: url + uploadserver.PathUpload, ContentType: c.contentType, Source: src, Delta: true,
+				Client: http.DefaultClient, Logger: testimg.Logger(t), RetryDelay: 50e6,
+			})
+			require.NoError(t, err)
+			require.NotNil(t, sent.Delta, "the target was a base")
+
+			res, err := waitLast(t, h)
+			require.NoError(t, err)
+			assert.Equal(t, want, log.started())
+			assert.True(t, res.Complete)
+			assert.Equal(t, want, res.Phases, "the Result's phases are the import's")
+			require.NotNil(t, res.Delta)
+			assert.True(t, res.Delta.Received)
+			assert.Equal(t, changed+c.extra, res.Delta.BlocksChanged)
+			assert.Positive(t, res.Delta.WireBytes)
+			assert.Equal(t, sent.Digest, res.ContentDigest)
+			assert.Equal(t, testimg.Digest(t, disk, -1), testimg.Digest(t, dst, -1))
+			if c.name == "filesystem" {
+				b, err := os.ReadFile(filepath.Join(filepath.Dir(dst), "notes.txt"))
+				require.NoError(t, err)
+				assert.Equal(t, "a small file, sent whole", string(b))
+			}
+		})
+	}
 }
 
 // TestReceivedDeltaPassWithAWrongEndDigestIsNeverComplete: runs whose End
