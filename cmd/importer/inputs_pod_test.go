@@ -40,13 +40,10 @@ func TestPodExtraHeaderSecrets(t *testing.T) {
 	headers := t.TempDir()
 	secretVolume(t, filepath.Join(headers, "0"), map[string]string{"token": "X-Secret-Token: s3cr3t\n"})
 	secretVolume(t, filepath.Join(headers, "1"), map[string]string{"other": "X-Other: two"})
-	data := t.TempDir()
-	code, log, _ := runPod(t, pod{
+	log := importPodWrites(t, pod{
 		env:     httpEnv(srv.URL+"/disk.raw", map[string]string{"IMPORTER_EXTRA_HEADER_0": "X-Env: one"}),
-		volumes: map[string]string{"/data": data, "/extraheaders": headers},
-	})
-	require.Equal(t, cdi.ExitOK, code, "%s", log)
-	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), 1<<20))
+		volumes: map[string]string{"/extraheaders": headers},
+	}, raw)
 	assert.NotContains(t, string(log), "s3cr3t")
 }
 
@@ -77,17 +74,27 @@ func TestPodProxyWithItsOwnCA(t *testing.T) {
 		"IMPORTER_PROXY_CERT_DIR": "/proxycerts/",
 	})
 
-	data := t.TempDir()
-	code, log, _ := runPod(t, pod{env: env, volumes: map[string]string{"/data": data, "/certs": certs, "/proxycerts": proxyCerts}})
-	require.Equal(t, cdi.ExitOK, code, "%s", log)
-	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), 1<<20))
+	importPodWrites(t, pod{env: env, volumes: map[string]string{"/certs": certs, "/proxycerts": proxyCerts}}, raw)
 	assert.Contains(t, proxy.targets(), "disk.test:443", "the import went through the proxy")
 
-	data = t.TempDir()
-	code, log, _ = runPod(t, pod{env: env, volumes: map[string]string{"/data": data, "/certs": certs}})
+	data := t.TempDir()
+	code, log, _ := runPod(t, pod{env: env, volumes: map[string]string{"/data": data, "/certs": certs}})
 	assert.Equal(t, cdi.ExitFailed, code, "without the proxy's CA its certificate is not trusted")
 	assert.Contains(t, failureText(t, log), "certificate")
 	assert.Empty(t, testimg.DirNames(t, data))
+}
+
+// importPodWrites runs p with a new directory mounted at /data, requires
+// it to succeed and /data/disk.img to begin with the 1 MiB raw disk, and
+// returns its termination log.
+func importPodWrites(t *testing.T, p pod, raw string) []byte {
+	t.Helper()
+	data := t.TempDir()
+	p.volumes["/data"] = data
+	code, log, _ := runPod(t, p)
+	require.Equal(t, cdi.ExitOK, code, "%s", log)
+	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), 1<<20))
+	return log
 }
 
 // secretVolume lays out dir as Kubernetes mounts a secret or ConfigMap:
@@ -175,11 +182,8 @@ func TestPodCertDirTrustsEveryFile(t *testing.T) {
 	t.Cleanup(srv.Close)
 	certs := t.TempDir()
 	configMapVolume(t, certs, map[string]string{"ca-bundle": string(ca.PEM), "README": "not a certificate"})
-	data := t.TempDir()
-	code, log, _ := runPod(t, pod{
+	importPodWrites(t, pod{
 		env:     httpEnv(srv.URL+"/disk.raw", map[string]string{"IMPORTER_CERT_DIR": "/certs"}),
-		volumes: map[string]string{"/data": data, "/certs": certs},
-	})
-	require.Equal(t, cdi.ExitOK, code, "%s", log)
-	assert.Equal(t, testimg.Digest(t, raw, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), 1<<20))
+		volumes: map[string]string{"/certs": certs},
+	}, raw)
 }
