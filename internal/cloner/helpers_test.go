@@ -112,6 +112,14 @@ func startCuttingProxy(t *testing.T, target string, cut int64) *cuttingProxy {
 	return startProxy(t, &cuttingProxy{target: target, cut: cut})
 }
 
+// startServerBehindCut runs our upload server for imp (startServer) behind
+// a cuttingProxy that cuts the connection carrying the client's cut-th
+// byte.
+func startServerBehindCut(t *testing.T, p *pki, imp importer.Options, cut int64) (*served, *cuttingProxy) {
+	s := startServer(t, p, imp)
+	return s, startCuttingProxy(t, s.addr, cut)
+}
+
 // startBackCuttingProxy cuts in the answers' direction.
 func startBackCuttingProxy(t *testing.T, target string, cut int64) *cuttingProxy {
 	return startProxy(t, &cuttingProxy{target: target, cut: cut, back: true})

@@ -148,8 +148,7 @@ func TestFilesystemDeltaPassResumesAfterADrop(t *testing.T) {
 	// Kept (the same bytes), but with another mode, which the target takes.
 	require.NoError(t, os.Chmod(filepath.Join(src, "meta", "config.json"), 0o600))
 
-	s := startServer(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")})
-	proxy := startCuttingProxy(t, s.addr, 3*mib)
+	s, proxy := startServerBehindCut(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")}, 3*mib)
 	res, err := sendTree(t, p, s.url(proxy.addr()), src, first.Digest, 0)
 	require.NoError(t, err)
 	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
@@ -173,8 +172,7 @@ func TestFilesystemDeltaPassCutOffLeavesNoCompleteVolume(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(src, "meta", "config.json"), []byte(`{"v":3}`), 0o640))
 	before := volumeState(t, dst)
 
-	s := startServer(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")})
-	proxy := startCuttingProxy(t, s.addr, 3*mib)
+	s, proxy := startServerBehindCut(t, p, importer.Options{Target: filepath.Join(dst, "disk.img")}, 3*mib)
 	_, err := sendTree(t, p, s.url(proxy.addr()), src, first.Digest, -1)
 	require.Error(t, err)
 	assert.True(t, proxy.cutted.Load())
