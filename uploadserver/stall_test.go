@@ -82,8 +82,7 @@ func TestUploadStalledClientReleasesTheSlot(t *testing.T) {
 // than the stall timeout.
 func TestUploadSlowClientIsNotAStall(t *testing.T) {
 	im := makeImages(t)
-	data, err := os.ReadFile(im.raw)
-	require.NoError(t, err)
+	data := im.data
 	o := fileTarget(t)
 	o.StallTimeout = 300 * time.Millisecond
 	_, base := serve(t, uploadserver.Options{Import: o})

@@ -28,13 +28,16 @@ const diskSize = 4 << 20
 
 type images struct {
 	raw, gz, qcow2 string
+	data           []byte // raw's bytes
 	digest         string
 }
 
 func makeImages(t *testing.T) images {
 	dir := t.TempDir()
 	raw := testimg.Raw(t, dir, "disk.raw", diskSize, 11)
-	im := images{raw: raw, digest: testimg.Digest(t, raw, -1)}
+	data, err := os.ReadFile(raw)
+	require.NoError(t, err)
+	im := images{raw: raw, data: data, digest: testimg.Digest(t, raw, -1)}
 	testimg.Need(t, "gzip")
 	im.gz = testimg.Compress(t, raw, "gz")
 	if testimg.Need(t, "qemu-img"); true {
@@ -140,8 +143,7 @@ func TestUploadBusyDisconnectRetry(t *testing.T) {
 	im := makeImages(t)
 	o := fileTarget(t)
 	h, base := serve(t, uploadserver.Options{Import: o})
-	data, err := os.ReadFile(im.raw)
-	require.NoError(t, err)
+	data := im.data
 
 	// A raw TCP client that sends half the body and then disappears.
 	u, err := url.Parse(base)
@@ -184,8 +186,7 @@ func TestUploadBusyWhileStreaming(t *testing.T) {
 	im := makeImages(t)
 	o := fileTarget(t)
 	h, base := serve(t, uploadserver.Options{Import: o})
-	data, err := os.ReadFile(im.raw)
-	require.NoError(t, err)
+	data := im.data
 	pr, pw := io.Pipe()
 	req, err := http.NewRequest(http.MethodPut, base+uploadserver.PathUpload, pr)
 	require.NoError(t, err)
