@@ -35,6 +35,17 @@ type BlankOptions struct {
 // phases Info, Resize (the disk at its size), Commit and Complete.
 func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 	o.Logger = orDiscard(o.Logger)
-	res, err := engine.CreateBlank(ctx, engine.BlankRequest(o))
+	res, err := engine.Import(ctx, engine.Request{
+		Target: o.Target,
+		Blank:  true,
+		Settings: engine.Settings{
+			Size:               o.Size,
+			FilesystemOverhead: o.FilesystemOverhead,
+			Format:             o.Format,
+			Preallocation:      o.Preallocation,
+		},
+		Logger: o.Logger,
+		Qemu:   o.Qemu,
+	})
 	return (*Result)(res), err
 }

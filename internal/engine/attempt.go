@@ -55,6 +55,9 @@ func (a *attempt) steps(plan *Plan) map[Phase]Step {
 	if plan.Route == RouteDelta {
 		return map[Phase]Step{TransferDelta: a.transferDelta, Verify: a.verifyDelta, Commit: a.commitDelta}
 	}
+	if plan.Route == RouteBlank {
+		return map[Phase]Step{Resize: a.createBlank, Commit: a.commitBlank}
+	}
 	if plan.Route == RouteArchive {
 		x := &archiveExtraction{a: a}
 		a.release(x.removeStaging)

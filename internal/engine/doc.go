@@ -39,8 +39,8 @@
 // source, and the target claimed where it lies) or, for a pass received
 // over the wire (Request.DeltaReceived), claims and signs the target of
 // a delta.ReceivedPass, instead of a volume.Target, and the delta phases
-// run its steps. [CreateBlank] runs
-// through the same machine with a plan of its own.
+// run its steps. A blank disk (Request.Blank) has no source: Info opens
+// the target and plans RouteBlank, whose Resize creates the disk.
 //
 // To add a phase: a type with run(ctx) error over what it owns (or an
 // attempt method, if it owns nothing), a Phase constant, its place in PhasesFor for the routes that take it, and its

@@ -27,7 +27,7 @@ type importFacts struct {
 	checksummed bool
 	// targetZeroed: Info zeroed the whole block target (Request.ZeroTarget).
 	targetZeroed bool
-	// blank: no source at all (CreateBlank).
+	// blank: no source at all (Request.Blank).
 	blank bool
 	// sourceSize is the source's size in bytes (-1: not known before it
 	// is read); deltaTarget the target as it lies, read only where

@@ -38,6 +38,7 @@ func importOnce(ctx context.Context, r Request, start time.Time) (*Result, error
 	if err != nil {
 		err = classify(ctx, err)
 		a.result.VirtualSize = failedVirtualSize(a.result.VirtualSize, err)
+		a.result.PreallocationApplied = false // the target is aborted
 		a.abort()
 		return &a.result, err
 	}
@@ -56,8 +57,11 @@ func newAttempt(r Request) *attempt {
 	if runner == nil {
 		runner = &qemu.Runner{Logger: log}
 	}
-	confinement := runner.Sandbox()
-	log.Info("qemu-img sandbox", "sandbox", confinement)
+	var confinement string
+	if !r.Blank { // a blank disk runs qemu-img for a qcow2 file only
+		confinement = runner.Sandbox()
+		log.Info("qemu-img sandbox", "sandbox", confinement)
+	}
 	if r.ScratchDir == "" && !r.NoScratch {
 		r.ScratchDir = os.TempDir()
 	}

@@ -17,6 +17,9 @@ import (
 // where a delta pass is asked for: whether the target is then claimed in
 // place or staged depends on the source.
 func (a *attempt) info(ctx context.Context) (*Plan, error) {
+	if a.req.Blank {
+		return a.blankInfo(ctx)
+	}
 	if a.req.DeltaReceived != nil {
 		return a.receivedDeltaInfo(ctx)
 	}

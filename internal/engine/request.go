@@ -28,8 +28,12 @@ const FormatInRaw = "raw"
 // Request is one import as the facade (package importer) resolved it from
 // its Options: the source built, the checksums parsed, the options checked.
 type Request struct {
-	Source    datasource.Source
-	Target    string
+	Source datasource.Source
+	Target string
+	// Blank asks for an empty disk on Target and no import: Source is
+	// nil, and Size, FilesystemOverhead, Format and Preallocation describe
+	// the disk (RouteBlank).
+	Blank     bool
 	Checksums []iostage.Checksum
 	// Settings are importer.TargetOptions, converted as they are.
 	Settings
@@ -80,18 +84,6 @@ type Settings struct {
 	NoRangedRead          bool
 	NoStreamDecode        bool
 	MaxSpill              int64
-}
-
-// BlankRequest is one blank disk; the field meanings are
-// importer.BlankOptions' (which converts to it).
-type BlankRequest struct {
-	Target             string
-	Size               int64
-	FilesystemOverhead float64
-	Format             string
-	Preallocation      bool
-	Logger             *slog.Logger
-	Qemu               *qemu.Runner
 }
 
 // Result is importer.Result, field for field (the facade converts it; the

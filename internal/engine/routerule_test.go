@@ -131,3 +131,74 @@ func TestRouteRuleOnQCOW2Layouts(t *testing.T) {
 	assert.False(t, ranged)
 	assert.True(t, decodes(t, moved, streamdecode.DefaultMaxBuffered))
 }
+
+// A blank disk is an import with no source: its events are the machine's
+// for RouteBlank, and the file is there at its size, zeros throughout.
+func TestBlankImportEvents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "disk.img")
+	type seen struct {
+		kind  EventKind
+		phase Phase
+	}
+	var events []seen
+	res, err := Import(context.Background(), Request{
+		Target:   path,
+		Blank:    true,
+		Settings: Settings{Size: 8 << 20},
+		Logger:   testimg.Logger(t),
+		Events: func(e Event) {
+			assert.NoError(t, e.Err, "phase %s", e.Phase)
+			events = append(events, seen{e.Kind, e.Phase})
+		},
+	})
+	require.NoError(t, err)
+	assert.True(t, res.Complete)
+	assert.Equal(t, []Phase{Info, Resize, Commit, Complete}, res.Phases)
+	assert.Equal(t, []seen{
+		{PhaseStarted, Info}, {PhaseEnded, Info},
+		{PhaseStarted, Resize}, {PhaseEnded, Resize},
+		{PhaseStarted, Commit}, {PhaseEnded, Commit},
+		{PhaseStarted, Complete},
+	}, events)
+	assert.EqualValues(t, 8<<20, res.VirtualSize)
+	assert.EqualValues(t, 8<<20, res.TargetSize)
+	assert.Empty(t, res.Sandbox, "a raw blank disk runs no qemu-img")
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.EqualValues(t, 8<<20, st.Size())
+	testimg.AssertZeros(t, path, 0, 8<<20)
+}
+
+// A blank import cancelled after Resize made the file leaves nothing in
+// the target directory.
+func TestBlankImportCancelledLeavesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var staged []os.DirEntry
+	res, err := Import(ctx, Request{
+		Target:   filepath.Join(dir, "disk.img"),
+		Blank:    true,
+		Settings: Settings{Size: 8 << 20, Preallocation: true},
+		Logger:   testimg.Logger(t),
+		Wrap: func(p Phase, step Step) Step {
+			if p != Resize {
+				return step
+			}
+			return func(ctx context.Context) error {
+				err := step(ctx)
+				staged, _ = os.ReadDir(dir)
+				cancel()
+				return err
+			}
+		},
+	})
+	require.ErrorIs(t, err, errdefs.ErrCancelled)
+	assert.False(t, res.Complete)
+	assert.False(t, res.PreallocationApplied, "the preallocated file is gone")
+	assert.Equal(t, []Phase{Info, Resize, Commit, Error}, res.Phases)
+	require.Len(t, staged, 1, "Resize wrote the disk under a temporary name")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing left behind")
+}
