@@ -10,12 +10,15 @@
 # the pod tests run ours), each inside a
 # fresh 256 MiB memory cgroup (v1) whose peak (memory.max_usage_in_bytes,
 # page cache included, which the kernel reclaims at the limit) and OOM
-# kills are recorded. BENCH_CDI=0 leaves CDI's rows out; without a CDI
+# kills are recorded, and a fresh cpuacct cgroup (v1) whose CPU time
+# (cpuacct.usage: every process of the pod, the decoder child included, not
+# the loop device's kernel worker) is recorded as cg_cpu_s, with the cores
+# (nproc) as cg_cores. BENCH_CDI=0 leaves CDI's rows out; without a CDI
 # binary they are left out with a note.
 
 cdi_version=v1.66.0
 cdi_bin="" cdi_note=""
-cg_root="" cg_limit=$((256 << 20))
+cg_root="" ca_root="" cg_limit=$((256 << 20))
 # cdi_resolve: sets cdi_bin (or cdi_note when there is none).
 cdi_resolve() {
 	if [[ ${BENCH_CDI:-1} == 0 ]]; then
@@ -46,15 +49,21 @@ cdi_resolve() {
 	nbdkit curl --dump-plugin >/dev/null 2>&1 || echo "bench: nbdkit's curl plugin is missing: CDI's importer runs without it (apt-get install nbdkit)" >&2
 }
 
-# cg_setup: the memory cgroup (v1) parent of the pods' cgroups.
+# cg_setup: the memory and cpuacct cgroup (v1) parents of the pods' cgroups.
 cg_setup() {
-	local m=/sys/fs/cgroup/memory
-	if [[ ! -w $m/cgroup.procs ]]; then
+	local m=/sys/fs/cgroup/memory a=/sys/fs/cgroup/cpuacct
+	if [[ -w $m/cgroup.procs ]]; then
+		cg_root=$m/diskimport-bench-$stamp
+		mkdir "$cg_root"
+	else
 		echo "bench: no memory cgroup v1 at $m: the pods run without a memory limit" >&2
-		return 0
 	fi
-	cg_root=$m/diskimport-bench-$stamp
-	mkdir "$cg_root"
+	if [[ -w $a/cgroup.procs && -r $a/cpuacct.usage ]]; then
+		ca_root=$a/diskimport-bench-$stamp
+		mkdir "$ca_root"
+	else
+		echo "bench: no cpuacct cgroup v1 at $a: the pod table has no CPU time" >&2
+	fi
 }
 # cg_remove DIR: kills what is left in the cgroup (only pods of this run
 # are put there) and removes it.
@@ -69,24 +78,33 @@ cg_remove() {
 	rmdir "$d" || echo "bench: could not remove cgroup $d" >&2
 }
 cg_cleanup() {
-	[[ -n $cg_root ]] || return 0
-	cg_remove "$cg_root/pod"
-	cg_remove "$cg_root"
+	if [[ -n $cg_root ]]; then
+		cg_remove "$cg_root/pod"
+		cg_remove "$cg_root"
+	fi
+	if [[ -n $ca_root ]]; then
+		cg_remove "$ca_root/pod"
+		cg_remove "$ca_root"
+	fi
 }
 
 # pod_import LABEL BIN FILE [PREP]: one import of $url/FILE onto the loop
 # device by BIN as CDI's importer pod, measured, with its scratch peak and
-# its cgroup's memory peak.
+# its cgroups' memory peak and CPU time.
 pod_import() {
-	local label=$1 bin=$2 file=$3 prep=${4:-reset_loop} cg=""
+	local label=$1 bin=$2 file=$3 prep=${4:-reset_loop} cg="" ca=""
 	if [[ -n $cg_root ]]; then
 		cg=$cg_root/pod
 		mkdir "$cg"
 		echo "$cg_limit" >"$cg/memory.limit_in_bytes"
 	fi
+	if [[ -n $ca_root ]]; then
+		ca=$ca_root/pod
+		mkdir "$ca"
+	fi
 	mkdir -p "$work/podroot"
-	# The measured shell joins the cgroup, then becomes the pod.
-	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }exec env -i \
+	# The measured shell joins the cgroups, then becomes the pod.
+	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }${ca:+echo \$\$ >$ca/cgroup.procs && }exec env -i \
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/$file \
 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench \
 unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
@@ -103,6 +121,11 @@ unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/pod
 		extra "$label" cg_peak "$(cat "$cg/memory.max_usage_in_bytes")"
 		extra "$label" cg_oom_kills "$(awk '$1=="oom_kill"{print $2}' "$cg/memory.oom_control")"
 		cg_remove "$cg"
+	fi
+	if [[ -n $ca ]]; then
+		extra "$label" cg_cpu_s "$(awk '{printf "%.4f", $1 / 1e9}' "$ca/cpuacct.usage")"
+		extra "$label" cg_cores "$(nproc)"
+		cg_remove "$ca"
 	fi
 }
 pod_label() { echo "$1 $2 env→loop (pod)"; }

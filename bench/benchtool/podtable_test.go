@@ -47,3 +47,54 @@ func TestPodRowVerdicts(t *testing.T) {
 		t.Errorf("row f: %q", r.Verdict)
 	}
 }
+
+// A miss that no decoder limit explains is "limit: CPU" when the pod kept
+// the cores busy (cg_cpu_s over cg_cores × wall at least cpuBoundBusy), and
+// stays MISSED when it did not; the table shows both pods' CPU seconds.
+func TestPodRowCPUBound(t *testing.T) {
+	m := func(l string, s, cpu float64) *measure {
+		x := &measure{Label: l, Seconds: []float64{s}, Median: s, extras: map[string][]float64{}}
+		if cpu > 0 {
+			x.extras["cg_cpu_s"] = []float64{cpu}
+			x.extras["cg_cores"] = []float64{2}
+		}
+		return x
+	}
+	byLabel := map[string]*measure{}
+	for _, x := range []*measure{
+		// raw.gz of issue 24: the decoder alone 0.71 s, the target needs 1.19 s.
+		m("cdi g", 3.57, 5.1), m("env g", 1.38, 2.3), m("lim g", 0.71, 0), // 2.3 / (2 × 1.38) = 83 %
+		m("cdi h", 3.57, 5.1), m("env h", 1.38, 1.44), m("lim h", 0.71, 0), // 52 %, ours on qcow2: not the CPU
+		m("cdi i", 3.57, 5.1), m("env i", 1.38, 0), m("lim i", 0.71, 0), // no cpuacct: as before
+		m("cdi j", 6, 5), m("env j", 2.4, 4.7), m("lim j", 2.5, 0), // a decoder limit explains it first
+	} {
+		byLabel[x.Label] = x
+	}
+	rows := []podRow{
+		{Case: "g", CDI: "cdi g", OursEnv: "env g", Limit: "lim g", Target: 3},
+		{Case: "h", CDI: "cdi h", OursEnv: "env h", Limit: "lim h", Target: 3},
+		{Case: "i", CDI: "cdi i", OursEnv: "env i", Limit: "lim i", Target: 3},
+		{Case: "j", CDI: "cdi j", OursEnv: "env j", Limit: "lim j", Target: 3},
+	}
+	fillPodRows(rows, byLabel)
+	if r := rows[0]; !strings.HasPrefix(r.Verdict, "limit: CPU — ours used 2.30 s of CPU on 2 cores in 1.38 s (83 %); the target needs 1.19 s") ||
+		r.EnvCPU != 2.3 || r.CDICPU != 5.1 || r.Cores != 2 {
+		t.Errorf("row g: %q %+v", r.Verdict, r)
+	}
+	if r := rows[1]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s, the limit 0.71 s") {
+		t.Errorf("row h: %q", r.Verdict)
+	}
+	if r := rows[2]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s") || r.EnvBusy != 0 {
+		t.Errorf("row i: %q %+v", r.Verdict, r)
+	}
+	if r := rows[3]; !strings.HasPrefix(r.Verdict, "limit: lim j alone takes 2.50 s, the target needs 2.00 s") {
+		t.Errorf("row j: %q", r.Verdict)
+	}
+	var b strings.Builder
+	printPodTable(&b, rows, nil)
+	out := b.String()
+	if !strings.Contains(out, "CPU s ours / CDI") || !strings.Contains(out, "2.30 / 5.10") || !strings.Contains(out, "- / 5.10") ||
+		!strings.Contains(out, "not the loop device's kernel worker") {
+		t.Errorf("table:\n%s", out)
+	}
+}
