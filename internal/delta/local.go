@@ -204,12 +204,9 @@ func (lp *LocalPass) Check() (blkhash.Digest, error) {
 	if lp.sig == nil || lp.unchanged == nil {
 		return blkhash.Digest{}, fmt.Errorf("checking a delta pass whose runs were not sent: %w", errdefs.ErrInvalidOptions)
 	}
-	got, err := lp.target.Digest()
+	got, err := lp.target.Verify(lp.sig.Digest)
 	if err != nil {
 		return got, err
-	}
-	if got != lp.sig.Digest {
-		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, lp.sig.Digest)}
 	}
 	same, err := lp.unchanged()
 	if err != nil {

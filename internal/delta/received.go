@@ -21,7 +21,7 @@ type Receiver interface {
 	Offset() int64
 	Data(off int64, p []byte) error
 	Zero(off, n int64) error
-	Digest() (blkhash.Digest, error)
+	Verify(want blkhash.Digest) (blkhash.Digest, error)
 	Finish(want blkhash.Digest) (blkhash.Digest, error)
 	Pass() Pass
 	Close() error
@@ -244,14 +244,7 @@ func (p *ReceivedPass) Check() (blkhash.Digest, error) {
 	if p.t == nil || p.want == nil {
 		return blkhash.Digest{}, fmt.Errorf("checking a delta pass that did not receive its end: %w", errdefs.ErrInvalidOptions)
 	}
-	got, err := p.t.Digest()
-	if err != nil {
-		return got, err
-	}
-	if got != *p.want {
-		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, *p.want)}
-	}
-	return got, nil
+	return p.t.Verify(*p.want)
 }
 
 // Commit completes the target once its digest was checked (Finish: the

@@ -290,14 +290,21 @@ func (t *Target) zeroRange(off, n int64) error {
 // synced, the held ends written and synced. Only then is the target a
 // copy of the source.
 func (t *Target) Finish(want blkhash.Digest) (blkhash.Digest, error) {
-	got, err := t.Digest()
+	got, err := t.Verify(want)
 	if err != nil {
 		return got, err
 	}
-	if got != want {
-		return got, &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, want)}
-	}
 	return got, t.Commit()
+}
+
+// Verify returns the target's digest after the runs applied so far, and
+// an ErrVerifyMismatch unless it is want, the source's as sent.
+func (t *Target) Verify(want blkhash.Digest) (blkhash.Digest, error) {
+	got, err := t.Digest()
+	if err == nil && got != want {
+		err = &errdefs.VerifyError{Method: "delta pass", Detail: fmt.Sprintf("the target's content digest after the pass is %s, the source's %s", got, want)}
+	}
+	return got, err
 }
 
 // Digest is the target's content digest after the runs applied so far:

@@ -390,6 +390,16 @@ func (tt *TreeTarget) Digest() (blkhash.Digest, error) {
 	return TreeDigest(tt.m, digests), nil
 }
 
+// Verify returns the volume's digest after the runs applied so far, and
+// an ErrVerifyMismatch unless it is want, the source's as sent.
+func (tt *TreeTarget) Verify(want blkhash.Digest) (blkhash.Digest, error) {
+	got, err := tt.Digest()
+	if err == nil && got != want {
+		err = &errdefs.VerifyError{Method: "filesystem delta pass", Detail: fmt.Sprintf("the volume's digest after the pass is %s, the source's %s", FormatTreeDigest(got), FormatTreeDigest(want))}
+	}
+	return got, err
+}
+
 // Finish completes the pass once the volume's digest is want (the
 // source's as sent): the files sent whole are synced and renamed into
 // place, entries the source does not have removed, directories and
@@ -397,12 +407,9 @@ func (tt *TreeTarget) Digest() (blkhash.Digest, error) {
 // get their held ends (until then they hold zeros there: a pass cut off
 // before is no complete copy), and modes, owners and times are set.
 func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
-	got, err := tt.Digest()
+	got, err := tt.Verify(want)
 	if err != nil {
 		return got, err
-	}
-	if got != want {
-		return got, &errdefs.VerifyError{Method: "filesystem delta pass", Detail: fmt.Sprintf("the volume's digest after the pass is %s, the source's %s", FormatTreeDigest(got), FormatTreeDigest(want))}
 	}
 	tt.finished, tt.digest = true, got
 	for _, f := range tt.files {
