@@ -98,3 +98,43 @@ func TestPodRowCPUBound(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 }
+
+// Our decoder stack into nothing (the xz child through our pipes) bounds ours
+// from below: where it alone takes longer than the target allows, it is the
+// row's limit, named with the decoder alone beside it; where it does not,
+// the miss stays a miss, and the table has its column.
+func TestPodRowDecoderThroughOurPipes(t *testing.T) {
+	m := func(l string, s float64) *measure {
+		return &measure{Label: l, Seconds: []float64{s}, Median: s, extras: map[string][]float64{}}
+	}
+	byLabel := map[string]*measure{}
+	for _, x := range []*measure{
+		// single-block raw.xz at 2 GiB: the target needs 39.19 / 3.5 = 11.20 s.
+		m("cdi k", 39.19), m("env k", 11.71), m("xz k", 9.99), m("ours k", 11.30),
+		m("cdi l", 39.19), m("env l", 11.71), m("xz l", 9.99), m("ours l", 11.11),
+		m("cdi n", 39.19), m("env n", 11.71), m("xz n", 9.99), m("ours n", 11.11), m("dd n", 11.5),
+	} {
+		byLabel[x.Label] = x
+	}
+	rows := []podRow{
+		{Case: "k", CDI: "cdi k", OursEnv: "env k", Limit: "xz k", Decode: "ours k", Target: 3.5},
+		{Case: "l", CDI: "cdi l", OursEnv: "env l", Limit: "xz l", Decode: "ours l", Target: 3.5},
+		{Case: "n", CDI: "cdi n", OursEnv: "env n", Limit: "xz n", Decode: "ours n", DevLimit: "dd n", Target: 3.5},
+	}
+	fillPodRows(rows, byLabel)
+	if r := rows[0]; r.Verdict != "limit: ours k alone takes 11.30 s, the target needs 11.20 s (xz k 9.99 s)" || r.DecodeS != 11.3 {
+		t.Errorf("row k: %q %+v", r.Verdict, r)
+	}
+	if r := rows[1]; r.Verdict != "MISSED: the target needs 11.20 s, the limit 11.11 s (xz l 9.99 s)" {
+		t.Errorf("row l: %q", r.Verdict)
+	}
+	// The pipe into dd, slower than our decoder and not beaten by ours, binds.
+	if r := rows[2]; r.Verdict != "limit: dd n alone takes 11.50 s, the target needs 11.20 s (xz n 9.99 s)" {
+		t.Errorf("row n: %q", r.Verdict)
+	}
+	var b strings.Builder
+	printPodTable(&b, rows, nil)
+	if out := b.String(); !strings.Contains(out, "our decoder s") || !strings.Contains(out, "11.30") {
+		t.Errorf("table:\n%s", out)
+	}
+}

@@ -119,6 +119,9 @@ func runReport(args []string) error {
 			if len(c) >= 8 {
 				pods[len(pods)-1].DevLimit = c[7]
 			}
+			if len(c) >= 9 {
+				pods[len(pods)-1].Decode = c[8]
+			}
 		case c[0] == "N" && len(c) >= 2:
 			if !slices.Contains(notes, c[1]) { // one per run
 				notes = append(notes, c[1])
