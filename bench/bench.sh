@@ -139,24 +139,34 @@ echo "bench: $size test disk in $img, served at $url, loop device $loop ($runs r
 reset_loop() { blkdiscard "$loop"; sync; }
 reset_file() { rm -f "$out" "$dl"; sync; }
 reset_none() { rm -f "$dl"; sync; }
-# measure LABEL PREP 'shell command': one run, appended to runs.tsv; $log
-# is left pointing at its logs (.out, .err, .time).
+# cpu_ticks: the machine's CPU time so far, all cores, in clock ticks: the
+# total and the idle part (idle and iowait; steal counts as busy: the
+# hypervisor ran something else when a vCPU wanted to run).
+cpu_ticks() { awk '/^cpu /{t=0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6; exit}' /proc/stat; }
+# measure LABEL PREP 'shell command': one run, appended to runs.tsv, with
+# the machine's busy share while it ran (host_busy: 1 is every core busy,
+# the loop device's kernel worker and the HTTP server included); $log is
+# left pointing at its logs (.out, .err, .time).
 measure() {
-	local label=$1 prep=$2 cmd=$3 tf t0 t1 rc
+	local label=$1 prep=$2 cmd=$3 tf t0 t1 rc c0 c1
 	"$prep"
 	log=$work/logs/$(tr -c 'A-Za-z0-9._-' '_' <<<"$label").$run
 	tf=$log.time
+	c0=$(cpu_ticks)
 	t0=$(date +%s.%N)
 	rc=0
 	# A hung run (qemu-img's curl driver once waited 10 minutes on a busy
 	# machine) fails with rc 124 instead of stalling the whole bench.
 	/usr/bin/time -v -o "$tf" timeout -k 10 "$tmo" bash -c "$cmd" >"$log.out" 2>"$log.err" || rc=$?
 	t1=$(date +%s.%N)
+	c1=$(cpu_ticks)
 	local rss
 	rss=$(awk -F': ' '/Maximum resident set size/{print $2}' "$tf")
 	local secs
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f", b-a}')
 	printf 'M\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$run" "$secs" "${rss:-0}" "${measure_bytes:-$vsize}" "$rc" >>"$tsv"
+	extra "$label" host_busy "$(awk -v a="$c0" -v b="$c1" 'BEGIN{split(a, x, " "); split(b, y, " ");
+		t = y[1] - x[1]; printf "%.3f", (t > 0 ? 1 - (y[2] - x[2]) / t : 0)}')"
 	last_rc=$rc
 	printf 'bench: run %s  %-52s %8.3f s  %6d MiB%s\n' "$run" "$label" "$secs" "$(( ${rss:-0} / 1024 ))" \
 		"$([[ $rc == 0 ]] || echo "  FAILED rc=$rc: $(tail -c 300 "$log.err" | tr '\n' ' ')")" >&2

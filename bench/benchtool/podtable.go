@@ -41,7 +41,8 @@ type podRow struct {
 	EnvCPU   float64 `json:"ours_env_cgroup_cpu_s,omitempty"` // cpuacct.usage, median of the runs
 	CDICPU   float64 `json:"cdi_cgroup_cpu_s,omitempty"`
 	Cores    int     `json:"cores,omitempty"`
-	EnvBusy  float64 `json:"ours_env_cpu_busy,omitempty"` // EnvCPU / (Cores × EnvS): 1 is every core busy throughout
+	EnvBusy  float64 `json:"ours_env_cpu_busy,omitempty"`  // EnvCPU / (Cores × EnvS): 1 is every core busy throughout
+	HostBusy float64 `json:"ours_env_host_busy,omitempty"` // the machine's busy share while ours ran, median of the runs
 }
 
 // podSetupLabel is bench/pods.sh's row of an empty pod (/bin/true).
@@ -56,15 +57,11 @@ func maxExtra(m *measure, k string) int64 {
 	return int64(slices.Max(m.extras[k]))
 }
 
-// cpuBoundBusy is the share of the machine (the pod's CPU time over cores ×
-// its wall time) from which a miss that no decoder limit explains is called
-// bound by the machine's CPU. Measured on 2 cores (1 GiB, 3 runs): ours on
-// raw.gz, which perf shows keeping both cores nearly busy (igzip's inflate,
-// our sha256, pipe copies), used 72-74 % (67 % at 256 MiB, startup
-// included); ours on qcow2, 3.3x CDI and not bound, 48-52 %, CDI's pods
-// 35-43 %. The loop device's kernel worker writes outside the pod's cgroup,
-// so a pod whose work also fills the device stays under 100 %.
-const cpuBoundBusy = 0.65
+// A miss that no limit explains is printed as MISSED with the pod's CPU
+// time and how busy the machine was, not called bound by the CPU: no share
+// tells the two apart here. At 1 GiB (2 runs, 2 cores) ours on raw.gz, 2.6x
+// CDI, used 63 % of cores x its wall in its cgroup with the machine 72 %
+// busy, and ours on raw.zst, 4.2x, 64 % and 73 %.
 
 // medExtra is the median of an extra over the runs (0 when there is none).
 func medExtra(m *measure, k string) float64 {
@@ -122,6 +119,7 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 			r.ToLimit = bindS / r.EnvS
 		}
 		r.EnvCPU, r.CDICPU = medExtra(env, "cg_cpu_s"), medExtra(cdi, "cg_cpu_s")
+		r.HostBusy = medExtra(env, "host_busy")
 		r.Cores = int(max(medExtra(env, "cg_cores"), 0))
 		if r.EnvCPU > 0 && r.Cores > 0 && r.EnvS > 0 {
 			r.EnvBusy = r.EnvCPU / (float64(r.Cores) * r.EnvS)
@@ -143,11 +141,14 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 				r.Verdict = "ok"
 			case bindS > need:
 				r.Verdict = fmt.Sprintf("limit: %s alone takes %.2f s, the target needs %.2f s%s", bindName, bindS, need, alone)
-			case r.EnvBusy >= cpuBoundBusy:
-				r.Verdict = fmt.Sprintf("limit: CPU — ours used %.2f s of CPU on %d cores in %.2f s (%.0f %%); the target needs %.2f s, the limit %.2f s%s",
-					r.EnvCPU, r.Cores, r.EnvS, 100*r.EnvBusy, need, bindS, alone)
 			default:
 				r.Verdict = fmt.Sprintf("MISSED: the target needs %.2f s, the limit %.2f s%s", need, bindS, alone)
+				if r.EnvCPU > 0 {
+					r.Verdict += fmt.Sprintf("; ours used %.2f s of CPU on %d cores (%.0f %%)", r.EnvCPU, r.Cores, 100*r.EnvBusy)
+				}
+				if r.HostBusy > 0 {
+					r.Verdict += fmt.Sprintf(", the machine was %.0f %% busy", 100*r.HostBusy)
+				}
 			}
 		}
 		if r.ToLimit > 0 && r.ToLimit < 0.9 && r.Met != nil && !*r.Met {
@@ -181,8 +182,8 @@ func printPodTable(w io.Writer, rows []podRow, notes []string) {
 		" env/limit: the binding limit s / ours env s. cg peak: memory.max_usage_in_bytes of the pod's"+
 		" cgroup, the worst run, page cache included (reclaimed at the limit); \"OOM\": the kernel killed a process of it."+
 		" CPU s: cpuacct.usage of the pod's cgroup, median of the runs: its processes and children (the decoder child included),"+
-		" not the loop device's kernel worker, which writes outside it; \"limit: CPU\": that CPU time is at least"+
-		fmt.Sprintf(" %.0f %% of cores × ours env s.)", 100*cpuBoundBusy))
+		" not the loop device's kernel worker, which writes outside it; a MISSED line gives it as a share of cores × ours env s,"+
+		" and how busy the machine's cores were while ours ran (/proc/stat, median of the runs).)")
 	for _, n := range notes {
 		fmt.Fprintln(w, "("+n+")")
 	}

@@ -48,46 +48,45 @@ func TestPodRowVerdicts(t *testing.T) {
 	}
 }
 
-// A miss that no decoder limit explains is "limit: CPU" when the pod kept
-// the cores busy (cg_cpu_s over cg_cores × wall at least cpuBoundBusy), and
-// stays MISSED when it did not; the table shows both pods' CPU seconds.
-func TestPodRowCPUBound(t *testing.T) {
-	m := func(l string, s, cpu float64) *measure {
+// A miss that no limit explains stays MISSED, with the pod's CPU time as a
+// share of cores × wall and the machine's busy share when the run has them
+// (a busy pod is not called bound by the CPU: raw.zst met its target at the
+// same share); the table shows both pods' CPU seconds.
+func TestPodRowMissGivesCPU(t *testing.T) {
+	m := func(l string, s, cpu, host float64) *measure {
 		x := &measure{Label: l, Seconds: []float64{s}, Median: s, extras: map[string][]float64{}}
 		if cpu > 0 {
 			x.extras["cg_cpu_s"] = []float64{cpu}
 			x.extras["cg_cores"] = []float64{2}
 		}
+		if host > 0 {
+			x.extras["host_busy"] = []float64{host}
+		}
 		return x
 	}
 	byLabel := map[string]*measure{}
 	for _, x := range []*measure{
-		// raw.gz of issue 24: the decoder alone 0.71 s, the target needs 1.19 s.
-		m("cdi g", 3.57, 5.1), m("env g", 1.38, 2.3), m("lim g", 0.71, 0), // 2.3 / (2 × 1.38) = 83 %
-		m("cdi h", 3.57, 5.1), m("env h", 1.38, 1.44), m("lim h", 0.71, 0), // 52 %, ours on qcow2: not the CPU
-		m("cdi i", 3.57, 5.1), m("env i", 1.38, 0), m("lim i", 0.71, 0), // no cpuacct: as before
-		m("cdi j", 6, 5), m("env j", 2.4, 4.7), m("lim j", 2.5, 0), // a decoder limit explains it first
+		// raw.gz at 1 GiB: the decoder alone 0.71 s, the target needs 1.19 s.
+		m("cdi g", 3.57, 5.1, 0), m("env g", 1.38, 2.3, 0.8), m("lim g", 0.71, 0, 0), // 2.3 / (2 × 1.38) = 83 %
+		m("cdi i", 3.57, 5.1, 0), m("env i", 1.38, 0, 0), m("lim i", 0.71, 0, 0), // no cpuacct, no /proc/stat
+		m("cdi j", 6, 5, 0), m("env j", 2.4, 4.7, 0.95), m("lim j", 2.5, 0, 0), // a decoder limit explains it
 	} {
 		byLabel[x.Label] = x
 	}
 	rows := []podRow{
 		{Case: "g", CDI: "cdi g", OursEnv: "env g", Limit: "lim g", Target: 3},
-		{Case: "h", CDI: "cdi h", OursEnv: "env h", Limit: "lim h", Target: 3},
 		{Case: "i", CDI: "cdi i", OursEnv: "env i", Limit: "lim i", Target: 3},
 		{Case: "j", CDI: "cdi j", OursEnv: "env j", Limit: "lim j", Target: 3},
 	}
 	fillPodRows(rows, byLabel)
-	if r := rows[0]; !strings.HasPrefix(r.Verdict, "limit: CPU — ours used 2.30 s of CPU on 2 cores in 1.38 s (83 %); the target needs 1.19 s") ||
-		r.EnvCPU != 2.3 || r.CDICPU != 5.1 || r.Cores != 2 {
+	if r := rows[0]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s, the limit 0.71 s; ours used 2.30 s of CPU on 2 cores (83 %), the machine was 80 % busy") ||
+		r.EnvCPU != 2.3 || r.CDICPU != 5.1 || r.Cores != 2 || r.HostBusy != 0.8 {
 		t.Errorf("row g: %q %+v", r.Verdict, r)
 	}
-	if r := rows[1]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s, the limit 0.71 s") {
-		t.Errorf("row h: %q", r.Verdict)
-	}
-	if r := rows[2]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s") || r.EnvBusy != 0 {
+	if r := rows[1]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s, the limit 0.71 s;") || strings.Contains(r.Verdict, "CPU") || r.EnvBusy != 0 {
 		t.Errorf("row i: %q %+v", r.Verdict, r)
 	}
-	if r := rows[3]; !strings.HasPrefix(r.Verdict, "limit: lim j alone takes 2.50 s, the target needs 2.00 s") {
+	if r := rows[2]; !strings.HasPrefix(r.Verdict, "limit: lim j alone takes 2.50 s, the target needs 2.00 s") {
 		t.Errorf("row j: %q", r.Verdict)
 	}
 	var b strings.Builder
@@ -95,46 +94,6 @@ func TestPodRowCPUBound(t *testing.T) {
 	out := b.String()
 	if !strings.Contains(out, "CPU s ours / CDI") || !strings.Contains(out, "2.30 / 5.10") || !strings.Contains(out, "- / 5.10") ||
 		!strings.Contains(out, "not the loop device's kernel worker") {
-		t.Errorf("table:\n%s", out)
-	}
-}
-
-// Our decoder stack into nothing (the xz child through our pipes) bounds ours
-// from below: where it alone takes longer than the target allows, it is the
-// row's limit, named with the decoder alone beside it; where it does not,
-// the miss stays a miss, and the table has its column.
-func TestPodRowDecoderThroughOurPipes(t *testing.T) {
-	m := func(l string, s float64) *measure {
-		return &measure{Label: l, Seconds: []float64{s}, Median: s, extras: map[string][]float64{}}
-	}
-	byLabel := map[string]*measure{}
-	for _, x := range []*measure{
-		// single-block raw.xz at 2 GiB: the target needs 39.19 / 3.5 = 11.20 s.
-		m("cdi k", 39.19), m("env k", 11.71), m("xz k", 9.99), m("ours k", 11.30),
-		m("cdi l", 39.19), m("env l", 11.71), m("xz l", 9.99), m("ours l", 11.11),
-		m("cdi n", 39.19), m("env n", 11.71), m("xz n", 9.99), m("ours n", 11.11), m("dd n", 11.5),
-	} {
-		byLabel[x.Label] = x
-	}
-	rows := []podRow{
-		{Case: "k", CDI: "cdi k", OursEnv: "env k", Limit: "xz k", Decode: "ours k", Target: 3.5},
-		{Case: "l", CDI: "cdi l", OursEnv: "env l", Limit: "xz l", Decode: "ours l", Target: 3.5},
-		{Case: "n", CDI: "cdi n", OursEnv: "env n", Limit: "xz n", Decode: "ours n", DevLimit: "dd n", Target: 3.5},
-	}
-	fillPodRows(rows, byLabel)
-	if r := rows[0]; r.Verdict != "limit: ours k alone takes 11.30 s, the target needs 11.20 s (xz k 9.99 s)" || r.DecodeS != 11.3 {
-		t.Errorf("row k: %q %+v", r.Verdict, r)
-	}
-	if r := rows[1]; r.Verdict != "MISSED: the target needs 11.20 s, the limit 11.11 s (xz l 9.99 s)" {
-		t.Errorf("row l: %q", r.Verdict)
-	}
-	// The pipe into dd, slower than our decoder and not beaten by ours, binds.
-	if r := rows[2]; r.Verdict != "limit: dd n alone takes 11.50 s, the target needs 11.20 s (xz n 9.99 s)" {
-		t.Errorf("row n: %q", r.Verdict)
-	}
-	var b strings.Builder
-	printPodTable(&b, rows, nil)
-	if out := b.String(); !strings.Contains(out, "our decoder s") || !strings.Contains(out, "11.30") {
 		t.Errorf("table:\n%s", out)
 	}
 }
