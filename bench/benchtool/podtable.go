@@ -159,7 +159,7 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 					r.Verdict += fmt.Sprintf("; ours used %.2f s of CPU on %d cores (%.0f %%)", r.EnvCPU, r.Cores, 100*r.EnvBusy)
 				}
 				if r.HostBusy > 0 {
-					r.Verdict += fmt.Sprintf(", the machine was %.0f %% busy", 100*r.HostBusy)
+					r.Verdict += fmt.Sprintf("; the machine was %.0f %% busy", 100*r.HostBusy)
 				}
 			}
 		}
@@ -178,15 +178,15 @@ func printPodTable(w io.Writer, rows []podRow, notes []string) {
 	}
 	fmt.Fprintln(w, "\nAs a pod: CDI's env contract, /dev/cdi-block-volume, 256 MiB memory cgroup each")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "case\tCDI s\tours env s\tspeedup\ttarget\tours CLI s\tlimit\tlimit s\tour decoder s\twith device s\tenv/limit\tcg peak MiB ours\tcg peak MiB CDI\tCPU s ours / CDI\tverdict\t")
+	fmt.Fprintln(tw, "case\tCDI s\tours env s\tspeedup\ttarget\tours CLI s\tlimit\tlimit s\tour decoder s\twith device s\tenv/limit\tcg peak MiB ours\tcg peak MiB CDI\tCPU s ours / CDI\tmachine busy\tverdict\t")
 	for _, r := range rows {
 		target := fmt.Sprintf("≥%g×", r.Target)
 		if r.Met != nil {
 			target += map[bool]string{true: " ok", false: " MISSED"}[*r.Met]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s / %s\t%s\t\n", r.Case, sec(r.CDIS), sec(r.EnvS), ratio(r.Speedup), target,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s / %s\t%s\t%s\t\n", r.Case, sec(r.CDIS), sec(r.EnvS), ratio(r.Speedup), target,
 			sec(r.CLIS), r.Limit, sec(r.LimitS), sec(r.DecodeS), sec(r.DevS), ratio(r.ToLimit), peakMiB(r.EnvPeak, r.EnvOOM), peakMiB(r.CDIPeak, r.CDIOOM),
-			sec(r.EnvCPU), sec(r.CDICPU), r.Verdict)
+			sec(r.EnvCPU), sec(r.CDICPU), percent(r.HostBusy), r.Verdict)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(speedup: CDI s / ours env s; our decoder s: our decoder stack alone into nothing (benchtool decode; for gz and xz the child through our pipes);"+
@@ -194,12 +194,19 @@ func printPodTable(w io.Writer, rows []podRow, notes []string) {
 		" env/limit: the binding limit s / ours env s. cg peak: memory.max_usage_in_bytes of the pod's"+
 		" cgroup, the worst run, page cache included (reclaimed at the limit); \"OOM\": the kernel killed a process of it."+
 		" CPU s: cpuacct.usage of the pod's cgroup, median of the runs: its processes and children (the decoder child included),"+
-		" not the loop device's kernel worker, which writes outside it; a MISSED line gives it as a share of cores × ours env s,"+
-		" and how busy the machine's cores were while ours ran (/proc/stat, median of the runs)."+
+		" not the loop device's kernel worker, which writes outside it; a MISSED line gives it as a share of cores × ours env s;"+
+		" machine busy: how busy the machine's cores were while ours ran (/proc/stat, every core, median of the runs)."+
 		fmt.Sprintf(" \"at its limit\": ours within %.1f× its binding limit; \"limit: CPU\": the machine at least %.0f %% busy.)", atLimit, 100*hostSaturated))
 	for _, n := range notes {
 		fmt.Fprintln(w, "("+n+")")
 	}
+}
+
+func percent(share float64) string {
+	if share == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f %%", 100*share)
 }
 
 func sec(s float64) string {

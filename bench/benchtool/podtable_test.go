@@ -83,7 +83,7 @@ func TestPodRowMissGivesCPU(t *testing.T) {
 		{Case: "k", CDI: "cdi k", OursEnv: "env k", Limit: "lim k", Target: 5},
 	}
 	fillPodRows(rows, byLabel)
-	if r := rows[0]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s, the limit 0.71 s; ours used 2.30 s of CPU on 2 cores (83 %), the machine was 80 % busy") ||
+	if r := rows[0]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 1.19 s, the limit 0.71 s; ours used 2.30 s of CPU on 2 cores (83 %); the machine was 80 % busy") ||
 		r.EnvCPU != 2.3 || r.CDICPU != 5.1 || r.Cores != 2 || r.HostBusy != 0.8 {
 		t.Errorf("row g: %q %+v", r.Verdict, r)
 	}
@@ -100,7 +100,7 @@ func TestPodRowMissGivesCPU(t *testing.T) {
 	printPodTable(&b, rows, nil)
 	out := b.String()
 	if !strings.Contains(out, "CPU s ours / CDI") || !strings.Contains(out, "2.30 / 5.10") || !strings.Contains(out, "- / 5.10") ||
-		!strings.Contains(out, "not the loop device's kernel worker") {
+		!strings.Contains(out, "not the loop device's kernel worker") || !strings.Contains(out, "machine busy") || !strings.Contains(out, "80 %") {
 		t.Errorf("table:\n%s", out)
 	}
 }
