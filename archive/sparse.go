@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // checkRoom refuses a member larger than the free space of the destination
@@ -65,7 +65,7 @@ func (x *extractor) writeSparse(f *os.File, r io.Reader) (int64, error) {
 func writeNonZeroBlocks(f *os.File, b []byte, off int64) error {
 	for i := 0; i < len(b); i += sparseBlock {
 		blk := b[i:min(i+sparseBlock, len(b))]
-		if volume.IsZero(blk) {
+		if iostage.IsZero(blk) {
 			continue
 		}
 		if _, err := f.WriteAt(blk, off+int64(i)); err != nil {

@@ -27,9 +27,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/diskimport/engine/internal/iostage"
 	"golang.org/x/sys/unix"
-
-	"github.com/diskimport/engine/internal/volume"
 )
 
 // realImagesDir is where the shared real images live, relative to the
@@ -213,7 +212,7 @@ func contentDigest(path string, n int64) (int64, string, error) {
 			// number of sectors.
 			clear(buf[k:want])
 		}
-		if !volume.IsZero(buf[:want]) {
+		if !iostage.IsZero(buf[:want]) {
 			binary.BigEndian.PutUint64(word[:], uint64(off))
 			h.Write(word[:])
 			h.Write(buf[:want])

@@ -114,7 +114,7 @@ func (a *Assembler) StartAt(p []byte, off int64) (wait func(), err error) {
 		a.sums = make([][Size]byte, full)
 	}
 	sums := a.sums[:full]
-	wg := sumBlocks(p[:full*BlockSize], sums, a.workers)
+	wg := sumBlocks(p[:full*BlockSize], nil, sums, a.workers)
 	return func() {
 		wg.Wait()
 		for i := range sums {

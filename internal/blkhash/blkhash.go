@@ -19,13 +19,13 @@
 package blkhash
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // BlockSize is blksum's block size; another size gives other digests.
@@ -82,10 +82,17 @@ var zeroBlock = make([]byte, BlockSize)
 // a hole.
 var zeroBlockSum = sha256.Sum256(zeroBlock)
 
-// blockSum hashes one block; a whole zero block (detected at tens of GB/s,
-// over ten times SHA-256's speed) takes the precomputed hash.
-func blockSum(p []byte) [Size]byte {
-	if len(p) == BlockSize && bytes.Equal(p, zeroBlock) {
+// blockSum hashes one block; a whole zero block takes the precomputed
+// hash (iostage.IsZero scans at about 18 GB/s, over ten times SHA-256's
+// speed).
+func blockSum(p []byte) Sum {
+	return knownBlockSum(p, len(p) == BlockSize && iostage.IsZero(p))
+}
+
+// knownBlockSum hashes one block whose zeroness the caller has already
+// found: a whole zero block takes the precomputed hash.
+func knownBlockSum(p []byte, zero bool) Sum {
+	if zero && len(p) == BlockSize {
 		return zeroBlockSum
 	}
 	return sha256.Sum256(p)

@@ -78,6 +78,19 @@ func (h *Hash) ReadFrom(r io.Reader) (int64, error) {
 // write p out meanwhile. p must not change until wait has returned, and
 // wait must be called before any other method of h.
 func (h *Hash) Start(p []byte) (wait func()) {
+	return h.StartScanned(p, nil)
+}
+
+// StartScanned is Start for bytes the caller has already scanned for
+// zeros, so that no block is scanned twice: zero[i] tells whether
+// p[i*BlockSize:(i+1)*BlockSize] holds only zeros. The map is used when p
+// starts on a block boundary of the stream (nothing pending from an
+// earlier call) and covers p's whole blocks; otherwise, or with a nil map,
+// the blocks are scanned here.
+func (h *Hash) StartScanned(p []byte, zero []bool) (wait func()) {
+	if h.n > 0 || len(zero) < len(p)/BlockSize {
+		zero = nil
+	}
 	h.length += uint64(len(p))
 	if h.n > 0 {
 		c := copy(h.pending[h.n:], p)
@@ -99,7 +112,7 @@ func (h *Hash) Start(p []byte) (wait func()) {
 		h.sums = make([][Size]byte, full)
 	}
 	sums := h.sums[:full]
-	wg := sumBlocks(p[:full*BlockSize], sums, h.workers)
+	wg := sumBlocks(p[:full*BlockSize], zero, sums, h.workers)
 	return func() {
 		wg.Wait()
 		for i := range sums {
@@ -109,8 +122,9 @@ func (h *Hash) Start(p []byte) (wait func()) {
 }
 
 // sumBlocks hashes the whole blocks of p into sums on up to workers
-// goroutines, each taking a contiguous share.
-func sumBlocks(p []byte, sums [][Size]byte, workers int) *sync.WaitGroup {
+// goroutines, each taking a contiguous share; zero, when not nil, tells
+// which blocks hold only zeros.
+func sumBlocks(p []byte, zero []bool, sums [][Size]byte, workers int) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	n := len(sums)
 	w := min(workers, n)
@@ -118,7 +132,12 @@ func sumBlocks(p []byte, sums [][Size]byte, workers int) *sync.WaitGroup {
 		lo, hi := i*n/w, (i+1)*n/w
 		wg.Go(func() {
 			for b := lo; b < hi; b++ {
-				sums[b] = blockSum(p[b*BlockSize : (b+1)*BlockSize])
+				block := p[b*BlockSize : (b+1)*BlockSize]
+				if zero != nil {
+					sums[b] = knownBlockSum(block, zero[b])
+				} else {
+					sums[b] = blockSum(block)
+				}
 			}
 		})
 	}
@@ -224,7 +243,7 @@ func SumBlocks(p []byte, workers int) []Sum {
 	full := len(p) / BlockSize
 	sums := make([]Sum, full, full+1)
 	if full > 0 {
-		sumBlocks(p[:full*BlockSize], sums, workers).Wait()
+		sumBlocks(p[:full*BlockSize], nil, sums, workers).Wait()
 	}
 	if tail := p[full*BlockSize:]; len(tail) > 0 {
 		sums = append(sums, blockSum(tail))

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/diskimport/engine/internal/cloner"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // plainTreeDigest is the definition, computed the slow way.
@@ -45,7 +45,7 @@ func TestDigestIndependentOfSplit(t *testing.T) {
 		for off := 0; off < len(b); {
 			n := min(1+rng.IntN(3<<20), len(b)-off)
 			chunk := b[off : off+n]
-			if volume.IsZero(chunk) && rng.IntN(2) == 0 {
+			if iostage.IsZero(chunk) && rng.IntN(2) == 0 {
 				d.Zeros(int64(n))
 			} else {
 				d.Data(chunk)

@@ -17,7 +17,6 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/retry"
-	"github.com/diskimport/engine/internal/volume"
 )
 
 // Sparse-v1 reading: the source is read in chunks; granule-sized zero runs
@@ -203,7 +202,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 		chunk := buf[:n]
 		for g := 0; g < len(chunk); {
 			end := min(g+sparseGranule, len(chunk))
-			if volume.IsZero(chunk[g:end]) {
+			if iostage.IsZero(chunk[g:end]) {
 				sum.add(off+int64(g), chunk[g:end], true)
 				if zeroLen == 0 {
 					zeroFrom = off + int64(g)
@@ -216,7 +215,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 			dataEnd := end
 			for dataEnd < len(chunk) {
 				next := min(dataEnd+sparseGranule, len(chunk))
-				if volume.IsZero(chunk[dataEnd:next]) {
+				if iostage.IsZero(chunk[dataEnd:next]) {
 					break
 				}
 				dataEnd = next

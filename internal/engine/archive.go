@@ -9,7 +9,7 @@ import (
 	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // tarHeaderSize is one tar block: a header, or half of the two zero
@@ -63,7 +63,7 @@ func (x *archiveExtraction) run(ctx context.Context) error {
 	if err != nil && len(head) < tarHeaderSize {
 		return fmt.Errorf("%s is too short for a tar archive (%d bytes): %w", a.req.Source, len(head), errdefs.ErrInvalidImage)
 	}
-	if !format.IsTar(head) && !volume.IsZero(head) {
+	if !format.IsTar(head) && !iostage.IsZero(head) {
 		return fmt.Errorf("%s is not a tar archive (no ustar magic at offset 257): %w", a.req.Source, errdefs.ErrInvalidImage)
 	}
 	staging, err := archive.NewStaging(a.req.Target)

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 const (
@@ -131,7 +131,7 @@ func VMDKFooter(w io.Writer, disk []byte, footerMagic string) error {
 		gt := make([]byte, tables*gtes*4)
 		for g := range grains {
 			b := disk[g*grain*vmdkSector : min(uint64(len(disk)), (g+1)*grain*vmdkSector)]
-			if volume.IsZero(b) {
+			if iostage.IsZero(b) {
 				continue
 			}
 			var z bytes.Buffer

@@ -13,8 +13,8 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/hostileimg"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/volume"
 )
 
 // decodeGenerated decodes what write produces, streamed through a pipe,
@@ -86,7 +86,7 @@ func TestVMDKManyTablesCharged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("1000 grain tables: %v", err)
 	}
-	if !volume.IsZero(got) {
+	if !iostage.IsZero(got) {
 		t.Errorf("the empty disk decoded with data")
 	}
 }

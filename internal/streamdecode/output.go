@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // op is one request to the sink, queued in stream order. Inflated
@@ -108,7 +108,7 @@ func (o *output) apply(x *op) error {
 		}
 		return nil
 	}
-	if o.zeroer == nil && volume.IsZero(x.p) {
+	if o.zeroer == nil && iostage.IsZero(x.p) {
 		if o.holes != nil {
 			o.holes.Hole(x.off, int64(len(x.p)))
 		}

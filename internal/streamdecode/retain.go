@@ -5,7 +5,7 @@ import (
 	"sort"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // retention holds stream bytes that passed before anything claimed them:
@@ -83,7 +83,7 @@ func (e *BufferError) Unwrap() error { return errdefs.ErrNotStreamable }
 
 // add keeps p, the stream bytes at off (after every segment held).
 func (t *retention) add(off uint64, p []byte) error {
-	zero := volume.IsZero(p)
+	zero := iostage.IsZero(p)
 	if !zero && !t.fits(len(p)) {
 		if !t.spill.enabled() {
 			return &BufferError{Max: t.max, Need: t.held + t.extra + int64(len(p))}

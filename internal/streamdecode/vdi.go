@@ -8,7 +8,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // VDI layout (VirtualBox, little endian): a 512-byte header, the block map
@@ -42,7 +42,7 @@ func DecodeVDI(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, e
 		what string
 		off  int
 	}{{"link", 0x1a8}, {"parent", 0x1b8}} {
-		if !volume.IsZero(head[u.off : u.off+16]) {
+		if !iostage.IsZero(head[u.off : u.off+16]) {
 			return Stats{}, fmt.Errorf("vdi: the header names a %s image (UUID at %#x): %w", u.what, u.off, errdefs.ErrUnsafeImage)
 		}
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/hostileimg"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/volume"
 )
 
 // blockImageCase is one generated VHD or VDI: how to make it from a raw
@@ -357,7 +357,7 @@ func smallBlockVHD(disk []byte, blockSize int) []byte {
 	out = append(out, bat...)
 	for i := entries - 1; i >= 0; i-- {
 		b := disk[i*blockSize : min(len(disk), (i+1)*blockSize)]
-		if volume.IsZero(b) {
+		if iostage.IsZero(b) {
 			continue
 		}
 		be.PutUint32(out[vhdHeadLen+4*i:], uint32(len(out)/512))

@@ -10,7 +10,6 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/iostage"
-	"github.com/diskimport/engine/internal/volume"
 )
 
 // blockMap is what a block-map image (dynamic VHD, VDI, VHDX) tells of
@@ -330,7 +329,7 @@ func (d *blockMapDecoder) send(off int64, p []byte, c *chunk) {
 	run, zrun := -1, -1 // starts in p of the data and zero runs being gathered
 	for i := 0; i < len(p); {
 		n := min(zeroPiece-int((off+int64(i))%zeroPiece), len(p)-i)
-		zero := volume.IsZero(p[i : i+n])
+		zero := iostage.IsZero(p[i : i+n])
 		switch {
 		case zero && run >= 0:
 			queue(off+int64(run), p[run:i])

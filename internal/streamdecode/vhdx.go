@@ -12,7 +12,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // VHDX layout (MS-VHDX, little endian): the first MiB holds the file
@@ -166,7 +166,7 @@ func vhdxHeader(head []byte) (span, error) {
 	if v := le.Uint16(cur[64:]); v != 0 {
 		return span{}, fmt.Errorf("vhdx: log version %d: %w", v, errdefs.ErrInvalidImage)
 	}
-	if !volume.IsZero(cur[48:64]) && logLen > 0 {
+	if !iostage.IsZero(cur[48:64]) && logLen > 0 {
 		return span{}, fmt.Errorf("vhdx: the header names a log, which may need replaying (qemu replays it only when writing the image): %w", errdefs.ErrNotStreamable)
 	}
 	return span{logOff, logOff + logLen, "log"}, nil

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // BatchedDeviceWriter gathers small writes at random offsets (the stream
@@ -116,7 +117,7 @@ func (s *BatchedDeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
-	if s.zeroing && IsZero(p) {
+	if s.zeroing && iostage.IsZero(p) {
 		if err := s.ZeroAt(off, int64(len(p))); err != nil {
 			return 0, err
 		}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // DeviceWriter writes a block target at random offsets, for a converter
@@ -144,7 +145,7 @@ func (w *DeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 		var err error
-		if IsZero(body) {
+		if iostage.IsZero(body) {
 			err = w.zeroBody(bodyOff, int64(len(body)), !w.keepAllocated, false)
 		} else {
 			err = w.writeBody(body, bodyOff)

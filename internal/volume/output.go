@@ -8,7 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Ways to make a zero run read back as zeros on a block device, tried in
@@ -28,42 +30,60 @@ const (
 
 // processChunk handles one chunk at image offset off: the part inside the
 // first MiB is only copied to the held-back head, the rest is emitted.
-// Chunks arrive in order, each starting where the last ended.
+// Chunks arrive in order, each starting where the last ended, at a
+// multiple of granule. Each granule is scanned for zeros once, for both
+// the writes and the content digest.
 func (w *Writer) processChunk(off int64, buf []byte) error {
+	zero := w.scanZeros(buf)
 	if w.hash != nil {
 		// Chunks come in image order; the hash reads buf on other cores
 		// while it is written, and is done with it before buf is reused.
-		defer w.hash.Start(buf)()
+		defer w.hash.StartScanned(buf, zero)()
 	}
 	if off < headSize {
 		h := min(int64(len(buf)), headSize-off)
 		copy(w.head[off:], buf[:h])
 		w.headLen = max(w.headLen, int(off+h))
-		buf = buf[h:]
+		if h == int64(len(buf)) {
+			return nil
+		}
+		// headSize and off are multiples of granule, so h is too.
+		buf, zero = buf[h:], zero[h/granule:]
 		off += h
 	}
-	if len(buf) == 0 {
-		return nil
+	return w.emit(off, buf, zero)
+}
+
+// The content digest's blocks are the writer's granules, so one scan
+// serves both.
+const _ = uint(granule-blkhash.BlockSize) + uint(blkhash.BlockSize-granule)
+
+// scanZeros tells for each granule of p (the last may be short) whether
+// it holds only zeros, in a slice reused by the next call.
+func (w *Writer) scanZeros(p []byte) []bool {
+	n := (len(p) + granule - 1) / granule
+	if cap(w.zeroMap) < n {
+		w.zeroMap = make([]bool, n)
 	}
-	return w.emit(off, buf)
+	zero := w.zeroMap[:n]
+	for i := range zero {
+		zero[i] = iostage.IsZero(p[i*granule : min((i+1)*granule, len(p))])
+	}
+	return zero
 }
 
 // emit splits p (at image offset off, a multiple of granule) into runs of
-// data granules and zero granules; data is written, zero runs are coalesced.
-func (w *Writer) emit(off int64, p []byte) error {
-	for i := 0; i < len(p); {
-		end := min(i+granule, len(p))
-		zero := IsZero(p[i:end])
-		j := end
-		for j < len(p) {
-			e := min(j+granule, len(p))
-			if IsZero(p[j:e]) != zero {
-				break
-			}
-			j = e
+// data granules and zero granules, as zero tells them; data is written,
+// zero runs are coalesced.
+func (w *Writer) emit(off int64, p []byte, zero []bool) error {
+	for g := 0; g < len(zero); {
+		end := g + 1
+		for end < len(zero) && zero[end] == zero[g] {
+			end++
 		}
+		i, j := g*granule, min(end*granule, len(p))
 		var err error
-		if zero {
+		if zero[g] {
 			err = w.addZero(off+int64(i), int64(j-i))
 		} else if err = w.flushZero(); err == nil {
 			err = w.writeData(off+int64(i), p[i:j])
@@ -71,7 +91,7 @@ func (w *Writer) emit(off int64, p []byte) error {
 		if err != nil {
 			return err
 		}
-		i = j
+		g = end
 	}
 	return nil
 }

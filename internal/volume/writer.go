@@ -81,6 +81,7 @@ type Writer struct {
 	head     []byte
 	headLen  int
 	zeros    []byte // aligned, read-only zeros for the writes that zero a range
+	zeroMap  []bool // scanZeros' result, reused chunk after chunk
 
 	off     int64 // bytes accepted; owned by the calling goroutine
 	written atomic.Int64
@@ -456,7 +457,7 @@ func (w *Writer) Finish() (int64, error) {
 	if w.t.kind == Block {
 		w.t.headOnDevice.Store(true) // from the first byte of it on
 	}
-	if err := w.emit(0, w.head[:w.headLen]); err != nil {
+	if err := w.emit(0, w.head[:w.headLen], w.scanZeros(w.head[:w.headLen])); err != nil {
 		return 0, w.fail(err)
 	}
 	if err := w.flushZero(); err != nil {

@@ -1,4 +1,4 @@
-package volume
+package iostage
 
 import "bytes"
 

@@ -1,4 +1,4 @@
-package volume
+package iostage
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func TestIsZeroFindsAnyNonZeroByte(t *testing.T) {
 // BenchmarkIsZero measures IsZero against the strategies it replaced, over
 // all-zero buffers (the worst case: every byte compared).
 func BenchmarkIsZero(b *testing.B) {
-	page := make([]byte, granule)
+	page := make([]byte, 64<<10)
 	variants := []struct {
 		name string
 		f    func([]byte) bool
@@ -37,8 +37,8 @@ func BenchmarkIsZero(b *testing.B) {
 	for _, size := range []struct {
 		name string
 		n    int
-	}{{"4KiB", 4 << 10}, {"64KiB", granule}, {"4MiB", chunkSize}} {
-		p := alignedBuf(size.n)
+	}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"4MiB", 4 << 20}} {
+		p := make([]byte, size.n)
 		for _, v := range variants {
 			b.Run(v.name+"/"+size.name, func(b *testing.B) {
 				b.SetBytes(int64(size.n))
