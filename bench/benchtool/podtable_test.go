@@ -142,3 +142,36 @@ func TestPodRowDecoderThroughOurPipes(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 }
+
+// A row's speedup comes with the least and the greatest of its rounds,
+// and a miss whose best round meets the target says that the target lies
+// within the runs' spread; a row with a failed run has no range.
+func TestPodRowRoundSpeedups(t *testing.T) {
+	m := func(l string, failed int, s ...float64) *measure {
+		return &measure{Label: l, Seconds: s, Median: median(s), Failed: failed}
+	}
+	byLabel := labelled(
+		m("cdi h", 0, 3.4, 4.2, 3.5), m("env h", 0, 1.2, 1.3, 1.1), m("lim h", 0, 0.6, 0.6, 0.6), // rounds 2.83, 3.23, 3.18
+		m("cdi j", 0, 3, 3, 3), m("env j", 0, 1.2, 1.1, 1.3), m("lim j", 0, 0.6, 0.6, 0.6), // every round short
+		m("cdi k", 1, 3.4, 4.2), m("env k", 0, 1.2, 1.3, 1.1), m("lim k", 0, 0.6, 0.6, 0.6), // CDI failed once: 3.8 / 1.2
+	)
+	rows := []podRow{rowOf("h", 3), rowOf("j", 3), rowOf("k", 3)}
+	fillPodRows(rows, byLabel)
+	h, j, k := rows[0], rows[1], rows[2]
+	if !strings.HasPrefix(h.Verdict, "MISSED") || !strings.HasSuffix(h.Verdict, "; round by round 2.83–3.23×: the target within the runs' spread") {
+		t.Errorf("row h: %q", h.Verdict)
+	}
+	if !strings.HasPrefix(j.Verdict, "MISSED") || strings.Contains(j.Verdict, "round by round") {
+		t.Errorf("row j: %q", j.Verdict)
+	}
+	if k.RoundMin != 0 || k.RoundMax != 0 || strings.Contains(k.Verdict, "round by round") {
+		t.Errorf("row k: %+v", k)
+	}
+	var out strings.Builder
+	printPodTable(&out, rows, nil)
+	for _, cell := range []string{"2.92 (2.83–3.23)|", "2.50 (2.31–2.73)|", "  3.17|"} {
+		if !strings.Contains(out.String(), cell) {
+			t.Errorf("the table has no cell %q:\n%s", cell, out.String())
+		}
+	}
+}
