@@ -27,8 +27,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/diskimport/engine/internal/iostage"
 	"golang.org/x/sys/unix"
+
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // realImagesDir is where the shared real images live, relative to the

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/testimg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testimg"
 )
 
 type qcow2Case struct {
