@@ -7,7 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -167,4 +172,61 @@ func sameBytes(t testing.TB, got, want []byte) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("decoded disk differs from qemu-img's (sizes %d/%d, first difference at byte %d)", len(got), len(want), firstDiff(got, want))
 	}
+}
+
+// stalledSink holds its first write until released, then takes every
+// write as memSink does.
+type stalledSink struct {
+	*memSink
+	once    sync.Once
+	stalled chan struct{} // closed once the first write waits
+	release chan struct{}
+}
+
+func (s *stalledSink) WriteAt(p []byte, off int64) (int, error) {
+	s.once.Do(func() {
+		close(s.stalled)
+		<-s.release
+	})
+	return s.memSink.WriteAt(p, off)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// readWhileTheFirstWriteWaits decodes img (2 workers) into a sink that
+// holds its first write until the decoder stops reading, and returns how
+// many bytes of img it read by then; the decode must then finish with the
+// disk want.
+func readWhileTheFirstWriteWaits(t *testing.T, dec decodeFunc, img string, want []byte) int64 {
+	t.Helper()
+	f, err := os.Open(img)
+	require.NoError(t, err)
+	defer f.Close()
+	in := &countingReader{r: f}
+	sink := &stalledSink{memSink: &memSink{t: t, b: make([]byte, len(want))}, stalled: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := dec(context.Background(), in, sink, Options{Workers: 2})
+		done <- err
+	}()
+	<-sink.stalled
+	last := int64(-1)
+	for in.n.Load() != last {
+		last = in.n.Load()
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(sink.release)
+	require.NoError(t, <-done)
+	sameBytes(t, sink.b, want)
+	return last
 }

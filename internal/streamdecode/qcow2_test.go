@@ -1,22 +1,16 @@
 package streamdecode
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/testimg"
@@ -296,60 +290,12 @@ func TestQCOW2SnapshotTableRefused(t *testing.T) {
 	}
 }
 
-// stalledSink holds its first write until released, then takes every
-// write as memSink does.
-type stalledSink struct {
-	*memSink
-	once    sync.Once
-	stalled chan struct{} // closed once the first write waits
-	release chan struct{}
-}
-
-func (s *stalledSink) WriteAt(p []byte, off int64) (int, error) {
-	s.once.Do(func() {
-		close(s.stalled)
-		<-s.release
-	})
-	return s.memSink.WriteAt(p, off)
-}
-
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.Reader
-	n atomic.Int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
 // While the writes lag, the decoder reads on through the stream chunks it
 // has, so a decompressor in front of it is not stopped: with a queue of 4 ×
 // workers 64 KiB clusters it stopped within the first chunk.
 func TestQCOW2ReadsOnWhileTheWritesLag(t *testing.T) {
 	img, want := plainQCOW2(t, "dense", 48<<20, 100, 5)
-	f, err := os.Open(img)
-	require.NoError(t, err)
-	defer f.Close()
-	in := &countingReader{r: f}
-	sink := &stalledSink{memSink: &memSink{t: t, b: make([]byte, len(want))}, stalled: make(chan struct{}), release: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() {
-		_, err := DecodeQCOW2(context.Background(), in, sink, Options{Workers: 2})
-		done <- err
-	}()
-	<-sink.stalled
-	// Wait until the decoder stops reading, then see how far it got.
-	last := int64(-1)
-	for in.n.Load() != last {
-		last = in.n.Load()
-		time.Sleep(200 * time.Millisecond)
-	}
-	close(sink.release)
-	require.NoError(t, <-done)
-	sameBytes(t, sink.b, want)
-	assert.GreaterOrEqual(t, last, int64(chunkCount-1)*chunkBytes,
-		"read %d bytes while the first write waited, want the chunks' %d", last, chunkCount*chunkBytes)
+	read := readWhileTheFirstWriteWaits(t, DecodeQCOW2, img, want)
+	assert.GreaterOrEqual(t, read, int64(chunkCount-1)*chunkBytes,
+		"read %d bytes while the first write waited, want the chunks' %d", read, chunkCount*chunkBytes)
 }

@@ -79,6 +79,10 @@ type vmdkDecoder struct {
 	grains   int64
 }
 
+// grainsAheadBytes is how many bytes of inflated grains the decoder may hold
+// ahead of the writes.
+const grainsAheadBytes = 4 << 20
+
 // DecodeVMDK reads a streamOptimized vmdk from r, from its first byte on,
 // and writes the guest disk to sink. Every grain is inflated as its marker
 // passes; the grain tables, directory and footer that follow must account
@@ -122,9 +126,15 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 			return st, err
 		}
 	}
-	d.out = newOutput(ctx, sink, 4*o.Workers)
+	// The decoder holds grainsAheadBytes of inflated grains and queues
+	// every one of them, so it reads on while the writes catch up: with 4
+	// × workers + 2 grains (640 KiB of 64 KiB grains) it stopped reading
+	// whenever they lagged. 1 GiB over HTTP onto a loop device as a pod,
+	// medians of 8 interleaved runs: 1.39 s instead of 1.46 (the grains'
+	// inflation keeps both cores busy either way).
+	nbuf := max(2, min(max(4*o.Workers+2, int(grainsAheadBytes/d.grainB)), int((64<<20)/d.grainB)))
+	d.out = newOutput(ctx, sink, nbuf)
 	d.inf = newInflaters(codecZlib, o.Workers)
-	nbuf := max(2, min(4*o.Workers+2, int((64<<20)/d.grainB)))
 	d.outFree = freeBuffers(nbuf, d.grainB)
 	defer func() {
 		d.inf.stop()

@@ -2,9 +2,13 @@ package streamdecode
 
 import (
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/testimg"
@@ -72,4 +76,20 @@ func TestVMDKNotStreamOptimized(t *testing.T) {
 	if _, _, err := decodeFile(t, DecodeVMDK, img, 4<<20, false, Options{}); !errors.Is(err, errdefs.ErrNotStreamable) {
 		t.Fatalf("monolithicSparse: %v, want ErrNotStreamable", err)
 	}
+}
+
+// While the writes lag, the decoder reads on through the grains it may
+// hold: with 4 × workers + 2 grains it stopped within the first 2 MiB.
+func TestVMDKReadsOnWhileTheWritesLag(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	// Random bytes: every grain takes its 64 KiB of the stream.
+	noise := make([]byte, 16<<20)
+	_, _ = rand.NewChaCha8([32]byte{7}).Read(noise)
+	raw := filepath.Join(dir, "disk.raw")
+	require.NoError(t, os.WriteFile(raw, noise, 0o644))
+	img := makeStreamVMDK(t, raw, dir)
+	read := readWhileTheFirstWriteWaits(t, DecodeVMDK, img, reference(t, img, "vmdk"))
+	assert.GreaterOrEqual(t, read, int64(grainsAheadBytes),
+		"read %d bytes while the first write waited, want the %d bytes of grains it may hold", read, grainsAheadBytes)
 }
