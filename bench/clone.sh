@@ -3,7 +3,7 @@
 # too). A BENCH_CLONE_SIZE (2G) virtual source, 35 % random data in 1 MiB
 # blocks, on one loop device is cloned onto a second loop device of the
 # same size over loopback HTTPS with mutual TLS by our two halves
-# (importer clone-source → importer upload-server): in our sparse-v1 format
+# (importer clone-source → importer upload-server): in our sparse-v2 format
 # and in CDI's protocol (snappy framing); the reference is dd bs=4M between
 # the devices locally. Prints MB/s of virtual size and the bytes on the
 # wire, checks every target against the source, and writes
@@ -108,7 +108,7 @@ check() {
 
 cat "$work/src.img" >/dev/null # the page cache holds the source for every case alike
 for _ in $(seq "$runs"); do
-	clone sparse-v1
+	clone sparse-v2
 	clone snappy
 	dd_copy
 done

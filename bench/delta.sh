@@ -4,7 +4,7 @@
 # disk (bench/cache/img-SIZE/disk.raw, built here as images.sh does if
 # missing) with PCTS percent of its 64 KiB chunks changed since the
 # target's copy was made:
-#   - full:  importer clone-source (sparse-v1) → importer upload-server onto
+#   - full:  importer clone-source (sparse-v2) → importer upload-server onto
 #            a new file, over http://127.0.0.1 (a full clone: every data block);
 #   - delta: the same with -delta onto the earlier copy (signature back,
 #            changed blocks out);

@@ -34,14 +34,14 @@ func isCloneContentType(ct string) bool {
 	return ct == ContentTypeFilesystemClone || ct == ContentTypeBlockdeviceClone
 }
 
-// serveClone receives a host-assisted clone: ours (sparse-v1, resumable)
+// serveClone receives a host-assisted clone: ours (sparse-v2, resumable)
 // when the request says so, else CDI's snappy-framed stream.
 func (h *Handler) serveClone(w http.ResponseWriter, r *http.Request, ct string) {
 	if p := r.Header.Get(cloner.ProtocolHeader); p != "" {
-		// A filesystem volume goes over sparse-v1 only as a delta pass.
+		// A filesystem volume goes over sparse-v2 only as a delta pass.
 		dh := r.Header.Get(cloner.DeltaHeader)
-		if p != cloner.ProtocolSparseV1 || (ct != ContentTypeBlockdeviceClone && dh != cloner.DeltaSignature && dh != cloner.DeltaApply) {
-			http.Error(w, fmt.Sprintf("clone protocol %q for %s: only %s of a %s, or a delta pass", p, ct, cloner.ProtocolSparseV1, ContentTypeBlockdeviceClone), http.StatusBadRequest)
+		if p != cloner.ProtocolSparseV2 || (ct != ContentTypeBlockdeviceClone && dh != cloner.DeltaSignature && dh != cloner.DeltaApply) {
+			http.Error(w, fmt.Sprintf("clone protocol %q for %s: only %s of a %s, or a delta pass", p, ct, cloner.ProtocolSparseV2, ContentTypeBlockdeviceClone), http.StatusBadRequest)
 			return
 		}
 		h.serveSparseClone(w, r, ct)
@@ -184,7 +184,7 @@ func (h *Handler) respondClone(w http.ResponseWriter, res *importer.Result, err 
 // describeClone, in a HEAD answer, offers our clone format and, for the
 // session of an interrupted clone, the offset to resume from.
 func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+	w.Header().Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
 	w.Header().Set(cloner.DeltaHeader, cloner.DeltaV1)
 	id := r.Header.Get(cloner.SessionHeader)
 	if id == "" {

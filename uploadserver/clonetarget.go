@@ -11,7 +11,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/blkhash"
 )
 
 // zeroBlock feeds zero runs to the import, whose sparse writer turns them
@@ -34,9 +34,9 @@ const pipeChunk = 4 << 20
 type sparseTarget struct {
 	pw     *io.PipeWriter
 	bw     *bufio.Writer // in front of pw: one hand-over to the import per chunk, not per record
-	sum    *cloner.Digest
-	final  string // the digest, once taken
-	offset int64  // bytes accepted, in source order
+	sum    *blkhash.Hash // the content digest of what was accepted
+	final  string        // the digest, once taken
+	offset int64         // bytes accepted, in source order
 	size   int64
 	ready  chan struct{} // closed once the import took the target (Info passed)
 	done   chan struct{}
@@ -57,7 +57,7 @@ var (
 // requests), with the handler's phases and events.
 func (h *Handler) startSparseTarget(ctx context.Context, size int64) *sparseTarget {
 	pr, pw := io.Pipe()
-	t := &sparseTarget{pw: pw, bw: bufio.NewWriterSize(pw, pipeChunk), sum: cloner.NewDigest(), size: size, ready: make(chan struct{}), done: make(chan struct{})}
+	t := &sparseTarget{pw: pw, bw: bufio.NewWriterSize(pw, pipeChunk), sum: blkhash.New(0), size: size, ready: make(chan struct{}), done: make(chan struct{})}
 	o := h.importOptions(pr)
 	o.ContentType, o.SourceReaderSize = importer.ContentTypeAsIs, size
 	o = h.withEvents(o, func() {})
@@ -104,7 +104,7 @@ func (t *sparseTarget) write(p []byte) error {
 	if _, err := t.bw.Write(p); err != nil {
 		return t.failed(err)
 	}
-	t.sum.Data(p)
+	_, _ = t.sum.Write(p)
 	t.offset += int64(len(p))
 	return nil
 }
@@ -122,18 +122,18 @@ func (t *sparseTarget) zero(ctx context.Context, n int64) error {
 		if _, err := t.bw.Write(zeroBlock[:k]); err != nil {
 			return t.failed(err)
 		}
-		t.sum.Zeros(k)
+		t.sum.Zero(k)
 		t.offset += k
 		n -= k
 	}
 	return nil
 }
 
-// digest is the whole-source digest of what was accepted (taken once:
-// nothing is accepted after it).
+// digest is the content digest of what was accepted (taken once: nothing
+// is accepted after it).
 func (t *sparseTarget) digest() string {
 	if t.final == "" {
-		t.final = cloner.FormatDigest(t.sum.Sum())
+		t.final = t.sum.Sum().String()
 	}
 	return t.final
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/diskimport/engine/internal/delta"
 )
 
-// deltaSession is a sparse-v1 session's delta pass: an engine import on
+// deltaSession is a sparse-v2 session's delta pass: an engine import on
 // the delta route (importer.ReceiveDelta) whose runs the session's
 // requests hand over (delta.ReceivedPass). The import claims and signs
 // the target, applies the runs, checks the End record's digest and

@@ -139,7 +139,7 @@ func TestReceivedDeltaPassWithAWrongEndDigestIsNeverComplete(t *testing.T) {
 		req, err := http.NewRequest(http.MethodPost, url+uploadserver.PathUpload, body)
 		require.NoError(t, err)
 		req.Header.Set(uploadserver.HeaderContentType, uploadserver.ContentTypeBlockdeviceClone)
-		req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+		req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
 		req.Header.Set(cloner.SessionHeader, "0123456789abcdef")
 		for k, v := range headers {
 			req.Header.Set(k, v)

@@ -6,7 +6,7 @@
 // on each, the import status at /v1beta1/status and /healthz. With CDI's
 // x-cdi-content-type header /v1beta1/upload receives a host-assisted
 // clone (serveClone: CDI's snappy stream; serveSparseClone: our resumable,
-// verified sparse-v1). Clients may be held to a client certificate
+// verified sparse-v2). Clients may be held to a client certificate
 // (Server.ClientCAFile) and a bearer token.
 package uploadserver
 
@@ -73,7 +73,7 @@ type Options struct {
 	OnResult func(*importer.Result, error)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
-	// CloneResumeWindow is how long an interrupted sparse-v1 clone is kept
+	// CloneResumeWindow is how long an interrupted sparse-v2 clone is kept
 	// for its resumption; default 5 minutes.
 	CloneResumeWindow time.Duration
 }

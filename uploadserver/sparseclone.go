@@ -11,10 +11,11 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/cloner"
 )
 
-// cloneSession is a sparse-v1 clone across its requests: the import it
+// cloneSession is a sparse-v2 clone across its requests: the import it
 // feeds and everything accepted so far. Between a dropped connection and
 // the resuming request it waits in Handler.clone (the server stays claimed
 // until the resume window ends or another session arrives).
@@ -49,12 +50,12 @@ func (s *cloneSession) abort(err error) {
 // errResumeExpired ends a clone that was not resumed in time.
 var errResumeExpired = errors.New("the interrupted clone was not resumed in time")
 
-// serveSparseClone receives one request of a sparse-v1 clone: a new
+// serveSparseClone receives one request of a sparse-v2 clone: a new
 // session, or the resumption of the interrupted one.
 func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request, ct string) {
 	id := r.Header.Get(cloner.SessionHeader)
 	if id == "" {
-		http.Error(w, cloner.ProtocolSparseV1+" needs "+cloner.SessionHeader, http.StatusBadRequest)
+		http.Error(w, cloner.ProtocolSparseV2+" needs "+cloner.SessionHeader, http.StatusBadRequest)
 		return
 	}
 	if r.Header.Get(cloner.DeltaHeader) == cloner.DeltaSignature {
@@ -74,7 +75,7 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request, ct st
 	stall := newStallGuard(w, h.opts.Import.StallTimeout)
 	defer stall.disarm()
 	body := &gatedReader{r: r.Body, n: h.counter(), stall: stall}
-	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV1, "resume", sess.tgt != nil, "delta", sess.delta != nil)
+	h.log.Info("Clone request", "session", id, "remote", r.RemoteAddr, "protocol", cloner.ProtocolSparseV2, "resume", sess.tgt != nil, "delta", sess.delta != nil)
 	h.setPhase(string(importer.PhaseTransferDataFile))
 	receive := h.receiveSparse
 	if sess.delta != nil {
@@ -200,7 +201,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			if tgt.offset != tgt.size {
 				return nil, fmt.Errorf("clone stream ended at %d of %d bytes: %w", tgt.offset, tgt.size, errdefs.ErrInvalidImage)
 			}
-			source, target := cloner.FormatDigest(rec.Digest), tgt.digest()
+			source, target := rec.Digest.String(), tgt.digest()
 			if source != target {
 				return nil, fmt.Errorf("clone digest: source %s, received %s: %w", source, target, errdefs.ErrVerifyMismatch)
 			}
@@ -209,7 +210,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 				return nil, &targetError{err}
 			}
 			res.TargetDigest = target
-			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "the cloner's digest of the whole source against the bytes written ("+cloner.DigestPrefix+")"
+			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "the source's content digest against the bytes accepted ("+blkhash.Algorithm+")"
 			res.BytesRead = h.counter().Load()
 			return res, nil
 		case rec.Offset != tgt.offset:

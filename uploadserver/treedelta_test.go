@@ -40,7 +40,7 @@ func TestFilesystemDeltaSignatureRequestRefusesAManifestOutOfTheVolume(t *testin
 		req, err := http.NewRequest(http.MethodPost, url+uploadserver.PathUpload, &body)
 		require.NoError(t, err)
 		req.Header.Set(uploadserver.HeaderContentType, uploadserver.ContentTypeFilesystemClone)
-		req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+		req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
 		req.Header.Set(cloner.SessionHeader, "0123456789abcdef")
 		req.Header.Set(cloner.DeltaHeader, cloner.DeltaSignature)
 		req.Header.Set(cloner.SizeHeader, strconv.FormatInt(m.LayOut().Size, 10))

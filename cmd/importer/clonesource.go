@@ -49,7 +49,7 @@ func newCloneSourceCommand(ctx context.Context, getenv func(string) string, stdo
 		Short: "Stream a volume to an upload server (CDI's cloner pod)",
 		Long: `Read a block device (raw) or a mounted filesystem volume (a tar of its
 contents) and POST it to an upload server with mutual TLS and CDI's
-x-cdi-content-type header. Against our upload server the stream is sparse-v1
+x-cdi-content-type header. Against our upload server the stream is sparse-v2
 (zero runs not sent, whole-source sha256 checked before Clone Complete,
 resumed after a dropped connection); against any other it is CDI's
 snappy-framed stream.
@@ -62,7 +62,7 @@ SERVER_CA_CERT (PEM text), OWNER_UID, PREALLOCATION; progress is served as
 
 Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
 -mount PATH, -upload-bytes N, -url URL, -client-cert F, -client-key F,
--server-ca F, -protocol auto|snappy|sparse-v1, -retries N,
+-server-ca F, -protocol auto|snappy|sparse-v2, -retries N,
 -metrics-listen ADDR, -owner-uid UID, -termination-log F, -json, -v, -q,
 -delta, -delta-base DIGEST (a delta pass onto a target holding an earlier copy:
 a device's differing blocks; a filesystem volume's large files likewise, its
@@ -100,8 +100,8 @@ func cloneSourceFlagSet(f *cloneSourceFlags) *flag.FlagSet {
 	fs.StringVar(&f.clientCert, "client-cert", "", "PEM client certificate file")
 	fs.StringVar(&f.clientKey, "client-key", "", "PEM client key file")
 	fs.StringVar(&f.serverCA, "server-ca", "", "PEM CA file of the server's certificate")
-	fs.StringVar(&f.protocol, "protocol", "auto", "auto, snappy (CDI's stream) or sparse-v1")
-	fs.IntVar(&f.retries, "retries", 10, "resumptions after a dropped connection (sparse-v1)")
+	fs.StringVar(&f.protocol, "protocol", "auto", "auto, snappy (CDI's stream) or sparse-v2")
+	fs.IntVar(&f.retries, "retries", 10, "resumptions after a dropped connection (sparse-v2)")
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve the progress metric over HTTPS here")
 	fs.StringVar(&f.ownerID, "owner-uid", "", "the ownerUID label of the progress metric")
 	fs.StringVar(&f.terminationLog, "termination-log", "", "write the termination message here")

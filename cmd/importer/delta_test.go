@@ -73,7 +73,7 @@ func TestCLICloneSourceDeltaOfAFilesystemVolume(t *testing.T) {
 		return out
 	}
 	first := pass("")
-	assert.Equal(t, "sparse-v1+delta-v1+tree", first.Protocol)
+	assert.Equal(t, "sparse-v2+delta-v1+tree", first.Protocol)
 	testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 53, 4096, 5<<20)
 	second := pass(first.Digest)
 	assert.EqualValues(t, 1, second.Delta.BlocksChanged, "disk.img's changed block; the small file, unchanged, kept")

@@ -44,7 +44,7 @@ func newUploadCommand(ctx context.Context, getenv func(string) string, stdout, s
 
   POST|PUT /v1beta1/upload              the image as the request body (answers once imported);
                                         with x-cdi-content-type: blockdevice-clone|filesystem-clone
-                                        a clone stream (CDI's snappy framing, or our sparse-v1)
+                                        a clone stream (CDI's snappy framing, or our sparse-v2)
   POST     /v1beta1/upload-form         multipart form, field "file"
   POST|PUT /v1beta1/upload-async        answers once received; the import finishes in the background
   POST     /v1beta1/upload-form-async

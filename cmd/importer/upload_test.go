@@ -422,7 +422,7 @@ func TestClonePods(t *testing.T) {
 	assert.Equal(t, "beside the disk", string(b))
 }
 
-// TestCloneIntoUploadPodBlock: our cloner (sparse-v1) into the upload-server
+// TestCloneIntoUploadPodBlock: our cloner (sparse-v2) into the upload-server
 // pod's block volume: verified, Clone Complete with the source's digest.
 func TestCloneIntoUploadPodBlock(t *testing.T) {
 	needPods(t)
@@ -439,13 +439,13 @@ func TestCloneIntoUploadPodBlock(t *testing.T) {
 	res, err := cloner.Send(context.Background(), cloner.Options{URL: "https://" + addr + uploadserver.PathUpload,
 		ContentType: cloner.ContentTypeBlock, Source: img, Client: c})
 	require.NoError(t, err)
-	assert.Equal(t, cloner.ProtocolSparseV1, res.Protocol)
+	assert.Equal(t, cloner.ProtocolSparseV2, res.Protocol)
 	assert.Equal(t, 0, server.wait(t))
 	m := decodeUploadPod(t, server.terminationLog(t))
 	assert.Equal(t, cdi.MessageCloneComplete, m.Message)
 	assert.True(t, m.Verified)
 	assert.Equal(t, res.Digest, m.SourceDigest)
-	assert.True(t, strings.HasPrefix(m.SourceDigest, cloner.DigestPrefix), m.SourceDigest)
+	assert.Equal(t, testimg.ContentDigest(t, img), m.SourceDigest)
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dev, -1))
 }
 

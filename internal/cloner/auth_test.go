@@ -37,7 +37,7 @@ func TestCloneRefusesUnauthorizedClients(t *testing.T) {
 		{"wrong CLIENT_NAME", &wrongName},
 		{"no certificate", nil},
 	} {
-		for _, protocol := range []string{cloner.ProtocolSparseV1, cloner.ProtocolSnappy} {
+		for _, protocol := range []string{cloner.ProtocolSparseV2, cloner.ProtocolSnappy} {
 			t.Run(tc.name+" "+protocol, func(t *testing.T) {
 				_, err := cloner.Send(context.Background(), cloner.Options{
 					URL: s.url(""), ContentType: cloner.ContentTypeBlock, Source: img, Protocol: protocol,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/testimg"
 )
@@ -63,8 +64,8 @@ func TestCloneBlockToBlock(t *testing.T) {
 		size     int64
 		protocol string
 	}{
-		{"equal sparse-v1", 8 * mib, cloner.ProtocolAuto},
-		{"larger sparse-v1", 12 * mib, cloner.ProtocolSparseV1},
+		{"equal sparse-v2", 8 * mib, cloner.ProtocolAuto},
+		{"larger sparse-v2", 12 * mib, cloner.ProtocolSparseV2},
 		{"equal snappy", 8 * mib, cloner.ProtocolSnappy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,8 +81,8 @@ func TestCloneBlockToBlock(t *testing.T) {
 				assert.Equal(t, cloner.ProtocolSnappy, res.Protocol)
 				return
 			}
-			assert.Equal(t, cloner.ProtocolSparseV1, res.Protocol)
-			assert.Equal(t, treeDigest(t, img), res.Digest)
+			assert.Equal(t, cloner.ProtocolSparseV2, res.Protocol)
+			assert.Equal(t, testimg.ContentDigest(t, img), res.Digest)
 			assert.True(t, sres.Verified)
 			assert.Equal(t, res.Digest, sres.SourceDigest)
 			assert.Equal(t, res.Digest, sres.TargetDigest)
@@ -172,7 +173,9 @@ func TestCloneResumesAfterDrop(t *testing.T) {
 	sres, serr := s.wait(t)
 	require.NoError(t, serr)
 	assert.Equal(t, fileSHA(t, img), fileSHA(t, dst))
-	assert.Equal(t, treeDigest(t, img), sres.SourceDigest)
+	assert.Equal(t, testimg.ContentDigest(t, img), sres.SourceDigest)
+	// One digest: what the source sent is what the import records.
+	assert.Equal(t, sres.SourceDigest, sres.ContentDigest)
 	assert.True(t, sres.Verified)
 	// Resumed, not restarted: the wire carried less than two full sends.
 	full, _ := os.ReadFile(img)
@@ -189,7 +192,7 @@ func TestCloneDigestMismatch(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, s.url(""), body)
 	require.NoError(t, err)
 	req.Header.Set("x-cdi-content-type", cloner.ContentTypeBlock)
-	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
 	req.Header.Set(cloner.SessionHeader, "forged")
 	resp, err := p.clientFor(t, &p.client).Do(req)
 	require.NoError(t, err)
@@ -201,19 +204,12 @@ func TestCloneDigestMismatch(t *testing.T) {
 	assert.NoFileExists(t, dst)
 }
 
-// treeDigest is the clone digest of a file, by its definition.
-func treeDigest(t *testing.T, path string) string {
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	return cloner.FormatDigest(plainTreeDigest(b))
-}
-
 // TestCloneChecksum: the import's checksum applies to a clone's bytes: a
 // wrong one fails it with nothing committed, the right one passes.
 func TestCloneChecksum(t *testing.T) {
 	img := testimg.Raw(t, t.TempDir(), "source.img", 3*mib, 19)
 	p := newPKI(t)
-	for _, protocol := range []string{cloner.ProtocolSparseV1, cloner.ProtocolSnappy} {
+	for _, protocol := range []string{cloner.ProtocolSparseV2, cloner.ProtocolSnappy} {
 		dst := filepath.Join(t.TempDir(), "disk.img")
 		s := startServer(t, p, importer.Options{Target: dst, Checksums: []string{"sha256:" + strings.Repeat("0", 64)}})
 		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, protocol)
@@ -237,7 +233,7 @@ func TestCloneExpectContentDigest(t *testing.T) {
 	img := testimg.Raw(t, t.TempDir(), "source.img", 3*mib, 20)
 	want := testimg.ContentDigest(t, img)
 	p := newPKI(t)
-	for _, protocol := range []string{cloner.ProtocolSparseV1, cloner.ProtocolSnappy} {
+	for _, protocol := range []string{cloner.ProtocolSparseV2, cloner.ProtocolSnappy} {
 		dst := filepath.Join(t.TempDir(), "disk.img")
 		s := startServer(t, p, importer.Options{Target: dst, TargetOptions: importer.TargetOptions{ExpectContentDigest: "blk-sha256:" + strings.Repeat("0", 64)}})
 		_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, protocol)
@@ -255,12 +251,12 @@ func TestCloneExpectContentDigest(t *testing.T) {
 	}
 }
 
-// forgedStream is a sparse-v1 body carrying data with a wrong digest.
-func forgedStream(t *testing.T, data []byte) (io.Reader, [sha256.Size]byte) {
+// forgedStream is a sparse-v2 body carrying data with a wrong digest.
+func forgedStream(t *testing.T, data []byte) (io.Reader, blkhash.Digest) {
 	var buf bytes.Buffer
 	sw := s2.NewWriter(&buf)
 	enc := cloner.NewEncoder(sw)
-	wrong := sha256.Sum256(append([]byte("not "), data...))
+	wrong := blkhash.Digest(sha256.Sum256(append([]byte("not "), data...)))
 	for _, err := range []error{enc.Start(int64(len(data)), 0), enc.Data(0, data), enc.End(wrong), sw.Close()} {
 		if err != nil {
 			t.Fatal(err)

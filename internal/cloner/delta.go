@@ -18,12 +18,12 @@ import (
 	"github.com/diskimport/engine/internal/retry"
 )
 
-// sendDelta runs a delta pass over sparse-v1 (internal/delta): the
+// sendDelta runs a delta pass over sparse-v2 (internal/delta): the
 // target's signature is asked for while the source is signed, the runs
-// that differ are sent in one session that resumes as sparse-v1's does,
+// that differ are sent in one session that resumes as sparse-v2's does,
 // and the End record carries the source's content digest as sent, which
 // the server's digest of its block hashes must equal before it answers.
-// A target the server finds no base gets a full sparse-v1 clone.
+// A target the server finds no base gets a full sparse-v2 clone.
 func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	f, size, err := openDevice(o.Source)
 	if err != nil {
@@ -78,7 +78,7 @@ func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	runs := delta.Changes(src.s, base)
 	pass := &delta.Pass{Stats: delta.Count(size, runs), BaseDigest: base.Digest.String(), SignatureBytes: sigWire}
 	o.Logger.Info("Delta pass", "blocks", pass.Blocks, "changed", pass.BlocksChanged, "dataBytes", pass.DataBytes, "zeroBytes", pass.ZeroBytes, "signatureBytes", sigWire)
-	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1, SourceBytes: size, WireBytes: sigWire, Resumes: sigRetries, Delta: pass}
+	res := &Result{Protocol: ProtocolSparseV2 + "+" + DeltaV1, SourceBytes: size, WireBytes: sigWire, Resumes: sigRetries, Delta: pass}
 	moved := false
 	err = resuming(ctx, o, budget, session, size, res, func(offset int64) ([]byte, int64, error) {
 		send := func(from int64, sink delta.Sink) error {
@@ -153,7 +153,7 @@ func requestSignature(ctx context.Context, o Options, session string, size int64
 // decompressed answer to read; it returns the answer's bytes on the wire.
 // An answer that breaks off is a transport error (asked again).
 func askSignature(ctx context.Context, o Options, session string, size int64, body io.Reader, read func(io.Reader) error) (int64, error) {
-	headers := map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session, DeltaHeader: DeltaSignature, SizeHeader: strconv.FormatInt(size, 10)}
+	headers := map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaSignature, SizeHeader: strconv.FormatInt(size, 10)}
 	if o.DeltaBase != "" {
 		headers[BaseHeader] = o.DeltaBase
 	}
@@ -204,7 +204,7 @@ func runsRequest(ctx context.Context, o Options, size, offset int64, session str
 		produced <- err
 	}()
 	body := iostage.NewCounter(pr)
-	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session, DeltaHeader: DeltaApply})
+	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaApply})
 	pr.CloseWithError(errors.New("request ended"))
 	perr := <-produced
 	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {

@@ -107,7 +107,7 @@ func TestDeltaPassResumesAfterADrop(t *testing.T) {
 }
 
 // TestDeltaPassOntoNoBaseClonesInFull: a target of another size, or one
-// whose digest is not the base named, gets a full sparse-v1 clone, exact.
+// whose digest is not the base named, gets a full sparse-v2 clone, exact.
 func TestDeltaPassOntoNoBaseClonesInFull(t *testing.T) {
 	dir := t.TempDir()
 	src := testimg.Raw(t, dir, "source.img", deltaSize, 63)
@@ -133,7 +133,7 @@ func TestDeltaPassOntoNoBaseClonesInFull(t *testing.T) {
 			res, err := sendDelta(t, p, s.url(""), src, base)
 			require.NoError(t, err)
 			assert.Nil(t, res.Delta, "no base: a full clone")
-			assert.Equal(t, cloner.ProtocolSparseV1, res.Protocol)
+			assert.Equal(t, cloner.ProtocolSparseV2, res.Protocol)
 			got, err := s.wait(t)
 			require.NoError(t, err)
 			assert.Nil(t, got.Delta)

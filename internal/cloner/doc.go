@@ -10,11 +10,13 @@
 //   - CDI's: the stream compressed with the Snappy framing format, which
 //     CDI's upload server decodes; used against any upload server that
 //     does not announce ours.
-//   - sparse-v1, ours, offered by our upload server in the answer to HEAD
+//   - sparse-v2, ours, offered by our upload server in the answer to HEAD
 //     (ProtocolHeader) and chosen by the sender with the same header: an s2
 //     stream of records (Record, Encoder, Decoder) that sends zero runs
-//     as their length, ends with the sha256 of the whole source (the server compares it
-//     before it commits and answers Clone Complete), and names a session so
+//     as their length, ends with the source's content digest (blk-sha256,
+//     the one every import records; the server compares it with the bytes
+//     it accepted before it commits and answers Clone Complete), and names
+//     a session so
 //     a dropped connection resumes from the offset the server holds
 //     (OffsetHeader) instead of starting over.
 package cloner

@@ -24,7 +24,7 @@ import (
 	"github.com/diskimport/engine/uploadserver"
 )
 
-// record is one sparse-v1 record head as the wire has it: a kind byte and
+// record is one sparse-v2 record head as the wire has it: a kind byte and
 // two big-endian 64-bit fields, any value (the Encoder only writes sane ones).
 func record(kind byte, a, b uint64) []byte {
 	r := make([]byte, 17)
@@ -46,13 +46,13 @@ func sparseBody(t *testing.T, parts ...[]byte) []byte {
 	return buf.Bytes()
 }
 
-// postSparse sends body as one sparse-v1 request of session and returns the
+// postSparse sends body as one sparse-v2 request of session and returns the
 // answer's status and text.
 func postSparse(ctx context.Context, t *testing.T, p *pki, url, session string, body io.Reader) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, body)
 	require.NoError(t, err)
 	req.Header.Set(uploadserver.HeaderContentType, cloner.ContentTypeBlock)
-	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV1)
+	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
 	req.Header.Set(cloner.SessionHeader, session)
 	resp, err := p.clientFor(t, &p.client).Do(req)
 	if err != nil {
@@ -134,7 +134,7 @@ func TestHostileSparseRecordsAreRefusedQuickly(t *testing.T) {
 	cloneSucceeds(t, p, s, dst, 23, "a good clone after the hostile ones")
 }
 
-// leaveMidBody posts parts, Snappy-framed, as one sparse-v1 request of
+// leaveMidBody posts parts, Snappy-framed, as one sparse-v2 request of
 // session, waits until the server has received all of it, and goes away
 // without ending the body or reading the answer.
 func leaveMidBody(t *testing.T, p *pki, s *served, session string, parts ...[]byte) {
@@ -164,7 +164,7 @@ func leaveMidBody(t *testing.T, p *pki, s *served, session string, parts ...[]by
 func cloneSucceeds(t *testing.T, p *pki, s *served, dst string, seed uint64, what string) {
 	t.Helper()
 	img := testimg.Raw(t, t.TempDir(), "source.img", 2*mib, seed)
-	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV1)
+	_, err := send(t, p, s.url(""), cloner.ContentTypeBlock, img, cloner.ProtocolSparseV2)
 	require.NoError(t, err, what)
 	_, serr := s.wait(t)
 	require.NoError(t, serr)
@@ -185,7 +185,7 @@ func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
 }
 
 // TestNewSparseSessionEndsAnInterruptedOne: a client that leaves in the
-// middle of a good sparse-v1 clone does not hold the server for the
+// middle of a good sparse-v2 clone does not hold the server for the
 // resume window against a new session (a restarted cloner has a new one):
 // the newcomer is taken at once and the interrupted session is dropped.
 func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {

@@ -39,9 +39,9 @@ type Options struct {
 	Source      string
 	// Client speaks to the server (mutual TLS is its transport's).
 	Client *http.Client
-	// Protocol: ProtocolAuto, ProtocolSnappy or ProtocolSparseV1.
+	// Protocol: ProtocolAuto, ProtocolSnappy or ProtocolSparseV2.
 	Protocol string
-	// Retries bounds the retries of a sparse-v1 clone after a transport
+	// Retries bounds the retries of a sparse-v2 clone after a transport
 	// failure, the delta signature's and the resumptions together (0: 10;
 	// < 0: none); RetryDelay is the first pause (0: 1 s), doubled for each
 	// failure in a row (internal/retry's backoff).
@@ -68,7 +68,7 @@ type Result struct {
 	SourceBytes int64
 	// WireBytes counts the request bodies' bytes, every attempt included.
 	WireBytes int64
-	// Digest is the sha256 of the source (sparse-v1 only).
+	// Digest is the source's content digest (sparse-v2 only).
 	Digest string
 	// Resumes counts the requests that resumed a dropped one, and
 	// ResumedAt holds the source offset each went on from.
@@ -99,7 +99,7 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	proto := o.Protocol
 	if o.ContentType == ContentTypeFilesystem && o.Delta && proto != ProtocolSnappy {
 		if offersSparse(ctx, o) && offersDelta(ctx, o) {
-			o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV1, "delta", DeltaTree)
+			o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaTree)
 			return sendTreeDelta(ctx, o)
 		}
 		proto = ProtocolSnappy
@@ -107,34 +107,34 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	if proto == ProtocolAuto {
 		proto = ProtocolSnappy
 		if o.ContentType == ContentTypeBlock && offersSparse(ctx, o) {
-			proto = ProtocolSparseV1
+			proto = ProtocolSparseV2
 		}
 	}
 	o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", proto)
 	switch proto {
 	case ProtocolSnappy:
 		return sendSnappy(ctx, o)
-	case ProtocolSparseV1:
+	case ProtocolSparseV2:
 		if o.ContentType != ContentTypeBlock {
-			return nil, fmt.Errorf("%s carries block clones only: %w", ProtocolSparseV1, errdefs.ErrInvalidOptions)
+			return nil, fmt.Errorf("%s carries block clones only: %w", ProtocolSparseV2, errdefs.ErrInvalidOptions)
 		}
 		if o.Delta && offersDelta(ctx, o) {
 			return sendDelta(ctx, o)
 		}
 		return sendSparse(ctx, o)
 	}
-	return nil, fmt.Errorf("clone protocol %q: want %s or %s: %w", proto, ProtocolSnappy, ProtocolSparseV1, errdefs.ErrInvalidOptions)
+	return nil, fmt.Errorf("clone protocol %q: want %s or %s: %w", proto, ProtocolSnappy, ProtocolSparseV2, errdefs.ErrInvalidOptions)
 }
 
 // offersSparse asks the server (HEAD on the upload path) whether it takes
-// sparse-v1; CDI's answers 200 without our header.
+// sparse-v2; CDI's answers 200 without our header.
 func offersSparse(ctx context.Context, o Options) bool {
 	resp, err := head(ctx, o, "")
 	if err != nil {
 		o.Logger.Info("HEAD on the upload path failed; using CDI's stream", "err", err)
 		return false
 	}
-	return resp.Header.Get(ProtocolHeader) == ProtocolSparseV1
+	return resp.Header.Get(ProtocolHeader) == ProtocolSparseV2
 }
 
 // offersDelta asks the server whether it takes delta passes.
@@ -266,7 +266,7 @@ func postResponse(ctx context.Context, o Options, body io.Reader, headers map[st
 	return resp, nil
 }
 
-// transportError: the request did not get an answer; a sparse-v1 clone
+// transportError: the request did not get an answer; a sparse-v2 clone
 // resumes after it.
 type transportError struct{ err error }
 

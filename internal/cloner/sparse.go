@@ -3,7 +3,6 @@ package cloner
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/retry"
 )
@@ -31,14 +31,14 @@ const (
 	offsetPoll  = 200 * time.Millisecond
 )
 
-// sourceHash is the whole-source digest, fed in order exactly once even
-// when a resumption re-reads bytes already digested.
+// sourceHash is the source's content digest, fed in order exactly once
+// even when a resumption re-reads bytes already digested.
 type sourceHash struct {
-	d    *Digest
+	h    *blkhash.Hash
 	upTo int64
 	// sum and final are the digest once the whole source was read (a
 	// resumption that only re-sends the End record reuses them).
-	sum   [sha256.Size]byte
+	sum   blkhash.Digest
 	final string
 }
 
@@ -52,14 +52,14 @@ func (s *sourceHash) add(off int64, p []byte, zero bool) {
 		p = p[s.upTo-off:]
 	}
 	if zero {
-		s.d.Zeros(int64(len(p)))
+		s.h.Zero(int64(len(p)))
 	} else {
-		s.d.Data(p)
+		_, _ = s.h.Write(p)
 	}
 	s.upTo = end
 }
 
-// sendSparse runs the sparse-v1 clone: requests from the offset the server
+// sendSparse runs the sparse-v2 clone: requests from the offset the server
 // holds until one ends with the server's Clone Complete.
 func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	f, size, err := openDevice(o.Source)
@@ -68,8 +68,8 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	}
 	defer f.Close()
 	session := newSessionID()
-	sum := &sourceHash{d: NewDigest()}
-	res := &Result{Protocol: ProtocolSparseV1, SourceBytes: size}
+	sum := &sourceHash{h: blkhash.New(0)}
+	res := &Result{Protocol: ProtocolSparseV2, SourceBytes: size}
 	err = resuming(ctx, o, retryBudget(o, isTransportError), session, size, res, func(offset int64) ([]byte, int64, error) {
 		return sparseRequest(ctx, o, f, size, offset, session, sum)
 	})
@@ -167,7 +167,7 @@ func sparseRequest(ctx context.Context, o Options, f *os.File, size, offset int6
 		produced <- err
 	}()
 	body := iostage.NewCounter(pr)
-	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV1, SessionHeader: session})
+	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session})
 	pr.CloseWithError(errors.New("request ended"))
 	perr := <-produced
 	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
@@ -239,8 +239,8 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 		return fmt.Errorf("clone source digest covers %d of %d bytes", sum.upTo, size)
 	}
 	if sum.final == "" {
-		sum.sum = sum.d.Sum()
-		sum.final = FormatDigest(sum.sum)
+		sum.sum = sum.h.Sum()
+		sum.final = sum.sum.String()
 	}
 	return enc.End(sum.sum)
 }

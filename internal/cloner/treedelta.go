@@ -21,7 +21,7 @@ const DeltaTree = "tree"
 // request, the server answers with the signatures of the files it
 // compares in place (large files of the same size: a KubeVirt volume's
 // disk.img), every other file is sent whole, and the runs go in one
-// session that resumes as sparse-v1's does, ending with the volume's
+// session that resumes as sparse-v2's does, ending with the volume's
 // digest, which the server's must equal before it puts anything in place.
 // A server that takes no filesystem pass (412) gets CDI's tar stream.
 func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
@@ -77,7 +77,7 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 	pass := &delta.Pass{Stats: src.Plan(got.sigs, got.a.Kept), BaseDigest: got.a.BaseDigest, SignatureBytes: sigWire, Full: !got.a.Base}
 	o.Logger.Info("Filesystem delta pass", "entries", len(src.Manifest().Entries), "inPlace", len(got.sigs), "kept", len(got.a.Kept), "blocks", pass.Blocks,
 		"changed", pass.BlocksChanged, "dataBytes", pass.DataBytes, "zeroBytes", pass.ZeroBytes, "signatureBytes", sigWire, "base", got.a.Base)
-	res := &Result{Protocol: ProtocolSparseV1 + "+" + DeltaV1 + "+" + DeltaTree, SourceBytes: src.Size(), WireBytes: sigWire, Resumes: retries, Delta: pass}
+	res := &Result{Protocol: ProtocolSparseV2 + "+" + DeltaV1 + "+" + DeltaTree, SourceBytes: src.Size(), WireBytes: sigWire, Resumes: retries, Delta: pass}
 	err = resuming(ctx, o, budget, session, src.Size(), res, func(offset int64) ([]byte, int64, error) {
 		send := func(from int64, sink delta.Sink) error { return src.Send(ctx, from, sink) }
 		return runsRequest(ctx, o, src.Size(), offset, session, send, src.Digest)

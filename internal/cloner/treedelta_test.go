@@ -118,7 +118,7 @@ func TestFilesystemDeltaPassSendsTheChangedBlocksOfItsDisk(t *testing.T) {
 	src, dst, p, first := copiedVolume(t, 71)
 	assert.Equal(t, volumeState(t, src), volumeState(t, dst))
 	assert.True(t, first.Delta.Final)
-	assert.Equal(t, cloner.ProtocolSparseV1+"+"+cloner.DeltaV1+"+"+cloner.DeltaTree, first.Protocol)
+	assert.Equal(t, cloner.ProtocolSparseV2+"+"+cloner.DeltaV1+"+"+cloner.DeltaTree, first.Protocol)
 
 	changed := testimg.WriteRandomAt(t, filepath.Join(src, "disk.img"), 100, 4096, spread(20)...)
 	require.NoError(t, os.WriteFile(filepath.Join(src, "meta", "config.json"), []byte(`{"disk":"disk.img","v":2}`), 0o640))

@@ -2,21 +2,25 @@ package cloner
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/blkhash"
 )
 
-// Headers and values of the sparse-v1 wire format.
+// Headers and values of the sparse-v2 wire format.
 const (
 	// ProtocolHeader: in a HEAD answer, the formats the server takes; in a
 	// POST, the one the body uses.
-	ProtocolHeader   = "X-Diskimport-Clone-Protocol"
-	ProtocolSparseV1 = "sparse-v1"
+	ProtocolHeader = "X-Diskimport-Clone-Protocol"
+	// ProtocolSparseV2's End record carries the source's blk-sha256
+	// content digest; a peer speaking sparse-v1 (another digest there) and
+	// this one do not offer each other their formats, so they fall back to
+	// CDI's stream instead of failing the digest at the end.
+	ProtocolSparseV2 = "sparse-v2"
 	// SessionHeader names one clone across its requests.
 	SessionHeader = "X-Diskimport-Clone-Session"
 	// OffsetHeader, in a HEAD answer for a session, is how many bytes of
@@ -27,7 +31,7 @@ const (
 	// ignores it).
 	SizeHeader = "X-Diskimport-Clone-Size"
 	// DeltaHeader: in a HEAD answer, DeltaV1 when the server takes delta
-	// passes; in a sparse-v1 POST, DeltaSignature (the request for the
+	// passes; in a sparse-v2 POST, DeltaSignature (the request for the
 	// target's signature, answered with it) or DeltaApply (the runs of the
 	// session the signature opened).
 	DeltaHeader    = "X-Diskimport-Clone-Delta"
@@ -44,7 +48,7 @@ const (
 	recordStart = 'S' // size of the source, offset this request starts at
 	recordData  = 'D' // offset, length, bytes
 	recordZero  = 'Z' // offset, length: a run of zeros, not sent
-	recordEnd   = 'E' // sha256 of the whole source
+	recordEnd   = 'E' // the source's content digest (blk-sha256)
 )
 
 // maxDataRecord bounds one data record, so a hostile length cannot make
@@ -58,7 +62,7 @@ type Record struct {
 	// the bytes, valid until the next Next).
 	Size, Offset, Length int64
 	Data                 []byte
-	Digest               [sha256.Size]byte
+	Digest               blkhash.Digest
 }
 
 // IsStart, IsData, IsZero and IsEnd tell the record's kind.
@@ -105,8 +109,8 @@ func (e *Encoder) Data(off int64, p []byte) error {
 // Zero says the n bytes at off are zeros.
 func (e *Encoder) Zero(off, n int64) error { return e.head(recordZero, uint64(off), uint64(n)) }
 
-// End closes the stream with the digest of the whole source.
-func (e *Encoder) End(digest [sha256.Size]byte) error {
+// End closes the stream with the content digest of the whole source.
+func (e *Encoder) End(digest blkhash.Digest) error {
 	if _, err := e.w.Write([]byte{recordEnd}); err != nil {
 		return err
 	}
@@ -124,7 +128,7 @@ type Decoder struct {
 // NewDecoder reads records from r.
 func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 64<<10)} }
 
-// errMalformed marks a body that is not sparse-v1; errors of the reader
+// errMalformed marks a body that is not sparse-v2; errors of the reader
 // beneath are returned as they are (a dropped connection can resume).
 var errMalformed = errors.New("malformed clone stream")
 

@@ -216,7 +216,7 @@ func TestUploadServerClientCertificate(t *testing.T) {
 // TestClonerToUploadServerBlock is the storage-class migration between two
 // machines' worth of loop devices: the cloner pod (VOLUME_MODE=block) on
 // the source device, the upload-server pod on a target device of exactly
-// its size, both started as CDI starts them, our sparse-v1 stream between
+// its size, both started as CDI starts them, our sparse-v2 stream between
 // them with mutual TLS, verified.
 func TestClonerToUploadServerBlock(t *testing.T) {
 	img := loadImage(t)
@@ -249,8 +249,8 @@ func TestClonerToUploadServerBlock(t *testing.T) {
 	if m.Message != "Clone Complete" {
 		t.Errorf("upload server's termination message %+v, want Clone Complete", m)
 	}
-	if logs := img.podman.Logs(cloner); !strings.Contains(logs, "protocol=sparse-v1") {
-		t.Errorf("the cloner did not use sparse-v1:\n%s", logs)
+	if logs := img.podman.Logs(cloner); !strings.Contains(logs, "protocol=sparse-v2") {
+		t.Errorf("the cloner did not use sparse-v2:\n%s", logs)
 	}
 	if b, _ := os.ReadFile(server.termLog); !strings.Contains(string(b), `"verified":true`) {
 		t.Errorf("the clone was not verified: %s", b)
