@@ -25,15 +25,17 @@ const (
 )
 
 // inflateJob inflates in into out and then releases op to the output
-// stage. want is how many bytes the output must have, keep how many are
-// written (less for a disk's last, partial cluster).
+// stage, and in to inFree when it came from one. want is how many bytes
+// the output must have, keep how many are written (less for a disk's
+// last, partial cluster).
 type inflateJob struct {
-	in   []byte
-	out  []byte
-	want int
-	keep int
-	op   *op
-	what string // for errors: "cluster 12", "grain 3"
+	in     []byte
+	inFree chan []byte
+	out    []byte
+	want   int
+	keep   int
+	op     *op
+	what   string // for errors: "cluster 12", "grain 3"
 }
 
 // inflaters is a bounded pool of workers, each with its own decoder
@@ -75,6 +77,9 @@ func (p *inflaters) work() {
 	defer d.close()
 	for j := range p.jobs {
 		n, err := d.inflate(p.codec, j.in, j.out)
+		if j.inFree != nil {
+			j.inFree <- j.in[:cap(j.in)]
+		}
 		switch {
 		case err != nil:
 			j.op.err = fmt.Errorf("streamdecode: inflate %s: %w: %w", j.what, errdefs.ErrInvalidImage, err)

@@ -65,6 +65,7 @@ type vmdkDecoder struct {
 	out      *output
 	inf      *inflaters
 	outFree  chan []byte
+	inFree   chan []byte // compressed grains, each up to 2 grains long
 	book     bookkeeping
 	ahead    *vmdkAhead // the tables came ahead of the grains
 	headerGD bool       // tables behind, the header (not a footer) names the directory
@@ -136,6 +137,11 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	d.out = newOutput(ctx, sink, nbuf)
 	d.inf = newInflaters(codecZlib, o.Workers)
 	d.outFree = freeBuffers(nbuf, d.grainB)
+	// A compressed grain is read into a buffer of the pool and released
+	// once inflated: one per queued job and per worker, one being read.
+	// Allocated per grain, their 377 MB of garbage per GiB held the heap
+	// at its GC goal, twice what is live (1 GiB as a pod: 166 MiB RSS).
+	d.inFree = freeBuffers(2*o.Workers+2, 2*d.grainB)
 	defer func() {
 		d.inf.stop()
 		if werr := d.out.close(); err == nil && werr != nil {
@@ -258,7 +264,7 @@ func (d *vmdkDecoder) grain(sector, lba, size uint64) error {
 	} else if err := d.addPending(sector, lba); err != nil {
 		return fmt.Errorf("vmdk: %d grains before their grain table: %w", len(d.pending)-d.claimed, err)
 	}
-	in := make([]byte, size)
+	in := (<-d.inFree)[:size]
 	if err := d.read(in); err != nil {
 		return err
 	}
@@ -271,7 +277,7 @@ func (d *vmdkDecoder) grain(sector, lba, size uint64) error {
 	x.outBuf = <-d.outFree
 	d.out.send(x)
 	d.grains++
-	d.inf.jobs <- inflateJob{in: in, out: x.outBuf, want: want, keep: want, op: x, what: fmt.Sprintf("vmdk grain at sector %d", sector)}
+	d.inf.jobs <- inflateJob{in: in, inFree: d.inFree, out: x.outBuf, want: want, keep: want, op: x, what: fmt.Sprintf("vmdk grain at sector %d", sector)}
 	return nil
 }
 
