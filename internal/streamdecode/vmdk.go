@@ -137,10 +137,11 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	d.out = newOutput(ctx, sink, nbuf)
 	d.inf = newInflaters(codecZlib, o.Workers)
 	d.outFree = freeBuffers(nbuf, d.grainB)
-	// A compressed grain is read into a buffer of the pool and released
-	// once inflated: one per queued job and per worker, one being read.
-	// Allocated per grain, their 377 MB of garbage per GiB held the heap
-	// at its GC goal, twice what is live (1 GiB as a pod: 166 MiB RSS).
+	// A compressed grain is read into a buffer of this pool and handed
+	// back once inflated: one per queued job and per worker, one being
+	// read. A fresh buffer per grain (377 MB per GiB of the bench disk)
+	// kept the heap at its GC goal, twice what is live: 1 GiB as a pod
+	// peaked at 166 MiB RSS that way, at 95 MiB with the pool.
 	d.inFree = freeBuffers(2*o.Workers+2, 2*d.grainB)
 	defer func() {
 		d.inf.stop()
