@@ -81,17 +81,23 @@ func TestVMDKNotStreamOptimized(t *testing.T) {
 	}
 }
 
-// While the writes lag, the decoder reads on through the grains it may
-// hold: with 4 × workers + 2 grains it stopped within the first 2 MiB.
-func TestVMDKReadsOnWhileTheWritesLag(t *testing.T) {
+// randomStreamVMDK is a streamOptimized vmdk of size random bytes (every
+// grain takes its whole 64 KiB of the stream), and those bytes.
+func randomStreamVMDK(t *testing.T, size int, seed byte) (img string, disk []byte) {
+	t.Helper()
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
-	// Random bytes: every grain takes its 64 KiB of the stream.
-	noise := make([]byte, 16<<20)
-	_, _ = rand.NewChaCha8([32]byte{7}).Read(noise)
+	disk = make([]byte, size)
+	_, _ = rand.NewChaCha8([32]byte{seed}).Read(disk)
 	raw := filepath.Join(dir, "disk.raw")
-	require.NoError(t, os.WriteFile(raw, noise, 0o644))
-	img := makeStreamVMDK(t, raw, dir)
+	require.NoError(t, os.WriteFile(raw, disk, 0o644))
+	return makeStreamVMDK(t, raw, dir), disk
+}
+
+// While the writes lag, the decoder reads on through the grains it may
+// hold: with 4 × workers + 2 grains it stopped within the first MiB.
+func TestVMDKReadsOnWhileTheWritesLag(t *testing.T) {
+	img, _ := randomStreamVMDK(t, 16<<20, 7)
 	read := readWhileTheFirstWriteWaits(t, DecodeVMDK, img, reference(t, img, "vmdk"))
 	assert.GreaterOrEqual(t, read, int64(grainsAheadBytes),
 		"read %d bytes while the first write waited, want the %d bytes of grains it may hold", read, grainsAheadBytes)
@@ -102,13 +108,7 @@ func TestVMDKReadsOnWhileTheWritesLag(t *testing.T) {
 // than the stream (each grain allocated: 50+ MiB, the heap then held at
 // twice what is live).
 func TestVMDKGrainsDoNotAllocateTheStream(t *testing.T) {
-	testimg.Need(t, "qemu-img")
-	dir := t.TempDir()
-	noise := make([]byte, 48<<20)
-	_, _ = rand.NewChaCha8([32]byte{9}).Read(noise)
-	raw := filepath.Join(dir, "disk.raw")
-	require.NoError(t, os.WriteFile(raw, noise, 0o644))
-	img := makeStreamVMDK(t, raw, dir)
+	img, noise := randomStreamVMDK(t, 48<<20, 9)
 	stream, err := os.ReadFile(img)
 	require.NoError(t, err)
 	sink := &memSink{t: t, b: make([]byte, len(noise))}
