@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+
+	"github.com/diskimport/engine/internal/buffers"
 )
 
 // WindowReaderAt serves the small reads of a run through a remote object
@@ -18,12 +20,14 @@ import (
 // would fetch a megabyte for a few kilobytes.
 //
 // It is safe for concurrent use; readers of a window being fetched wait
-// for that one request.
+// for that one request. An evicted window's buffer is reused once its
+// last reader is done, so the windows of a whole run cost max buffers.
 type WindowReaderAt struct {
 	r      io.ReaderAt
 	size   int64
 	window int64
 	max    int // windows kept
+	bufs   *buffers.Pool
 
 	mu      sync.Mutex
 	wins    []*readWindow
@@ -36,7 +40,10 @@ type readWindow struct {
 	buf  []byte
 	done chan struct{}
 	err  error // valid after done
-	used int64 // tick of the last use, for eviction
+	// Guarded by WindowReaderAt.mu:
+	used    int64 // tick of the last use, for eviction
+	readers int   // ReadAt calls between windowFor and release
+	evicted bool  // out of wins: buf goes back to the pool with its last reader
 }
 
 const (
@@ -47,7 +54,8 @@ const (
 
 // NewWindowReaderAt serves r, an object of size bytes, through windows.
 func NewWindowReaderAt(r io.ReaderAt, size int64) *WindowReaderAt {
-	return &WindowReaderAt{r: r, size: size, window: windowSize, max: windowsKept, lastEnd: -1}
+	return &WindowReaderAt{r: r, size: size, window: windowSize, max: windowsKept, lastEnd: -1,
+		bufs: buffers.NewPool(windowSize, windowsKept, 1)}
 }
 
 func (ra *WindowReaderAt) ReadAt(p []byte, off int64) (int, error) {
@@ -64,10 +72,11 @@ func (ra *WindowReaderAt) ReadAt(p []byte, off int64) (int, error) {
 		}
 		<-w.done
 		if w.err != nil {
-			ra.drop(w)
+			ra.release(w, true)
 			return n, w.err
 		}
 		n += copy(p[n:], w.buf[at-w.off:])
+		ra.release(w, false)
 	}
 	if n < len(p) {
 		return n, io.EOF
@@ -76,7 +85,8 @@ func (ra *WindowReaderAt) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // windowFor returns the window holding at, starting its fetch (and the
-// next window's) when needed; nil means read directly.
+// next window's) when needed, with the caller counted as its reader until
+// release; nil means read directly.
 func (ra *WindowReaderAt) windowFor(at, off int64, n int) *readWindow {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
@@ -101,6 +111,7 @@ func (ra *WindowReaderAt) windowFor(at, off int64, n int) *readWindow {
 	ra.lastEnd = max(ra.lastEnd, off+int64(n))
 	ra.tick++
 	w.used = ra.tick
+	w.readers++
 	if next := start + ra.window; next < ra.size && at-start >= ra.window/2 && ra.find(next) == nil {
 		ra.start(next)
 	}
@@ -134,7 +145,7 @@ func (ra *WindowReaderAt) start(start int64) *readWindow {
 		if victim < 0 {
 			return nil
 		}
-		ra.wins = append(ra.wins[:victim], ra.wins[victim+1:]...)
+		ra.evict(ra.wins[victim])
 	}
 	w := &readWindow{off: start, done: make(chan struct{})}
 	ra.tick++
@@ -142,7 +153,7 @@ func (ra *WindowReaderAt) start(start int64) *readWindow {
 	ra.wins = append(ra.wins, w)
 	go func() {
 		defer close(w.done)
-		buf := make([]byte, min(ra.window, ra.size-start))
+		buf := ra.bufs.Get()[:min(ra.window, ra.size-start)]
 		k, err := ra.r.ReadAt(buf, start)
 		if k == len(buf) {
 			err = nil
@@ -154,14 +165,39 @@ func (ra *WindowReaderAt) start(start int64) *readWindow {
 	return w
 }
 
-// drop forgets a failed window, so a later read asks again.
-func (ra *WindowReaderAt) drop(w *readWindow) {
+// release ends a reader's use of w; failed forgets w (its fetch failed),
+// so a later read asks again.
+func (ra *WindowReaderAt) release(w *readWindow, failed bool) {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
+	w.readers--
+	if failed {
+		ra.evict(w)
+	}
+	ra.recycle(w)
+}
+
+// evict takes w out of the windows kept; ra.mu is held and w's fetch is
+// done.
+func (ra *WindowReaderAt) evict(w *readWindow) {
+	if w.evicted {
+		return
+	}
+	w.evicted = true
 	for i, x := range ra.wins {
 		if x == w {
 			ra.wins = append(ra.wins[:i], ra.wins[i+1:]...)
-			return
+			break
 		}
+	}
+	ra.recycle(w)
+}
+
+// recycle gives an evicted window's buffer back once no reader copies from
+// it; ra.mu is held.
+func (ra *WindowReaderAt) recycle(w *readWindow) {
+	if w.evicted && w.readers == 0 && w.buf != nil {
+		ra.bufs.Put(w.buf)
+		w.buf = nil
 	}
 }

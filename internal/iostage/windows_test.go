@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,6 +77,44 @@ func TestWindowReaderAtConcurrentRuns(t *testing.T) {
 	assert.Equal(t, 40, n)
 	assert.ErrorIs(t, err, io.EOF)
 	assert.Equal(t, data[size-40:], p[:40])
+}
+
+// A run through many windows reuses the buffers of the windows it left:
+// its windows cost about windowsKept buffers, not one each (a ranged
+// convert of a 197 MB compressed qcow2 allocated 108 MB of windows, which
+// with the garbage collector's slack held the importer at 150-190 MiB).
+func TestWindowReaderAtReusesTheBuffersOfEvictedWindows(t *testing.T) {
+	size := 32 * windowSize
+	data := randomData(size, 6)
+	ra := NewWindowReaderAt(bytes.NewReader(data), int64(size))
+	const piece = 65536
+	offs := make(chan int, 64)
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 8 {
+		wg.Go(func() {
+			p := make([]byte, piece)
+			for off := range offs {
+				n, err := ra.ReadAt(p, int64(off))
+				if n != piece || err != nil || !bytes.Equal(p, data[off:off+n]) {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	for off := 0; off < size; off += piece {
+		offs <- off
+	}
+	close(offs)
+	wg.Wait()
+	runtime.ReadMemStats(&after)
+	assert.Zero(t, bad.Load(), "reads with wrong bytes or errors")
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d MiB allocated reading %d MiB through %d MiB windows", allocated>>20, size>>20, windowSize>>20)
+	assert.Less(t, allocated, uint64((windowsKept+4)*windowSize))
 }
 
 // A lone small read far from the last one, and a big read, go straight to

@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+
+	"github.com/diskimport/engine/internal/buffers"
 )
 
 const (
@@ -45,7 +47,9 @@ type Server struct {
 	MaxInFlight int
 	MinBlock    uint32
 
-	bufs sync.Pool // *[]byte of pooledBufSize, reused between reads
+	// Payloads reused between requests: up to smallBufSize and up to
+	// pooledBufSize.
+	small, bufs *buffers.Pool
 
 	mu    sync.Mutex
 	err   error // first read error of the export
@@ -124,6 +128,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.MinBlock == 0 {
 		s.MinBlock = 1
 	}
+	// A connection holds at most one buffer per worker and one payload
+	// being read.
+	s.small = buffers.NewPool(smallBufSize, s.MaxInFlight+1, bufAlign)
+	s.bufs = buffers.NewPool(pooledBufSize, s.MaxInFlight+1, bufAlign)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

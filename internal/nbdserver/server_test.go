@@ -393,3 +393,49 @@ func noLeak(t *testing.T, before int) {
 		t.Fatalf("goroutines leaked: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// Reads of a compressed cluster's size, many in flight (qemu-img -m 16 on
+// a compressed qcow2), each hold a buffer of about their own size, not
+// one of the 2 MiB that runs of plain clusters need; and the buffers of
+// one round of reads serve the next.
+func TestSmallReadsInFlightHoldSmallBuffers(t *testing.T) {
+	data := testData(4 << 20)
+	sr := &slowReader{r: bytes.NewReader(data)}
+	sock, s, stop := start(t, sr, int64(len(data)))
+	c, err := net.Dial("unix", sock)
+	require.NoError(t, err)
+	defer c.Close()
+	negotiate(t, c)
+	const piece = 40000
+	got := make([]byte, piece)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for round := range 4 {
+		var reqs []byte
+		for i := range DefaultMaxInFlight {
+			off := uint64((round*DefaultMaxInFlight + i) * piece)
+			reqs = append(reqs, request(cmdRead, off, off, piece)...)
+		}
+		_, err = c.Write(reqs)
+		require.NoError(t, err)
+		for range DefaultMaxInFlight {
+			var h [16]byte
+			_, err = io.ReadFull(c, h[:])
+			require.NoError(t, err)
+			require.Zero(t, be.Uint32(h[4:]), "errno")
+			off := be.Uint64(h[8:]) // the cookie
+			_, err = io.ReadFull(c, got)
+			require.NoError(t, err)
+			require.Equal(t, data[off:off+piece], got)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	assert.GreaterOrEqual(t, sr.peak.Load(), int32(DefaultMaxInFlight/2), "reads did not overlap")
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d KiB allocated for %d reads of %d bytes, up to %d at once", allocated>>10, 4*DefaultMaxInFlight, piece, sr.peak.Load())
+	// A 2 MiB buffer per read in flight: 32 MiB.
+	assert.Less(t, allocated, uint64(DefaultMaxInFlight*(smallBufSize+64<<10)))
+	assert.NoError(t, s.Err())
+	require.NoError(t, stop())
+}

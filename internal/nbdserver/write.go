@@ -6,7 +6,7 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/diskimport/engine/internal/volume"
+	"github.com/diskimport/engine/internal/buffers"
 )
 
 // WritableExport is what a writable export serves. Its methods are called
@@ -95,4 +95,4 @@ func (s *Server) inBounds(off uint64, n uint32) bool {
 const bufAlign = 4096
 
 // alignedBuf returns an n-byte slice starting on a bufAlign boundary.
-func alignedBuf(n int) []byte { return volume.AlignedBuf(n, bufAlign) }
+func alignedBuf(n int) []byte { return buffers.Aligned(n, bufAlign) }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/buffers"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
@@ -92,18 +93,18 @@ type BatchOptions struct {
 // them on every path.
 func NewBatchedDeviceWriter(ctx context.Context, w *DeviceWriter, o BatchOptions) *BatchedDeviceWriter {
 	bufSize := cmp.Or(o.BufferSize, DefaultBatchBuffer)
-	buffers := cmp.Or(o.Buffers, DefaultBatchBuffers)
+	nbuf := cmp.Or(o.Buffers, DefaultBatchBuffers)
 	writers := cmp.Or(o.Writers, DefaultBatchWriters)
 	lbs := max(w.BlockSize(), 512)
 	s := &BatchedDeviceWriter{
 		ctx: ctx, w: w, lbs: lbs, zeroing: o.Zeroing, mayDeallocate: o.MayDeallocate,
 		bufSize: (int64(bufSize) + lbs - 1) / lbs * lbs,
-		free:    make(chan []byte, buffers),
-		jobs:    make(chan batchJob, buffers+writers),
+		free:    make(chan []byte, nbuf),
+		jobs:    make(chan batchJob, nbuf+writers),
 	}
 	s.idle = sync.NewCond(&s.mu)
-	for range buffers {
-		s.free <- AlignedBuf(int(s.bufSize), int(lbs))
+	for range nbuf {
+		s.free <- buffers.Aligned(int(s.bufSize), int(lbs))
 	}
 	s.workers.Add(writers)
 	for range writers {

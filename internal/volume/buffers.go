@@ -1,6 +1,6 @@
 package volume
 
-import "unsafe"
+import "github.com/diskimport/engine/internal/buffers"
 
 const (
 	// chunkSize is the unit the reader fills and the writer submits: large
@@ -22,14 +22,5 @@ const (
 	maxZeroRun = 256 << 20
 )
 
-// AlignedBuf returns an n-byte slice whose first byte is aligned to align
-// (a power of two), as O_DIRECT needs. It lives on the Go heap; the
-// over-allocation is at most align bytes.
-func AlignedBuf(n, align int) []byte {
-	b := make([]byte, n+align)
-	skip := (align - int(uintptr(unsafe.Pointer(&b[0]))&uintptr(align-1))) & (align - 1)
-	return b[skip : skip+n : skip+n]
-}
-
-// alignedBuf is AlignedBuf at the alignment of every buffer of this package.
-func alignedBuf(n int) []byte { return AlignedBuf(n, alignment) }
+// alignedBuf is an n-byte buffer at the alignment of every buffer of this package.
+func alignedBuf(n int) []byte { return buffers.Aligned(n, alignment) }

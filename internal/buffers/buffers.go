@@ -1,0 +1,63 @@
+// Package buffers holds the engine's one way to allocate I/O buffers that
+// O_DIRECT accepts (Aligned) and to reuse same-sized buffers between
+// requests (Pool).
+package buffers
+
+import "unsafe"
+
+// Aligned returns an n-byte slice whose first byte is aligned to align (a
+// power of two), as O_DIRECT needs. It lives on the Go heap; the
+// over-allocation is at most align bytes. Its capacity is n, so a buffer
+// given back to a Pool is known by its capacity.
+func Aligned(n, align int) []byte {
+	b := make([]byte, n+align)
+	skip := (align - int(uintptr(unsafe.Pointer(&b[0]))&uintptr(align-1))) & (align - 1)
+	return b[skip : skip+n : skip+n]
+}
+
+// Pool reuses buffers of one size: Get takes a free one or allocates a new
+// one, and never waits; Put keeps at most keep of them free and drops the
+// rest. Free buffers stay through garbage collections (a sync.Pool drops
+// those unused through two). Without reuse, the read windows of a ranged
+// convert of a 197 MB compressed qcow2 were 108 MB of garbage, one 4 MiB
+// buffer per window, which held the importer's heap at twice what was
+// live (peak RSS 150-190 MiB; 124 MiB reused).
+//
+// A Pool bounds what it keeps, not what is out: callers bound that by how
+// many requests they serve at once. It is safe for concurrent use.
+type Pool struct {
+	size  int
+	align int
+	free  chan []byte
+}
+
+// NewPool returns a pool of size-byte buffers aligned to align (a power of
+// two; 1 for none), keeping at most keep free.
+func NewPool(size, keep, align int) *Pool {
+	return &Pool{size: size, align: max(align, 1), free: make(chan []byte, max(keep, 0))}
+}
+
+// Size is the length of the pool's buffers.
+func (p *Pool) Size() int { return p.size }
+
+// Get returns a buffer of Size bytes, not zeroed.
+func (p *Pool) Get() []byte {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+		return Aligned(p.size, p.align)
+	}
+}
+
+// Put gives back a buffer from Get, resliced or not; one of another size is
+// dropped. The caller must not use b afterwards.
+func (p *Pool) Put(b []byte) {
+	if cap(b) != p.size {
+		return
+	}
+	select {
+	case p.free <- b[:p.size]:
+	default:
+	}
+}
