@@ -1,5 +1,6 @@
 // Package buffers holds the engine's one way to allocate I/O buffers that
-// O_DIRECT accepts (Aligned) and to reuse same-sized buffers between
+// O_DIRECT accepts (Aligned), to circulate a fixed set of them through a
+// pipeline stage (Circulating), and to reuse same-sized buffers between
 // requests (Pool).
 package buffers
 
@@ -10,9 +11,24 @@ import "unsafe"
 // over-allocation is at most align bytes. Its capacity is n, so a buffer
 // given back to a Pool is known by its capacity.
 func Aligned(n, align int) []byte {
+	if align <= 1 {
+		return make([]byte, n)
+	}
 	b := make([]byte, n+align)
 	skip := (align - int(uintptr(unsafe.Pointer(&b[0]))&uintptr(align-1))) & (align - 1)
 	return b[skip : skip+n : skip+n]
+}
+
+// Circulating returns a channel holding n buffers of size bytes aligned
+// to align: a fixed set that a producer takes from and a consumer gives
+// back to, so taking one waits for one to come back. It bounds both the
+// memory of a pipeline stage and how far its producer runs ahead.
+func Circulating(n, size, align int) chan []byte {
+	c := make(chan []byte, n)
+	for range n {
+		c <- Aligned(size, align)
+	}
+	return c
 }
 
 // Pool reuses buffers of one size: Get takes a free one or allocates a new

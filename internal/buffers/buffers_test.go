@@ -66,3 +66,22 @@ func TestPoolDropsWhatItCannotKeepAndForeignSizes(t *testing.T) {
 	got = p.Get()
 	assert.NotSame(t, &b[0], &got[0], "a dropped buffer came back")
 }
+
+func TestCirculatingHoldsNBuffersAndTakingOneMoreWaits(t *testing.T) {
+	c := Circulating(3, 8192, 4096)
+	var got [][]byte
+	for range 3 {
+		b := <-c
+		require.Len(t, b, 8192)
+		assert.Zero(t, uintptr(unsafe.Pointer(&b[0]))%4096)
+		got = append(got, b)
+	}
+	select {
+	case <-c:
+		t.Fatal("a fourth buffer")
+	default:
+	}
+	c <- got[1]
+	b := <-c
+	assert.Same(t, &got[1][0], &b[0])
+}

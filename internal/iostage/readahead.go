@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/buffers"
 )
 
 // ReadAhead reads its source on a goroutine of its own into a few large
@@ -43,12 +44,9 @@ func NewReadAhead(r io.Reader, size, count int) *ReadAhead {
 	count = max(count, 2)
 	a := &ReadAhead{
 		full: make(chan filledBuf, count),
-		free: make(chan []byte, count),
+		free: buffers.Circulating(count, size, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
-	}
-	for range count {
-		a.free <- make([]byte, size)
 	}
 	go a.fill(r)
 	return a

@@ -55,17 +55,6 @@ func newInflaters(c codec, workers int) *inflaters {
 	return p
 }
 
-// freeBuffers is a pool of n buffers of size bytes, the ones compressed
-// clusters or grains are inflated into: a decoder takes one per job and
-// gives it back once written, so n bounds the memory they hold.
-func freeBuffers(n int, size uint64) chan []byte {
-	free := make(chan []byte, n)
-	for range n {
-		free <- make([]byte, size)
-	}
-	return free
-}
-
 func (p *inflaters) stop() {
 	close(p.jobs)
 	p.wg.Wait()

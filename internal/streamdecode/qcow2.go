@@ -8,6 +8,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/buffers"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
@@ -115,7 +116,7 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 	// Compressed clusters may claim up to two clusters of input.
 	nbuf := max(2, min(2*o.Workers+2, int((32<<20)/(3*d.cs))))
 	d.inf = newInflaters(codec, o.Workers)
-	d.outFree = freeBuffers(nbuf, d.cs)
+	d.outFree = buffers.Circulating(nbuf, int(d.cs), 1)
 	defer func() {
 		d.inf.stop()
 		if werr := d.out.close(); err == nil && werr != nil {

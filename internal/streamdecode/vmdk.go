@@ -11,6 +11,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/buffers"
 )
 
 // streamOptimized vmdk layout (VMware "Virtual Disk Format 1.1"): the
@@ -136,13 +137,13 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	nbuf := max(2, min(max(4*o.Workers+2, int(grainsAheadBytes/d.grainB)), int((64<<20)/d.grainB)))
 	d.out = newOutput(ctx, sink, nbuf)
 	d.inf = newInflaters(codecZlib, o.Workers)
-	d.outFree = freeBuffers(nbuf, d.grainB)
+	d.outFree = buffers.Circulating(nbuf, int(d.grainB), 1)
 	// A compressed grain is read into a buffer of this pool and handed
 	// back once inflated: one per queued job and per worker, one being
 	// read. A fresh buffer per grain (377 MB per GiB of the bench disk)
 	// kept the heap at its GC goal, twice what is live: 1 GiB as a pod
 	// peaked at 166 MiB RSS that way, at 95 MiB with the pool.
-	d.inFree = freeBuffers(2*o.Workers+2, 2*d.grainB)
+	d.inFree = buffers.Circulating(2*o.Workers+2, int(2*d.grainB), 1)
 	defer func() {
 		d.inf.stop()
 		if werr := d.out.close(); err == nil && werr != nil {

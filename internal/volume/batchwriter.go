@@ -96,16 +96,14 @@ func NewBatchedDeviceWriter(ctx context.Context, w *DeviceWriter, o BatchOptions
 	nbuf := cmp.Or(o.Buffers, DefaultBatchBuffers)
 	writers := cmp.Or(o.Writers, DefaultBatchWriters)
 	lbs := max(w.BlockSize(), 512)
+	size := (int64(bufSize) + lbs - 1) / lbs * lbs
 	s := &BatchedDeviceWriter{
 		ctx: ctx, w: w, lbs: lbs, zeroing: o.Zeroing, mayDeallocate: o.MayDeallocate,
-		bufSize: (int64(bufSize) + lbs - 1) / lbs * lbs,
-		free:    make(chan []byte, nbuf),
+		bufSize: size,
+		free:    buffers.Circulating(nbuf, int(size), int(lbs)),
 		jobs:    make(chan batchJob, nbuf+writers),
 	}
 	s.idle = sync.NewCond(&s.mu)
-	for range nbuf {
-		s.free <- buffers.Aligned(int(s.bufSize), int(lbs))
-	}
 	s.workers.Add(writers)
 	for range writers {
 		go s.writer()
