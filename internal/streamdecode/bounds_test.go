@@ -1,7 +1,9 @@
 package streamdecode
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -260,4 +262,76 @@ func TestVMDKPendingGrainsCharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameBytes(t, got, disk)
+}
+
+// sharedCompressedQCOW2 is a 512 MiB qcow2 (zstd) whose 8192 L2 entries
+// all point at the same compressed bytes: guest cluster from's frame,
+// claimed as sectors 512-byte sectors (the cluster after it is data too,
+// so that up to 128 KiB claim no table). With from 61 and 256 sectors
+// they run from 4 MiB to 4 MiB + 128 KiB, across the end of one of the
+// decoder's 4 MiB reads (they follow the 64 KiB header). It returns the
+// image and the cluster every guest cluster then holds.
+func sharedCompressedQCOW2(t *testing.T, from int, sectors uint64) (img, cluster []byte) {
+	t.Helper()
+	const n = 8192
+	clusters := make([][]byte, n)
+	for i := 0; i <= from+1; i++ {
+		clusters[i] = bytes.Repeat([]byte{7, byte(i), 2, 3}, 16384)
+	}
+	var b bytes.Buffer
+	if _, err := (hostileimg.QCOW2{VirtualSize: n << 16, Clusters: clusters, Zstd: true}).WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	img = b.Bytes()
+	l2 := img[2<<16 : 3<<16] // header, L1, L2, then the clusters in guest order
+	e := uint64(1)<<62 | (sectors-1)<<54 | uint64(3+from)<<16
+	for i := range n {
+		binary.BigEndian.PutUint64(l2[8*i:], e)
+	}
+	return img, clusters[from]
+}
+
+// Compressed clusters are gathered into buffers counted against
+// MaxBuffered. 8192 clusters sharing 128 KiB that a read boundary cuts
+// are all being gathered at once: the decoder gave each its own buffer
+// and held 1 GiB for a 4 MiB image; now the decode stops at the bound
+// with a *BufferError (ErrNotStreamable, so the engine converts with
+// qemu-img instead). Sharing bytes within a read, they are gathered one
+// after another into the same few buffers: the image decodes, allocating
+// little (532 MiB with a buffer per cluster).
+func TestQCOW2CompressedClustersSharingBytesStayInBudget(t *testing.T) {
+	img, _ := sharedCompressedQCOW2(t, 61, 256)
+	const maxBuffered = 16 << 20
+	_, _, allocated, err := decodeGenerated(t, DecodeQCOW2, 512<<20, Options{MaxBuffered: maxBuffered}, func(w io.Writer) error {
+		_, err := w.Write(img)
+		return err
+	})
+	t.Logf("across a read: allocated %d MiB: %v", allocated>>20, err)
+	var be *BufferError
+	if !errors.As(err, &be) || !errors.Is(err, errdefs.ErrNotStreamable) {
+		t.Fatalf("got %v, want a *BufferError", err)
+	}
+	if !strings.Contains(err.Error(), "shares its bytes with more compressed clusters") {
+		t.Errorf("the error does not name the cause: %v", err)
+	}
+	if allocated > maxBuffered+decoderFixedBytes+uint64(len(img))*2 {
+		t.Errorf("allocated %d MiB past a %d MiB bound", allocated>>20, maxBuffered>>20)
+	}
+
+	img, cluster := sharedCompressedQCOW2(t, 0, 128)
+	got, st, allocated, err := decodeGenerated(t, DecodeQCOW2, 512<<20, Options{MaxBuffered: maxBuffered}, func(w io.Writer) error {
+		_, err := w.Write(img)
+		return err
+	})
+	t.Logf("within a read: allocated %d MiB: %v", allocated>>20, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Compressed != 8192 {
+		t.Errorf("%d compressed clusters decoded, want 8192", st.Compressed)
+	}
+	sameBytes(t, got, bytes.Repeat(cluster, 8192))
+	if allocated > 512<<20/8 {
+		t.Errorf("allocated %d MiB decoding 8192 compressed clusters", allocated>>20)
+	}
 }

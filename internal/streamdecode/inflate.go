@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/buffers"
 )
 
 // codec is how a compressed cluster or grain is stored.
@@ -25,12 +26,12 @@ const (
 )
 
 // inflateJob inflates in into out and then releases op to the output
-// stage, and in to inFree when it came from one. want is how many bytes
+// stage, and in to inPool when it came from one. want is how many bytes
 // the output must have, keep how many are written (less for a disk's
 // last, partial cluster).
 type inflateJob struct {
 	in     []byte
-	inFree chan []byte
+	inPool *buffers.Pool
 	out    []byte
 	want   int
 	keep   int
@@ -66,8 +67,8 @@ func (p *inflaters) work() {
 	defer d.close()
 	for j := range p.jobs {
 		n, err := d.inflate(p.codec, j.in, j.out)
-		if j.inFree != nil {
-			j.inFree <- j.in[:cap(j.in)]
+		if j.inPool != nil {
+			j.inPool.Put(j.in)
 		}
 		switch {
 		case err != nil:

@@ -32,6 +32,7 @@ type qcow2Decoder struct {
 	out         *output
 	inf         *inflaters
 	outFree     chan []byte
+	inPool      *buffers.Pool     // compressed clusters being gathered and inflated
 	l2Seen      map[uint64]uint64 // L2 table offset -> L1 index
 	snap        snapshots
 	refBlockEnd uint64 // end of the furthest refcount block
@@ -117,6 +118,7 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 	nbuf := max(2, min(2*o.Workers+2, int((32<<20)/(3*d.cs))))
 	d.inf = newInflaters(codec, o.Workers)
 	d.outFree = buffers.Circulating(nbuf, int(d.cs), 1)
+	d.inPool = buffers.NewPool(int(2*d.cs), nbuf, 1)
 	defer func() {
 		d.inf.stop()
 		if werr := d.out.close(); err == nil && werr != nil {
@@ -228,9 +230,14 @@ func (d *qcow2Decoder) feed(r *region, off uint64, p []byte, n uint64, c *chunk)
 	if r.buf == nil {
 		// Allocated when the bytes arrive, not when the region is
 		// learnt: a table may name far more regions than are ever in
-		// flight. Exact size: many small compressed clusters may share
-		// a sector and be gathered at once.
-		r.buf = make([]byte, r.end-r.start)
+		// flight.
+		if r.kind == regCompressed {
+			if err := d.gather(r); err != nil {
+				return err
+			}
+		} else {
+			r.buf = make([]byte, r.end-r.start)
+		}
 	}
 	dst := r.buf[off-r.start : off-r.start+n]
 	if p == nil {
@@ -261,15 +268,41 @@ func (d *qcow2Decoder) feed(r *region, off uint64, p []byte, n uint64, c *chunk)
 	return nil
 }
 
+// minPooledCompressed is the smallest compressed cluster gathered into a
+// buffer of the pool (two clusters long) rather than one of its own size:
+// up to a sector's worth of tiny ones (a cluster of a repeated byte
+// deflates to about 20 bytes) may share a sector and be gathered at once,
+// while larger ones overlap at most their neighbours' sectors.
+const minPooledCompressed = 4 << 10
+
+// gather gives r, a compressed cluster whose first bytes arrived, its
+// buffer, counted against Options.MaxBuffered until its last byte has
+// arrived: L2 entries can point any number of clusters at the same bytes,
+// and a decoder that gave each its own buffer held 1 GiB of them for a
+// 4 MiB image (8192 clusters sharing 128 KiB across a read).
+func (d *qcow2Decoder) gather(r *region) error {
+	size := int(r.end - r.start)
+	if size >= minPooledCompressed && size <= d.inPool.Size() {
+		r.buf = d.inPool.Get()[:size]
+	} else {
+		r.buf = make([]byte, size)
+	}
+	if err := d.sw.gather(int64(cap(r.buf))); err != nil {
+		return fmt.Errorf("qcow2: compressed cluster %d at host offset %#x shares its bytes with more compressed clusters being gathered at once than the memory bound allows: %w", r.index, r.start, err)
+	}
+	return nil
+}
+
 // submitCompressed queues the inflation of a gathered compressed cluster.
 func (d *qcow2Decoder) submitCompressed(r *region) error {
 	in := r.buf[:r.got]
 	r.buf = nil
+	d.sw.gathered(int64(cap(in)))
 	x := &op{off: r.guest, ready: make(chan struct{}), free: d.outFree}
 	x.outBuf = <-d.outFree
 	d.out.send(x)
 	d.compressed++
-	d.inf.jobs <- inflateJob{in: in, out: x.outBuf[:d.cs], want: int(d.cs), keep: int(r.guestLen), op: x, what: fmt.Sprintf("qcow2 compressed cluster %d", r.index)}
+	d.inf.jobs <- inflateJob{in: in, inPool: d.inPool, out: x.outBuf[:d.cs], want: int(d.cs), keep: int(r.guestLen), op: x, what: fmt.Sprintf("qcow2 compressed cluster %d", r.index)}
 	return nil
 }
 

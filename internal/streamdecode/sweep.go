@@ -90,6 +90,9 @@ type sweep struct {
 	// ranges, the decoder's map of L2 tables), charged with the pending
 	// regions against the memory bound.
 	fixed int64
+	// gathering is the buffers of compressed clusters whose bytes are
+	// still arriving, charged against the memory bound too.
+	gathering int64
 	// feed consumes a piece of a region: p nil means n zero bytes.
 	feed func(r *region, off uint64, p []byte, n uint64, c *chunk) error
 }
@@ -139,10 +142,23 @@ func (s *sweep) add(r *region) error {
 }
 
 // charge counts pending, the bookkeeping of the regions waiting for their
-// bytes, and the fixed bookkeeping against the memory bound.
+// bytes, the fixed bookkeeping and the buffers being gathered against the
+// memory bound.
 func (s *sweep) charge(pending int64) error {
-	s.kept.extra = pending + s.fixed
+	s.kept.extra = pending + s.fixed + s.gathering
 	return s.kept.reserve()
+}
+
+// gather charges n more bytes of buffers being gathered.
+func (s *sweep) gather(n int64) error {
+	s.gathering += n
+	return s.charge(int64(len(s.pending)) * regionCost)
+}
+
+// gathered releases n bytes charged by gather.
+func (s *sweep) gathered(n int64) {
+	s.gathering -= n
+	s.kept.extra -= n
 }
 
 // keep retains unclaimed bytes, unless nothing can claim them any more.
