@@ -47,8 +47,12 @@ type readWindow struct {
 }
 
 const (
-	windowSize      = 4 << 20
-	windowsKept     = 8 // memory: windowsKept × windowSize
+	windowSize = 4 << 20
+	// windowsKept × windowSize is the memory the windows hold. Four serve
+	// qemu-img -m 16's reads of a compressed qcow2 as fast as eight: the
+	// 1 GiB bench disk (197 MB) as a pod, 6 interleaved pairs, medians
+	// 1.82 s and 1.81 s, peak RSS 84 MiB against 101 MiB.
+	windowsKept     = 4
 	windowSmallRead = 1 << 20
 )
 
