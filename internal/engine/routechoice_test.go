@@ -204,11 +204,11 @@ func TestDecideRouteTable(t *testing.T) {
 
 		// the qcow2 route-choice predictions, where both routes are open
 		{name: "qcow2 of plain clusters decoded", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(plainLayout, 750*mib),
-			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "stream decoder is faster here: mostly plain clusters"},
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "stream decoder is faster here: clusters after their tables"},
 		{name: "qcow2 a third compressed decoded", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(someCompr, 520*mib),
-			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "mostly plain clusters"},
-		{name: "qcow2 mostly compressed over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(mostlyCompr, 392*mib),
-			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "mostly compressed clusters"},
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "clusters after their tables"},
+		{name: "qcow2 mostly compressed decoded", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(mostlyCompr, 392*mib),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "clusters after their tables"},
 		{name: "qcow2 clusters before their tables over ranges", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(earlyLayout, 750*mib),
 			route: RouteRanged, phases: rangedPhases, drained: Convert, reason: "data lies before the tables"},
 		{name: "qcow2 clusters before their tables within a larger buffer decoded",
