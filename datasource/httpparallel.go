@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/buffers"
 	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/internal/retry"
 )
@@ -83,15 +83,12 @@ type parallelBody struct {
 	claim    int64              // the next chunk never taken
 	returned []int64            // chunks handed back unread, taken before claim
 	active   int                // workers running
-	free     chan []byte        // buffers of chunks read, for reuse
+	bufs     *buffers.Pool      // chunk buffers, reused once a chunk is read
 	rangesOK chan struct{}      // closed at the first range response's bytes
 	okOnce   sync.Once
 	failed   chan struct{} // closed once failErr is set
 	failOnce sync.Once
 	failErr  error
-
-	buffered atomic.Int64 // bytes of chunk buffers allocated
-	peak     atomic.Int64
 }
 
 // rangeChunk is one range being fetched into its buffer while the reader
@@ -120,7 +117,7 @@ func newParallelBody(ctx context.Context, first *httpBody, s *httpSource) *paral
 		parent:   ctx,
 		turn:     make(chan struct{}),
 		ring:     make([]chan *rangeChunk, s.connections),
-		free:     make(chan []byte, s.connections),
+		bufs:     buffers.NewPool(int(s.chunk), s.connections, 1),
 		rangesOK: make(chan struct{}),
 		failed:   make(chan struct{}),
 	}
@@ -280,23 +277,8 @@ func (p *parallelBody) releaseTurn() {
 	p.turnMu.Unlock()
 }
 
-// buffer gives a chunk n bytes: a freed buffer, or a new one (counted).
-func (p *parallelBody) buffer(n int64) []byte {
-	var buf []byte
-	select {
-	case buf = <-p.free:
-	default:
-		buf = make([]byte, p.chunk)
-		b := p.buffered.Add(p.chunk)
-		for {
-			old := p.peak.Load()
-			if b <= old || p.peak.CompareAndSwap(old, b) {
-				break
-			}
-		}
-	}
-	return buf[:n]
-}
+// buffer gives a chunk n bytes: a freed buffer, or a new one.
+func (p *parallelBody) buffer(n int64) []byte { return p.bufs.Get()[:n] }
 
 func (c *rangeChunk) progress(p *parallelBody) func(int) {
 	return func(filled int) {
@@ -439,10 +421,7 @@ func (p *parallelBody) readChunk(b []byte) (int, error) {
 func (p *parallelBody) release(c *rangeChunk) {
 	p.head = nil
 	p.next++
-	select {
-	case p.free <- c.buf[:cap(c.buf)]:
-	default:
-	}
+	p.bufs.Put(c.buf)
 	p.releaseTurn()
 }
 

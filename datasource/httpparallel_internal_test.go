@@ -34,11 +34,11 @@ func TestParallelRangesHoldAtMostConnectionsChunks(t *testing.T) {
 		if out.Len() < 8*chunk {
 			time.Sleep(time.Millisecond) // the workers run ahead meanwhile
 		}
-		assert.LessOrEqual(t, p.buffered.Load(), int64(conns*chunk))
+		assert.LessOrEqual(t, p.bufs.Allocated(), int64(conns*chunk))
 	}
 	assert.Equal(t, data, out.Bytes())
-	assert.LessOrEqual(t, p.peak.Load(), int64(conns*chunk))
-	assert.GreaterOrEqual(t, p.peak.Load(), int64(chunk), "chunks were buffered")
+	assert.LessOrEqual(t, p.bufs.Allocated(), int64(conns*chunk))
+	assert.GreaterOrEqual(t, p.bufs.Allocated(), int64(chunk), "chunks were buffered")
 }
 
 // TestParallelRangesAskBeforeTheirTurn: while the reader holds back, each
@@ -61,11 +61,11 @@ func TestParallelRangesAskBeforeTheirTurn(t *testing.T) {
 	require.Eventually(t, func() bool { return ranges.Load() == 2*conns }, 10*time.Second, time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	assert.Equal(t, int64(2*conns), ranges.Load(), "one request waiting per connection, no more")
-	assert.LessOrEqual(t, p.buffered.Load(), int64(conns*chunk))
+	assert.LessOrEqual(t, p.bufs.Allocated(), int64(conns*chunk))
 	rest, err := io.ReadAll(p)
 	require.NoError(t, err)
 	assert.Equal(t, data, append(head, rest...))
-	assert.LessOrEqual(t, p.peak.Load(), int64(conns*chunk))
+	assert.LessOrEqual(t, p.bufs.Allocated(), int64(conns*chunk))
 }
 
 // openParallel serves data with an ETag (seen calls seen with each request

@@ -29,6 +29,7 @@ func TestPoolHandsBackWhatWasPut(t *testing.T) {
 	got := p.Get()
 	assert.Same(t, &a[0], &got[0])
 	assert.Len(t, got, 64<<10)
+	assert.EqualValues(t, 2*64<<10, p.Allocated(), "two buffers made, one of them reused")
 }
 
 func TestPoolKeepsItsBuffersAcrossGarbageCollections(t *testing.T) {

@@ -140,9 +140,10 @@ func DecodeVMDK(ctx context.Context, r io.Reader, sink Sink, o Options) (st Stat
 	d.outFree = buffers.Circulating(nbuf, int(d.grainB), 1)
 	// A compressed grain is read into a buffer of this pool and handed
 	// back once inflated: the pool keeps one per queued job and per
-	// worker, and one being read. A fresh buffer per grain (377 MB per GiB of the bench disk)
-	// kept the heap at its GC goal, twice what is live: 1 GiB as a pod
-	// peaked at 166 MiB RSS that way, at 95 MiB with the pool.
+	// worker, and one being read. A fresh buffer per grain (377 MB per
+	// GiB of the bench disk) kept the heap at its GC goal, twice what is
+	// live: 1 GiB as a pod peaked at 166 MiB RSS that way, at 95 MiB with
+	// the pool.
 	d.inPool = buffers.NewPool(int(2*d.grainB), 2*o.Workers+2, 1)
 	defer func() {
 		d.inf.stop()
