@@ -16,7 +16,6 @@
 //     as their length, ends with the source's content digest (blk-sha256,
 //     the one every import records; the server compares it with the bytes
 //     it accepted before it commits and answers Clone Complete), and names
-//     a session so
-//     a dropped connection resumes from the offset the server holds
-//     (OffsetHeader) instead of starting over.
+//     a session so a dropped connection resumes from the offset the server
+//     holds (OffsetHeader) instead of starting over.
 package cloner
