@@ -51,6 +51,10 @@ type httpSource struct {
 	// their defaults.
 	connections int
 	chunk       int64
+	// rangesUnverifiable, once set, says why a range answer carried no
+	// validator to check against the pin: later Opens of this source read
+	// over one connection.
+	rangesUnverifiable atomic.Pointer[string]
 }
 
 // NewHTTP builds a source that fetches rawURL (http or https) with one GET
@@ -203,22 +207,38 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 	s.log.Debug("HTTP source answered", "url", s.redacted, "status", resp.Status, "content_length", resp.ContentLength,
 		"etag", resp.Header.Get("ETag"), "last_modified", resp.Header.Get("Last-Modified"), "accept_ranges", resp.Header.Get("Accept-Ranges"))
 	b.size = resp.ContentLength
-	b.etag = strongETag(resp.Header.Get("ETag"))
-	b.lastMod = resp.Header.Get("Last-Modified")
+	b.pin = pinOf(resp.Header)
 	st := &Transfer{Body: b, Size: b.size, ContentType: resp.Header.Get("Content-Type"), Capabilities: Capabilities{HTTPAnswer: true}}
-	// The object may be read in place when the server serves ranges of
-	// an object of known size.
+	// The object may be read in place, and over several connections, when
+	// the server serves ranges of an object of known size that it pins to
+	// one version: every range's answer is checked against the pin, so
+	// without one a range could come from another version unseen.
 	if b.size > 0 && strings.EqualFold(resp.Header.Get("Accept-Ranges"), "bytes") {
-		b.ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
-			Size: b.size, src: s, etag: b.etag, lastMod: b.lastMod}
-		st.Ranges = b.ranged
-		// Several connections only for an object they can be pinned to:
-		// without a validator a chunk could come from another version.
-		if s.connections > 1 && b.size > s.chunk && (b.etag != "" || b.lastMod != "") {
-			st.Body = newParallelBody(ctx, b, s)
+		if why := s.whyNoRanges(b.pin); why != "" {
+			s.log.Info("reading the object over one connection, not over byte ranges", "url", s.redacted, "reason", why)
+		} else {
+			b.ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
+				Size: b.size, src: s, pin: b.pin}
+			st.Ranges = b.ranged
+			if s.connections > 1 && b.size > s.chunk {
+				st.Body = newParallelBody(ctx, b, s)
+			}
 		}
 	}
 	return st, nil
+}
+
+// whyNoRanges says why an object pinned by pin may not be read over
+// ranges, or "" when it may.
+func (s *httpSource) whyNoRanges(pin objectPin) string {
+	if !pin.pinned() {
+		_, why := pin.check(nil)
+		return why
+	}
+	if why := s.rangesUnverifiable.Load(); why != nil {
+		return "an earlier range answer could not be checked against the object: " + *why
+	}
+	return ""
 }
 
 // Retries reports how many requests were re-sent after a failure.

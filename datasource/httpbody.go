@@ -38,13 +38,12 @@ type httpBody struct {
 	closed bool
 	cur    *httpAttempt
 
-	size    int64      // total size from the first response, or -1
-	ranged  *RangedURL // the object read at random, when the server serves ranges
-	etag    string     // strong ETag of the first response
-	lastMod string
-	got     int64
-	streak  *retry.Streak // this stream's failures in a row
-	err     error         // sticky: once the stream failed or ended, it stays so
+	size   int64      // total size from the first response, or -1
+	ranged *RangedURL // the object read at random, when the server serves ranges
+	pin    objectPin  // the first response's validators
+	got    int64
+	streak *retry.Streak // this stream's failures in a row
+	err    error         // sticky: once the stream failed or ended, it stays so
 }
 
 // httpAttempt is one request and its response body.
@@ -81,11 +80,7 @@ func (b *httpBody) do() (a *httpAttempt, retryable bool, err error) {
 	s.decorate(req, true)
 	if b.got > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(b.got, 10)+"-")
-		if b.etag != "" {
-			req.Header.Set("If-Range", b.etag)
-		} else {
-			req.Header.Set("If-Range", b.lastMod)
-		}
+		req.Header.Set("If-Range", b.pin.ifRange())
 	}
 	resp, err := s.client.Do(req)
 	a.timer.Stop()
@@ -135,19 +130,28 @@ func (b *httpBody) connect() error {
 }
 
 // checkResume accepts a response to a resume request only when it is the
-// rest of the same object, starting exactly at b.got.
+// rest of the same object, starting exactly at b.got: a 206 whose
+// validators match the first response's (a server may ignore If-Range),
+// with no encoding and the right Content-Range.
 func (b *httpBody) checkResume(resp *http.Response) error {
 	restart := func(why string) error {
 		return &RestartError{URL: b.src.redacted, Offset: b.got, Reason: why}
 	}
+	verdict, why := b.pin.check(resp.Header)
 	if resp.StatusCode != http.StatusPartialContent {
-		if et := strongETag(resp.Header.Get("ETag")); et != b.etag {
-			return restart(fmt.Sprintf("the object changed (ETag %s, was %s)", et, b.etag))
-		}
-		if lm := resp.Header.Get("Last-Modified"); b.etag == "" && lm != b.lastMod {
-			return restart(fmt.Sprintf("the object changed (Last-Modified %s, was %s)", lm, b.lastMod))
+		if verdict == otherObject {
+			return restart("the object changed (" + why + ")")
 		}
 		return restart(fmt.Sprintf("the server answered the range request with %q instead of 206 Partial Content", resp.Status))
+	}
+	switch verdict {
+	case otherObject:
+		return restart("the object changed (" + why + ")")
+	case unverifiable:
+		return restart("the resumed bytes cannot be shown to be the same object: " + why)
+	}
+	if ce := unaskedEncoding(resp.Header); ce != "" {
+		return restart(fmt.Sprintf("the server answered the range request with Content-Encoding %q, which was not asked for", ce))
 	}
 	start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
 	switch {
@@ -157,9 +161,6 @@ func (b *httpBody) checkResume(resp *http.Response) error {
 		return restart(fmt.Sprintf("the server resumed at byte %d, not %d", start, b.got))
 	case b.size >= 0 && total >= 0 && total != b.size:
 		return restart(fmt.Sprintf("the object is now %d bytes, was %d", total, b.size))
-	}
-	if et := strongETag(resp.Header.Get("ETag")); et != "" && b.etag != "" && et != b.etag {
-		return restart(fmt.Sprintf("the object changed (ETag %s, was %s)", et, b.etag))
 	}
 	return nil
 }
@@ -189,15 +190,6 @@ func parseContentRange(v string) (start, total int64, ok bool) {
 		}
 	}
 	return start, total, true
-}
-
-// strongETag returns v unless it is weak (W/"..."): If-Range needs a
-// strong validator.
-func strongETag(v string) string {
-	if strings.HasPrefix(v, "W/") {
-		return ""
-	}
-	return v
 }
 
 // install makes a the current attempt, unless Close came first.
@@ -258,7 +250,7 @@ func (b *httpBody) Read(p []byte) (int, error) {
 
 // resume reconnects after a broken transfer, or says why it cannot.
 func (b *httpBody) resume(cause error) error {
-	if b.etag == "" && b.lastMod == "" {
+	if !b.pin.pinned() {
 		// Without a validator a resumed body could belong to another
 		// version of the object; start over instead (it still counts as a
 		// retry, so a server that keeps dropping cannot loop forever).

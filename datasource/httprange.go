@@ -31,8 +31,7 @@ type RangeReader struct {
 	url       *url.URL
 	withCreds bool
 	size      int64
-	etag      string
-	lastMod   string
+	pin       objectPin
 	closeIdle func() // drops the idle connections of a transport of our own
 	client    *http.Client
 	ctx       context.Context
@@ -87,8 +86,7 @@ func (r *RangedURL) Open(ctx context.Context) (*RangeReader, error) {
 		url:       u,
 		withCreds: origin(u) == s.origin, // the redirect policy's rule
 		size:      r.Size,
-		etag:      r.etag,
-		lastMod:   r.lastMod,
+		pin:       r.pin,
 		closeIdle: closeIdle,
 		client:    client,
 		ctx:       ctx,
@@ -191,7 +189,7 @@ func (e *handedBack) Unwrap() error { return e.err }
 // rangeRefused: a range request was answered with something else than that
 // range of the object first seen. changed says the answer is another
 // object (its validator or size differs); otherwise the server ignored
-// the range.
+// the range, or answered it in a way that cannot be checked.
 type rangeRefused struct {
 	changed bool
 	err     error
@@ -205,13 +203,34 @@ func (e *rangeRefused) Unwrap() error { return e.err }
 // validator than the object first seen (If-Range sent the first one, so a
 // server that honours it answers 200 exactly when the object changed).
 func (r *RangeReader) changed(resp *http.Response) bool {
-	if r.etag != "" {
-		return strongETag(resp.Header.Get("ETag")) != r.etag
-	}
-	if lm := resp.Header.Get("Last-Modified"); r.lastMod != "" && lm != r.lastMod {
+	if v, _ := r.pin.check(resp.Header); v == otherObject {
 		return true
 	}
 	return resp.ContentLength >= 0 && resp.ContentLength != r.size
+}
+
+// checkPartial refuses a 206 that is not exactly bytes off..off+n-1 of the
+// object first seen: another version (by its validators, its Content-Range
+// or its length), a version it cannot tell, or an encoded body.
+func (r *RangeReader) checkPartial(resp *http.Response, n int, off int64) error {
+	name, end := r.src.redacted, off+int64(n)-1
+	cr := resp.Header.Get("Content-Range")
+	start, total, ok := parseContentRange(cr)
+	if !ok || start != off || total != r.size || (resp.ContentLength >= 0 && resp.ContentLength != int64(n)) {
+		return &rangeRefused{changed: true, err: fmt.Errorf("GET %s bytes %d-%d: unexpected Content-Range %q for a %d-byte object (the object changed while reading?): %w",
+			name, off, end, cr, r.size, errdefs.ErrSourceUnreachable)}
+	}
+	switch v, why := r.pin.check(resp.Header); v {
+	case otherObject:
+		return &rangeRefused{changed: true, err: fmt.Errorf("GET %s bytes %d-%d: the object changed while reading (%s): %w", name, off, end, why, errdefs.ErrSourceUnreachable)}
+	case unverifiable:
+		r.src.rangesUnverifiable.CompareAndSwap(nil, &why)
+		return &rangeRefused{err: fmt.Errorf("GET %s bytes %d-%d: the range cannot be shown to be of the object first seen (%s): %w", name, off, end, why, errdefs.ErrSourceUnreachable)}
+	}
+	if ce := unaskedEncoding(resp.Header); ce != "" {
+		return &rangeRefused{err: fmt.Errorf("GET %s bytes %d-%d: the server answered with Content-Encoding %q, which was not asked for: %w", name, off, end, ce, errdefs.ErrSourceUnreachable)}
+	}
+	return nil
 }
 
 // retryable marks a failure another try may fix.
@@ -254,11 +273,7 @@ func (r *RangeReader) fetch(n int, off int64, dst func() ([]byte, error), progre
 	}
 	s.decorate(req, r.withCreds)
 	req.Header.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(end, 10))
-	if r.etag != "" {
-		req.Header.Set("If-Range", r.etag)
-	} else if r.lastMod != "" {
-		req.Header.Set("If-Range", r.lastMod)
-	}
+	req.Header.Set("If-Range", r.pin.ifRange())
 	resp, err := r.client.Do(req)
 	if err != nil {
 		if context.Cause(ctx) == stallErr {
@@ -282,14 +297,8 @@ func (r *RangeReader) fetch(n int, off int64, dst func() ([]byte, error), progre
 		}
 		return 0, fmt.Errorf("GET %s bytes %d-%d: %w", name, off, end, serr)
 	}
-	cr := resp.Header.Get("Content-Range")
-	start, total, ok := parseContentRange(cr)
-	if !ok || start != off || total != r.size || (resp.ContentLength >= 0 && resp.ContentLength != int64(n)) {
-		return 0, &rangeRefused{changed: true, err: fmt.Errorf("GET %s bytes %d-%d: unexpected Content-Range %q for a %d-byte object (the object changed while reading?): %w",
-			name, off, end, cr, r.size, errdefs.ErrSourceUnreachable)}
-	}
-	if et := strongETag(resp.Header.Get("ETag")); et != "" && r.etag != "" && et != r.etag {
-		return 0, &rangeRefused{changed: true, err: fmt.Errorf("GET %s: the object changed while reading (ETag %s, was %s): %w", name, et, r.etag, errdefs.ErrSourceUnreachable)}
+	if err := r.checkPartial(resp, n, off); err != nil {
+		return 0, err
 	}
 	// No stall while the caller waits for its buffer.
 	timer.Stop()

@@ -165,7 +165,7 @@ func TestRangeReaderAuthCAHeaders(t *testing.T) {
 		if r.Header.Get("Range") != "" {
 			ranged.Add(1)
 		}
-		http.ServeContent(w, r, "disk.qcow2", time.Time{}, bytes.NewReader(data))
+		http.ServeContent(w, r, "disk.qcow2", time.Unix(1.7e9, 0), bytes.NewReader(data))
 	}))
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -216,11 +216,12 @@ func TestRangeReaderRetries(t *testing.T) {
 			// A cut-off body: the read resumes at byte 1010.
 			w.Header().Set("Content-Range", "bytes 1000-100999/262144")
 			w.Header().Set("Content-Length", "100000")
+			w.Header().Set("Last-Modified", time.Unix(1.7e9, 0).UTC().Format(http.TimeFormat))
 			w.WriteHeader(http.StatusPartialContent)
 			w.Write(data[1000:1010])
 			return
 		}
-		http.ServeContent(w, r, "disk", time.Time{}, bytes.NewReader(data))
+		http.ServeContent(w, r, "disk", time.Unix(1.7e9, 0), bytes.NewReader(data))
 	}))
 	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{RetryBackoff: time.Millisecond}})
 	require.NoError(t, err)
@@ -240,6 +241,7 @@ func TestRangedProbeNeedsPartialContent(t *testing.T) {
 	serves := newServer(t, http.FileServer(http.Dir(dir)))
 	claims := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Accept-Ranges", "bytes")
+		w.Header().Set("ETag", `"v1"`)
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.Write(data) // 200 with the whole object, whatever the Range
 	}))

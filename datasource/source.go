@@ -63,7 +63,6 @@ type RangedURL struct {
 	Plain bool
 	Size  int64
 
-	src     *httpSource
-	etag    string // strong ETag of the first response, pins every read
-	lastMod string
+	src *httpSource
+	pin objectPin // the first response's validators: every read is checked against them
 }

@@ -489,9 +489,9 @@ func TestParallelRangesObjectReplacedMidImport(t *testing.T) {
 	}
 }
 
-// rangeIgnoringServer advertises "Accept-Ranges: bytes" but answers every
-// request, ranged or not, with 200 and the whole file, as some proxies and
-// object stores do.
+// rangeIgnoringServer advertises "Accept-Ranges: bytes" (and an ETag that
+// pins the object) but answers every request, ranged or not, with 200 and
+// the whole file, as some proxies and object stores do.
 func rangeIgnoringServer(t *testing.T, path string, ranged *atomic.Int64) *httptest.Server {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -501,6 +501,7 @@ func rangeIgnoringServer(t *testing.T, path string, ranged *atomic.Int64) *httpt
 			ranged.Add(1)
 		}
 		w.Header().Set("Accept-Ranges", "bytes")
+		w.Header().Set("ETag", `"v1"`)
 		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(http.StatusOK)

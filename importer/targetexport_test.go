@@ -65,7 +65,7 @@ func TestConvertOntoDeviceReportsProgress(t *testing.T) {
 	raw, img := testimg.RawAndQCOW2(t, dir, size, 72)
 	data := mustRead(t, img)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "disk.qcow2", time.Time{}, &slowReadSeeker{r: bytes.NewReader(data), delay: 50 * time.Millisecond})
+		http.ServeContent(w, r, "disk.qcow2", time.Unix(1.7e9, 0), &slowReadSeeker{r: bytes.NewReader(data), delay: 50 * time.Millisecond})
 	}))
 	t.Cleanup(srv.Close)
 	loop := testimg.LoopDevice(t, dir, size)
