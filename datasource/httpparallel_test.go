@@ -27,6 +27,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/farmirror"
+	"github.com/diskimport/engine/internal/retry"
 	"github.com/diskimport/engine/internal/testpki"
 )
 
@@ -415,4 +416,90 @@ func TestParallelRangesFallToTheConnectionsTheServerAccepts(t *testing.T) {
 	assert.Equal(t, int64(3), peak.Load(), "three requests served at once")
 	ranges, _ := obj.requests()
 	assert.Len(t, ranges, len(data)/testChunk, "each chunk served once: the first GET and one range request per further chunk")
+}
+
+// outageServer serves an object's ranges slowly (32 KiB every 2 ms, so
+// that every connection is mid-answer) and, at the range requests numbered
+// in cutAt, cuts every connection it holds at once, halfway through that
+// answer: one outage of the server or the link. The second cut waits past
+// retry.OutageWindow, so it is another outage.
+type outageServer struct {
+	data  []byte
+	cutAt map[int64]bool
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	ranges atomic.Int64
+	cuts   atomic.Int64
+}
+
+func (s *outageServer) connState(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.conns[c] = true
+	case http.StateClosed, http.StateHijacked:
+		delete(s.conns, c)
+	}
+}
+
+func (s *outageServer) cutAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.Close()
+	}
+}
+
+func (s *outageServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Range") == "" {
+		http.ServeContent(w, r, "disk", time.Unix(1.7e9, 0), bytes.NewReader(s.data))
+		return
+	}
+	cut := s.cutAt[s.ranges.Add(1)]
+	var start, end int64
+	fmt.Sscanf(r.Header.Get("Range"), "bytes=%d-%d", &start, &end)
+	w.Header().Set("Last-Modified", time.Unix(1.7e9, 0).UTC().Format(http.TimeFormat))
+	w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, len(s.data)))
+	w.Header().Set("Content-Length", strconv.FormatInt(end-start+1, 10))
+	w.WriteHeader(http.StatusPartialContent)
+	part := s.data[start : end+1]
+	for i := 0; i < len(part); i += 32 << 10 {
+		if cut && i >= len(part)/2 {
+			if s.cuts.Add(1) > 1 {
+				time.Sleep(retry.OutageWindow + 200*time.Millisecond)
+			}
+			s.cutAll()
+			return
+		}
+		if _, err := w.Write(part[i:min(i+32<<10, len(part))]); err != nil {
+			return
+		}
+		w.(http.Flusher).Flush()
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestParallelRangesCountAnOutageOnce: an outage that cuts every
+// connection at once costs the source one retry, not one per connection,
+// so two brief outages do not fail an 8-connection read that one
+// connection would complete with 2 retries. Before, each outage cost a
+// retry per connection and the read failed with its 4 spent.
+func TestParallelRangesCountAnOutageOnce(t *testing.T) {
+	data := testImage(t, 32*testChunk)
+	s := &outageServer{data: data, cutAt: map[int64]bool{6: true, 20: true}, conns: map[net.Conn]bool{}}
+	srv := httptest.NewUnstartedServer(s)
+	srv.Config.ConnState = s.connState
+	srv.Start()
+	t.Cleanup(srv.Close)
+	cfg := parallelConfig(8)
+	cfg.Retries = 4
+	src, err := datasource.NewHTTP(srv.URL+"/disk.img", cfg)
+	require.NoError(t, err)
+	_, got, err := readAll(t, src)
+	require.NoError(t, err)
+	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+	assert.EqualValues(t, 2, s.cuts.Load(), "both outages happened")
+	assert.LessOrEqual(t, datasource.Retries(src), 4)
 }

@@ -6,12 +6,21 @@
 // The split mirrors what a transfer needs: the retry count bounds the whole
 // life of a source (a server that keeps dropping cannot loop forever), while
 // the delay and the elapsed-time bound restart whenever bytes flow again.
+//
+// A source read over several connections at once (parallel ranges) fails
+// on all of them when its server or link has one outage. The budget counts
+// the outage, not the connections: streaks that begin within OutageWindow
+// of one another are one outage, charged as many retries as the longest of
+// them takes, so sixteen connections cut together cost what one connection
+// cut once costs (they cost 16 retries, and two brief outages failed an
+// import that one connection completed with 2).
 package retry
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +34,12 @@ const (
 	DefaultMaxDelay      = 30 * time.Second
 	DefaultMaxElapsed    = 5 * time.Minute
 	DefaultMaxRetryAfter = time.Minute
+	// OutageWindow: streaks of a budget whose first failures lie this close
+	// to the first failure of another streak's outage are that outage.
+	// Connections cut by one reset or one stall see it within milliseconds;
+	// the window bounds how often a server that cuts connections one at a
+	// time can go uncounted.
+	OutageWindow = time.Second
 )
 
 // Policy says whether and when a failed operation is tried again. The zero
@@ -74,6 +89,11 @@ func (p Policy) withDefaults() Policy {
 type Budget struct {
 	policy Policy
 	used   atomic.Int64
+
+	mu     sync.Mutex
+	outage time.Time // the first failure of the outage being counted
+	owner  *Streak   // the streak that began it
+	depth  int       // the most failures in a row of any streak in it
 }
 
 // NewBudget returns a budget for p, its zero fields set to the defaults.
@@ -100,6 +120,7 @@ type Streak struct {
 	notify func(Attempt)
 	start  time.Time // zero: no failure since the last Reset
 	delay  time.Duration
+	fails  int // failures since the last Reset
 }
 
 // Streak starts a streak on b. notify, when not nil, is called before each
@@ -129,22 +150,48 @@ func (s *Streak) Wait(ctx context.Context, cause error, hint time.Duration) erro
 	}
 	now := time.Now()
 	if s.start.IsZero() {
-		s.start, s.delay = now, p.FirstDelay
-	}
-	if done := s.budget.Used(); done >= p.MaxRetries {
-		return fmt.Errorf("%w (gave up after %d retries)", cause, done)
+		s.start, s.delay, s.fails = now, p.FirstDelay, 0
 	}
 	d := s.delay/2 + rand.N(s.delay/2+1)
 	d = max(d, min(hint, p.MaxRetryAfter))
 	if elapsed := now.Sub(s.start); elapsed+d > p.MaxElapsed {
+		if done := s.budget.Used(); done >= p.MaxRetries {
+			return fmt.Errorf("%w (gave up after %d retries)", cause, done)
+		}
 		return fmt.Errorf("%w (gave up after retrying for %s)", cause, elapsed.Round(time.Millisecond))
 	}
+	n, ok := s.budget.charge(s)
+	if !ok {
+		return fmt.Errorf("%w (gave up after %d retries)", cause, n)
+	}
 	s.delay = min(s.delay*2, p.MaxDelay)
-	n := int(s.budget.used.Add(1))
 	if s.notify != nil {
 		s.notify(Attempt{N: n, Max: p.MaxRetries, Delay: d, Cause: cause})
 	}
 	return Sleep(ctx, d)
+}
+
+// charge counts s's next failure: a retry of the budget unless another
+// streak's failures of the same outage already paid for it. It returns the
+// retry's number, or false with the count when the budget is spent.
+func (b *Budget) charge(s *Streak) (int, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	sameOutage := b.owner != nil && b.owner != s && s.start.Sub(b.outage).Abs() <= OutageWindow
+	if !sameOutage && (b.owner != s || !s.start.Equal(b.outage)) {
+		b.outage, b.owner, b.depth = s.start, s, 0
+	}
+	used := int(b.used.Load())
+	if s.fails < b.depth {
+		s.fails++
+		return used, true
+	}
+	if used >= b.policy.MaxRetries {
+		return used, false
+	}
+	s.fails++
+	b.depth = s.fails
+	return int(b.used.Add(1)), true
 }
 
 // Sleep waits for d or until ctx ends, whichever comes first; the latter

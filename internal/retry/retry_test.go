@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -16,24 +17,68 @@ import (
 
 var errFlaky = errors.New("flaky")
 
+// TestWaitCountsRetriesAcrossStreaks: every failure of one streak is a
+// retry of the budget, a streak that made progress and failed again too,
+// and the budget bounds them all.
 func TestWaitCountsRetriesAcrossStreaks(t *testing.T) {
-	b := retry.NewBudget(retry.Policy{MaxRetries: 3, FirstDelay: time.Millisecond})
-	var seen []retry.Attempt
-	s1 := b.Streak(func(a retry.Attempt) { seen = append(seen, a) })
-	s2 := b.Streak(nil)
-	ctx := context.Background()
-	require.NoError(t, s1.Wait(ctx, errFlaky, 0))
-	require.NoError(t, s2.Wait(ctx, errFlaky, 0))
-	require.NoError(t, s1.Wait(ctx, errFlaky, 0))
-	err := s2.Wait(ctx, errFlaky, 0)
-	require.ErrorIs(t, err, errFlaky)
-	assert.Contains(t, err.Error(), "gave up after 3 retries")
-	assert.Equal(t, 3, b.Used())
-	require.Len(t, seen, 2)
-	assert.Equal(t, 1, seen[0].N)
-	assert.Equal(t, 3, seen[1].N)
-	assert.Equal(t, 3, seen[1].Max)
-	assert.Same(t, errFlaky, seen[0].Cause)
+	synctest.Test(t, func(t *testing.T) {
+		b := retry.NewBudget(retry.Policy{MaxRetries: 3, FirstDelay: time.Millisecond})
+		var seen []retry.Attempt
+		s := b.Streak(func(a retry.Attempt) { seen = append(seen, a) })
+		ctx := context.Background()
+		require.NoError(t, s.Wait(ctx, errFlaky, 0))
+		require.NoError(t, s.Wait(ctx, errFlaky, 0))
+		s.Reset()
+		require.NoError(t, s.Wait(ctx, errFlaky, 0))
+		time.Sleep(retry.OutageWindow + time.Second)
+		err := b.Streak(nil).Wait(ctx, errFlaky, 0)
+		require.ErrorIs(t, err, errFlaky)
+		assert.Contains(t, err.Error(), "gave up after 3 retries")
+		assert.Equal(t, 3, b.Used())
+		require.Len(t, seen, 3)
+		assert.Equal(t, 1, seen[0].N)
+		assert.Equal(t, 3, seen[2].N)
+		assert.Equal(t, 3, seen[2].Max)
+		assert.Same(t, errFlaky, seen[0].Cause)
+	})
+}
+
+// TestWaitCountsAnOutageOfManyConnectionsOnce: streaks that fail together
+// (the connections of one source cut by one outage) cost the retries of
+// the longest of them, not one each; streaks that fail more than
+// OutageWindow apart are outages of their own. Before, sixteen connections
+// cut twice spent 32 retries where one connection spent 2.
+func TestWaitCountsAnOutageOfManyConnectionsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retry.NewBudget(retry.Policy{MaxRetries: 3, FirstDelay: time.Millisecond})
+		ctx := context.Background()
+		outage := func(failures ...int) {
+			streaks := make([]*retry.Streak, len(failures))
+			for i := range streaks {
+				streaks[i] = b.Streak(nil)
+			}
+			for round := 1; ; round++ {
+				failed := false
+				for i, s := range streaks {
+					if round <= failures[i] {
+						require.NoError(t, s.Wait(ctx, errFlaky, 0))
+						failed = true
+					}
+				}
+				if !failed {
+					return
+				}
+			}
+		}
+		outage(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+		assert.Equal(t, 1, b.Used(), "sixteen connections cut together")
+		time.Sleep(retry.OutageWindow + time.Second)
+		outage(1, 2, 1, 1)
+		assert.Equal(t, 3, b.Used(), "a second outage, one connection failing twice in it")
+		time.Sleep(retry.OutageWindow + time.Second)
+		err := b.Streak(nil).Wait(ctx, errFlaky, 0)
+		assert.ErrorContains(t, err, "gave up after 3 retries", "a third outage finds the budget spent")
+	})
 }
 
 func TestWaitDelayDoublesWithJitterAndResets(t *testing.T) {
