@@ -27,6 +27,9 @@ const (
 	PhaseError            = engine.Error
 )
 
+// Phases returns every phase, in the order an import may pass them.
+func Phases() []Phase { return engine.Phases() }
+
 // Event is what an import tells Options.Events: a phase started or ended,
 // or the source was drained (every byte received and validated; what is
 // left works on the target alone).

@@ -166,9 +166,6 @@ func (l *ProgressLog) Stop() {
 // its only label is ownerUID, its value the percentage done.
 const ProgressMetricName = "kubevirt_cdi_import_progress_total"
 
-// enginePhases are the phases diskimport_phase reports.
-var enginePhases = []string{"Info", "TransferScratch", "TransferDataFile", "TransferDataDir", "Validate", "Convert", "Resize", "Complete", "Error"}
-
 // NewMetricsHandler serves the tracker's state as Prometheus metrics from
 // a registry of its own: CDI's progress metric for ownerUID, and this
 // engine's under diskimport_ names (extra labels on CDI's metric would
@@ -195,13 +192,13 @@ func NewMetricsHandler(tracker *ProgressTracker, ownerUID string) http.Handler {
 		gauge("diskimport_retries", "Requests re-sent after a failure; known once the import ends.",
 			func(s ProgressState) float64 { return float64(s.Retries) }),
 	)
-	for _, phase := range enginePhases {
+	for _, phase := range importer.Phases() {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "diskimport_phase",
 			Help:        "1 for the phase the import is in, 0 for the others.",
-			ConstLabels: prometheus.Labels{"phase": phase},
+			ConstLabels: prometheus.Labels{"phase": string(phase)},
 		}, func() float64 {
-			if tracker.State().Phase == phase {
+			if tracker.State().Phase == string(phase) {
 				return 1
 			}
 			return 0

@@ -25,6 +25,9 @@ type attempt struct {
 	qemu   *qemu.Runner
 	result Result
 	meter  meter // read by the progress reporter's goroutine
+	// progress reports a snapshot when a phase starts; nil without
+	// Request.Progress.
+	progress *progressReporter
 
 	// Set by Info, read by the phases after it.
 	plan   *Plan
@@ -90,6 +93,7 @@ func (a *attempt) steps(plan *Plan) map[Phase]Step {
 func (a *attempt) observe(e Event) {
 	if e.Kind == PhaseStarted {
 		a.meter.phase.Store(string(e.Phase))
+		a.progress.now()
 	}
 	if a.req.Events != nil {
 		a.req.Events(e)

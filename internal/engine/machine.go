@@ -135,6 +135,15 @@ const (
 	Error Phase = "Error"
 )
 
+// Phases returns every phase, in the order an import may pass them. It is
+// the one list of the constants above (TestPhasesListsEveryDeclaredPhase
+// reads their declarations): whatever enumerates phases (CDI's phase
+// gauge, docs) takes it from here.
+func Phases() []Phase {
+	return []Phase{Info, TransferScratch, TransferDataFile, TransferDataDir, TransferDelta, Validate, Convert,
+		Resize, Verify, Commit, Complete, Error}
+}
+
 // EventKind says what happened.
 type EventKind int
 

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -143,4 +147,35 @@ func TestPhasesForEveryRouteEndInCommitThenComplete(t *testing.T) {
 	assert.Equal(t, TransferDataFile, drained)
 	assert.Equal(t, "stream-decode", RouteStreamDecode.String())
 	assert.False(t, RouteStreamDecode.Converts())
+}
+
+// TestPhasesListsEveryDeclaredPhase: Phases is the one list of the Phase
+// constants, so whatever enumerates phases from it misses none (CDI's
+// phase gauge listed them by hand and read 0 through TransferDelta,
+// Verify and Commit).
+func TestPhasesListsEveryDeclaredPhase(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "machine.go", nil, 0)
+	require.NoError(t, err)
+	var declared []Phase
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			if id, ok := v.Type.(*ast.Ident); !ok || id.Name != "Phase" {
+				continue
+			}
+			for _, val := range v.Values {
+				lit := val.(*ast.BasicLit)
+				s, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				declared = append(declared, Phase(s))
+			}
+		}
+	}
+	require.NotEmpty(t, declared)
+	assert.ElementsMatch(t, declared, Phases())
+	assert.Len(t, Phases(), len(declared), "no phase listed twice")
 }

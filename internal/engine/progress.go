@@ -54,13 +54,35 @@ func (m *meter) bytesRead() int64 {
 	return n
 }
 
+// progressReporter hands the meter's snapshots to Request.Progress: about
+// once a second, and at once when a phase starts, so that a reader that
+// shows the phase (CDI's phase gauge, the bar's label) never lags a phase
+// behind (a Commit or a Verify of under a second was never reported). One
+// snapshot at a time: Progress is never called concurrently.
+type progressReporter struct {
+	mu     sync.Mutex
+	report func(Progress)
+	meter  *meter
+}
+
+// now reports a snapshot at once.
+func (r *progressReporter) now() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report(r.meter.snapshot())
+}
+
 // startProgress reports progress to Request.Progress about once a second
-// until the returned stop function is called, which reports once more.
+// (and at each phase's start, through a.progress) until the returned stop
+// function is called, which reports once more.
 func (a *attempt) startProgress(ctx context.Context) (stop func()) {
-	report := a.req.Progress
-	if report == nil {
+	if a.req.Progress == nil {
 		return func() {}
 	}
+	r := &progressReporter{report: a.req.Progress, meter: &a.meter}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -72,14 +94,15 @@ func (a *attempt) startProgress(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				report(a.meter.snapshot())
+				r.now()
 			}
 		}
 	}()
+	a.progress = r // set before the machine runs, which reads it
 	return func() {
 		cancel()
 		<-done
-		report(a.meter.snapshot())
+		r.now()
 	}
 }
 
