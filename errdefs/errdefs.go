@@ -68,6 +68,9 @@ var (
 	// reads up front (format.ReadQCOW2Layout's bound); nothing is wrong
 	// with the image.
 	ErrTablesTooLarge = errors.New("image tables too large to read up front")
+	// ErrToolMissing: a program the import needs (qemu-img) is not
+	// installed: a setup error, not a verdict on the image.
+	ErrToolMissing = errors.New("a program the import needs is not installed")
 )
 
 // HTTPStatusError is returned when an HTTP source answers with a non-2xx

@@ -31,10 +31,22 @@
 // converter had written has its first MiB wiped. A transfer that cannot
 // resume is started over from Info with a fresh read of the source.
 //
+// # What runs qemu-img
+//
+// Raw images, archives, blank raw disks and images the stream decoder reads
+// in one pass (qcow2, streamOptimized vmdk, dynamic vhd, vdi, vhdx) onto a
+// raw target need nothing but this package. qemu-img (Debian's qemu-utils)
+// converts the rest: a qcow2 target, a monolithicSparse vmdk or a fixed vhd
+// to convert, an image read in place or over byte ranges when that route is
+// faster, and Verify's comparison. Each run is sandboxed: the program
+// re-executes its own binary (/proc/self/exe) to confine itself before it
+// starts qemu-img (package qemu). Without qemu-img installed the stream
+// decoder takes every import it can; the others fail with [ErrToolMissing].
+//
 // # Observing an import
 //
-// [Options.Progress] is called about once a second with byte counts and a
-// percentage. [Options.Events] is called synchronously with each [Event]:
+// [Options.Progress] is called about once a second, and as each phase
+// starts, with byte counts and a percentage; never twice at once. [Options.Events] is called synchronously with each [Event]:
 // a phase started or ended, and [EventSourceDrained] once every byte of the
 // source has been received and validated (the upload server answers an
 // asynchronous upload then).

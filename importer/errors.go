@@ -19,6 +19,9 @@ var (
 	// ErrVerifyMismatch: with Options.Verify, the target read back differs
 	// from the source (a *VerifyError says what was compared).
 	ErrVerifyMismatch = errdefs.ErrVerifyMismatch
+	// ErrToolMissing: qemu-img, which this import's route needs, is not
+	// installed (the stream decoder takes what it can without it).
+	ErrToolMissing = errdefs.ErrToolMissing
 	// ErrEgressDenied: the egress policy (Options.Egress) refused the
 	// address a source would connect to (an *EgressError names it).
 	ErrEgressDenied = errdefs.ErrEgressDenied

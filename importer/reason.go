@@ -18,6 +18,7 @@ var reasons = []struct {
 }{
 	{errdefs.ErrChecksumMismatch, "ChecksumMismatch"},
 	{errdefs.ErrInvalidOptions, "InvalidOptions"},
+	{errdefs.ErrToolMissing, "ToolMissing"},
 	{errdefs.ErrUnsafeImage, "UnsafeImage"},
 	{errdefs.ErrCompressedFile, "UnsupportedCompression"},
 	{errdefs.ErrArchiveFile, "ArchiveNotImage"},

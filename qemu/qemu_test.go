@@ -220,8 +220,10 @@ func TestEmptyFormatIsAnError(t *testing.T) {
 func TestMissingQemuImgFailsClearly(t *testing.T) {
 	r := &Runner{QemuImg: filepath.Join(t.TempDir(), "no-such-qemu-img")}
 	_, err := r.Info(context.Background(), "/nonexistent", "raw")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "not found")
+	require.ErrorIs(t, err, errdefs.ErrToolMissing)
+	assert.Contains(t, err.Error(), "is not installed")
+	assert.Contains(t, err.Error(), "apt install qemu-utils")
+	assert.ErrorIs(t, r.Installed(), errdefs.ErrToolMissing)
 }
 
 func TestErrorsCarrySubcommandAndStderr(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/sandbox"
 )
 
@@ -57,6 +58,13 @@ func (r *Runner) Sandbox() string {
 	return sandbox.Describe()
 }
 
+// Installed returns nil when qemu-img can be run, else an error matching
+// errdefs.ErrToolMissing that says how to install it.
+func (r *Runner) Installed() error {
+	_, err := r.qemuImgPath()
+	return err
+}
+
 // qemuImgPath resolves the binary to an absolute path: the sandbox grants
 // that one file, and a missing qemu-img is reported as such.
 func (r *Runner) qemuImgPath() (string, error) {
@@ -66,7 +74,8 @@ func (r *Runner) qemuImgPath() (string, error) {
 	}
 	p, err := exec.LookPath(q)
 	if err != nil {
-		return "", fmt.Errorf("qemu-img (%q) not found: %w", q, err)
+		return "", fmt.Errorf("%q is not installed or not in $PATH (Debian, Ubuntu: apt install qemu-utils; Fedora, RHEL: dnf install qemu-img): %w: %w",
+			q, errdefs.ErrToolMissing, err)
 	}
 	if p, err = filepath.Abs(p); err != nil {
 		return "", fmt.Errorf("qemu-img (%q): %w", q, err)

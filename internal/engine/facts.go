@@ -50,6 +50,9 @@ type importFacts struct {
 	layout    *format.QCOW2Layout
 	layoutErr error
 	fileSize  int64
+	// qemuMissing says why qemu-img cannot run ("" when it can), looked up
+	// only for an image that needs converting.
+	qemuMissing string
 }
 
 // sourceFacts is what the opened source and its identified image tell
@@ -67,6 +70,11 @@ func (a *attempt) sourceFacts() *importFacts {
 	}
 	if a.req.Delta {
 		f.deltaTarget = delta.StatTarget(delta.TargetPath(a.req.Target))
+	}
+	if f.format.NeedsConversion() || outputFormat(a.req) != "raw" {
+		if err := a.qemu.Installed(); err != nil {
+			f.qemuMissing = err.Error()
+		}
 	}
 	return f
 }

@@ -170,6 +170,9 @@ func chooseRoute(f *importFacts, req Request) (Route, string) {
 	switch {
 	case !f.format.NeedsConversion() && outputFormat(req) == "raw":
 		return RouteStream, fmt.Sprintf("a %s image onto a raw target is copied as it arrives", f.format)
+	case f.qemuMissing != "" && noDecode == "":
+		// Every other route runs qemu-img.
+		return RouteStreamDecode, fmt.Sprintf("the %s is decoded straight onto the target by the stream decoder: qemu-img cannot run (%s)", f.format, f.qemuMissing)
 	case noRanges == "" && noDecode == "":
 		// Both routes need no scratch: the faster one is chosen by the
 		// format and a qcow2's tables.

@@ -39,6 +39,12 @@ func (f *importFacts) local() *importFacts {
 	return f
 }
 
+// withoutQemu: qemu-img is not installed.
+func (f *importFacts) withoutQemu() *importFacts {
+	f.qemuMissing = `"qemu-img" is not installed`
+	return f
+}
+
 // oneTime: standard input or an upload.
 func (f *importFacts) oneTime() *importFacts {
 	f.caps.OneTime = true
@@ -190,6 +196,12 @@ func TestDecideRouteTable(t *testing.T) {
 		{name: "local vmdk verified", facts: factsOf(format.VMDK, sparseVMDK).local(), req: Request{Settings: Settings{Verify: true}},
 			route: RouteInPlace, phases: inPlaceVerifyPhases, drained: Validate, reason: "in place",
 			check: func(t *testing.T, p *Plan) { assert.Equal(t, VerifyCompare, p.Verify) }},
+		// without qemu-img: the stream decoder takes what it can (a missing
+		// qemu-img failed a local qcow2 as an "invalid image")
+		{name: "local qcow2 without qemu-img", facts: factsOf(format.QCOW2, qcow2).local().withoutQemu(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "qemu-img cannot run"},
+		{name: "qcow2 over ranges without qemu-img", facts: factsOf(format.QCOW2, qcow2).served(nil).withLayout(plainLayout, 2<<30).withoutQemu(),
+			route: RouteStreamDecode, phases: streamPhases, drained: TransferDataFile, reason: "qemu-img cannot run"},
 		{name: "local raw onto a qcow2 target", facts: factsOf(format.Raw, raw).local(), req: Request{Settings: Settings{Format: "qcow2"}},
 			route: RouteInPlace, phases: inPlacePhases, drained: Validate, reason: "in place",
 			check: func(t *testing.T, p *Plan) { assert.Equal(t, format.Raw, p.ConvertFormat) }},

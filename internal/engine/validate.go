@@ -45,6 +45,9 @@ func (v *validation) run(ctx context.Context) error {
 		if rerr := in.export.Cause(err); rerr != err {
 			return rerr // the HTTP side failed, not the image
 		}
+		if errors.Is(err, errdefs.ErrToolMissing) {
+			return err // a setup error, not a verdict on the image
+		}
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
 	}
 	// What qemu-img itself opened, on every path alike: the very source
