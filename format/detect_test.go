@@ -301,7 +301,7 @@ func TestTextRefused(t *testing.T) {
 			require.ErrorIs(t, err, errdefs.ErrTextNotImage)
 			require.ErrorIs(t, err, errdefs.ErrUnsupportedFormat)
 			assert.Contains(t, err.Error(), c.message)
-			assert.Contains(t, err.Error(), "--format-in raw")
+			assert.NotContains(t, err.Error(), "--format-in", "a library error names no switch of the command line's")
 
 			s, err := Open(context.Background(), strings.NewReader(c.body), Options{ForceRaw: true})
 			require.NoError(t, err)

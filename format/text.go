@@ -93,7 +93,6 @@ func checkText(head []byte, layers []Compression, o Options) error {
 	if first := firstLine(head); first != "" {
 		what += fmt.Sprintf("; it begins %q", first)
 	}
-	what += "; --format-in raw imports it as a raw disk anyway"
 	return &errdefs.NotImageError{Message: what, Kind: errdefs.ErrTextNotImage}
 }
 

@@ -62,6 +62,9 @@ func TestCLIRefusesWhatIsNotADiskImage(t *testing.T) {
 			assert.Equal(t, c.reason, m.Reason)
 			assert.NotContains(t, m.Message, cdi.MessageComplete)
 			assert.Contains(t, stderr, c.stderr)
+			if c.reason == "TextNotImage" {
+				assert.Contains(t, stderr, "; --format-in raw imports it as a raw disk anyway\n", "the command line's way out")
+			}
 			assert.NoFileExists(t, dest)
 
 			code, _, _ = runCLI(t, nil, env(nil), "--format-in", "raw", srv.URL+"/"+c.file, dest)
@@ -77,6 +80,22 @@ func TestCLIRefusesWhatIsNotADiskImage(t *testing.T) {
 		assert.Equal(t, cdi.ExitFailed, code)
 		assert.Contains(t, stderr, "the source is text, not a disk image")
 		assert.NoFileExists(t, dest)
+	})
+	// Env mode has no --format-in (CDI has no such setting): its
+	// termination message names the cause and no switch.
+	t.Run("env mode", func(t *testing.T) {
+		root := cdiRoot(t)
+		code, _, _ := runCLI(t, nil, env(map[string]string{
+			"IMPORTER_SOURCE":      "http",
+			"IMPORTER_ENDPOINT":    srv.URL + "/login.html",
+			"IMPORTER_IMAGE_SIZE":  "64Mi",
+			"IMPORTER_PATH_PREFIX": root,
+		}))
+		assert.Equal(t, cdi.ExitFailed, code)
+		b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
+		require.NoError(t, err)
+		assert.Contains(t, string(b), "the server returned a text page", "CDI's failure message, in its words")
+		assert.NotContains(t, string(b), "--format-in")
 	})
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 
@@ -30,12 +32,23 @@ func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stde
 	o.Logger = log
 	o.Progress = progress.observe
 	res, err := importer.Import(ctx, o)
+	err = withCLIHint(err)
 	progress.finish(res, err)
 	r := reporter{terminationLog: f.terminationLog, json: f.json, quiet: f.quiet, stdout: stdout, stderr: stderr}
 	if f.logFormat == logFormatJSON {
 		r.records = lines
 	}
 	return r.report(res, err, "import failed", importSummary(res))
+}
+
+// withCLIHint adds to err the command line's way out of it, where there is
+// one: the engine's errors name no switch, since the library, env mode and
+// the upload server have other ones (Options.FormatIn) or none (CDI).
+func withCLIHint(err error) error {
+	if errors.Is(err, importer.ErrTextNotImage) {
+		return fmt.Errorf("%w; --format-in raw imports it as a raw disk anyway", err)
+	}
+	return err
 }
 
 // cliLogLevel is the level of the command line's log: warnings by default
