@@ -23,28 +23,52 @@ type requestBound struct {
 	mu     sync.Mutex
 	timer  *time.Timer
 	d      time.Duration
-	cause  error
+	stage  boundStage
 }
 
-// newRequestBound returns a bound over ctx armed for d with cause.
-func newRequestBound(ctx context.Context, d time.Duration, cause error) *requestBound {
+// boundStage is how far a request got: a bound armed for a stage is not
+// replaced by one for an earlier stage (the transport may read the body's
+// end after the answer began).
+type boundStage int
+
+const (
+	stageSending   boundStage = iota // the request and its body
+	stageWaiting                     // every byte sent, waiting for the answer
+	stageAnswering                   // the answer arriving
+	stageDone
+)
+
+// boundError is a request ended by its bound: what did not happen in time.
+type boundError struct{ msg string }
+
+func (e *boundError) Error() string { return e.msg }
+
+// newRequestBound returns a bound over ctx armed for d, ending the request
+// with the bound error msg.
+func newRequestBound(ctx context.Context, d time.Duration, msg string) *requestBound {
 	b := &requestBound{parent: ctx}
 	b.ctx, b.cancel = context.WithCancelCause(ctx)
-	b.arm(d, cause)
+	b.arm(stageSending, d, msg)
 	return b
 }
 
-// arm gives the request d from now, then cancels it with cause; d <= 0
-// leaves it without a bound.
-func (b *requestBound) arm(d time.Duration, cause error) {
+// arm gives the request, at stage, d from now, then ends it with the bound
+// error msg; d <= 0 leaves it without a bound. A stage before the current
+// one arms nothing.
+func (b *requestBound) arm(stage boundStage, d time.Duration, msg string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if stage < b.stage {
+		return
+	}
+	b.stage = stage
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
-	b.d, b.cause = d, cause
+	b.d = d
 	if d > 0 {
+		cause := &boundError{msg}
 		b.timer = time.AfterFunc(d, func() { b.cancel(cause) })
 	}
 }
@@ -60,17 +84,16 @@ func (b *requestBound) progress() {
 
 // stop releases the bound; the context ends.
 func (b *requestBound) stop() {
-	b.arm(0, nil)
+	b.arm(stageDone, 0, "")
 	b.cancel(nil)
 }
 
 // explain returns the bound's cause when it ended the request that failed
 // with err, else err.
 func (b *requestBound) explain(err error) error {
-	if b.parent.Err() == nil && b.ctx.Err() != nil {
-		if cause := context.Cause(b.ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return cause
-		}
+	var be *boundError
+	if b.parent.Err() == nil && errors.As(context.Cause(b.ctx), &be) {
+		return be
 	}
 	return err
 }

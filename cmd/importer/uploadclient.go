@@ -409,7 +409,7 @@ func (up *uploadRequest) send(ctx context.Context, log *slog.Logger, observe fun
 // the upload go ahead: CDI's server answers HEAD on its synchronous paths
 // with 404.
 func (up *uploadRequest) probe(ctx context.Context) ([]byte, error) {
-	bound := newRequestBound(ctx, up.stall, fmt.Errorf("HEAD %s: no answer within --stall-timeout %s", up.url.Redacted(), up.stall))
+	bound := newRequestBound(ctx, up.stall, fmt.Sprintf("HEAD %s: no answer within --stall-timeout %s", up.url.Redacted(), up.stall))
 	defer bound.stop()
 	req, err := http.NewRequestWithContext(bound.ctx, http.MethodHead, up.url.String(), nil)
 	if err != nil {
@@ -439,11 +439,11 @@ func (up *uploadRequest) probe(ctx context.Context) ([]byte, error) {
 // while the server takes the body and while its answer arrives, --wait
 // (when given) between the last byte sent and the answer.
 func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64, form bool) ([]byte, error) {
-	bound := newRequestBound(ctx, up.stall, fmt.Errorf("POST %s: the server took no byte of the upload for --stall-timeout %s: the import did not complete", up.url.Redacted(), up.stall))
+	bound := newRequestBound(ctx, up.stall, fmt.Sprintf("POST %s: the server took no byte of the upload for --stall-timeout %s: the import did not complete", up.url.Redacted(), up.stall))
 	defer bound.stop()
 	if body != http.NoBody { // an empty body stays one (no chunked encoding)
 		body = &boundReader{r: body, b: bound, atEOF: func() {
-			bound.arm(up.maxWait, fmt.Errorf("POST %s: every byte was sent and the server did not answer within --wait %s", up.url.Redacted(), up.maxWait))
+			bound.arm(stageWaiting, up.maxWait, fmt.Sprintf("POST %s: every byte was sent and the server did not answer within --wait %s", up.url.Redacted(), up.maxWait))
 		}}
 	}
 	var contentType string
@@ -488,7 +488,7 @@ func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64,
 		// points to: its answer says nothing of an image never sent there.
 		return nil, fmt.Errorf("the server redirected the upload to %s as a %s: the image was not sent there: %w", resp.Request.URL.Redacted(), resp.Request.Method, errdefs.ErrSourceRefused)
 	}
-	bound.arm(up.stall, fmt.Errorf("POST %s: the server's answer stopped arriving for --stall-timeout %s", up.url.Redacted(), up.stall))
+	bound.arm(stageAnswering, up.stall, fmt.Sprintf("POST %s: the server's answer stopped arriving for --stall-timeout %s", up.url.Redacted(), up.stall))
 	answer, rerr := io.ReadAll(io.LimitReader(&boundReader{r: resp.Body, b: bound}, 1<<20))
 	rerr = bound.explain(rerr)
 	if resp.StatusCode/100 != 2 {
@@ -520,7 +520,7 @@ func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log
 	phase := "none read"
 	for {
 		st, code, err := up.readStatus(wctx, &su)
-		var stalled *statusStallError
+		var stalled *boundError
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
@@ -556,20 +556,9 @@ func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log
 	}
 }
 
-// statusStallError is a status request that got no answer (or an answer
-// that stopped arriving) within --stall-timeout.
-type statusStallError struct {
-	url   string
-	stall time.Duration
-}
-
-func (e *statusStallError) Error() string {
-	return fmt.Sprintf("reading the status at %s: no answer within --stall-timeout %s", e.url, e.stall)
-}
-
 func (up *uploadRequest) readStatus(ctx context.Context, u *url.URL) (uploadserver.Status, int, error) {
 	var st uploadserver.Status
-	bound := newRequestBound(ctx, up.stall, &statusStallError{url: u.Redacted(), stall: up.stall})
+	bound := newRequestBound(ctx, up.stall, fmt.Sprintf("reading the status at %s: no answer within --stall-timeout %s", u.Redacted(), up.stall))
 	defer bound.stop()
 	req, err := http.NewRequestWithContext(bound.ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
