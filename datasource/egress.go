@@ -26,6 +26,9 @@ import (
 // connection is to the proxy, so the proxy's address is what is checked; a
 // literal target address is checked too before the request is handed to
 // the proxy, while a target named by host name is resolved by the proxy.
+// A literal address is any spelling hostAddr takes for one (inet_aton's
+// 2852039166, 0xa9fea9fe, octal, 169.254.43518, a trailing dot), as the
+// proxies and resolvers that would connect to it do.
 type EgressPolicy struct {
 	// Allow, when not empty, lists the only networks a connection may
 	// reach.
@@ -171,9 +174,10 @@ func (p *EgressPolicy) dialer() *net.Dialer {
 }
 
 // lookup resolves a host name to its addresses, IPv4 ones as IPv4 (Go's
-// resolver may return them IPv4-mapped).
+// resolver may return them IPv4-mapped); an address in any spelling
+// hostAddr takes is that address, never a name to resolve.
 func (p *EgressPolicy) lookup(ctx context.Context, family, host string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
+	if a, ok := hostAddr(host); ok {
 		return []netip.Addr{a}, nil
 	}
 	addrs, err := p.resolver().LookupNetIP(ctx, family, host)
@@ -246,9 +250,9 @@ func (p *EgressPolicy) proxy(next func(*http.Request) (*url.URL, error)) func(*h
 		if err != nil || u == nil {
 			return u, err
 		}
-		if a, perr := netip.ParseAddr(strings.Trim(r.URL.Hostname(), "[]")); perr == nil {
+		if a, ok := hostAddr(r.URL.Hostname()); ok {
 			if rule := p.rule(a); rule != "" {
-				return nil, &errdefs.EgressError{Addr: a.String(), Rule: rule + ", asked of proxy " + u.Redacted()}
+				return nil, &errdefs.EgressError{Host: r.URL.Hostname(), Addr: a.String(), Rule: rule + ", asked of proxy " + u.Redacted()}
 			}
 		}
 		return u, nil

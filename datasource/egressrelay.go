@@ -303,9 +303,9 @@ func (r *egressRelay) dockerProxy(u *url.URL) (*url.URL, error) {
 	if pu == nil {
 		return r.url(), nil
 	}
-	if a, perr := netip.ParseAddr(u.Hostname()); perr == nil {
-		if err := r.policy.Check(a); err != nil {
-			return nil, err
+	if a, ok := hostAddr(u.Hostname()); ok {
+		if rule := r.policy.rule(a); rule != "" {
+			return nil, &errdefs.EgressError{Host: u.Hostname(), Addr: a.String(), Rule: rule}
 		}
 	}
 	addrs, err := r.policy.lookup(r.ctx, "ip", pu.Hostname())

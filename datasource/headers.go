@@ -8,10 +8,10 @@ import (
 	"github.com/diskimport/engine/errdefs"
 )
 
-// parseHeaders turns "Name: value" lines (CDI's IMPORTER_EXTRA_HEADER_n
+// ParseHeaders turns "Name: value" lines (CDI's IMPORTER_EXTRA_HEADER_n
 // format) into a header set. Errors name the line number, never the value,
 // because extra headers often carry tokens.
-func parseHeaders(lines []string) (http.Header, error) {
+func ParseHeaders(lines []string) (http.Header, error) {
 	h := http.Header{}
 	for i, line := range lines {
 		name, value, ok := strings.Cut(line, ":")

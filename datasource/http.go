@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,17 +24,15 @@ const (
 )
 
 type httpSource struct {
-	url      *url.URL // user info removed; credentials live in user/pass
+	url      *url.URL // user info removed; credentials live in the scope
 	redacted string
 	origin   string
-	user     string
-	pass     string
-	hasAuth  bool
-	headers  http.Header
-	ua       string
-	stall    time.Duration
-	log      *slog.Logger
-	client   *http.Client
+	// scope adds the user agent, the extra headers and the credentials
+	// to each request, and decides what a redirect carries.
+	scope  *RequestScope
+	stall  time.Duration
+	log    *slog.Logger
+	client *http.Client
 	// plain: the object is fetchable without anything but the URL (no
 	// credentials, extra headers or private CA), so another client may read
 	// it too.
@@ -74,35 +70,31 @@ func NewHTTP(rawURL string, o Config) (Source, error) {
 		return nil, fmt.Errorf("source URL %s has no host: %w", redactURL(u), errdefs.ErrInvalidOptions)
 	}
 	s := &httpSource{
-		user:   o.Username,
-		pass:   o.Password,
-		ua:     o.UserAgent,
 		stall:  o.StallTimeout,
 		log:    o.logger(),
 		budget: retry.NewBudget(o.retryPolicy(nil)),
 	}
+	user, pass := o.Username, o.Password
 	if u.User != nil {
-		if s.user == "" && s.pass == "" {
-			s.user = u.User.Username()
-			s.pass, _ = u.User.Password()
+		if user == "" && pass == "" {
+			user = u.User.Username()
+			pass, _ = u.User.Password()
 		}
 		// Dropped from the URL so only our redirect policy decides where
 		// credentials go.
 		u.User = nil
 	}
-	s.hasAuth = s.user != "" || s.pass != ""
 	s.url = u
 	s.redacted = redactURL(u)
 	s.origin = origin(u)
-	if s.ua == "" {
-		s.ua = defaultUserAgent
-	}
 	if s.stall <= 0 {
 		s.stall = defaultStallTimeout
 	}
-	if s.headers, err = parseHeaders(o.Headers); err != nil {
+	headers, err := ParseHeaders(o.Headers)
+	if err != nil {
 		return nil, err
 	}
+	s.scope = NewRequestScope(u, headers, user, pass, o.UserAgent, s.log)
 	tr := o.Transport
 	if tr == nil {
 		if tr, err = s.transport(o); err != nil {
@@ -111,7 +103,7 @@ func NewHTTP(rawURL string, o Config) (Source, error) {
 	}
 	s.client = &http.Client{Transport: tr, CheckRedirect: s.checkRedirect}
 	// A caller's transport may add what the URL alone does not carry.
-	s.plain = !s.hasAuth && len(s.headers) == 0 && o.CertDir == "" && o.Transport == nil
+	s.plain = !s.scope.Scoped() && o.CertDir == "" && o.Transport == nil
 	s.insecure = o.InsecureTLS
 	s.noConnectRetry = o.NoConnectRetry
 	if s.connections, s.chunk, err = o.parallel(); err != nil {
@@ -144,52 +136,13 @@ func origin(u *url.URL) string {
 	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
-// credentialHeaders are dropped from any request to another origin, even
-// when Go's client copied them there from the first request.
-var credentialHeaders = [...]string{"Authorization", "Cookie", "Cookie2"}
+// decorate is the scope's rule for a request of the source (the first
+// request, a redirect, or a range read) whose origin's verdict is known.
+func (s *httpSource) decorate(req *http.Request, sameOrigin bool) { s.scope.decorate(req, sameOrigin) }
 
-// decorate sets the user agent, and on a request to the source's own origin
-// the extra headers and the credentials (the first request, a redirect, or
-// a range read). Extra headers are scoped like credentials: they are how
-// tokens are passed (X-Auth-Token, pre-signed cookies…), so on a request to
-// another origin they are removed, as Go removes Authorization.
-func (s *httpSource) decorate(req *http.Request, sameOrigin bool) {
-	if !sameOrigin {
-		// Go's client copies the first request's headers onto a redirect
-		// and only strips Authorization and cookies, and only for another
-		// host name (a different port is the same host to it).
-		for k := range s.headers {
-			req.Header.Del(k)
-		}
-		for _, k := range credentialHeaders {
-			req.Header.Del(k)
-		}
-		req.Header.Set("User-Agent", s.ua)
-		return
-	}
-	req.Header.Set("User-Agent", s.ua)
-	for k, v := range s.headers {
-		req.Header[k] = slices.Clone(v)
-	}
-	if s.hasAuth {
-		req.SetBasicAuth(s.user, s.pass)
-	}
-}
-
+// checkRedirect is the scope's redirect rule.
 func (s *httpSource) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= maxRedirects {
-		return fmt.Errorf("stopped after %d redirects: %w", maxRedirects, errdefs.ErrSourceRefused)
-	}
-	// Go's client sets Referer to the previous URL, query included: the
-	// signature of a pre-signed URL would reach the redirect's host.
-	req.Header.Del("Referer")
-	same := origin(req.URL) == s.origin
-	if !same && (s.hasAuth || len(s.headers) > 0) {
-		s.log.Info("redirected to another origin, not sending credentials or extra headers",
-			"from", s.redacted, "to", redactURL(req.URL), "dropped_headers", slices.Sorted(maps.Keys(s.headers)))
-	}
-	s.decorate(req, same)
-	return nil
+	return s.scope.CheckRedirect(req, via)
 }
 
 // Open sends the GET, retrying what may pass (connection errors, stalls,

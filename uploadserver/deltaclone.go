@@ -80,8 +80,12 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		if err == nil {
 			manifest, err = delta.ReadManifest(bytes.NewReader(b))
 		}
-		if err == nil && manifest.LayOut().Size != size {
-			err = fmt.Errorf("the manifest lays out %d bytes, the request says %d: %w", manifest.LayOut().Size, size, errdefs.ErrInvalidImage)
+		var layout delta.Layout
+		if err == nil {
+			layout, err = manifest.LayOut()
+		}
+		if err == nil && layout.Size != size {
+			err = fmt.Errorf("the manifest lays out %d bytes, the request says %d: %w", layout.Size, size, errdefs.ErrInvalidImage)
 		}
 		if err != nil {
 			http.Error(w, statusText(err), http.StatusBadRequest)
@@ -165,7 +169,10 @@ func (h *Handler) startDelta(ctx context.Context, m *delta.Manifest, size int64,
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("the target %s is not a filesystem volume's directory: %w", dir, errdefs.ErrNoDeltaBase)
 		}
-		pass = delta.ReceiveTree(dir, m, base)
+		var err error
+		if pass, err = delta.ReceiveTree(dir, m, base); err != nil {
+			return nil, err
+		}
 	} else {
 		path := delta.TargetPath(h.opts.Import.Target)
 		if h.opts.Import.Size > 0 && !isBlockDevice(path) {

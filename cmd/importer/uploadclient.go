@@ -39,6 +39,7 @@ type uploadClientFlags struct {
 	contentTypeHeader  string
 	headers            []string
 	statusPollDeadline time.Duration
+	stallTimeout       time.Duration
 }
 
 // Phases the upload's progress shows (the bar's label and the progress
@@ -73,6 +74,14 @@ full upload URL (https://cdi-uploadproxy/v1beta1/upload), as an argument or
 Mutual TLS: --ca (the CA of the server's certificate; default: the system's),
 --cert and --key (the client certificate). CDI's upload proxy takes the
 token of an UploadTokenRequest: --token-file (sent as Authorization: Bearer).
+The token, --header values and a URL's user:password go only to the URL's
+origin (scheme, host and port), across redirects too, as an import's
+credentials do.
+
+Every request is bounded: a HEAD or status request not answered, a body the
+server stops taking and an answer that stops arriving fail after
+--stall-timeout; the wait for the result after the last byte is bounded
+only by --wait.
 
 Exit status: 0 when the server reports the import complete, 1 when the
 upload or the import failed (the server's answer is shown), 2 for bad usage,
@@ -110,7 +119,8 @@ upload or the import failed (the server's answer is shown), 2 for bad usage,
 	fl.StringArrayVar(&f.headers, "header", nil, "extra request header 'Name: value'; repeatable")
 	fl.StringVar(&f.contentTypeHeader, "cdi-content-type", "", "CDI's x-cdi-content-type header (for a clone stream; default: none, a disk image)")
 	fl.DurationVar(&f.statusPoll, "status-interval", 500*time.Millisecond, "with --async: how often the server's status is read")
-	fl.DurationVar(&f.statusPollDeadline, "wait", 0, "with --async: give up waiting for the result after this long (default: no limit)")
+	fl.DurationVar(&f.statusPollDeadline, "wait", 0, "give up waiting for the import's result after this long: from the last byte sent, or with --async polling the status (default: no limit)")
+	fl.DurationVar(&f.stallTimeout, "stall-timeout", defaultUploadStall, "fail a request that makes no progress for this long: a HEAD or status request not answered, a body the server stops taking, an answer that stops arriving")
 	fl.BoolVar(&f.json, "json", false, "print the server's result JSON on standard output")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "no progress and no summary: only errors")
 	fl.CountVarP(&f.verbose, "verbose", "v", "log the requests (-vv: debug)")
@@ -141,7 +151,7 @@ func runUploadClient(ctx context.Context, f uploadClientFlags, file, target stri
 		fmt.Fprintln(stderr, "importer:", err)
 		return cdi.ExitUsage
 	}
-	up, err := newUploadRequest(f, file, target, stdin)
+	up, err := newUploadRequest(f, file, target, stdin, log)
 	if err != nil {
 		progress.finish(nil, err)
 		fmt.Fprintln(stderr, "importer: upload:", err)
@@ -181,42 +191,50 @@ func runUploadClient(ctx context.Context, f uploadClientFlags, file, target stri
 	return cdi.ExitOK
 }
 
+// defaultUploadStall is --stall-timeout's default, the import's own
+// (--stall-timeout of an import).
+const defaultUploadStall = 5 * time.Minute
+
 // uploadRequest is one upload: where to, the body, and the client.
 type uploadRequest struct {
-	file   string
-	url    *url.URL
-	async  bool
-	form   bool
-	body   io.ReadCloser
-	size   int64 // -1: unknown (standard input)
+	file  string
+	url   *url.URL // user info removed: credentials live in scope
+	async bool
+	form  bool
+	body  io.ReadCloser
+	size  int64 // -1: unknown (standard input)
+	// client follows redirects under scope's rule, which also decorates
+	// every request: the token, --header values and the URL's user info
+	// go only to the URL's origin, as an import source's credentials do.
 	client *http.Client
-	header http.Header
+	scope  *datasource.RequestScope
 	// withCert: a client certificate was given (a 401 then says it was
 	// not accepted).
 	withCert bool
 	poll     time.Duration
 	maxWait  time.Duration
+	stall    time.Duration
 }
 
 // newUploadRequest checks the flags and opens the file.
-func newUploadRequest(f uploadClientFlags, file, target string, stdin io.Reader) (*uploadRequest, error) {
+func newUploadRequest(f uploadClientFlags, file, target string, stdin io.Reader, log *slog.Logger) (*uploadRequest, error) {
 	u, err := uploadURL(target, f.async, f.form)
 	if err != nil {
 		return nil, err
 	}
-	up := &uploadRequest{file: file, url: u, header: http.Header{}, poll: f.statusPoll, maxWait: f.statusPollDeadline,
+	up := &uploadRequest{file: file, url: u, poll: f.statusPoll, maxWait: f.statusPollDeadline, stall: f.stallTimeout,
 		withCert: f.cert != ""}
+	if up.stall <= 0 {
+		up.stall = defaultUploadStall
+	}
 	up.async = strings.HasSuffix(u.Path, "-async")
 	up.form = strings.Contains(u.Path, "/upload-form")
-	for _, h := range f.headers {
-		name, value, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(name) == "" {
-			return nil, fmt.Errorf("--header %q: want 'Name: value': %w", h, errdefs.ErrInvalidOptions)
-		}
-		up.header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	header, err := datasource.ParseHeaders(f.headers)
+	if err != nil {
+		return nil, fmt.Errorf("--header: %w", err)
 	}
 	if f.contentTypeHeader != "" {
-		up.header.Set(uploadserver.HeaderContentType, f.contentTypeHeader)
+		header.Set(uploadserver.HeaderContentType, f.contentTypeHeader)
 	}
 	token := f.token
 	if f.tokenFile != "" {
@@ -232,9 +250,20 @@ func newUploadRequest(f uploadClientFlags, file, target string, stdin io.Reader)
 		}
 	}
 	if token != "" {
-		up.header.Set("Authorization", "Bearer "+token)
+		header.Set("Authorization", "Bearer "+token)
 	}
-	if up.client, err = uploadHTTPClient(f); err != nil {
+	// The URL's user:password is basic auth unless a token was given (as
+	// Go's client did it), and is scoped like the token.
+	var user, pass string
+	if u.User != nil {
+		if header.Get("Authorization") == "" {
+			user = u.User.Username()
+			pass, _ = u.User.Password()
+		}
+		u.User = nil
+	}
+	up.scope = datasource.NewRequestScope(u, header, user, pass, "", log)
+	if up.client, err = uploadHTTPClient(f, up.scope); err != nil {
 		return nil, err
 	}
 	if file == "-" {
@@ -287,9 +316,10 @@ func uploadURL(target string, async, form bool) (*url.URL, error) {
 
 // uploadHTTPClient is the project's transport (proxy from the
 // environment, bytes sent as they are) with the upload's TLS: the server's
-// CA and the client certificate. No timeout: a synchronous upload is
-// answered only once the import is complete.
-func uploadHTTPClient(f uploadClientFlags) (*http.Client, error) {
+// CA and the client certificate, and scope's redirect rule. No timeout of
+// its own: each request has its requestBound (a synchronous upload is
+// answered only once the import is complete).
+func uploadHTTPClient(f uploadClientFlags, scope *datasource.RequestScope) (*http.Client, error) {
 	tr, err := datasource.NewTransport(datasource.Config{Access: datasource.Access{InsecureTLS: f.insecureTLS}})
 	if err != nil {
 		return nil, err
@@ -312,7 +342,7 @@ func uploadHTTPClient(f uploadClientFlags) (*http.Client, error) {
 	}
 	conf.InsecureSkipVerify = f.insecureTLS //nolint:gosec // only when the user asks
 	tr.TLSClientConfig = conf
-	return &http.Client{Transport: tr}, nil
+	return &http.Client{Transport: tr, CheckRedirect: scope.CheckRedirect}, nil
 }
 
 // send uploads the body, reporting the bytes sent to observe, and waits
@@ -379,14 +409,16 @@ func (up *uploadRequest) send(ctx context.Context, log *slog.Logger, observe fun
 // the upload go ahead: CDI's server answers HEAD on its synchronous paths
 // with 404.
 func (up *uploadRequest) probe(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, up.url.String(), nil)
+	bound := newRequestBound(ctx, up.stall, fmt.Sprintf("HEAD %s: no answer within --stall-timeout %s", up.url.Redacted(), up.stall))
+	defer bound.stop()
+	req, err := http.NewRequestWithContext(bound.ctx, http.MethodHead, up.url.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidOptions)
 	}
-	req.Header = up.header.Clone()
+	up.scope.Decorate(req)
 	resp, err := up.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, bound.explain(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
@@ -403,8 +435,17 @@ func (up *uploadRequest) probe(ctx context.Context) ([]byte, error) {
 
 // post sends body (of length bytes, -1: unknown; as a multipart form
 // when form) and returns the answer of a 2xx; any other status is an error
-// carrying the server's text.
+// carrying the server's text. The request is bounded: --stall-timeout
+// while the server takes the body and while its answer arrives, --wait
+// (when given) between the last byte sent and the answer.
 func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64, form bool) ([]byte, error) {
+	bound := newRequestBound(ctx, up.stall, fmt.Sprintf("POST %s: the server took no byte of the upload for --stall-timeout %s: the import did not complete", up.url.Redacted(), up.stall))
+	defer bound.stop()
+	if body != http.NoBody { // an empty body stays one (no chunked encoding)
+		body = &boundReader{r: body, b: bound, atEOF: func() {
+			bound.arm(stageWaiting, up.maxWait, fmt.Sprintf("POST %s: every byte was sent and the server did not answer within --wait %s", up.url.Redacted(), up.maxWait))
+		}}
+	}
 	var contentType string
 	if form {
 		pr, pw := io.Pipe()
@@ -424,11 +465,11 @@ func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64,
 		body, length = pr, -1
 		defer pr.Close()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.url.String(), body)
+	req, err := http.NewRequestWithContext(bound.ctx, http.MethodPost, up.url.String(), body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidOptions)
 	}
-	req.Header = up.header.Clone()
+	up.scope.Decorate(req)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	} else {
@@ -439,10 +480,17 @@ func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64,
 	}
 	resp, err := up.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, bound.explain(err)
 	}
 	defer resp.Body.Close()
-	answer, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.Request.Method != http.MethodPost {
+		// A 301, 302 or 303 turns the upload into a GET of the place it
+		// points to: its answer says nothing of an image never sent there.
+		return nil, fmt.Errorf("the server redirected the upload to %s as a %s: the image was not sent there: %w", resp.Request.URL.Redacted(), resp.Request.Method, errdefs.ErrSourceRefused)
+	}
+	bound.arm(stageAnswering, up.stall, fmt.Sprintf("POST %s: the server's answer stopped arriving for --stall-timeout %s", up.url.Redacted(), up.stall))
+	answer, rerr := io.ReadAll(io.LimitReader(&boundReader{r: resp.Body, b: bound}, 1<<20))
+	rerr = bound.explain(rerr)
 	if resp.StatusCode/100 != 2 {
 		return answer, &uploadRefusedError{status: resp.Status, code: resp.StatusCode, url: up.url.Redacted(),
 			body: strings.TrimSpace(string(answer)), withCert: up.withCert}
@@ -458,21 +506,28 @@ func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64,
 // pod answer 404) leaves the result unknown: received is all it said. Our
 // server stops once an import succeeded, so a status that cannot be read
 // any more after it was seen busy is the end of a complete import only if
-// nothing said otherwise; the note says so.
+// nothing said otherwise; the note says so. A status request that gets no
+// answer is a failure, as is --wait passing, even in the middle of one.
 func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log *slog.Logger) error {
 	su := *up.url
 	su.Path, su.RawQuery = uploadserver.PathStatus, ""
-	var deadline <-chan time.Time
+	wctx := ctx
 	if up.maxWait > 0 {
-		timer := time.NewTimer(up.maxWait)
-		defer timer.Stop()
-		deadline = timer.C
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, up.maxWait)
+		defer cancel()
 	}
+	phase := "none read"
 	for {
-		st, code, err := up.readStatus(ctx, su.String())
+		st, code, err := up.readStatus(wctx, &su)
+		var stalled *boundError
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
+		case err != nil && wctx.Err() != nil:
+			return fmt.Errorf("the import did not end within --wait %s (last status: phase %s; the status request at %s was not answered)", up.maxWait, phase, su.Redacted())
+		case errors.As(err, &stalled):
+			return err
 		case err != nil:
 			log.Info("Status not readable", "url", su.Redacted(), "err", err)
 			out.note = "the server received it and then stopped answering (ours stops once an import is complete; a failed import keeps it up), so the result was not seen: use the synchronous path to wait for it"
@@ -490,35 +545,36 @@ func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log
 			out.answer, _ = json.Marshal(st)
 			return fmt.Errorf("the server received the upload and its import failed: %s", st.Error)
 		}
+		phase = st.Phase
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-deadline:
-			return fmt.Errorf("the import did not end within --wait %s (last status: phase %s)", up.maxWait, st.Phase)
+		case <-wctx.Done():
+			return fmt.Errorf("the import did not end within --wait %s (last status: phase %s)", up.maxWait, phase)
 		case <-time.After(up.poll):
 		}
 	}
 }
 
-func (up *uploadRequest) readStatus(ctx context.Context, u string) (uploadserver.Status, int, error) {
+func (up *uploadRequest) readStatus(ctx context.Context, u *url.URL) (uploadserver.Status, int, error) {
 	var st uploadserver.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	bound := newRequestBound(ctx, up.stall, fmt.Sprintf("reading the status at %s: no answer within --stall-timeout %s", u.Redacted(), up.stall))
+	defer bound.stop()
+	req, err := http.NewRequestWithContext(bound.ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return st, 0, err
 	}
-	if a := up.header.Get("Authorization"); a != "" {
-		req.Header.Set("Authorization", a)
-	}
+	up.scope.Decorate(req)
 	resp, err := up.client.Do(req)
 	if err != nil {
-		return st, 0, err
+		return st, 0, bound.explain(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return st, resp.StatusCode, nil
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
-		return st, resp.StatusCode, fmt.Errorf("the status is not JSON: %w", err)
+	if err := json.NewDecoder(io.LimitReader(&boundReader{r: resp.Body, b: bound}, 1<<20)).Decode(&st); err != nil {
+		return st, resp.StatusCode, fmt.Errorf("the status is not JSON: %w", bound.explain(err))
 	}
 	return st, resp.StatusCode, nil
 }

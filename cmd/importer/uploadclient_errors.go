@@ -44,8 +44,9 @@ func (e *uploadRefusedError) Error() string {
 // refused and why, or how far the upload got before the connection broke.
 func (up *uploadRequest) explain(err error, sent int64) error {
 	var refused *uploadRefusedError
-	if errors.As(err, &refused) {
-		return err
+	var bound *boundError
+	if errors.As(err, &refused) || errors.As(err, &bound) {
+		return err // says what happened, where
 	}
 	var unknownCA x509.UnknownAuthorityError
 	var hostname x509.HostnameError

@@ -98,9 +98,17 @@ func ReceiveVolume(path string, size int64, base string) *ReceivedPass {
 
 // ReceiveTree is a pass to be received onto the filesystem volume at dir,
 // described by the manifest m (OpenTree's rules: every file sent whole
-// when base is named and is not the volume's digest).
-func ReceiveTree(dir string, m *Manifest, base string) *ReceivedPass {
-	return newReceived(dir, m.LayOut().Size, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
+// when base is named and is not the volume's digest); a manifest Check
+// refuses is refused here.
+func ReceiveTree(dir string, m *Manifest, base string) (*ReceivedPass, error) {
+	if err := m.Check(); err != nil {
+		return nil, err
+	}
+	layout, err := m.LayOut()
+	if err != nil {
+		return nil, err
+	}
+	return newReceived(dir, layout.Size, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
 		tt, err := OpenTree(ctx, dir, m, base)
 		if err != nil {
 			return nil, nil, err
@@ -113,7 +121,7 @@ func ReceiveTree(dir string, m *Manifest, base string) *ReceivedPass {
 			}
 			return true, WriteTreeAnswer(w, &TreeAnswer{Base: isBase, BaseDigest: digest, Files: files, Kept: tt.Kept()}, sigs)
 		}, nil
-	})
+	}), nil
 }
 
 func newReceived(path string, size int64, open func(context.Context) (Receiver, func(io.Writer) (bool, error), error)) *ReceivedPass {

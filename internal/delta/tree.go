@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,7 +172,8 @@ func ReadManifest(r io.Reader) (*Manifest, error) {
 // Check refuses a manifest a receiver must not apply: a path that is
 // absolute, climbs with "..", is not clean or names the root, an entry
 // listed twice or before its directory, an unknown kind, a negative size,
-// a symlink that points out of the volume.
+// sizes whose layout passes math.MaxInt64 bytes, a symlink that points out
+// of the volume.
 func (m *Manifest) Check() error {
 	kinds := map[string]string{"": KindDir}
 	for _, e := range m.Entries {
@@ -205,6 +207,9 @@ func (m *Manifest) Check() error {
 			return bad(fmt.Sprintf("size %d", e.Size))
 		}
 		kinds[e.Path] = e.Kind
+	}
+	if _, err := m.LayOut(); err != nil {
+		return err
 	}
 	if n := len(m.Digests); n != 0 && n != len(m.Files()) {
 		return fmt.Errorf("volume manifest has %d file digests for %d files: %w", n, len(m.Files()), errdefs.ErrInvalidImage)
@@ -272,14 +277,23 @@ type Layout struct {
 	Size  int64
 }
 
-// LayOut lays out m's files.
-func (m *Manifest) LayOut() Layout {
+// LayOut lays out m's files. The sizes are a peer's: a layout past
+// math.MaxInt64 bytes is refused, never wrapped (sizes of 2^62 bytes four
+// times summed to 0, passed the capacity check and had a signature of
+// 2^46 block hashes allocated).
+func (m *Manifest) LayOut() (Layout, error) {
 	l := Layout{Files: m.Files()}
 	for _, i := range l.Files {
+		e := &m.Entries[i]
+		// Rounded up to a block, the file takes what is left of MaxInt64
+		// at most; both sides of each comparison are in range.
+		if e.Size < 0 || e.Size > math.MaxInt64-(BlockSize-1) || Blocks(e.Size) > (math.MaxInt64-l.Size)/BlockSize {
+			return Layout{}, fmt.Errorf("volume manifest entry %q: a file of %d bytes after %d bytes of files passes %d bytes: %w", e.Path, e.Size, l.Size, int64(math.MaxInt64), errdefs.ErrInvalidImage)
+		}
 		l.Bases = append(l.Bases, l.Size)
-		l.Size += Blocks(m.Entries[i].Size) * BlockSize
+		l.Size += Blocks(e.Size) * BlockSize
 	}
-	return l
+	return l, nil
 }
 
 // TreeDigestPrefix names a filesystem volume's digest.

@@ -3,6 +3,7 @@ package delta_test
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,4 +159,44 @@ func TestTreePassRefusesFilesLargerThanTheFilesystem(t *testing.T) {
 	entries, err := os.ReadDir(dst)
 	require.NoError(t, err)
 	assert.Empty(t, entries)
+}
+
+// TestTreePassRefusesFileSizesWhoseSumWraps: a manifest whose file sizes
+// sum past math.MaxInt64 (four files of 2^62 bytes summed to 0; one of
+// MaxInt64 bytes rounded up to a block wraps alone) is refused as invalid
+// when read and when opened, on a tmpfs (which, like xfs and btrfs, takes
+// files of 2^62 bytes), and nothing is left in the volume. Before the
+// sums were checked, the layout of 0 bytes passed the capacity check, the
+// staged files were made and ZeroSignature(2^62) panicked.
+func TestTreePassRefusesFileSizesWhoseSumWraps(t *testing.T) {
+	file := func(p string, size int64) delta.Entry {
+		return delta.Entry{Path: p, Kind: delta.KindFile, Mode: 0o644, Size: size}
+	}
+	dst := testimg.Tmpfs(t, 64<<20)
+	for name, entries := range map[string][]delta.Entry{
+		"four of 2^62":            {file("a", 1<<62), file("b", 1<<62), file("c", 1<<62), file("d", 1<<62)},
+		"one of MaxInt64":         {file("a", math.MaxInt64)},
+		"one past the last block": {file("a", math.MaxInt64-delta.BlockSize+2)},
+		"a byte after the last":   {file("a", math.MaxInt64/delta.BlockSize*delta.BlockSize), file("b", 1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := &delta.Manifest{Entries: entries}
+			_, err := m.LayOut()
+			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
+			var wire bytes.Buffer
+			_, err = m.WriteTo(&wire)
+			require.NoError(t, err)
+			_, err = delta.ReadManifest(&wire)
+			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
+			_, err = delta.OpenTree(context.Background(), dst, m, "")
+			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
+			_, err = delta.ReceiveTree(dst, m, "")
+			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
+			assert.Empty(t, testimg.DirNames(t, dst))
+		})
+	}
+	// The largest layout there is still lays out.
+	l, err := (&delta.Manifest{Entries: []delta.Entry{file("a", math.MaxInt64/delta.BlockSize*delta.BlockSize)}}).LayOut()
+	require.NoError(t, err)
+	assert.Equal(t, int64(math.MaxInt64/delta.BlockSize*delta.BlockSize), l.Size)
 }

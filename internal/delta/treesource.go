@@ -34,12 +34,16 @@ func OpenTreeSource(ctx context.Context, dir string) (*TreeSource, error) {
 	if err != nil {
 		return nil, err
 	}
+	layout, err := m.LayOut()
+	if err != nil {
+		return nil, fmt.Errorf("filesystem volume %s: %w", dir, err)
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem volume %s: %w", dir, err)
 	}
 	defer root.Close()
-	s := &TreeSource{dir: dir, m: m, layout: m.LayOut()}
+	s := &TreeSource{dir: dir, m: m, layout: layout}
 	for _, i := range s.layout.Files {
 		f, err := root.OpenFile(m.Entries[i].Path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {

@@ -74,11 +74,20 @@ type treeFile struct {
 // when base is named and is not that digest, nothing is compared in place
 // and every file is sent whole (a full clone over the pass's records).
 func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (_ *TreeTarget, err error) {
+	// A manifest Check refuses (a path out of the volume, sizes whose sum
+	// wraps) is refused before the volume is opened.
+	if err := m.Check(); err != nil {
+		return nil, err
+	}
+	layout, err := m.LayOut()
+	if err != nil {
+		return nil, err
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem delta target %s: %w: %w", dir, err, errdefs.ErrNoDeltaBase)
 	}
-	tt := &TreeTarget{root: root, dir: dir, m: m, layout: m.LayOut()}
+	tt := &TreeTarget{root: root, dir: dir, m: m, layout: layout}
 	defer func() {
 		if err != nil {
 			tt.Close()
