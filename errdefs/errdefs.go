@@ -100,13 +100,18 @@ func (e *HTTPStatusError) Is(target error) bool { return target == ErrSourceRefu
 type SizeError struct {
 	ImageSize  int64 // virtual size of the image, or bytes seen so far
 	TargetSize int64 // capacity of the target
-	What       string
+	// What names ImageSize ("virtual image size", "source size", "image
+	// data", "requested size"…); the engine always sets it.
+	What string
 }
+
+// VirtualImageSize is SizeError.What for an image's virtual size.
+const VirtualImageSize = "virtual image size"
 
 func (e *SizeError) Error() string {
 	what := e.What
 	if what == "" {
-		what = "virtual image size"
+		what = VirtualImageSize
 	}
 	sizes := fmt.Sprintf("%s for %s, %d bytes short", units.Bytes(e.ImageSize), units.Bytes(e.TargetSize), e.ImageSize-e.TargetSize)
 	if what == "image data" { // a stream of unknown length, cut where it passed the end

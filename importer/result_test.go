@@ -102,22 +102,29 @@ func TestRangedBytesReadCountsRangeReads(t *testing.T) {
 	assert.Equal(t, res.BytesRead, last.BytesRead, "the last progress report agrees")
 }
 
-// A failed import reports the virtual size it found.
+// A failed import reports the virtual size it found, a SizeError that
+// names it (What was empty for a qcow2's and a raw image's virtual size),
+// and a last progress report that is not "unknown" (-1: before, an import
+// that failed in Info ended its progress at -1).
 func TestTooSmallReportsVirtualSize(t *testing.T) {
 	testimg.Need(t, "qemu-img")
 	dir := t.TempDir()
 	raw, qcow := testimg.RawAndQCOW2(t, dir, 3<<20, 32)
 	for name, src := range map[string]string{"raw": raw, "qcow2": qcow} {
 		t.Run(name, func(t *testing.T) {
+			var last importer.Progress
 			res, err := importer.Import(context.Background(), importer.Options{
 				Source: src, Target: filepath.Join(t.TempDir(), "disk.img"), TargetOptions: importer.TargetOptions{
 					Size: 2 << 20,
-				}, Logger: testimg.Logger(t),
+				}, Logger: testimg.Logger(t), Progress: func(p importer.Progress) { last = p },
 			})
 			require.ErrorIs(t, err, importer.ErrTargetTooSmall)
 			assert.EqualValues(t, 3<<20, res.VirtualSize)
 			var se *importer.SizeError
 			require.True(t, errors.As(err, &se))
+			assert.NotEmpty(t, se.What, "the SizeError names the size")
+			assert.Equal(t, importer.PhaseError, last.Phase)
+			assert.GreaterOrEqual(t, last.Percent, 0.0, "a failed import's progress is what was done, not unknown")
 		})
 	}
 }

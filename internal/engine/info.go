@@ -106,7 +106,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 	if v := img.Header.VirtualSize; v > 0 {
 		a.result.VirtualSize = v
 		if v > capacity {
-			return &errdefs.SizeError{ImageSize: v, TargetSize: capacity}
+			return &errdefs.SizeError{ImageSize: v, TargetSize: capacity, What: errdefs.VirtualImageSize}
 		}
 		return nil
 	}

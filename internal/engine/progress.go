@@ -188,6 +188,10 @@ func (o *overallPercent) of(phase Phase, pct float64) (float64, bool) {
 		return beforeComplete, true
 	case Complete:
 		return 100, true
+	case Error:
+		// What was done stays; a failure before anything was measured
+		// is 0% done, not unknown.
+		return 0, true
 	}
 	return 0, false
 }

@@ -119,7 +119,7 @@ func DecodeVHDX(ctx context.Context, r io.Reader, sink Sink, o Options) (Stats, 
 		if err == nil && o.TargetSize > 0 && int64(l.vsize) > o.TargetSize {
 			// Blocks that came before the tables are only held, so
 			// nothing has reached the sink yet.
-			return blockLayout{}, &errdefs.SizeError{ImageSize: int64(l.vsize), TargetSize: o.TargetSize}
+			return blockLayout{}, &errdefs.SizeError{ImageSize: int64(l.vsize), TargetSize: o.TargetSize, What: errdefs.VirtualImageSize}
 		}
 		return l, err
 	}
