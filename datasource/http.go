@@ -214,5 +214,8 @@ func (s *httpSource) requestError(parent, reqCtx context.Context, err error) err
 	if errors.Is(err, errdefs.ErrSourceRefused) {
 		return fmt.Errorf("GET %s: %w", s.redacted, err)
 	}
+	if answersWithoutTLS(err) {
+		return errdefs.Markf(errdefs.ErrSourceUnreachable, "GET %s: %w (the server does not answer in TLS: is it http://, not https://?)", s.redacted, err)
+	}
 	return errdefs.Markf(errdefs.ErrSourceUnreachable, "GET %s: %w", s.redacted, err)
 }

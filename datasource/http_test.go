@@ -542,3 +542,18 @@ func TestHTTPNoGoroutineLeak(t *testing.T) {
 	after := settle()
 	assert.LessOrEqual(t, after, base+2, "goroutines before %d after %d", base, after)
 }
+
+// TestHTTPSToAPlainServerAsksWhetherItIsHTTP: https:// to a server that
+// speaks plain HTTP fails at once (another try answers the same) and asks
+// whether the URL should be http:// (before: Go's "first record does not
+// look like a TLS handshake" alone, after the retries).
+func TestHTTPSToAPlainServerAsksWhetherItIsHTTP(t *testing.T) {
+	srv := newServer(t, serveBytes(testImage(t, 4096)))
+	u := "https://" + srv.Listener.Addr().String() + "/disk.img"
+	src, err := datasource.NewHTTP(u, datasource.Config{Access: datasource.Access{RetryBackoff: time.Millisecond}})
+	require.NoError(t, err)
+	_, err = src.Open(context.Background())
+	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
+	assert.Contains(t, err.Error(), "is it http://, not https://?")
+	assert.Zero(t, datasource.Retries(src))
+}

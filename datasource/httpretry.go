@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
@@ -24,7 +25,17 @@ func permanentTransportError(err error) bool {
 	var hn x509.HostnameError
 	var ci x509.CertificateInvalidError
 	return errors.Is(err, errdefs.ErrSourceRefused) || errors.Is(err, errdefs.ErrInvalidOptions) ||
-		errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
+		errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) ||
+		answersWithoutTLS(err) // a plain-HTTP server: another try answers the same
+}
+
+// answersWithoutTLS tells an https:// request answered by a server that
+// does not speak TLS: Go's transport says "server gave HTTP response to
+// HTTPS client" (an untyped error) when the answer looks like HTTP, else
+// returns the tls.RecordHeaderError.
+func answersWithoutTLS(err error) bool {
+	var rh tls.RecordHeaderError
+	return errors.As(err, &rh) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
 // retryAfter is the response's Retry-After hint; 0 when absent.

@@ -103,6 +103,10 @@ type SizeError struct {
 	// What names ImageSize ("virtual image size", "source size", "image
 	// data", "requested size"…); the engine always sets it.
 	What string
+	// FreeSpace: TargetSize is the free space of a file target's
+	// filesystem (neither a requested size nor a device's size), which a
+	// sparse image may pass when its data fit (AllowSparseOvercommit).
+	FreeSpace bool
 }
 
 // VirtualImageSize is SizeError.What for an image's virtual size.

@@ -28,7 +28,7 @@ const (
 func Import(ctx context.Context, o Options) (*Result, error) {
 	r, err := request(o)
 	if err != nil {
-		return &Result{Target: o.Target}, err
+		return &Result{Target: o.Target, TargetState: TargetUntouched}, err
 	}
 	res, err := engine.Import(ctx, r)
 	return (*Result)(res), cancelled(ctx, err)

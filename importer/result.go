@@ -1,6 +1,10 @@
 package importer
 
-import "time"
+import (
+	"time"
+
+	"github.com/diskimport/engine/internal/engine"
+)
 
 // Result describes a finished import. On failure Import returns a Result
 // too, filled as far as the import got, with Complete false.
@@ -69,4 +73,27 @@ type Result struct {
 	// received): the blocks changed and sent, and whether the pass was
 	// final. Nil for a full import or clone, a delta's fallback included.
 	Delta *DeltaPass
+
+	// TargetState says what a failed import left of its target (empty on
+	// success): TargetUntouched, TargetRemoved, TargetWiped or
+	// TargetPartial.
+	TargetState string
 }
+
+// What a failed import left of its target (Result.TargetState).
+const (
+	// TargetUntouched: nothing was written: a device is as it was, no
+	// file was made at the target's path.
+	TargetUntouched = engine.TargetUntouched
+	// TargetRemoved: a partial file (or an archive's partly extracted
+	// files) was written beside the target's path and removed: the path is
+	// as it was.
+	TargetRemoved = engine.TargetRemoved
+	// TargetWiped: a block device was written and its first MiB zeroed:
+	// it holds no usable image.
+	TargetWiped = engine.TargetWiped
+	// TargetPartial: a delta pass wrote part of the target in place, its
+	// first and last MiB zeroed: it holds no usable image and is no base
+	// for another pass.
+	TargetPartial = engine.TargetPartial
+)

@@ -28,6 +28,7 @@ type ResultJSON struct {
 	TargetDigest    string     `json:"targetDigest,omitempty"`
 	ContentDigest   string     `json:"contentDigest,omitempty"`
 	Delta           *DeltaPass `json:"delta,omitempty"`
+	TargetState     string     `json:"targetState,omitempty"`
 }
 
 // JSONFields is r as ResultJSON.
@@ -51,6 +52,7 @@ func (r *Result) JSONFields() ResultJSON {
 		TargetDigest:    r.TargetDigest,
 		ContentDigest:   r.ContentDigest,
 		Delta:           r.Delta,
+		TargetState:     r.TargetState,
 	}
 }
 

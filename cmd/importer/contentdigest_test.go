@@ -85,3 +85,13 @@ func TestEnvContentDigestInTheTerminationMessageAndChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestDigestOfAFileNamesDigestContent: `digest` is given a file where a
+// registry reference belongs; the refusal names the command the user
+// likely meant (before, it named only the transports).
+func TestDigestOfAFileNamesDigestContent(t *testing.T) {
+	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 1<<20, 7)
+	code, _, stderr := runCLI(t, nil, env(nil), "digest", raw)
+	assert.Equal(t, cdi.ExitFailed, code)
+	assert.Contains(t, stderr, "importer digest --content "+raw)
+}

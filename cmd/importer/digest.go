@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -69,6 +71,10 @@ digest as contentDigest and checks it with --expect-content-digest.`,
 			d, err := importer.ResolveDigest(ctx, args[0], o)
 			if err != nil {
 				*code = cdi.ExitFailed
+				if errors.Is(err, importer.ErrInvalidOptions) && !strings.Contains(args[0], ":") {
+					// A path: the user likely wanted the disk's digest.
+					return fmt.Errorf("%w (for the content digest of the disk it holds: importer digest --content %s)", err, args[0])
+				}
 				return err
 			}
 			fmt.Fprintln(stdout, d)

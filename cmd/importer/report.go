@@ -60,6 +60,9 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 		} else {
 			fmt.Fprintf(r.stderr, "importer: %s: %v\n", failed, err)
 		}
+		if left := targetLeft(res); left != "" {
+			fmt.Fprintf(r.stderr, "importer: %s\n", left)
+		}
 		return cdi.CLIExitCode(err)
 	}
 	if !r.quiet {
@@ -71,7 +74,12 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 // reportRecords is report's ending as JSON log records.
 func (r reporter) reportRecords(res *importer.Result, err error, failed, done string) int {
 	if err != nil {
-		r.records.Error(failed, "error", err.Error(), "reason", importer.Reason(err), "httpStatus", cdi.HTTPStatus(err))
+		var state string
+		if res != nil {
+			state = res.TargetState
+		}
+		r.records.Error(failed, "error", err.Error(), "reason", importer.Reason(err), "httpStatus", cdi.HTTPStatus(err),
+			"targetState", state, "target", targetLeft(res))
 		return cdi.CLIExitCode(err)
 	}
 	if !r.quiet && res != nil {
@@ -80,6 +88,25 @@ func (r reporter) reportRecords(res *importer.Result, err error, failed, done st
 			"bytesRead", res.BytesRead, "dataBytes", res.DataBytes, "durationSeconds", res.Duration.Seconds())
 	}
 	return cdi.ExitOK
+}
+
+// targetLeft says in words what a failed import left of its target, ""
+// when it did not say (no result, or no target yet).
+func targetLeft(res *importer.Result) string {
+	if res == nil || res.Target == "" {
+		return ""
+	}
+	switch res.TargetState {
+	case importer.TargetUntouched:
+		return fmt.Sprintf("nothing was written to %s", res.Target)
+	case importer.TargetRemoved:
+		return fmt.Sprintf("%s is as it was: the partial copy beside it was removed", res.Target)
+	case importer.TargetWiped:
+		return fmt.Sprintf("%s was written in part and its first MiB zeroed: it holds no usable image", res.Target)
+	case importer.TargetPartial:
+		return fmt.Sprintf("%s was updated in part, in place, and its first and last MiB zeroed: it holds no usable image (a full clone makes it whole)", res.Target)
+	}
+	return ""
 }
 
 // importSummary is the success line of an import: "Import complete:

@@ -45,8 +45,12 @@ func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stde
 // one: the engine's errors name no switch, since the library, env mode and
 // the upload server have other ones (Options.FormatIn) or none (CDI).
 func withCLIHint(err error) error {
-	if errors.Is(err, importer.ErrTextNotImage) {
+	var se *importer.SizeError
+	switch {
+	case errors.Is(err, importer.ErrTextNotImage):
 		return fmt.Errorf("%w; --format-in raw imports it as a raw disk anyway", err)
+	case errors.As(err, &se) && se.FreeSpace:
+		return fmt.Errorf("%w, or --allow-sparse-overcommit writes the sparse image anyway (the write fails if its data do not fit)", err)
 	}
 	return err
 }

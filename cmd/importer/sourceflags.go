@@ -25,7 +25,10 @@ func addSourceFlags(fl *pflag.FlagSet, f *cliFlags) {
 	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
 	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
 	fl.IntVar(&f.connections, "connections", datasource.DefaultConnections, fmt.Sprintf("read an http(s), s3 or gs object over this many connections at once (1 to %d), in order, when the server serves byte ranges of an object of known size; 1: one GET", datasource.MaxConnections))
-	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", 5*time.Minute, "stop retrying after failing for this long in a row")
+	// A person at a terminal wants the cause in under a minute: a steady
+	// 503 took 132 s under the 5 minutes env mode keeps (a pod may start
+	// before its server); each transfer that moves again starts afresh.
+	fl.DurationVar(&f.retryMaxElapsed, "retry-max-elapsed", time.Minute, "stop retrying after failing for this long in a row (bytes arriving again start afresh)")
 	addRegistryFlags(fl, f)
 	addEgressFlags(fl, f)
 }

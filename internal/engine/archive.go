@@ -71,6 +71,7 @@ func (x *archiveExtraction) run(ctx context.Context) error {
 		return err
 	}
 	x.staging = staging
+	a.stagedArchive = true
 	stats, err := archive.Extract(ctx, br, staging, archive.Options{Logger: a.log})
 	if err != nil {
 		return fmt.Errorf("extracting archive from %s into %s: %w", a.req.Source, a.req.Target, err)

@@ -43,6 +43,9 @@ type attempt struct {
 	// claimed where it lies, and the local source or the session that
 	// feeds a received pass.
 	pass deltaPass
+	// stagedArchive: an archive's staging directory was made in the
+	// target (removed on failure).
+	stagedArchive bool
 
 	releases []func() // run last first when the attempt ends
 }
@@ -120,6 +123,43 @@ func (a *attempt) abort() {
 	if err := a.target.Abort(); err != nil {
 		a.log.Warn("Cleaning up the target failed", "target", a.target.Path(), "err", err)
 	}
+}
+
+// What a failed import left of its target (Result.TargetState).
+const (
+	// TargetUntouched: nothing was written: a device is as it was, no
+	// file or directory entry was made at the target's path.
+	TargetUntouched = "untouched"
+	// TargetRemoved: a partial file (or an archive's partly extracted
+	// files) was written beside the target's path and removed: the path
+	// is as it was.
+	TargetRemoved = "removed"
+	// TargetWiped: a block device was written; its first MiB (and a
+	// backup GPT at its end) was zeroed, so it holds no usable image.
+	TargetWiped = "wiped"
+	// TargetPartial: a delta pass wrote part of the target in place, its
+	// first and last MiB zeroed: it holds no usable image, and is no base
+	// for another pass (a full clone makes it whole).
+	TargetPartial = "partial"
+)
+
+// targetState says what the failed attempt left of its target, once
+// aborted.
+func (a *attempt) targetState() string {
+	switch {
+	case a.pass != nil:
+		if a.pass.Written() > 0 {
+			return TargetPartial
+		}
+	case a.stagedArchive:
+		return TargetRemoved
+	case a.target != nil && a.target.AbortedWritten():
+		if a.target.Kind() == volume.Block {
+			return TargetWiped
+		}
+		return TargetRemoved
+	}
+	return TargetUntouched
 }
 
 // cleanup frees what the attempt still holds, success or not.

@@ -39,7 +39,12 @@ func importOnce(ctx context.Context, r Request, start time.Time) (*Result, error
 		err = classify(ctx, err)
 		a.result.VirtualSize = failedVirtualSize(a.result.VirtualSize, err)
 		a.result.PreallocationApplied = false // the target is aborted
+		var se *errdefs.SizeError
+		if errors.As(err, &se) && a.target != nil && se.TargetSize == a.target.Capacity() {
+			se.FreeSpace = a.target.CapacityIsFreeSpace()
+		}
 		a.abort()
+		a.result.TargetState = a.targetState()
 		return &a.result, err
 	}
 	a.result.Complete = true

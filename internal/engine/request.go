@@ -113,6 +113,7 @@ type Result struct {
 	TargetDigest         string
 	ContentDigest        string
 	Delta                *delta.Pass
+	TargetState          string
 }
 
 // Progress is importer.Progress, field for field.

@@ -36,6 +36,14 @@ func (t *Target) wipeOldImage() error {
 	return t.wipeErr
 }
 
+// wipedOnce reports whether wipeOldImage ran: something was to be
+// written to the device, and its first MiB was zeroed first.
+func (t *Target) wipedOnce() bool {
+	t.wipeMu.Lock()
+	defer t.wipeMu.Unlock()
+	return t.wiped
+}
+
 func (t *Target) wipeOldImageLocked() error {
 	n := min(int64(headSize), t.capacity) &^ int64(t.lbs-1)
 	if n == 0 {

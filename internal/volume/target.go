@@ -98,6 +98,11 @@ type Target struct {
 	// headOnDevice: a writer's Finish wrote the image's first MiB, so an
 	// Abort before Commit must zero it again (clearHeadLocked).
 	headOnDevice atomic.Bool
+	// freeSpace: capacity is the free space of a file's filesystem.
+	freeSpace bool
+	// abortedWritten: the aborted target had been written (a device's
+	// head zeroed, a temporary file with bytes in it, removed).
+	abortedWritten bool
 }
 
 // Open opens the target. Block devices are claimed exclusively (mounted or
@@ -196,8 +201,9 @@ func openFile(path string, replaced int64, o Options, log *slog.Logger) (*Target
 	if o.AllowSparseOvercommit {
 		capacity = math.MaxInt64
 	}
+	freeSpace := !o.AllowSparseOvercommit
 	if requested > 0 && requested < capacity {
-		capacity = requested
+		capacity, freeSpace = requested, false
 	}
 	f, err := os.CreateTemp(dir, tempPattern(path))
 	if err != nil {
@@ -220,7 +226,7 @@ func openFile(path string, replaced int64, o Options, log *slog.Logger) (*Target
 		return nil, fmt.Errorf("chmod %s: %w", f.Name(), err)
 	}
 	log.Debug("opened file target", "path", path, "temp", f.Name(), "capacity", capacity, "replacing_bytes", replaced, "reclaimed_bytes", reclaimed)
-	return &Target{kind: File, path: path, writePath: f.Name(), f: f, capacity: capacity, log: log}, nil
+	return &Target{kind: File, path: path, writePath: f.Name(), f: f, capacity: capacity, freeSpace: freeSpace, log: log}, nil
 }
 
 // Kind returns Block or File.
@@ -237,6 +243,10 @@ func (t *Target) WritePath() string { return t.writePath }
 // for files the free space of the filesystem (plus the file being replaced),
 // capped by Options.RequestedSize when set.
 func (t *Target) Capacity() int64 { return t.capacity }
+
+// CapacityIsFreeSpace reports whether Capacity is the free space of a file
+// target's filesystem (not a requested size, a device's, or overcommitted).
+func (t *Target) CapacityIsFreeSpace() bool { return t.freeSpace }
 
 // Commit makes the written image durable: fsync of the device, or fsync of
 // the file, rename over Path, and fsync of the directory. A Writer handed out
@@ -321,13 +331,30 @@ func (t *Target) abortLocked() error {
 			return fmt.Errorf("wiping the image's first MiB off the failed target: %w", err)
 		}
 	}
+	if t.kind == Block {
+		t.abortedWritten = t.wipedOnce()
+	}
 	if t.kind == File {
+		if fi, err := os.Stat(t.writePath); err == nil && fi.Size() > 0 {
+			t.abortedWritten = true
+		}
 		// Removing an open file is fine on Linux; Close drops the descriptor.
 		if err := os.Remove(t.writePath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove temporary file %s: %w", t.writePath, err)
 		}
 	}
 	return nil
+}
+
+// AbortedWritten reports, once the target was aborted, whether anything
+// had been written to it: a device's first MiB was zeroed before its first
+// write (and again if the image's head had been written), a temporary file
+// held bytes and was removed. False: the device is as it was, no file was
+// made at the target's path.
+func (t *Target) AbortedWritten() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.abortedWritten
 }
 
 // Close releases the target. Without a prior Commit it aborts first, so
