@@ -271,6 +271,45 @@ func TestCloneSameDeviceRefused(t *testing.T) {
 	assert.Equal(t, bytes.Repeat([]byte{0xA5}, 4<<20), readPrefix(t, dev, 4<<20))
 }
 
+// A device that holds the source's bytes under another name (a loop device
+// over the source file, a partition of one) is refused as the target, and a
+// loop device's backing file as the target of a copy of it, before anything
+// is written: the source is byte-identical afterwards.
+func TestCloneOntoALoopDeviceOverTheSourceRefusedBeforeWriting(t *testing.T) {
+	dir := t.TempDir()
+	disk := testimg.Raw(t, dir, "disk.img", 8<<20, 41)
+	want := testimg.Digest(t, disk, -1)
+	loop := testimg.AttachLoop(t, disk, "-P")
+	part := testimg.AddPartition(t, loop, 1, 2048, 8192) // [1 MiB, 5 MiB) of disk.img
+	for _, c := range []struct {
+		name, src, dst string
+		o              importer.TargetOptions
+	}{
+		{"file onto its loop device", disk, loop, importer.TargetOptions{}},
+		{"file onto its loop device zeroed first", disk, loop, importer.TargetOptions{ZeroTarget: true}},
+		{"file onto a partition of its loop device", disk, part, importer.TargetOptions{}},
+		{"loop device onto its backing file", loop, disk, importer.TargetOptions{}},
+		{"partition onto its loop device", part, loop, importer.TargetOptions{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := importer.Import(context.Background(), importer.Options{
+				Source: c.src, Target: c.dst, TargetOptions: c.o, Logger: testimg.Logger(t),
+			})
+			require.ErrorIs(t, err, importer.ErrInvalidOptions)
+			assert.Contains(t, err.Error(), "source "+c.src+" and target "+c.dst+" hold the same bytes")
+			assert.Equal(t, want, testimg.Digest(t, disk, -1), "the source's bytes are untouched")
+		})
+	}
+	t.Run("delta pass from a loop device onto its backing file", func(t *testing.T) {
+		_, err := importer.Import(context.Background(), importer.Options{
+			Source: loop, Target: disk, Delta: true, Logger: testimg.Logger(t),
+		})
+		require.ErrorIs(t, err, importer.ErrInvalidOptions)
+		assert.Contains(t, err.Error(), "hold the same bytes")
+		assert.Equal(t, want, testimg.Digest(t, disk, -1))
+	})
+}
+
 // A target that changes under the copy fails verification, and the import
 // is not reported complete.
 func TestCloneVerifyMismatchFails(t *testing.T) {

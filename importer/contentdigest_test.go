@@ -1,6 +1,7 @@
 package importer_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -155,6 +156,38 @@ func TestContentDigestOfEverySourceKindWithoutWritingAnything(t *testing.T) {
 			assert.Equal(t, want, got, name)
 		}
 	})
+}
+
+// On standard input the digest does what an import does: a sparse vmdk
+// (which the decoder does not read) is imported through scratch and
+// hashed, and a qcow2 whose clusters come before their tables spills to
+// the scratch directory, by default the system's temporary directory;
+// nothing is left there.
+func TestContentDigestOfStdinDoesWhatAnImportDoes(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", imageSize, 81)
+	want := testimg.ContentDigest(t, raw)
+	c := containers(t, dir, raw)
+	late, lateRaw := lateTablesQCOW2(t, dir)
+	for _, cs := range []struct{ name, path, want string }{
+		{"monolithicSparse vmdk", c["vmdk"], want},
+		{"monolithicSparse vmdk, gzip", testimg.Compress(t, c["vmdk"], "gz"), want},
+		{"qcow2 of late tables, gzip", late, testimg.ContentDigest(t, lateRaw)},
+	} {
+		t.Run(cs.name, func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			var logs bytes.Buffer
+			o := importer.Options{Source: "-", SourceReader: pipeOf(t, cs.path), Logger: logTo(t, &logs)}
+			got, err := importer.ContentDigest(context.Background(), importer.WithStreamDecodeBuffer(o, spillBound))
+			require.NoError(t, err)
+			assert.Equal(t, cs.want, got)
+			assertEmptyDir(t, tmp)
+			if strings.HasPrefix(cs.name, "qcow2") {
+				assert.Contains(t, logs.String(), "spilled to the scratch directory\" dir="+tmp)
+			}
+		})
+	}
 }
 
 func TestContentDigestOfADamagedImageFails(t *testing.T) {

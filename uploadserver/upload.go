@@ -62,6 +62,12 @@ func (h *Handler) uploadHandler(kind uploadKind) http.Handler {
 		if kind.archive {
 			o.ContentType = importer.ContentTypeArchive
 			o.Target = archiveDir(o.Target)
+		} else if !form && r.ContentLength > 0 {
+			// A raw body's length is the image's (net/http holds the body
+			// to it; a form's counts its framing too): a raw image too
+			// large for the target is refused before a byte is written,
+			// as a file's is.
+			o.SourceReaderSize = r.ContentLength
 		}
 		if async {
 			h.runAsync(w, r, body, o)

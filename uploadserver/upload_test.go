@@ -325,3 +325,51 @@ func TestUploadWithCurl(t *testing.T) {
 		assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
 	})
 }
+
+// A raw upload whose Content-Length is larger than the device is refused
+// before a byte is written (507, ErrTargetTooSmall), sync and async: the
+// device's bytes are all as they were.
+func TestUploadOfRawBytesLargerThanTheDeviceRefusedBeforeWriting(t *testing.T) {
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "big.raw", 6<<20, 12)
+	for _, path := range []string{uploadserver.PathUpload, uploadserver.PathUploadAsync} {
+		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
+			dev := testimg.LoopDevice(t, t.TempDir(), 4<<20)
+			before := testimg.Digest(t, dev, -1)
+			h, base := serve(t, uploadserver.Options{Import: importer.Options{Target: dev}})
+			code, body := postAllowingAnEarlyAnswer(t, base+path, raw)
+			if code != 0 { // else the server answered before the body was sent
+				assert.Equal(t, http.StatusInsufficientStorage, code, body)
+			}
+			waitStatus(t, h, func(s uploadserver.Status) bool { return !s.Busy })
+			_, err, ok := h.Last()
+			require.False(t, ok)
+			require.ErrorIs(t, err, importer.ErrTargetTooSmall)
+			assert.Contains(t, err.Error(), "6291456")
+			assert.Equal(t, before, testimg.Digest(t, dev, -1), "the device is untouched")
+		})
+	}
+}
+
+// postAllowingAnEarlyAnswer posts path as the raw body with its length;
+// a server that answers and closes before the whole body was sent may
+// leave the client with an error instead of the answer: code 0 then.
+func postAllowingAnEarlyAnswer(t *testing.T, url, path string) (int, string) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	st, err := f.Stat()
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, url, f)
+	require.NoError(t, err)
+	req.ContentLength = st.Size()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Logf("no answer read: %v", err)
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

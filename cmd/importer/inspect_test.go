@@ -236,3 +236,27 @@ func TestInspectJSONHasTheRefusalsReason(t *testing.T) {
 	assert.Equal(t, "UnsafeImage", in["reason"])
 	assert.Contains(t, in["refused"], "backing file \""+base+"\"")
 }
+
+// inspect says what the import finds in a fixed VHD (raw data and a footer
+// the import leaves out): format vhd, the disk's size without the footer,
+// for a local file and a URL served with ranges.
+func TestInspectAgreesWithTheImportOnAFixedVHD(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 4<<20, 44)
+	vhd := testimg.Convert(t, raw, filepath.Join(dir, "fixed.vhd"), "vpc", "subformat=fixed", "force_size=on")
+	url := testimg.Serve(t, dir) + "/fixed.vhd"
+	for _, src := range []string{vhd, url} {
+		code, in := inspectJSON(t, src)
+		require.Equal(t, cdi.ExitOK, code, src)
+		code, out, _ := runCLI(t, nil, env(nil), "--json", "-q", src, filepath.Join(t.TempDir(), "disk.img"))
+		require.Equal(t, cdi.ExitOK, code, src)
+		res := decode(t, []byte(out))
+		assert.Equal(t, "vhd", res.SourceFormat, src)
+		assert.EqualValues(t, 4<<20, res.VirtualSize, src)
+		assert.Equal(t, res.SourceFormat, in.SourceFormat, "inspect of %s", src)
+		assert.Equal(t, res.VirtualSize, in.VirtualSize, "inspect of %s", src)
+		assert.EqualValues(t, 4<<20+512, in.SourceSize, src)
+		assert.Equal(t, "stream", in.Route, src)
+	}
+}

@@ -44,6 +44,9 @@ type Target struct {
 	finished bool
 	// pass is what the runs applied so far amount to.
 	pass Pass
+	// ino and dev name a file target's inode, so that its file opened
+	// again after detach is known to be the same.
+	ino, dev uint64
 }
 
 type held struct {
@@ -102,7 +105,43 @@ func newTarget(f *os.File, name string, block bool, size int64) (*Target, error)
 		}
 		return nil, err
 	}
-	return &Target{f: f, path: name, block: block, size: size}, nil
+	t := &Target{f: f, path: name, block: block, size: size}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
+		t.ino, t.dev = st.Ino, st.Dev
+	}
+	return t, nil
+}
+
+// detach closes the target's file, keeping all the pass knows of it (its
+// signature, held ends, offset): a pass over a volume's files keeps open
+// only the one it works on. Its lock goes with it; reattach takes both
+// again.
+func (t *Target) detach() error {
+	if t.f == nil {
+		return nil
+	}
+	err := t.f.Close()
+	t.f = nil
+	return err
+}
+
+// reattach gives a detached file target f, its file opened again for
+// reading and writing, and locks it as OpenTargetFile does. Another file
+// under its name (replaced during the pass) is refused; f is closed on
+// failure.
+func (t *Target) reattach(f *os.File) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Ino != t.ino || st.Dev != t.dev {
+		f.Close()
+		return fmt.Errorf("delta target %s was replaced during the pass: %w", t.path, errdefs.ErrTargetBusy)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("delta target %s is being written by another pass: %w", t.path, errdefs.ErrTargetBusy)
+	}
+	t.f = f
+	return nil
 }
 
 // File is the target's open file (to set a file's mode and owner).
@@ -348,7 +387,7 @@ func (t *Target) Pass() Pass { return t.pass }
 
 // Close releases the target. Before Finish, writing may have begun: its
 // ends are then left zeroed, so it is no copy anything takes for done.
-func (t *Target) Close() error { return t.f.Close() }
+func (t *Target) Close() error { return t.detach() }
 
 // TargetState is what a pass's target holds as it lies, read without
 // claiming it: whether it exists, whether it is a volume a pass writes in

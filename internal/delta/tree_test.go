@@ -3,14 +3,17 @@ package delta_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/delta"
@@ -199,4 +202,99 @@ func TestTreePassRefusesFileSizesWhoseSumWraps(t *testing.T) {
 	l, err := (&delta.Manifest{Entries: []delta.Entry{file("a", math.MaxInt64/delta.BlockSize*delta.BlockSize)}}).LayOut()
 	require.NoError(t, err)
 	assert.Equal(t, int64(math.MaxInt64/delta.BlockSize*delta.BlockSize), l.Size)
+}
+
+// TestTreePassOfMoreFilesThanTheOpenFileLimit: a volume of more files
+// than the process may hold open takes a pass (neither side keeps every
+// file open). The pass runs in a child, this test binary again, whose
+// RLIMIT_NOFILE is 64: 300 small files sent whole or kept, and 80 sparse
+// files of 2 MiB + 64 KiB compared in place; afterwards every file of the
+// target holds the source's bytes.
+func TestTreePassOfMoreFilesThanTheOpenFileLimit(t *testing.T) {
+	const child = "DELTA_TREE_NOFILE_CHILD"
+	if dirs := os.Getenv(child); dirs != "" {
+		src, dst, _ := strings.Cut(dirs, string(os.PathListSeparator))
+		treePassUnderAFileLimit(t, src, dst, 64)
+		return
+	}
+	src, dst := t.TempDir(), t.TempDir()
+	var names []string
+	for i := range 300 {
+		name := fmt.Sprintf("small-%03d", i)
+		data := testimg.RandomBytes(1000+i*7, uint64(i))
+		require.NoError(t, os.WriteFile(filepath.Join(src, name), data, 0o644))
+		switch i % 3 {
+		case 0: // the same: kept
+			require.NoError(t, os.WriteFile(filepath.Join(dst, name), data, 0o644))
+		case 1: // another content
+			require.NoError(t, os.WriteFile(filepath.Join(dst, name), data[:len(data)/2], 0o644))
+		}
+		names = append(names, name)
+	}
+	for i := range 80 {
+		name := fmt.Sprintf("large-%02d.img", i)
+		for _, d := range []string{src, dst} {
+			f, err := os.Create(filepath.Join(d, name))
+			require.NoError(t, err)
+			require.NoError(t, f.Truncate(2<<20+64<<10))
+			require.NoError(t, f.Close())
+		}
+		testimg.WriteRandomAt(t, filepath.Join(src, name), uint64(1000+i), 4096, int64(i%33)<<16)
+		names = append(names, name)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTreePassOfMoreFilesThanTheOpenFileLimit$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), child+"="+src+string(os.PathListSeparator)+dst)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the pass under a limit of 64 open files:\n%s", out)
+	t.Logf("%s", out)
+	for _, name := range names {
+		require.Equal(t, testimg.FileDigest(t, filepath.Join(src, name)), testimg.FileDigest(t, filepath.Join(dst, name)), name)
+	}
+}
+
+// treePassUnderAFileLimit lowers this process's open-file limit to n and
+// runs a pass of the volume src onto dst, as the cloner and the upload
+// server do.
+func treePassUnderAFileLimit(t *testing.T, src, dst string, n uint64) {
+	ctx := context.Background()
+	var lim unix.Rlimit
+	require.NoError(t, unix.Getrlimit(unix.RLIMIT_NOFILE, &lim))
+	lim.Cur = n
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_NOFILE, &lim))
+
+	s, err := delta.OpenTreeSource(ctx, src)
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.SignSmall(ctx))
+	require.NoError(t, s.Sign(ctx))
+	tt, err := delta.OpenTree(ctx, dst, s.Manifest(), "")
+	require.NoError(t, err)
+	defer tt.Close()
+	files, sigs := tt.Signed()
+	assert.Len(t, files, 80, "the large files compared in place")
+	bases := map[int]*delta.Signature{}
+	for i, k := range files {
+		bases[k] = sigs[i]
+	}
+	assert.Len(t, tt.Kept(), 100, "the small files the target holds")
+	st := s.Plan(bases, tt.Kept())
+	t.Logf("pass: %+v", st)
+	assert.EqualValues(t, 80*(2<<20+64<<10), st.Size-smallBytes(300), "layout")
+	assert.EqualValues(t, 80, st.BlocksChanged-200, "one block of each large file, each small file not kept")
+	require.NoError(t, s.Send(ctx, 0, tt))
+	got, err := tt.Finish(s.Digest())
+	require.NoError(t, err)
+	assert.Equal(t, s.Digest(), got)
+	final, err := s.Final(ctx)
+	require.NoError(t, err)
+	assert.True(t, final)
+}
+
+// smallBytes is what the first n small files of the test hold.
+func smallBytes(n int) int64 {
+	var b int64
+	for i := range n {
+		b += int64(1000 + i*7)
+	}
+	return b
 }

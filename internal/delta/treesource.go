@@ -14,21 +14,24 @@ import (
 )
 
 // TreeSource is a filesystem volume's delta pass, sending end: the
-// volume's manifest, its regular files open and signed, and the runs each
-// file's target needs.
+// volume's manifest, its regular files signed, and the runs each file's
+// target needs. A file is open only while it is read (signed, sent,
+// checked again), one at a time, so a volume of more files than the
+// process may hold open takes a pass; the stamp taken at its first
+// opening tells a file replaced under another name at a later one.
 type TreeSource struct {
 	dir    string
+	root   *os.Root
 	m      *Manifest
 	layout Layout
-	files  []*os.File
 	stamps []Stamp
 	sigs   []*Signature
 	runs   [][]Run
 	moved  bool
 }
 
-// OpenTreeSource scans the volume mounted at dir and opens its regular
-// files, taking each one's stamp before it is first read.
+// OpenTreeSource scans the volume mounted at dir and opens each of its
+// regular files once, taking its stamp before it is first read.
 func OpenTreeSource(ctx context.Context, dir string) (*TreeSource, error) {
 	m, err := ScanTree(ctx, dir)
 	if err != nil {
@@ -42,18 +45,27 @@ func OpenTreeSource(ctx context.Context, dir string) (*TreeSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filesystem volume %s: %w", dir, err)
 	}
-	defer root.Close()
-	s := &TreeSource{dir: dir, m: m, layout: layout}
-	for _, i := range s.layout.Files {
-		f, err := root.OpenFile(m.Entries[i].Path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	s := &TreeSource{dir: dir, root: root, m: m, layout: layout}
+	for k := range s.layout.Files {
+		f, err := s.open(k)
 		if err != nil {
 			s.Close()
-			return nil, fmt.Errorf("opening %s in %s: %w", m.Entries[i].Path, dir, err)
+			return nil, err
 		}
-		s.files = append(s.files, f)
 		s.stamps = append(s.stamps, StampSource(f))
+		f.Close()
 	}
 	return s, nil
+}
+
+// open opens the k-th file of the layout for reading.
+func (s *TreeSource) open(k int) (*os.File, error) {
+	p := s.m.Entries[s.layout.Files[k]].Path
+	f, err := s.root.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s in %s: %w", p, s.dir, err)
+	}
+	return f, nil
 }
 
 // Manifest is the volume's manifest.
@@ -65,9 +77,9 @@ func (s *TreeSource) Size() int64 { return s.layout.Size }
 // SignSmall signs the files of at most WholeFileMax bytes and names
 // their digests in the manifest (Manifest.Digests), before it is sent.
 func (s *TreeSource) SignSmall(ctx context.Context) error {
-	s.sigs = make([]*Signature, len(s.files))
-	s.m.Digests = make([]string, len(s.files))
-	for k := range s.files {
+	s.sigs = make([]*Signature, len(s.layout.Files))
+	s.m.Digests = make([]string, len(s.layout.Files))
+	for k := range s.layout.Files {
 		if s.m.Entries[s.layout.Files[k]].Size > WholeFileMax {
 			continue
 		}
@@ -82,9 +94,9 @@ func (s *TreeSource) SignSmall(ctx context.Context) error {
 // Sign signs the files SignSmall did not.
 func (s *TreeSource) Sign(ctx context.Context) error {
 	if s.sigs == nil {
-		s.sigs = make([]*Signature, len(s.files))
+		s.sigs = make([]*Signature, len(s.layout.Files))
 	}
-	for k := range s.files {
+	for k := range s.layout.Files {
 		if s.sigs[k] == nil {
 			if err := s.sign(ctx, k); err != nil {
 				return err
@@ -96,7 +108,12 @@ func (s *TreeSource) Sign(ctx context.Context) error {
 
 func (s *TreeSource) sign(ctx context.Context, k int) error {
 	e := s.m.Entries[s.layout.Files[k]]
-	sig, err := Sign(ctx, s.files[k], e.Size)
+	f, err := s.open(k)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sig, err := Sign(ctx, f, e.Size)
 	if err != nil {
 		return fmt.Errorf("signing %s in %s: %w", e.Path, s.dir, err)
 	}
@@ -110,12 +127,12 @@ func (s *TreeSource) sign(ctx context.Context, k int) error {
 // to.
 func (s *TreeSource) Plan(bases map[int]*Signature, kept []int) Stats {
 	st := Stats{}
-	s.runs = make([][]Run, len(s.files))
+	s.runs = make([][]Run, len(s.layout.Files))
 	keep := map[int]bool{}
 	for _, k := range kept {
 		keep[k] = true
 	}
-	for k := range s.files {
+	for k := range s.layout.Files {
 		size := s.m.Entries[s.layout.Files[k]].Size
 		base := bases[k]
 		switch {
@@ -139,15 +156,28 @@ func (s *TreeSource) Plan(bases map[int]*Signature, kept []int) Stats {
 // layout, reading the data as it goes (delta.Send: the hashes of what is
 // read replace the signature's).
 func (s *TreeSource) Send(ctx context.Context, from int64, sink Sink) error {
-	for k, f := range s.files {
+	for k := range s.layout.Files {
 		base := s.layout.Bases[k]
+		if !hasRunAfter(s.runs[k], from-base) {
+			continue
+		}
+		f, err := s.open(k)
+		if err != nil {
+			return err
+		}
 		moved, err := Send(ctx, f, s.sigs[k], s.runs[k], from-base, shifted{sink, base})
+		f.Close()
 		s.moved = s.moved || moved
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// hasRunAfter says whether a run ends after from.
+func hasRunAfter(runs []Run, from int64) bool {
+	return len(runs) > 0 && runs[len(runs)-1].Off+runs[len(runs)-1].Len > from
 }
 
 // shifted places a file's runs in the layout.
@@ -183,27 +213,34 @@ func (s *TreeSource) Final(ctx context.Context) (bool, error) {
 	if !reflect.DeepEqual(again.Entries, s.m.Entries) {
 		return false, nil
 	}
-	for k, f := range s.files {
-		if s.stamps[k].Trusted() {
-			if !s.stamps[k].unchangedSince(f) {
-				return false, nil
-			}
-			continue
-		}
-		d, err := blkhash.SumFile(ctx, f, s.sigs[k].Size, 0)
-		if err != nil {
+	for k := range s.layout.Files {
+		same, err := s.unchanged(ctx, k)
+		if err != nil || !same {
 			return false, err
-		}
-		if d != s.sigs[k].Digest {
-			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// Close closes the files.
-func (s *TreeSource) Close() {
-	for _, f := range s.files {
-		f.Close()
+// unchanged says whether the k-th file still has the bytes it was sent
+// with: its stamp, or else a second reading.
+func (s *TreeSource) unchanged(ctx context.Context, k int) (bool, error) {
+	f, err := s.open(k)
+	if err != nil {
+		return false, err
 	}
+	defer f.Close()
+	if s.stamps[k].Trusted() {
+		return s.stamps[k].unchangedSince(f), nil
+	}
+	d, err := blkhash.SumFile(ctx, f, s.sigs[k].Size, 0)
+	if err != nil {
+		return false, err
+	}
+	return d == s.sigs[k].Digest, nil
+}
+
+// Close closes the volume.
+func (s *TreeSource) Close() {
+	s.root.Close()
 }

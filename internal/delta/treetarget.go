@@ -37,10 +37,16 @@ const WholeFileMax = 2 * heldSize
 // TreeTarget is a filesystem volume's delta pass, receiving end. Every
 // path it touches is resolved in an os.Root of the volume (no symlink or
 // ".." leads out of it), and a file compared in place must be a regular
-// file with one link whose directories are real directories. Its methods
-// are for one goroutine.
+// file with one link whose directories are real directories. It keeps
+// open only the volume's root (locked: one pass at a time) and the file
+// it works on (files are signed, written in layout order and committed
+// one after the other; the others are detached), so a volume of more
+// files than the process may hold open takes a pass. Its methods are for
+// one goroutine.
 type TreeTarget struct {
 	root    *os.Root
+	lock    *os.File // the volume's root directory, flocked
+	cur     *treeFile
 	dir     string
 	m       *Manifest
 	layout  Layout
@@ -93,6 +99,12 @@ func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (_ *Tre
 			tt.Close()
 		}
 	}()
+	if tt.lock, err = root.Open("."); err != nil {
+		return nil, fmt.Errorf("filesystem delta target %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(tt.lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, fmt.Errorf("filesystem delta target %s is being written by another pass: %w", dir, errdefs.ErrTargetBusy)
+	}
 	// Files that cannot fit are refused before anything is made: the
 	// signatures held are 32 bytes per 64 KiB of them.
 	var st unix.Statfs_t
@@ -170,6 +182,7 @@ func (tt *TreeTarget) signInPlace(ctx context.Context, have *Manifest) error {
 			}
 			continue
 		}
+		t.detach()
 		tt.files[k].t, tt.files[k].inPlace = t, true
 	}
 	return nil
@@ -300,6 +313,7 @@ func (tt *TreeTarget) stage(ctx context.Context) error {
 		}
 		// An empty file: its signature is known without reading it.
 		f.t.adopt(ZeroSignature(f.entry.Size))
+		f.t.detach()
 	}
 	return ctx.Err()
 }
@@ -338,9 +352,42 @@ func (tt *TreeTarget) file(off, n int64) (*treeFile, int64, error) {
 	return &tt.files[k], off - tt.layout.Bases[k], nil
 }
 
+// use makes f the file the pass works on: the one before is detached, f
+// opened again (where it is now: in place, or staged) unless it is open.
+func (tt *TreeTarget) use(f *treeFile) error {
+	if tt.cur == f {
+		return nil
+	}
+	tt.release()
+	name := f.entry.Path
+	if !f.inPlace {
+		name = f.staged
+	}
+	file, err := tt.root.OpenFile(name, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s in %s again: %w", name, tt.dir, err)
+	}
+	if err := f.t.reattach(file); err != nil {
+		return err
+	}
+	tt.cur = f
+	return nil
+}
+
+// release detaches the file the pass works on, if any.
+func (tt *TreeTarget) release() {
+	if tt.cur != nil {
+		tt.cur.t.detach()
+		tt.cur = nil
+	}
+}
+
 // Data writes the source's bytes p at off of the layout.
 func (tt *TreeTarget) Data(off int64, p []byte) error {
 	f, at, err := tt.file(off, int64(len(p)))
+	if err == nil {
+		err = tt.use(f)
+	}
 	if err == nil {
 		err = f.t.Data(at, p)
 	}
@@ -353,6 +400,9 @@ func (tt *TreeTarget) Data(off int64, p []byte) error {
 // Zero makes the n bytes at off of the layout zeros.
 func (tt *TreeTarget) Zero(off, n int64) error {
 	f, at, err := tt.file(off, n)
+	if err == nil {
+		err = tt.use(f)
+	}
 	if err == nil {
 		err = f.t.Zero(at, n)
 	}
@@ -421,9 +471,13 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 		return got, err
 	}
 	tt.finished, tt.digest = true, got
-	for _, f := range tt.files {
+	for k := range tt.files {
+		f := &tt.files[k]
 		if f.inPlace || f.kept {
 			continue
+		}
+		if err := tt.use(f); err != nil {
+			return got, err
 		}
 		if err := f.t.Commit(); err != nil {
 			return got, err
@@ -437,10 +491,12 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 			return got, fmt.Errorf("fsync %s: %w", f.entry.Path, err)
 		}
 	}
+	tt.release() // the staged names change
 	if err := tt.place(); err != nil {
 		return got, err
 	}
-	for _, f := range tt.files {
+	for k := range tt.files {
+		f := &tt.files[k]
 		if f.kept {
 			if err := tt.setKeptOwnerMode(f.entry); err != nil {
 				return got, err
@@ -449,6 +505,9 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 		if !f.inPlace {
 			continue
 		}
+		if err := tt.use(f); err != nil {
+			return got, err
+		}
 		if err := setOwnerMode(f.t.File(), f.entry); err != nil {
 			return got, err
 		}
@@ -456,6 +515,7 @@ func (tt *TreeTarget) Finish(want blkhash.Digest) (blkhash.Digest, error) {
 			return got, err
 		}
 	}
+	tt.release()
 	if err := tt.setTimes(); err != nil {
 		return got, err
 	}
@@ -640,9 +700,13 @@ func (tt *TreeTarget) Close() error {
 			f.t.Close()
 		}
 	}
+	tt.cur = nil
 	if tt.staging != "" {
 		_ = tt.root.RemoveAll(tt.staging)
 		tt.staging = ""
+	}
+	if tt.lock != nil {
+		tt.lock.Close()
 	}
 	return tt.root.Close()
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -14,19 +15,36 @@ import (
 // The copy itself is the core's (raw goes through the sparse volume.Writer,
 // other formats through qemu-img); this file adds what a volume copy needs
 // on top: an exact-size rule for storage migrations, a whole-device zeroing
-// so zero blocks can be skipped, a refusal to copy a device onto itself, and
+// so zero blocks can be skipped, a refusal to copy a volume onto itself, and
 // a read-back verification of both sides (verification).
+
+// refuseSameVolume refuses a local source whose bytes the target holds too
+// (volume.RefuseSameVolume: one device, a loop device over the source, a
+// partition of it, ...). openSource calls it once the source is open and
+// before its header is read, so no other complaint hides it. Onto a file
+// only a device source is judged: a file copied onto its own name is
+// staged beside it and renamed over it, which overwrites nothing it reads,
+// but a loop device over the target would go on holding the replaced file.
+func (a *attempt) refuseSameVolume() error {
+	if a.caps.LocalPath == "" || a.target == nil {
+		return nil
+	}
+	if a.target.Kind() != volume.Block && !isBlockDevice(a.caps.LocalPath) {
+		return nil
+	}
+	return volume.RefuseSameVolume(a.caps.LocalPath, a.target.Path())
+}
+
+func isBlockDevice(path string) bool {
+	ok, err := blockdev.IsBlockDevice(path)
+	return err == nil && ok
+}
 
 // checkClone runs in Info once the source is identified and before any byte
 // reaches the target.
 func (a *attempt) checkClone(ctx context.Context, img *format.Image, st *datasource.Transfer) error {
 	if a.req.Verify && a.caps.LocalPath == "" {
 		return fmt.Errorf("verify needs a source that can be read a second time (a local file or block device), and %s is a stream: %w", a.req.Source, errdefs.ErrInvalidOptions)
-	}
-	if a.caps.LocalPath != "" && a.target.Kind() == volume.Block {
-		if err := volume.RefuseSameVolume(a.caps.LocalPath, a.target.Path()); err != nil {
-			return err
-		}
 	}
 	if a.req.ExactSize {
 		size := img.Header.VirtualSize

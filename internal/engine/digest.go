@@ -21,6 +21,10 @@ type DigestRequest struct {
 	Source   datasource.Source
 	SpillDir string // "" = no spilling
 	Logger   *slog.Logger
+	// MaxBuffered bounds the decoder's buffer of clusters that precede
+	// their table (streamdecode.Options.MaxBuffered; 0 = its default).
+	MaxBuffered int64
+	MaxSpill    int64 // the spill file's cap, as Request.MaxSpill
 }
 
 // DigestResult is the content digest of a source's disk and what was found
@@ -72,7 +76,11 @@ func ContentDigest(ctx context.Context, r DigestRequest) (DigestResult, error) {
 		res.Method = "stream-decode"
 		a := blkhash.NewAssembler(0)
 		var ds streamdecode.Stats
-		ds, err = streamdecode.Decode(ctx, img, img.Format, a, streamdecode.Options{SpillDir: r.SpillDir})
+		ds, err = streamdecode.Decode(ctx, img, img.Format, a, streamdecode.Options{SpillDir: r.SpillDir, MaxBuffered: r.MaxBuffered, MaxSpill: r.MaxSpill})
+		if ds.SpilledBytes > 0 {
+			log.Info("Clusters that arrived before their tables were spilled to the scratch directory",
+				"dir", r.SpillDir, "spilledBytes", ds.SpilledBytes, "peakSpilled", ds.PeakSpilled)
+		}
 		if err == nil {
 			res.VirtualSize = ds.VirtualSize
 			res.Digest, err = a.Sum(ds.VirtualSize)

@@ -66,6 +66,9 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 	} else if !img.Format.NeedsConversion() && len(img.Compressions) == 0 {
 		in.VirtualSize = st.Size
 	}
+	if err := inspectRawEnd(ctx, in, img, st); err != nil {
+		return in, refusal(in, err)
+	}
 	if a.caps.LocalPath != "" {
 		in.AllocatedSize = datasource.LocalAllocatedSize(a.caps.LocalPath)
 	}
@@ -90,6 +93,30 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 		in.VirtualSize = info.VirtualSize
 	}
 	return in, nil
+}
+
+// inspectRawEnd judges the end of an uncompressed raw image whose end can
+// be read now (a local file or device, a server that serves ranges) as the
+// stream route does at its end (format.CheckRawEnd): a fixed VHD's footer
+// makes it a VHD whose disk is the bytes before the footer, a DMG's trailer
+// a refusal. The end of a plain stream is known only once it is read.
+func inspectRawEnd(ctx context.Context, in *Inspection, img *format.Image, st *datasource.Transfer) error {
+	if img.Format != format.Raw || len(img.Compressions) > 0 || st.Size < format.FixedVHDFooterLen {
+		return nil
+	}
+	tail, err := datasource.ReadTail(ctx, st, format.FixedVHDFooterLen)
+	if err != nil || tail == nil {
+		return err
+	}
+	footer, err := format.CheckRawEnd(tail, st.Size-format.FixedVHDFooterLen)
+	if err != nil {
+		return err
+	}
+	if footer {
+		in.SourceFormat = string(format.VHD)
+		in.VirtualSize = st.Size - format.FixedVHDFooterLen
+	}
+	return nil
 }
 
 // refusal files an error that is a verdict on the image in in.Refusal and

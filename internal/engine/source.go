@@ -36,6 +36,9 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 	r := &sourceReader{source: src, body: st.Body, size: st.Size}
 	a.source = r
 	a.caps = st.Capabilities
+	if err := a.refuseSameVolume(); err != nil {
+		return nil, err
+	}
 	a.takeSourceLabels()
 	a.meter.sourceSize.Store(st.Size)
 	counter := iostage.NewCounter(st.Body)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // LoopDevice attaches a loop device over a new sparse file of size bytes
@@ -68,6 +69,43 @@ func AttachLoop(t testing.TB, backing string, flags ...string) string {
 		}
 	})
 	return dev
+}
+
+// AddPartition adds partition n to dev, a loop device attached with
+// losetup's -P (partitions allowed), over sectors 512-byte sectors from
+// start (addpart: BLKPG, which needs no partition table the kernel can
+// parse; this kernel parses none), and returns its node once devtmpfs made
+// it (waited for up to 10 s). The partition goes when the test ends.
+func AddPartition(t testing.TB, dev string, n int, start, sectors int64) string {
+	t.Helper()
+	Need(t, "addpart")
+	if out, err := exec.Command("addpart", dev, strconv.Itoa(n), strconv.FormatInt(start, 10), strconv.FormatInt(sectors, 10)).CombinedOutput(); err != nil {
+		t.Fatalf("addpart %s %d: %v %s", dev, n, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("delpart", dev, strconv.Itoa(n)).CombinedOutput(); err != nil {
+			t.Errorf("delpart %s %d: %v %s", dev, n, err, out)
+		}
+	})
+	node := fmt.Sprintf("%sp%d", dev, n)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ok, _ := isBlock(node); ok {
+			return node
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d of %s: no node %s after 10 s", n, dev, node)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func isBlock(path string) (bool, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return fi.Mode()&os.ModeDevice != 0 && fi.Mode()&os.ModeCharDevice == 0, nil
 }
 
 // WriteDevice writes the content of file to the start of dev and syncs it
