@@ -232,9 +232,10 @@ func TestCLIFailuresReadInTheUsersWords(t *testing.T) {
 		{"missing file", missing, "source file " + missing + " does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := runCLI(t, nil, env(nil), "--json", tc.source, filepath.Join(dir, "disk.img"))
+			dest := filepath.Join(dir, "disk.img")
+			code, stdout, stderr := runCLI(t, nil, env(nil), "--json", tc.source, dest)
 			assert.Equal(t, cdi.ExitFailed, code)
-			assert.Equal(t, "importer: import failed: "+tc.want+"\n", stderr)
+			assert.Equal(t, "importer: import failed: "+tc.want+"\nimporter: nothing was written to "+dest+"\n", stderr)
 			assert.Equal(t, tc.want, decode(t, []byte(stdout)).Message, "the JSON's message has no CDI prefix")
 		})
 	}
@@ -255,10 +256,14 @@ func TestCLICancelledSaysCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"--json", srv.URL + "/disk.img", filepath.Join(t.TempDir(), "disk.img")}, nil, &stdout, &stderr, env(nil))
+	dest := filepath.Join(t.TempDir(), "disk.img")
+	code := run(ctx, []string{"--json", srv.URL + "/disk.img", dest}, nil, &stdout, &stderr, env(nil))
 	t.Logf("stderr: %s", stderr.String())
 	assert.Equal(t, cdi.ExitFailed, code)
-	assert.Equal(t, "importer: import cancelled\n", stderr.String())
+	first, left, _ := strings.Cut(stderr.String(), "\n")
+	assert.Equal(t, "importer: import cancelled", first)
+	assert.Contains(t, left, dest, "the last line says what is left of DEST")
+	assert.Equal(t, 1, strings.Count(left, "\n"))
 	m := decode(t, stdout.Bytes())
 	assert.Equal(t, "import cancelled", m.Message)
 	assert.Equal(t, "Cancelled", m.Reason)
