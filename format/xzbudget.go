@@ -46,13 +46,20 @@ func xzThreads(limit, available int64, cores int) (threads int, budget int64) {
 // xzThreadsHere is xzThreads for this process. When the limits cannot be
 // read the answer is conservative: the budget of the previous fixed
 // setting, which gives one or two threads on common files.
+//
+// The cores are the CPUs the process may use, GOMAXPROCS: Go sets it from
+// the cgroup's CPU limit (CFS quota or cpu.max, rounded up, at least 2) as
+// well as the affinity mask, and the stream decoder's inflaters and the
+// content hash size their workers by it too. NumCPU counted the node: a
+// 750m pod on a 16-core node ran xz -T16.
 func xzThreadsHere() (threads int, budget int64, err error) {
+	cores := runtime.GOMAXPROCS(0)
 	limit, lerr := cgroupMemoryLimit("/proc/self/cgroup", "/sys/fs/cgroup")
 	avail, aerr := memAvailable("/proc/meminfo")
 	if err := errors.Join(lerr, aerr); err != nil {
-		return max(runtime.NumCPU(), 1), 64 << 20, err
+		return max(cores, 1), 64 << 20, err
 	}
-	threads, budget = xzThreads(limit, avail, runtime.NumCPU())
+	threads, budget = xzThreads(limit, avail, cores)
 	return threads, budget, nil
 }
 

@@ -198,3 +198,13 @@ func TestXZThreadsInCgroup(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestXZThreadsFollowTheCPUsTheProcessHas: xz's thread count is the CPUs
+// Go may run on (GOMAXPROCS, which follows a cgroup's CPU limit), not the
+// node's cores: with GOMAXPROCS 1 xz gets -T1 on this 2-core machine
+// (it got -T2 from NumCPU).
+func TestXZThreadsFollowTheCPUsTheProcessHas(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	threads, _, _ := xzThreadsHere()
+	assert.Equal(t, 1, threads)
+}
