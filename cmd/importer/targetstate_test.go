@@ -72,3 +72,17 @@ func TestCLISparseImageBeyondFreeSpaceNamesOvercommit(t *testing.T) {
 	assert.Contains(t, stderr, "a larger volume is required")
 	assert.NotContains(t, stderr, "--allow-sparse-overcommit")
 }
+
+// TestCLIQcow2TargetImportIsQuiet: a clean import onto a qcow2 file warns
+// of nothing (it warned "No content digest of the image written", though
+// a qcow2 target never has one and none was asked for).
+func TestCLIQcow2TargetImportIsQuiet(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	_, qcow := testimg.RawAndQCOW2(t, dir, 4<<20, 92)
+	dest := filepath.Join(t.TempDir(), "disk.qcow2")
+	code, _, stderr := runCLI(t, nil, env(nil), "--format", "qcow2", qcow, dest)
+	require.Equal(t, cdi.ExitOK, code)
+	assert.NotContains(t, stderr, "WARN")
+	assert.Contains(t, stderr, "Import complete: "+dest)
+}
