@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
@@ -127,4 +129,51 @@ type failingImage struct {
 
 func (f *failingImage) ReadAt(p []byte, off int64) (int, error) {
 	return failAt{r: f.memImage.r, bad: f.bad}.ReadAt(p, off)
+}
+
+// cancelledImage fails its reads from bad on as a range reader does once
+// its import was stopped (Ctrl-C): with an error matching ErrCancelled.
+type cancelledImage struct {
+	memImage
+	bad int64
+}
+
+func (c *cancelledImage) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > c.bad {
+		return 0, fmt.Errorf("reading http://example/disk: %w", errdefs.ErrCancelled)
+	}
+	return c.memImage.ReadAt(p, off)
+}
+
+// TestImageExportWarnsOfFailedReadsNotOfStoppedOnes: a read the image
+// fails is a warning; a read stopped because the import was cancelled is
+// not (on Ctrl-C one "NBD export read failed" per read in flight was drawn
+// over the progress bar): the import says it was cancelled, once.
+func TestImageExportWarnsOfFailedReadsNotOfStoppedOnes(t *testing.T) {
+	needQemu(t)
+	data := testData(4 << 20)
+	for _, c := range []struct {
+		name string
+		img  ImageReader
+		warn bool
+	}{
+		{"failed", &failingImage{memImage: memImage{r: bytes.NewReader(data)}, bad: 3 << 20}, true},
+		{"cancelled", &cancelledImage{memImage: memImage{r: bytes.NewReader(data)}, bad: 3 << 20}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logged bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logged, nil))
+			e, err := ServeImage(context.Background(), func(context.Context) (ImageReader, error) { return c.img, nil },
+				ImageExportOptions{NoReadAhead: true, Logger: log})
+			require.NoError(t, err)
+			t.Cleanup(func() { e.Stop(slog.New(slog.DiscardHandler)) })
+			out, err := qemuImg(t, "convert", "-f", "raw", "-O", "raw", e.QemuSpec(), filepath.Join(t.TempDir(), "out.raw"))
+			require.Error(t, err, "%s", out)
+			if c.warn {
+				assert.Contains(t, logged.String(), "level=WARN msg=\"NBD export read failed\"")
+			} else {
+				assert.NotContains(t, logged.String(), "level=WARN")
+			}
+		})
+	}
 }

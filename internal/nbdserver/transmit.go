@@ -3,10 +3,13 @@ package nbdserver
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+
+	"github.com/diskimport/engine/errdefs"
 )
 
 // transmit serves requests until NBD_CMD_DISC, a protocol error or a
@@ -72,7 +75,13 @@ func (s *Server) transmit(ctx context.Context, c net.Conn) error {
 				errno := uint32(0)
 				if err != nil {
 					s.setErr(fmt.Errorf("reading %d bytes at offset %d: %w", n, off, err))
-					s.log.Warn("NBD export read failed", "offset", off, "length", n, "err", err)
+					if ctx.Err() != nil || errors.Is(err, errdefs.ErrCancelled) {
+						// Stopped (Ctrl-C, a failure elsewhere): the
+						// import says so once; no warning per read.
+						s.log.Debug("NBD export read stopped", "offset", off, "length", n, "err", err)
+					} else {
+						s.log.Warn("NBD export read failed", "offset", off, "length", n, "err", err)
+					}
 					errno = errIO
 				}
 				if err := reply(cookie, errno, buf); err != nil {
