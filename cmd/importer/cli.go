@@ -97,7 +97,7 @@ UPLOAD_IMAGE_SIZE (as upload-server without DEST), the clone source with
 UPLOAD_URL, VOLUME_MODE, MOUNT_POINT, CLIENT_CERT, CLIENT_KEY or
 SERVER_CA_CERT (as clone-source). Variables of two of them are refused. Each
 reports to /dev/termination-log.`,
-		Args:          cobra.MaximumNArgs(2),
+		Args:          importArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -85,6 +85,20 @@ func TestCLIMisspelledSubcommandIsSuggested(t *testing.T) {
 	assert.FileExists(t, filepath.Join(dir, "out.img"))
 }
 
+// A stray word before SOURCE and DEST is named as no command, and too
+// many paths are counted in words (both said "accepts at most 2 arg(s),
+// received 3"); both are usage errors.
+func TestCLIStrayWordIsNotACommand(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := runCLI(t, nil, env(nil), "import", filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Contains(t, stderr, `importer: "import" is not a command (the commands are blank, `)
+	assert.Contains(t, stderr, "an import is importer SOURCE DEST)")
+	code, _, stderr = runCLI(t, nil, env(nil), filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c"))
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Equal(t, "importer: an import takes SOURCE and DEST, not 3 arguments (see importer --help)\n", stderr)
+}
+
 // An unknown flag near a known one is offered it, on the root and on a
 // subcommand.
 func TestCLIUnknownFlagDidYouMean(t *testing.T) {

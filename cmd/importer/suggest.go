@@ -38,6 +38,29 @@ func misspelledCommand(root *cobra.Command, first string) error {
 	return nil
 }
 
+// importArgs checks the root command's arguments (an import takes SOURCE
+// and DEST): a stray word before them (`importer import a b`) is not a
+// command, and is named so rather than counted ("accepts at most 2
+// arg(s)").
+func importArgs(cmd *cobra.Command, args []string) error {
+	if len(args) <= 2 {
+		return nil
+	}
+	first := args[0]
+	if first != "-" && !strings.ContainsAny(first, "/:.") {
+		if _, err := os.Lstat(first); err != nil {
+			var names []string
+			for _, c := range cmd.Commands() {
+				if c.IsAvailableCommand() {
+					names = append(names, c.Name())
+				}
+			}
+			return fmt.Errorf("%q is not a command (the commands are %s; an import is importer SOURCE DEST)", first, strings.Join(names, ", "))
+		}
+	}
+	return fmt.Errorf("an import takes SOURCE and DEST, not %d arguments (see importer --help)", len(args))
+}
+
 // unknownFlagRe finds the flag name in pflag's "unknown flag: --sise" and
 // "unknown shorthand flag: 'x' in -x".
 var unknownFlagRe = regexp.MustCompile(`^unknown flag: --([^ =]+)`)
