@@ -93,7 +93,7 @@ image-test: image
 	IMAGE_DIR=$(abspath $(IMAGE_DIR)) $(GO) test -count=1 -timeout 30m ./internal/imagebuild ./internal/imagetest ./deploy
 
 # End-to-end in a real single-node Kubernetes on this machine (root; the
-# README's "End-to-end in a real cluster"). e2e-build: the Kubernetes
+# docs/e2e.md). e2e-build: the Kubernetes
 # components of e2e/tools/go.mod, a pause program, DNS for Services, and
 # make image, into bin/e2e. e2e-cdi-build: CDI's controller from CDI's
 # source (E2E_CDI_GIT). e2e-cluster: build and start; e2e: the tests,
