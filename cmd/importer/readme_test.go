@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,7 +87,7 @@ func TestREADMEExamples(t *testing.T) {
 		}
 		testimg.Need(t, "losetup", "cmp")
 		backing := filepath.Join(dir, "vm1-disk.img")
-		t.Cleanup(func() { detachLoops(t, backing) })
+		testimg.DetachLoopsWhenDone(t, backing)
 		out, err := docblocks.RunShell(t, blocks["cli"], dir, env, 2*time.Minute)
 		require.NoError(t, err, out)
 		assert.Regexp(t, `format +qcow2 \(xz\)`, out)
@@ -121,21 +119,4 @@ func TestREADMEExamples(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, bytes.Equal(raw, got), "vm1.img differs from vm.raw")
 	})
-}
-
-// detachLoops detaches every loop device over backing, for a block that
-// failed before its own losetup -d.
-func detachLoops(t *testing.T, backing string) {
-	out, err := exec.Command("losetup", "-j", backing).Output()
-	if err != nil {
-		return
-	}
-	for line := range strings.Lines(string(out)) {
-		dev, _, ok := strings.Cut(line, ":")
-		if ok && !slices.Contains([]string{"", " "}, dev) {
-			if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
-				t.Logf("losetup -d %s: %v: %s", dev, err, out)
-			}
-		}
-	}
 }

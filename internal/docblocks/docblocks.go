@@ -102,13 +102,22 @@ func RunShell(t testing.TB, b Block, dir string, env []string, timeout time.Dura
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second // a background child holding the output open
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	// The output goes to a file, not a pipe: a server the block left in
+	// the background keeps its descriptors, and Run would wait for it.
+	outFile, err := os.CreateTemp(t.TempDir(), "block-output-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	cmd.Stdout, cmd.Stderr = outFile, outFile
+	err = cmd.Run()
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what the block left running
 	}
-	t.Logf("block %q (line %d):\n%s--- output:\n%s", b.Name, b.Line, b.Text, out.String())
-	return out.String(), err
+	out, readErr := os.ReadFile(outFile.Name())
+	if readErr != nil {
+		t.Fatal(readErr)
+	}
+	t.Logf("block %q (line %d):\n%s--- output:\n%s", b.Name, b.Line, b.Text, out)
+	return string(out), err
 }
