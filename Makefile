@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build install test test-short demo deps bench fuzz vet tidy-check clean image image-test man e2e-build e2e-cdi-build e2e-cluster e2e-down e2e
+.PHONY: build install test test-short demo deps bench fuzz vet tidy-check clean image image-test man docs e2e-build e2e-cdi-build e2e-cluster e2e-down e2e
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -34,6 +34,12 @@ install: build man
 # commands (github.com/spf13/cobra/doc) into man/man1.
 man:
 	$(GO) run ./cmd/importer man man/man1
+
+# The command-line reference in docs/cli, generated from the cobra commands
+# as the man pages are; TestCLIReferenceIsGenerated fails when it is stale.
+docs:
+	rm -rf docs/cli
+	$(GO) run ./cmd/importer docs docs/cli
 
 # The whole suite. Loop-device and namespace tests need root; they skip
 # with a reason otherwise.
@@ -93,7 +99,7 @@ image-test: image
 	IMAGE_DIR=$(abspath $(IMAGE_DIR)) $(GO) test -count=1 -timeout 30m ./internal/imagebuild ./internal/imagetest ./deploy
 
 # End-to-end in a real single-node Kubernetes on this machine (root; the
-# README's "End-to-end in a real cluster"). e2e-build: the Kubernetes
+# docs/e2e.md). e2e-build: the Kubernetes
 # components of e2e/tools/go.mod, a pause program, DNS for Services, and
 # make image, into bin/e2e. e2e-cdi-build: CDI's controller from CDI's
 # source (E2E_CDI_GIT). e2e-cluster: build and start; e2e: the tests,

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
@@ -165,4 +167,24 @@ func ExampleOptions_registry() {
 	// Output:
 	// raw 512
 	// raw 512
+}
+
+// A program run by a person fails at once on a server that refuses the
+// first connection, as the command line does; without NoConnectRetry
+// Import would retry it for minutes (or until ctx ends), as CDI's pods
+// want.
+func ExampleOptions_noConnectRetry() {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	url := "http://" + l.Addr().String() + "/disk.qcow2"
+	l.Close() // nothing listens there now: connection refused
+
+	dir, _ := os.MkdirTemp("", "example")
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := importer.Options{Source: url, Target: filepath.Join(dir, "disk.img")}
+	opts.NoConnectRetry = true
+	_, err := importer.Import(ctx, opts)
+	fmt.Println(importer.Reason(err), errors.Is(err, importer.ErrSourceUnreachable), errors.Is(err, context.DeadlineExceeded))
+	// Output: SourceUnreachable true false
 }

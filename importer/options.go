@@ -20,6 +20,15 @@ import (
 //	importer.Options{Source: src, Target: dst,
 //		TargetOptions: importer.TargetOptions{Size: 20 << 30},
 //		Access:        datasource.Access{CertDir: "/etc/ca"}}
+//
+// Unlike the command line, the zero Options wait for a server that is not
+// there yet: a connection refused (or a DNS or TLS failure) on the very
+// first request is retried like a transfer that broke, up to Retries times
+// with Access.RetryBackoff doubling to 30 s, for no longer than
+// Access.RetryMaxElapsed (5 minutes), or until ctx ends, as CDI's pods
+// need, which may start before their server. A program run by a person
+// sets o.NoConnectRetry = true, as the command line does, to fail at once
+// with ErrSourceUnreachable.
 type Options struct {
 	// Source names the image, as the command line's SOURCE does: an
 	// http(s) URL, s3://bucket/key or gs://bucket/object (see S3Endpoint),

@@ -150,7 +150,7 @@ reports to /dev/termination-log.`,
 	cmd.AddCommand(newDigestCommand(ctx, stdin, stdout, &code))
 	addVersion(ctx, cmd, stdout)
 	cmd.AddCommand(newInspectCommand(ctx, stdin, stdout, stderr, &code))
-	cmd.AddCommand(newManCommand())
+	cmd.AddCommand(newManCommand(), newDocsCommand())
 	registerValueCompletions(cmd)
 	cmd.SetFlagErrorFunc(suggestFlag)
 	cmd.SetArgs(args)

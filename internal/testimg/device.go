@@ -71,6 +71,26 @@ func AttachLoop(t testing.TB, backing string, flags ...string) string {
 	return dev
 }
 
+// DetachLoopsWhenDone detaches, when the test ends, every loop device
+// still attached over backing: for a device a script the test runs
+// attaches itself (an example in the docs), which may fail before its own
+// losetup -d.
+func DetachLoopsWhenDone(t testing.TB, backing string) {
+	t.Cleanup(func() {
+		out, err := exec.Command("losetup", "-j", backing).Output()
+		if err != nil {
+			return
+		}
+		for line := range strings.Lines(string(out)) {
+			if dev, _, ok := strings.Cut(line, ":"); ok && dev != "" {
+				if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+					t.Errorf("detaching %s: %v %s", dev, err, out)
+				}
+			}
+		}
+	})
+}
+
 // AddPartition adds partition n to dev, a loop device attached with
 // losetup's -P (partitions allowed), over sectors 512-byte sectors from
 // start (addpart: BLKPG, which needs no partition table the kernel can
