@@ -3,6 +3,7 @@ package importer
 import (
 	"context"
 	"log/slog"
+	"os"
 
 	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
@@ -23,7 +24,10 @@ type BlankOptions struct {
 	// Preallocation allocates the whole file, or zeroes the whole block
 	// device (which otherwise keeps whatever it held).
 	Preallocation bool
-	Logger        *slog.Logger
+	// Mode is the permission bits of a new file target (0: 0660, as an
+	// import's TargetOptions.Mode).
+	Mode   os.FileMode
+	Logger *slog.Logger
 	// Qemu runs qemu-img create for qcow2; zero value: from PATH.
 	Qemu *qemu.Runner
 }
@@ -43,6 +47,7 @@ func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 			FilesystemOverhead: o.FilesystemOverhead,
 			Format:             o.Format,
 			Preallocation:      o.Preallocation,
+			Mode:               o.Mode,
 		},
 		Logger: o.Logger,
 		Qemu:   o.Qemu,

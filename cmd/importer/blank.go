@@ -18,6 +18,7 @@ import (
 func newBlankCommand(ctx context.Context, stdout, stderr io.Writer, code *int) *cobra.Command {
 	var (
 		size, format, terminationLog string
+		mode                         string
 		logFormat                    string
 		overhead                     float64
 		prealloc, asJSON, quiet      bool
@@ -46,12 +47,18 @@ device supports it, written zeros otherwise).`,
 				*code = cdi.ExitUsage
 				return err
 			}
+			perm, err := fileMode(mode)
+			if err != nil {
+				*code = cdi.ExitUsage
+				return err
+			}
 			res, err := importer.CreateBlank(ctx, importer.BlankOptions{
 				Target:             args[0],
 				Size:               n,
 				Format:             format,
 				FilesystemOverhead: overhead,
 				Preallocation:      prealloc,
+				Mode:               perm,
 				Logger:             log,
 			})
 			r := reporter{terminationLog: terminationLog, json: asJSON, quiet: quiet, stdout: stdout, stderr: stderr}
@@ -67,6 +74,7 @@ device supports it, written zeros otherwise).`,
 	fl.StringVar(&format, "format", "raw", "format of a file DEST: raw or qcow2")
 	fl.BoolVar(&prealloc, "preallocation", false, "allocate the whole file, or zero the whole block device")
 	fl.Float64Var(&overhead, "filesystem-overhead", 0, "fraction of a filesystem volume kept free, e.g. 0.06")
+	fl.StringVar(&mode, "mode", "", "permission bits of a new DEST file, in octal (default: 0666 less the umask, as an import's)")
 	fl.StringVar(&terminationLog, "termination-log", "", "write the result JSON to this file")
 	fl.BoolVar(&asJSON, "json", false, "print the result JSON on standard output")
 	fl.CountVarP(&verbose, "verbose", "v", "log what is done (-vv: debug)")

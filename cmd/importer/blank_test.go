@@ -149,3 +149,23 @@ func TestEnvClone(t *testing.T) {
 	assert.Equal(t, cdi.ExitFailed, code)
 	assert.True(t, strings.Contains(stderr, "absolute path"), stderr)
 }
+
+// TestCLIBlankHonoursTheUmaskAndMode: a blank file DEST gets 0666 less the
+// umask, as an import's, or --mode (it got 0660 whatever the umask, and
+// took no --mode).
+func TestCLIBlankHonoursTheUmaskAndMode(t *testing.T) {
+	dir := t.TempDir()
+	plain, private := filepath.Join(dir, "plain.img"), filepath.Join(dir, "private.img")
+	code, _, _ := runCLI(t, nil, env(nil), "blank", "--size", "16Mi", plain)
+	require.Equal(t, cdi.ExitOK, code)
+	code, _, _ = runCLI(t, nil, env(nil), "blank", "--size", "16Mi", "--mode", "0600", private)
+	require.Equal(t, cdi.ExitOK, code)
+	for path, want := range map[string]os.FileMode{plain: 0o666 &^ currentUmask(), private: 0o600} {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, want, fi.Mode().Perm(), path)
+	}
+	code, _, stderr := runCLI(t, nil, env(nil), "blank", "--size", "16Mi", "--mode", "9", filepath.Join(dir, "bad.img"))
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Contains(t, stderr, "--mode")
+}

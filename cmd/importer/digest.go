@@ -35,7 +35,7 @@ qcow2.xz or on a loop device gives one digest; an import records the same
 digest as contentDigest and checks it with --expect-content-digest.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log := newLogger(cmd.ErrOrStderr(), f.verbose, f.quiet)
+			log, _ := newFormatLogger(cmd.ErrOrStderr(), logFormatText, cliLogLevel(f.verbose, f.quiet))
 			if content {
 				o, err := f.options(args[0], inspectTargetPlaceholder, stdin)
 				if err != nil {
@@ -85,7 +85,7 @@ digest as contentDigest and checks it with --expect-content-digest.`,
 	fl.BoolVar(&content, "content", false, "print the content digest of SOURCE's disk (any source), not a manifest digest")
 	addSourceFlags(fl, &f)
 	fl.StringVar(&f.scratch, "scratch", "", "with --content: where the stream decoder spills, and where an image it cannot read in one pass is imported to be hashed (default: the system temp dir)")
-	fl.CountVarP(&f.verbose, "verbose", "v", "more log output (debug)")
-	fl.BoolVarP(&f.quiet, "quiet", "q", true, "only warnings and errors")
+	fl.CountVarP(&f.verbose, "verbose", "v", "log what is done (-vv: debug); by default only warnings and errors")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "only warnings and errors, as by default (overrides -v)")
 	return cmd
 }
