@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/diskimport/engine/datasource"
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 )
@@ -161,6 +162,10 @@ reports to /dev/termination-log.`,
 		fmt.Fprintln(stderr, "importer:", err)
 		if code == cdi.ExitOK {
 			code = cdi.ExitUsage
+		}
+		if code == cdi.ExitUsage && f.json {
+			// A script that asked for JSON gets it for a usage error too.
+			fmt.Fprintln(stdout, string(cdi.CLIMessage(nil, errdefs.Mark(errdefs.ErrInvalidOptions, err)).JSON()))
 		}
 	}
 	return code

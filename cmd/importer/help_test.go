@@ -283,3 +283,15 @@ func TestCLICancelledSaysCancelled(t *testing.T) {
 	assert.Equal(t, "Cancelled", m.Reason)
 	require.NotContains(t, stderr.String(), "context canceled")
 }
+
+// A usage error under --json prints the JSON too (reason InvalidOptions),
+// exit 2: a script that asked for JSON gets JSON (it got plain text only).
+func TestCLIUsageErrorUnderJSONIsJSON(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI(t, nil, env(nil), "--json", "--size", "10Qi", filepath.Join(dir, "a"), filepath.Join(dir, "b"))
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Contains(t, stderr, `size "10Qi"`)
+	m := decode(t, []byte(stdout))
+	assert.Equal(t, "InvalidOptions", m.Reason)
+	assert.Contains(t, m.Message, `size "10Qi"`)
+}
