@@ -25,10 +25,15 @@ build:
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
 install: build man
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1
 	install -m 0755 bin/importer $(DESTDIR)$(BINDIR)/importer
 	install -m 0644 man/man1/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	bin/importer completion bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/importer
+	bin/importer completion zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_importer
+	bin/importer completion fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/importer.fish
 
 # Man pages of importer and its subcommands, generated from the cobra
 # commands (github.com/spf13/cobra/doc) into man/man1.

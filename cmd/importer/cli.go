@@ -83,12 +83,6 @@ straight to DEST; qcow2, streamOptimized vmdk, vhd, vdi and vhdx are decoded
 as they arrive, and qemu-img converts the layouts the decoder does not take
 (from a ranged HTTP source or scratch space).
 
-Examples:
-  importer https://example.org/disk.qcow2.xz /dev/sdb
-  importer --size 20Gi docker://quay.io/containerdisks/fedora:40 disk.img
-  curl -sL URL | importer - disk.img
-  importer inspect disk.vmdk
-
 With no arguments (CDI's pods pass only -v=N), importer is the CDI pod its
 environment describes, and says so in its first log line: the importer with
 IMPORTER_SOURCE (reading IMPORTER_ENDPOINT and the other IMPORTER_* variables,
@@ -98,6 +92,11 @@ UPLOAD_IMAGE_SIZE (as upload-server without DEST), the clone source with
 UPLOAD_URL, VOLUME_MODE, MOUNT_POINT, CLIENT_CERT, CLIENT_KEY or
 SERVER_CA_CERT (as clone-source). Variables of two of them are refused. Each
 reports to /dev/termination-log.`,
+		// Example, not Long: the man page keeps its lines as they are.
+		Example: `  importer https://example.org/disk.qcow2.xz /dev/sdb
+  importer --size 20Gi docker://quay.io/containerdisks/fedora:40 disk.img
+  curl -sL URL | importer - disk.img
+  importer inspect disk.vmdk`,
 		Args:          importArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

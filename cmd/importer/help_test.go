@@ -32,7 +32,18 @@ func TestManPages(t *testing.T) {
 		assert.True(t, strings.HasPrefix(string(b), ".nh\n.TH \"IMPORTER\" \"1\""), page)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "importer.1"))
-	assert.Contains(t, string(b), `\fB--cache-mode\fP`)
+	page := string(b)
+	assert.Contains(t, page, `\fB--cache-mode\fP`)
+	// The examples keep their lines (roff fills the description's
+	// paragraphs, and joined them into one line), and the exit codes
+	// have their section, before SEE ALSO.
+	assert.Contains(t, page, ".EX\n  importer https://example.org/disk.qcow2.xz /dev/sdb\n  importer --size 20Gi")
+	exit, seeAlso := strings.Index(page, ".SH EXIT STATUS"), strings.Index(page, ".SH SEE ALSO")
+	require.Positive(t, exit, "an EXIT STATUS section")
+	assert.Less(t, exit, seeAlso)
+	for _, code := range []string{"\n0\n", "\n1\n", "\n2\n", "\n130\n", "\n143\n"} {
+		assert.Contains(t, page[exit:seeAlso], code)
+	}
 }
 
 // Shell completion offers the values of the flags that take a few words.

@@ -3,10 +3,34 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 )
+
+// manExitStatus is the root page's EXIT STATUS section (roff).
+const manExitStatus = `.SH EXIT STATUS
+.TP
+0
+The import (or the subcommand) succeeded.
+.TP
+1
+It failed: the cause is on standard error, and in the JSON's message and reason with --json.
+.TP
+2
+Bad usage: an unknown command or flag, a missing or extra argument, an invalid value.
+.TP
+130
+Interrupted (SIGINT, Ctrl-C); temporary files and the partial target were removed.
+.TP
+143
+Terminated (SIGTERM); temporary files and the partial target were removed.
+.PP
+With no arguments (a CDI pod), the exit codes are CDI's: 0 also for a checksum mismatch, whose
+termination message says so.
+`
 
 // newManCommand is the hidden `importer man DIR` behind `make man`: one
 // man page per command, generated from the cobra commands, so the pages
@@ -27,7 +51,20 @@ func newManCommand() *cobra.Command {
 			if err := doc.GenManTree(root, header, args[0]); err != nil {
 				return fmt.Errorf("writing man pages into %s: %w", args[0], err)
 			}
-			return nil
+			// cobra's pages have no EXIT STATUS section; the root's gets one,
+			// before SEE ALSO as man-pages(7) orders them.
+			page := filepath.Join(args[0], root.Name()+".1")
+			b, err := os.ReadFile(page)
+			if err != nil {
+				return err
+			}
+			s := string(b)
+			if i := strings.Index(s, ".SH SEE ALSO"); i >= 0 {
+				s = s[:i] + manExitStatus + "\n" + s[i:]
+			} else {
+				s += manExitStatus
+			}
+			return os.WriteFile(page, []byte(s), 0o644)
 		},
 	}
 }
