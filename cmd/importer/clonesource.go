@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
@@ -41,10 +41,13 @@ type cloneSourceFlags struct {
 }
 
 // newCloneSourceCommand is `importer clone-source`: the cloner pod of a
-// host-assisted clone. Its flags are parsed as Go's flag package does (one
-// dash or two), so CDI's cloner command line works unchanged.
+// host-assisted clone. Its flags are cobra's (help, the man page, the CLI
+// reference and completion list them), and one dash is taken for two, as
+// Go's flag package does, so CDI's cloner command line (-content-type …,
+// -v=3 -alsologtostderr) works unchanged.
 func newCloneSourceCommand(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer, code *int) *cobra.Command {
-	return &cobra.Command{
+	var f cloneSourceFlags
+	cmd := &cobra.Command{
 		Use:   "clone-source [flags]",
 		Short: "Stream a volume to an upload server (CDI's cloner pod)",
 		Long: `Read a block device (raw) or a mounted filesystem volume (a tar of its
@@ -52,47 +55,68 @@ contents) and POST it to an upload server with mutual TLS and CDI's
 x-cdi-content-type header. Against our upload server the stream is sparse-v2
 (zero runs not sent, whole-source sha256 checked before Clone Complete,
 resumed after a dropped connection); against any other it is CDI's
-snappy-framed stream.
+snappy-framed stream. With --delta, a delta pass onto a target holding an
+earlier copy: a device's differing blocks; a filesystem volume's large files
+likewise, its small files whole, committed once the volume's digest matched.
 
-With UPLOAD_URL in the environment and no -url, CDI's cloner environment
+With UPLOAD_URL in the environment and no --url, CDI's cloner environment
 applies: VOLUME_MODE, MOUNT_POINT, UPLOAD_URL, CLIENT_CERT, CLIENT_KEY and
 SERVER_CA_CERT (PEM text), OWNER_UID, PREALLOCATION; progress is served as
 ` + cdi.CloneProgressMetricName + ` on :8443 and "Clone Complete" goes to
 /dev/termination-log.
 
-Flags (one or two dashes): -content-type blockdevice-clone|filesystem-clone,
--mount PATH, -upload-bytes N, -url URL, -client-cert F, -client-key F,
--server-ca F, -protocol auto|snappy|sparse-v2, -retries N,
--metrics-listen ADDR, -owner-uid UID, -termination-log F, -json, -v, -q,
--delta, -delta-base DIGEST (a delta pass onto a target holding an earlier copy:
-a device's differing blocks; a filesystem volume's large files likewise, its
-small files whole, committed once the volume's digest matched).`,
+Flags take one dash or two (-content-type as --content-type), as CDI's
+cloner command line passes them.`,
+		// Parsed in RunE, after one dash is made two.
 		DisableFlagParsing: true,
 		SilenceUsage:       true,
 		SilenceErrors:      true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var f cloneSourceFlags
-			fs := cloneSourceFlagSet(&f)
-			fs.SetOutput(stderr)
-			if err := fs.Parse(args); err != nil {
-				if errors.Is(err, flag.ErrHelp) {
-					fmt.Fprintln(stdout, cmd.Long)
-					return nil
+			fl := cmd.Flags()
+			if err := fl.Parse(twoDashes(args)); err != nil {
+				if errors.Is(err, pflag.ErrHelp) {
+					return cmd.Help()
 				}
 				*code = cdi.ExitUsage
-				return err
+				return suggestFlag(cmd, err)
+			}
+			if help, _ := fl.GetBool("help"); help {
+				return cmd.Help()
+			}
+			if fl.NArg() > 0 {
+				*code = cdi.ExitUsage
+				return fmt.Errorf("clone-source takes flags only, not %q (see importer clone-source --help)", fl.Arg(0))
 			}
 			log := newLogger(stderr, f.verbose, f.quiet)
 			*code = runCloneSource(ctx, f, getenv, log, stdout, stderr)
 			return nil
 		},
 	}
+	cloneSourceFlagSet(cmd.Flags(), &f)
+	cmd.Flags().BoolP("help", "h", false, "help for clone-source")
+	return cmd
 }
 
-// cloneSourceFlagSet defines clone-source's flags on f, setting their
-// defaults.
-func cloneSourceFlagSet(f *cloneSourceFlags) *flag.FlagSet {
-	fs := flag.NewFlagSet("clone-source", flag.ContinueOnError)
+// twoDashes makes each one-dash flag of args a two-dash one ("-mount" is
+// "--mount", "-v=3" "--v=3"), as Go's flag package reads them; "-" and
+// what follows "--" are left alone.
+func twoDashes(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) > 1 && a[0] == '-' && a[1] != '-' && a != "-h" {
+			a = "-" + a
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// cloneSourceFlagSet defines clone-source's flags on fs, setting f to
+// their defaults.
+func cloneSourceFlagSet(fs *pflag.FlagSet, f *cloneSourceFlags) {
 	fs.StringVar(&f.contentType, "content-type", "", "blockdevice-clone or filesystem-clone")
 	fs.StringVar(&f.mount, "mount", "", "the source: block device, or the mounted volume")
 	fs.Uint64Var(&f.uploadBytes, "upload-bytes", 0, "bytes expected, for progress (default: measured)")
@@ -106,18 +130,18 @@ func cloneSourceFlagSet(f *cloneSourceFlags) *flag.FlagSet {
 	fs.StringVar(&f.ownerID, "owner-uid", "", "the ownerUID label of the progress metric")
 	fs.StringVar(&f.terminationLog, "termination-log", "", "write the termination message here")
 	fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
-	fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v is accepted)")
+	fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v=N is accepted)")
 	fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
 	fs.BoolVar(&f.delta, "delta", false, "a delta pass when the server's target holds an earlier copy: only the blocks that differ are sent (a device of the same size; a filesystem volume's files of the same size, its small files whole; env IMPORTER_DELTA=true)")
-	fs.StringVar(&f.deltaBase, "delta-base", "", "with -delta: the digest the target must have to be the base (the last pass's digest: blk-sha256:… or a volume's tree-blk-sha256:…; env IMPORTER_DELTA_BASE)")
+	fs.StringVar(&f.deltaBase, "delta-base", "", "with --delta: the digest the target must have to be the base (the last pass's digest: blk-sha256:… or a volume's tree-blk-sha256:…; env IMPORTER_DELTA_BASE)")
 	fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
-	return fs
+	_ = fs.MarkHidden("alsologtostderr")
 }
 
 // cloneSourceDefaults are clone-source's flags as given none.
 func cloneSourceDefaults() cloneSourceFlags {
 	var f cloneSourceFlags
-	cloneSourceFlagSet(&f)
+	cloneSourceFlagSet(pflag.NewFlagSet("clone-source", pflag.ContinueOnError), &f)
 	return f
 }
 

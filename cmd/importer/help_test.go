@@ -306,3 +306,32 @@ func TestCLIUsageErrorUnderJSONIsJSON(t *testing.T) {
 	assert.Equal(t, "InvalidOptions", m.Reason)
 	assert.Contains(t, m.Message, `size "10Qi"`)
 }
+
+// clone-source is a cobra command like the others: its help lists each
+// flag once, its man page has its flags, a misspelled flag gets a "did you
+// mean", and CDI's cloner command line (one dash, klog's -v=N and
+// -alsologtostderr) still parses (before: Go flag's help, the flags
+// printed twice, a man page listing only -h).
+func TestCLICloneSourceIsACobraCommand(t *testing.T) {
+	code, stdout, _ := runCLI(t, nil, env(nil), "clone-source", "--help")
+	require.Equal(t, cdi.ExitOK, code)
+	assert.Equal(t, 1, strings.Count(stdout, "--content-type string"), stdout)
+	assert.Contains(t, stdout, "--upload-bytes uint")
+
+	dir := filepath.Join(t.TempDir(), "man1")
+	code, _, _ = runCLI(t, nil, env(nil), "man", dir)
+	require.Equal(t, cdi.ExitOK, code)
+	b, err := os.ReadFile(filepath.Join(dir, "importer-clone-source.1"))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `\fB--content-type\fP`)
+
+	code, _, stderr := runCLI(t, nil, env(nil), "clone-source", "-mont", "/x")
+	assert.Equal(t, cdi.ExitUsage, code)
+	assert.Contains(t, stderr, "did you mean --mount?")
+
+	missing := filepath.Join(t.TempDir(), "no-such-device")
+	code, _, stderr = runCLI(t, nil, env(nil), "clone-source", "-v=3", "-alsologtostderr", "-content-type", "blockdevice-clone",
+		"-upload-bytes", "1048576", "-mount", missing, "-url", closedPortURL(t))
+	assert.Equal(t, cdi.ExitFailed, code, "parsed, then failed on the missing source")
+	assert.Contains(t, stderr, "opening clone source "+missing)
+}
