@@ -20,6 +20,7 @@ require (
 	go.podman.io/image/v5 v5.42.1
 	golang.org/x/oauth2 v0.38.0
 	golang.org/x/sys v0.50.0
+	gopkg.in/ini.v1 v1.67.3
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0
