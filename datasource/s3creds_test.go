@@ -235,3 +235,33 @@ func TestS3MetadataCredentialsOnlyWhenAllowed(t *testing.T) {
 	assert.True(t, errors.Is(err, errdefs.ErrSourceRefused) && strings.Contains(err.Error(), "access denied"), "%v", err)
 	assert.Equal(t, int32(3), imds.hits.Load())
 }
+
+// TestS3CredentialRequestsNotRedirected: an STS or a container agent that
+// redirects is refused at once, and the place it points to never receives
+// the token (a 307 would have the client send the form with the token
+// again).
+func TestS3CredentialRequestsNotRedirected(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := testimg.ServerOn(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	redirector := testimg.ServerOn(t, "127.0.0.1", http.RedirectHandler(other.URL+"/sts", http.StatusTemporaryRedirect))
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token-never-elsewhere"), 0o600))
+	for name, env := range map[string]map[string]string{
+		"web identity": {"AWS_WEB_IDENTITY_TOKEN_FILE": tokenFile, "AWS_ENDPOINT_URL_STS": redirector.URL},
+		"container":    {"AWS_CONTAINER_CREDENTIALS_FULL_URI": redirector.URL + "/v1/credentials", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": tokenFile},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clearAWSEnv(t)
+			for k, v := range env {
+				t.Setenv(k, v)
+			}
+			src, err := datasource.New("s3+http://127.0.0.1:1/b/k", datasource.Config{Access: datasource.Access{RetryBackoff: time.Second}})
+			require.NoError(t, err)
+			_, err = src.Open(context.Background())
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
+			assert.Contains(t, err.Error(), "the endpoint redirected, and a credential request is not sent elsewhere")
+			assert.Zero(t, elsewhere.Load())
+		})
+	}
+}
