@@ -78,6 +78,12 @@ func (s *s3Credentials) get(ctx context.Context) (awsCreds, error) {
 		if errors.As(err, &te) {
 			return awsCreds{}, fmt.Errorf("%s: %w", s.what, te)
 		}
+		var sts credentials.ErrorResponse
+		if errors.As(err, &sts) && sts.STSError.Code != "" {
+			// The STS's code says more than its message alone
+			// (InvalidIdentityToken, ExpiredTokenException...).
+			err = fmt.Errorf("%s: %s", sts.STSError.Code, sts.STSError.Message)
+		}
 		return awsCreds{}, attempt.classify(s.what, s.endpoint, err)
 	}
 	if v.AccessKeyID == "" || v.SecretAccessKey == "" {
