@@ -220,7 +220,8 @@ func awsRegion(getenv func(string) string) string {
 		if p != "default" {
 			p = "profile " + p
 		}
-		if f, err := ini.Load(file); err == nil {
+		// Key names as written in any case, as the AWS CLI reads them.
+		if f, err := ini.LoadSources(ini.LoadOptions{InsensitiveKeys: true}, file); err == nil {
 			if sec, err := f.GetSection(p); err == nil && sec.Key("region").String() != "" {
 				return sec.Key("region").String()
 			}

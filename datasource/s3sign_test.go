@@ -47,7 +47,7 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(
 		"[default]\naws_access_key_id = DEFID\naws_secret_access_key = defsecret\n\n[prod]\naws_access_key_id=PRODID\naws_secret_access_key=prodsecret\naws_session_token=tok\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "config"), []byte(
-		"[default]\nregion = eu-west-1\n[profile prod]\nregion=ap-south-1\n"), 0o600))
+		"[default]\nregion = eu-west-1\n[profile prod]\nregion=ap-south-1\n[profile caps]\nRegion = sa-east-1\n"), 0o600))
 	env := func(m map[string]string) func(string) string {
 		return func(k string) string {
 			if k == "HOME" {
@@ -86,6 +86,7 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 
 	assert.Equal(t, "eu-west-1", awsRegion(env(nil)))
 	assert.Equal(t, "ap-south-1", awsRegion(env(map[string]string{"AWS_PROFILE": "prod"})))
+	assert.Equal(t, "sa-east-1", awsRegion(env(map[string]string{"AWS_PROFILE": "caps"})), "key names in any case")
 	assert.Equal(t, "us-west-1", awsRegion(env(map[string]string{"AWS_DEFAULT_REGION": "us-west-1"})))
 	assert.Equal(t, "us-east-1", awsRegion(func(string) string { return "" }))
 }
