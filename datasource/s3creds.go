@@ -223,7 +223,9 @@ func sharedFileCredentials(c Config, getenv func(string) string) (*s3Credentials
 		return nil, nil
 	}
 	profile := awsProfile(getenv)
-	f, err := ini.Load(file)
+	// Key names in any case, as the AWS CLI reads them (minio-go's
+	// provider reads them as written).
+	f, err := ini.LoadSources(ini.LoadOptions{InsensitiveKeys: true}, file)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
@@ -245,6 +247,19 @@ func sharedFileCredentials(c Config, getenv func(string) string) (*s3Credentials
 	v, err := p.RetrieveWithCredContext(&credentials.CredContext{Client: client, Context: context.Background()})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %s", what, errdefs.ErrInvalidOptions, scrubTokens(redactErrorURLs(err).Error()))
+	}
+	if v.AccessKeyID == "" && v.SecretAccessKey == "" {
+		sec, err := f.GetSection(profile)
+		if err != nil {
+			sec, _ = f.GetSection("profile " + profile)
+		}
+		if sec != nil {
+			v.AccessKeyID, v.SecretAccessKey = sec.Key("aws_access_key_id").String(), sec.Key("aws_secret_access_key").String()
+			v.SessionToken = sec.Key("aws_session_token").String()
+			if (v.AccessKeyID == "") != (v.SecretAccessKey == "") {
+				return nil, fmt.Errorf("%s: aws_access_key_id and aws_secret_access_key must be set together: %w", what, errdefs.ErrInvalidOptions)
+			}
+		}
 	}
 	switch {
 	case v.AccessKeyID == "" && v.SecretAccessKey == "":

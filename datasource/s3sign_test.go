@@ -77,6 +77,10 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 	c, err := awsCredentials(Config{}, func(string) string { return "" })
 	require.NoError(t, err)
 	assert.False(t, c.signs(), "nothing anywhere: unsigned")
+	// Key names in upper case, as the AWS CLI takes them.
+	upper := filepath.Join(t.TempDir(), "credentials")
+	require.NoError(t, os.WriteFile(upper, []byte("[default]\nAWS_ACCESS_KEY_ID = UPID\nAWS_SECRET_ACCESS_KEY = upsecret\n"), 0o600))
+	assert.Equal(t, awsCreds{id: "UPID", secret: "upsecret"}, static(awsCredentials(Config{}, env(map[string]string{"AWS_SHARED_CREDENTIALS_FILE": upper}))))
 	// A file without [default] (only other profiles) is no credentials.
 	other := filepath.Join(t.TempDir(), "credentials")
 	require.NoError(t, os.WriteFile(other, []byte("[ci]\naws_access_key_id=X\naws_secret_access_key=Y\n"), 0o600))
