@@ -3,6 +3,8 @@ module github.com/diskimport/engine
 go 1.26.0
 
 require (
+	cloud.google.com/go/compute/metadata v0.7.0
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/go-containerregistry v0.22.1
 	github.com/klauspost/compress v1.20.4
 	github.com/klauspost/pgzip v1.3.0
@@ -20,13 +22,13 @@ require (
 	go.podman.io/image/v5 v5.42.1
 	golang.org/x/oauth2 v0.38.0
 	golang.org/x/sys v0.50.0
+	gopkg.in/ini.v1 v1.67.3
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
-	cloud.google.com/go/compute/metadata v0.7.0 // indirect
 	cyphar.com/go-pathrs v0.2.5 // indirect
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/VividCortex/ewma v1.2.0 // indirect

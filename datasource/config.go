@@ -76,6 +76,13 @@ type Access struct {
 	// does (containers/image takes no dialer). A caller's Transport must apply it itself (dial with
 	// Egress.DialContext). Nil: no policy.
 	Egress *EgressPolicy
+	// MetadataCredentials lets the S3 and GCS sources take their
+	// credentials from the cloud's instance metadata service (AWS IMDSv2,
+	// the GKE or GCE metadata server) when no other source of credentials
+	// is configured. Only the credential requests may then reach the
+	// metadata address, past the Egress policy; the import's data and its
+	// redirects never do. False (the default) never asks it.
+	MetadataCredentials bool
 	// StallTimeout fails a transfer when no byte arrives for this long
 	// while the engine waits for one; <= 0 means 5 minutes.
 	StallTimeout time.Duration

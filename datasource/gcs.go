@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -25,9 +27,14 @@ import (
 //	gs+https://storage.googleapis.com/bucket/object   any endpoint serving the XML API paths
 //	gs+http://host[:port]/bucket/object
 //
-// Credentials: the service-account key file (or authorized-user file)
-// named by GOOGLE_APPLICATION_CREDENTIALS, as CDI mounts it; without one,
-// requests are anonymous (a public object).
+// Credentials are Application Default Credentials: the file named by
+// GOOGLE_APPLICATION_CREDENTIALS (as CDI mounts a service-account key), of
+// type service_account, authorized_user or external_account (workload
+// identity federation with a subject token from a file); else gcloud's
+// application_default_credentials.json (CLOUDSDK_CONFIG, else
+// ~/.config/gcloud); else, only with Access.MetadataCredentials, the
+// metadata server (GKE, GCE). Without any, requests are anonymous (a public
+// object).
 const (
 	gcsScheme      = "gs://"
 	gcsHTTPScheme  = "gs+http://"
@@ -99,18 +106,20 @@ func newGCS(endpoint string, c Config, getenv func(string) string) (Source, erro
 		return nil, fmt.Errorf("GCS endpoint %s does not name an object (gs://bucket/object): %w", redactURL(u), errdefs.ErrInvalidOptions)
 	}
 	name := "gs://" + bucket + "/" + object
-	var tokens *gcsTokens
-	if file := getenv("GOOGLE_APPLICATION_CREDENTIALS"); file != "" {
-		if tokens, err = loadGCSCredentials(file); err != nil {
-			return nil, err
-		}
+	tokens, endpoints, err := gcsCredentials(c, getenv)
+	if err != nil {
+		return nil, err
 	}
 	base, err := objectStoreTransport(c)
 	if err != nil {
 		return nil, err
 	}
 	if tokens != nil {
-		tokens.base, tokens.ua = base, c.UserAgent
+		client, err := credentialClient(c, endpoints)
+		if err != nil {
+			return nil, err
+		}
+		tokens.base, tokens.ua = client.Transport, c.UserAgent
 	}
 	// The JSON API's media download: the same object and headers as the
 	// XML API's https://host/bucket/object, and served by emulators whatever
@@ -240,4 +249,29 @@ func gcsError(resp *http.Response, object string) error {
 		return fmt.Errorf("GCS %s: %s (%s): %w", object, what, detail, serr)
 	}
 	return fmt.Errorf("GCS %s: %s: %w", object, what, serr)
+}
+
+// gcsCredentials picks the Application Default Credentials (see above):
+// nil for anonymous requests, and the addresses their requests may reach
+// past the egress policy (the metadata server's).
+func gcsCredentials(c Config, getenv func(string) string) (*gcsTokens, []netip.Addr, error) {
+	if file := getenv("GOOGLE_APPLICATION_CREDENTIALS"); file != "" {
+		t, err := loadGCSCredentials(file)
+		return t, nil, err
+	}
+	dir := getenv("CLOUDSDK_CONFIG")
+	if dir == "" {
+		dir = homeFile(getenv, ".config", "gcloud")
+	}
+	if dir != "" {
+		file := filepath.Join(dir, "application_default_credentials.json")
+		if _, err := os.Stat(file); err == nil {
+			t, err := loadGCSCredentials(file)
+			return t, nil, err
+		}
+	}
+	if c.MetadataCredentials {
+		return gcsMetadataTokens(), gcsMetadataEndpoints(), nil
+	}
+	return nil, nil, nil
 }

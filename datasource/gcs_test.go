@@ -33,6 +33,8 @@ import (
 func gcsFixture(t *testing.T, data []byte) (*objtest.GCS, string) {
 	t.Helper()
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("CLOUDSDK_CONFIG", t.TempDir()) // no gcloud credentials of this machine's
+	t.Setenv("GCE_METADATA_HOST", "")
 	g := objtest.StartGCS(t, "images")
 	g.Upload(t, "images", "dir/disk.img", data)
 	return g, "gs+" + g.URL + "/images/dir/disk.img"

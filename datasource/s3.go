@@ -1,7 +1,6 @@
 package datasource
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"gopkg.in/ini.v1"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -25,13 +26,10 @@ import (
 //	s3+https://bucket.s3.REGION.amazonaws.com/key   virtual-hosted style
 //
 // A query parameter region=R sets the signing region; a key holding '?',
-// '#' or '%' is written percent-encoded. Credentials are, in order: the
-// Config's Username and Password (the access key id and secret key: CDI's
-// IMPORTER_ACCESS_KEY_ID and IMPORTER_SECRET_KEY, or --creds), then
-// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, then the
-// shared credentials file (AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials,
-// profile AWS_PROFILE or "default"); with none, requests go unsigned (a
-// public object). The region is, in order: region=, the amazonaws.com host
+// '#' or '%' is written percent-encoded. Credentials: the Config's keys,
+// the AWS variables, web identity, the shared file, container credentials
+// and, when allowed, the instance metadata service (s3creds.go); with none,
+// requests go unsigned (a public object). The region is, in order: region=, the amazonaws.com host
 // name, AWS_REGION, AWS_DEFAULT_REGION, the shared config file's profile
 // (AWS_CONFIG_FILE or ~/.aws/config), then us-east-1.
 const (
@@ -198,42 +196,6 @@ func dnsBucket(b string) bool {
 	return b[0] != '-' && b[len(b)-1] != '-'
 }
 
-// awsCredentials picks the signing credentials (see the package notes
-// above); the zero value means unsigned requests.
-func awsCredentials(c Config, getenv func(string) string) (awsCreds, error) {
-	if c.Username != "" || c.Password != "" {
-		if c.Username == "" || c.Password == "" {
-			return awsCreds{}, fmt.Errorf("S3 credentials need both the access key id and the secret key: %w", errdefs.ErrInvalidOptions)
-		}
-		return awsCreds{id: c.Username, secret: c.Password}, nil
-	}
-	if id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"); id != "" || secret != "" {
-		if id == "" || secret == "" {
-			return awsCreds{}, fmt.Errorf("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together: %w", errdefs.ErrInvalidOptions)
-		}
-		return awsCreds{id: id, secret: secret, token: getenv("AWS_SESSION_TOKEN")}, nil
-	}
-	file := getenv("AWS_SHARED_CREDENTIALS_FILE")
-	if file == "" {
-		file = homeFile(getenv, ".aws", "credentials")
-	}
-	if file == "" {
-		return awsCreds{}, nil
-	}
-	sec, err := iniSection(file, awsProfile(getenv))
-	if err != nil {
-		return awsCreds{}, err
-	}
-	id, secret := sec["aws_access_key_id"], sec["aws_secret_access_key"]
-	if id == "" && secret == "" {
-		return awsCreds{}, nil
-	}
-	if id == "" || secret == "" {
-		return awsCreds{}, fmt.Errorf("%s, profile %s: aws_access_key_id and aws_secret_access_key must be set together: %w", file, awsProfile(getenv), errdefs.ErrInvalidOptions)
-	}
-	return awsCreds{id: id, secret: secret, token: sec["aws_session_token"]}, nil
-}
-
 func awsProfile(getenv func(string) string) string {
 	if p := getenv("AWS_PROFILE"); p != "" {
 		return p
@@ -258,8 +220,11 @@ func awsRegion(getenv func(string) string) string {
 		if p != "default" {
 			p = "profile " + p
 		}
-		if sec, err := iniSection(file, p); err == nil && sec["region"] != "" {
-			return sec["region"]
+		// Key names as written in any case, as the AWS CLI reads them.
+		if f, err := ini.LoadSources(ini.LoadOptions{InsensitiveKeys: true}, file); err == nil {
+			if sec, err := f.GetSection(p); err == nil && sec.Key("region").String() != "" {
+				return sec.Key("region").String()
+			}
 		}
 	}
 	return "us-east-1"
@@ -273,44 +238,11 @@ func homeFile(getenv func(string) string, parts ...string) string {
 	return filepath.Join(append([]string{home}, parts...)...)
 }
 
-// iniSection reads the keys of one [section] of an AWS shared file; a
-// missing file is an empty section.
-func iniSection(file, section string) (map[string]string, error) {
-	f, err := os.Open(file)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading AWS shared file: %w: %w", errdefs.ErrInvalidOptions, err)
-	}
-	defer f.Close()
-	out := map[string]string{}
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		if line[0] == '[' && line[len(line)-1] == ']' {
-			in = strings.TrimSpace(line[1:len(line)-1]) == section
-			continue
-		}
-		if k, v, ok := strings.Cut(line, "="); ok && in {
-			out[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading %s: %w: %w", file, errdefs.ErrInvalidOptions, err)
-	}
-	return out, nil
-}
-
 // s3Transport signs the requests to its endpoint's origin (scope) and reads
 // S3's error documents.
 type s3Transport struct {
 	base   http.RoundTripper
-	creds  awsCreds
+	creds  *s3Credentials
 	region string
 	scope  *credentialScope
 	object string // s3://bucket/key, for messages
@@ -330,8 +262,12 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// elsewhere is sent as given (it may be pre-signed for its path).
 		r.URL.RawPath = s3Escape(r.URL.Path)
 	}
-	if t.creds.id != "" && t.scope.allows(r.URL) {
-		r = signV4(r, t.creds, t.region)
+	if t.creds.signs() && t.scope.allows(r.URL) {
+		c, err := t.creds.get(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		r = signV4(r, c, t.region)
 	}
 	resp, err := t.base.RoundTrip(r)
 	if err != nil {
@@ -345,7 +281,7 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
 		err := s3Error(resp, t.object, r.Header.Get("If-Match"))
-		if t.creds.id != "" && !own {
+		if t.creds.signs() && !own {
 			return nil, fmt.Errorf("%w (sent unsigned to %s, another origin than the endpoint's, which redirected there)", err, origin(r.URL))
 		}
 		return nil, err

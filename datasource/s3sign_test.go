@@ -47,7 +47,7 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte(
 		"[default]\naws_access_key_id = DEFID\naws_secret_access_key = defsecret\n\n[prod]\naws_access_key_id=PRODID\naws_secret_access_key=prodsecret\naws_session_token=tok\n"), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(home, ".aws", "config"), []byte(
-		"[default]\nregion = eu-west-1\n[profile prod]\nregion=ap-south-1\n"), 0o600))
+		"[default]\nregion = eu-west-1\n[profile prod]\nregion=ap-south-1\n[profile caps]\nRegion = sa-east-1\n"), 0o600))
 	env := func(m map[string]string) func(string) string {
 		return func(k string) string {
 			if k == "HOME" {
@@ -56,28 +56,41 @@ func TestS3CredentialsAndRegion(t *testing.T) {
 			return m[k]
 		}
 	}
-	c, err := awsCredentials(Config{Access: Access{Username: "U", Password: "P"}}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
-	require.NoError(t, err)
-	assert.Equal(t, awsCreds{id: "U", secret: "P"}, c, "the Config's (CDI's) keys win")
-	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E", "AWS_SECRET_ACCESS_KEY": "S", "AWS_SESSION_TOKEN": "T"}))
-	require.NoError(t, err)
-	assert.Equal(t, awsCreds{id: "E", secret: "S", token: "T"}, c)
-	c, err = awsCredentials(Config{}, env(nil))
-	require.NoError(t, err)
-	assert.Equal(t, awsCreds{id: "DEFID", secret: "defsecret"}, c)
-	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_PROFILE": "prod"}))
-	require.NoError(t, err)
-	assert.Equal(t, awsCreds{id: "PRODID", secret: "prodsecret", token: "tok"}, c)
+	static := func(c *s3Credentials, err error) awsCreds {
+		t.Helper()
+		require.NoError(t, err)
+		require.Nil(t, c.creds, "static keys")
+		return c.static
+	}
+	assert.Equal(t, awsCreds{id: "U", secret: "P"}, static(awsCredentials(Config{Access: Access{Username: "U", Password: "P"}}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))),
+		"the Config's (CDI's) keys win")
+	assert.Equal(t, awsCreds{id: "E", secret: "S", token: "T"}, static(awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E", "AWS_SECRET_ACCESS_KEY": "S", "AWS_SESSION_TOKEN": "T"}))))
+	assert.Equal(t, awsCreds{id: "DEFID", secret: "defsecret"}, static(awsCredentials(Config{}, env(nil))))
+	assert.Equal(t, awsCreds{id: "PRODID", secret: "prodsecret", token: "tok"}, static(awsCredentials(Config{}, env(map[string]string{"AWS_PROFILE": "prod"}))))
+	_, err := awsCredentials(Config{}, env(map[string]string{"AWS_PROFILE": "staging"}))
+	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions, "a profile asked for and absent")
+	assert.ErrorContains(t, err, "no profile staging")
 	_, err = awsCredentials(Config{Access: Access{Username: "U"}}, env(nil))
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	_, err = awsCredentials(Config{}, env(map[string]string{"AWS_ACCESS_KEY_ID": "E"}))
 	assert.ErrorIs(t, err, errdefs.ErrInvalidOptions)
-	c, err = awsCredentials(Config{}, func(string) string { return "" })
+	c, err := awsCredentials(Config{}, func(string) string { return "" })
 	require.NoError(t, err)
-	assert.Equal(t, awsCreds{}, c, "nothing anywhere: unsigned")
+	assert.False(t, c.signs(), "nothing anywhere: unsigned")
+	// Key names in upper case, as the AWS CLI takes them.
+	upper := filepath.Join(t.TempDir(), "credentials")
+	require.NoError(t, os.WriteFile(upper, []byte("[default]\nAWS_ACCESS_KEY_ID = UPID\nAWS_SECRET_ACCESS_KEY = upsecret\n"), 0o600))
+	assert.Equal(t, awsCreds{id: "UPID", secret: "upsecret"}, static(awsCredentials(Config{}, env(map[string]string{"AWS_SHARED_CREDENTIALS_FILE": upper}))))
+	// A file without [default] (only other profiles) is no credentials.
+	other := filepath.Join(t.TempDir(), "credentials")
+	require.NoError(t, os.WriteFile(other, []byte("[ci]\naws_access_key_id=X\naws_secret_access_key=Y\n"), 0o600))
+	c, err = awsCredentials(Config{}, env(map[string]string{"AWS_SHARED_CREDENTIALS_FILE": other}))
+	require.NoError(t, err)
+	assert.False(t, c.signs())
 
 	assert.Equal(t, "eu-west-1", awsRegion(env(nil)))
 	assert.Equal(t, "ap-south-1", awsRegion(env(map[string]string{"AWS_PROFILE": "prod"})))
+	assert.Equal(t, "sa-east-1", awsRegion(env(map[string]string{"AWS_PROFILE": "caps"})), "key names in any case")
 	assert.Equal(t, "us-west-1", awsRegion(env(map[string]string{"AWS_DEFAULT_REGION": "us-west-1"})))
 	assert.Equal(t, "us-east-1", awsRegion(func(string) string { return "" }))
 }

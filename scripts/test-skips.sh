@@ -3,7 +3,7 @@
 # machine could not run, which skipped (go test shows skips only with -v).
 gobin="$(go env GOPATH 2>/dev/null)/bin"
 missing=()
-for tool in versitygw fake-gcs-server; do
+for tool in versitygw fake-gcs-server minio; do
   [ -x "$gobin/$tool" ] || command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 [ ${#missing[@]} -eq 0 ] || echo "skipped: the S3/GCS suites that need ${missing[*]} (not installed; .ci/run installs them with go install)"

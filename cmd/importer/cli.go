@@ -62,6 +62,10 @@ type cliFlags struct {
 	gcsEndpoint        string
 	egressAllow        []string
 	egressDeny         []string
+
+	// metadataCredentials allows the instance metadata service as the
+	// last source of S3/GCS credentials.
+	metadataCredentials bool
 }
 
 // run is main without the process: it returns the exit code.
@@ -202,6 +206,8 @@ func (f *cliFlags) options(source, dest string, stdin io.Reader) (importer.Optio
 		},
 		Checksums: f.checksums,
 		Access: datasource.Access{
+			MetadataCredentials: f.metadataCredentials,
+
 			CertDir:         f.certDir,
 			InsecureTLS:     f.insecureTLS,
 			Headers:         f.headers,

@@ -50,6 +50,13 @@ const (
 	gcsToken    = "ya29.gcsAccessT0ken0001"
 	gcsClient   = "gcsCl1entSecret0001"
 	gcsRefresh  = "gcsRefreshT0ken0001"
+	stsSecret   = "st5SecretKey0001"        // the STS's answer
+	podSecret   = "p0dIdent1tySecret0001"   // the container agent's answer
+	imdsSecret  = "1mdsSecretKey0001"       // the instance metadata service's answer
+	imdsToken   = "1mdsApiT0ken0001"        // IMDSv2's session token
+	gcsFederat  = "ya29.f3deratedT0ken0001" // the token exchange's answer
+	gcsImperson = "ya29.1mpersonatedT0ken0001"
+	gcsMetaTok  = "ya29.metad4taT0ken0001" // the GKE metadata server's answer
 	regUser     = "regUser0001"
 	regPass     = "regPa55w0rd0001"
 	regWrong    = "regWr0ngPa55w0rd0001"
@@ -63,8 +70,9 @@ const presignedQuery = "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=" + am
 // TestNoSecretInAnyOutput runs succeeding and failing imports of every
 // network source (HTTP with basic auth, extra headers and a pre-signed
 // query, redirected to another host with one of its own; S3 with keys and a
-// session token; GCS with a service-account key and an authorized user; a
-// registry with a password), on the command line (and inspect) and in
+// session token, web identity, container and metadata credentials; GCS
+// with a service-account key, an authorized user, an external account and
+// the metadata server; a registry with a password), on the command line (and inspect) and in
 // CDI's env mode, with debug logs and the result JSON, and looks for every
 // secret in standard output, standard error and the termination log.
 func TestNoSecretInAnyOutput(t *testing.T) {
@@ -127,6 +135,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	}))
 	serviceKey, pemBody := gcsServiceAccountFile(t, tokens.URL)
 	userKey := gcsAuthorizedUserFile(t, tokens.URL)
+	cloud := startCloudIdentity(t)
 	reg := regtest.Start(t, regtest.Options{User: regUser, Pass: regPass})
 	img := regtest.Image(t, regtest.Config{}, regtest.Layer(t, regtest.Gzip, regtest.File{Name: "disk/disk.img", Path: raw}))
 	ref := "docker://" + reg.Push(t, "cd/disk:v1", img, nil)
@@ -146,12 +155,16 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	secrets := []string{basicPass, urlPass, headerValue, amzSig, amzCred, amzToken, googSig, sasSig, queryToken, queryHMAC, redirectSig,
 		s3Secret, s3Session, s3Wrong, s3.Secret, gcsToken, gcsClient, gcsRefresh, pemBody, regPass, regWrong,
 		"Bearer ", "AWS4-HMAC-SHA256 Credential"}
+	secrets = append(secrets, cloud.secrets...)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3KeyID)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3Secret)
 	t.Setenv("AWS_SESSION_TOKEN", s3Session)
-	for _, v := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"} {
+	for _, v := range []string{"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_ENDPOINT_URL_STS", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_SERVICE_ENDPOINT", "GCE_METADATA_HOST"} {
 		t.Setenv(v, "")
 	}
+	t.Setenv("CLOUDSDK_CONFIG", t.TempDir())
 
 	presigned := func(path string) string { return front.URL + path + "?" + presignedQuery }
 	withUser := func(path string) string {
@@ -165,9 +178,13 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	type importCase struct {
 		name string
 		ok   bool
-		gcs  string            // GOOGLE_APPLICATION_CREDENTIALS
-		args []string          // command line (SOURCE last)
-		env  map[string]string // or CDI's env mode
+		gcs  string // GOOGLE_APPLICATION_CREDENTIALS
+		// cloud sets the process's variables of a cloud identity flow
+		// (web identity, container credentials, the metadata hosts), the
+		// AWS keys unset.
+		cloud map[string]string
+		args  []string          // command line (SOURCE last)
+		env   map[string]string // or CDI's env mode
 		// inspect runs importer inspect --json SOURCE instead.
 		inspect bool
 	}
@@ -190,6 +207,14 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		{name: "cli gcs service account", ok: true, gcs: serviceKey, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/disk.img"}},
 		{name: "cli gcs missing object", gcs: serviceKey, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/missing.img"}},
 		{name: "cli gcs authorized user refused", gcs: userKey, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/disk.img"}},
+		{name: "cli s3 web identity", ok: true, cloud: cloud.webIdentity(true), args: []string{"s3+" + s3front.URL + "/bucket/disk.img"}},
+		{name: "cli s3 web identity refused", cloud: cloud.webIdentity(false), args: []string{"--s3-endpoint", s3.URL, "s3://bucket/disk.img"}},
+		{name: "cli s3 container credentials", ok: true, cloud: cloud.container(true), args: []string{"s3+" + s3front.URL + "/bucket/disk.img"}},
+		{name: "cli s3 container credentials refused", cloud: cloud.container(false), args: []string{"--s3-endpoint", s3.URL, "s3://bucket/disk.img"}},
+		{name: "cli s3 metadata credentials", ok: true, cloud: cloud.imds(), args: []string{"--metadata-credentials", "s3+" + s3front.URL + "/bucket/disk.img"}},
+		{name: "cli gcs external account", ok: true, gcs: cloud.wifFile(true, true), cloud: map[string]string{}, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/disk.img"}},
+		{name: "cli gcs external account refused", gcs: cloud.wifFile(false, false), cloud: map[string]string{}, args: []string{"--gcs-endpoint", gcs.URL, "gs://bucket/disk.img"}},
+		{name: "cli gcs metadata server", ok: true, cloud: cloud.gceMetadata(), args: []string{"--metadata-credentials", "--gcs-endpoint", gcs.URL, "gs://bucket/disk.img"}},
 		{name: "cli registry", ok: true, args: append(append(regFlags, "--creds", regUser+":"+regPass), ref)},
 		{name: "cli registry blob redirected to a dead host", args: append(append(regFlags, "--creds", regUser+":"+regPass), redirRef)},
 		{name: "cli registry wrong password", args: append(append(regFlags, "--creds", regUser+":"+regWrong), ref)},
@@ -206,6 +231,13 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		{name: "env s3 bad endpoint", env: map[string]string{"IMPORTER_SOURCE": "s3", "IMPORTER_ENDPOINT": "ftp://u:" + urlPass + "@h/b/k?" + presignedQuery}},
 		{name: "env gcs", ok: true, gcs: serviceKey, env: map[string]string{"IMPORTER_SOURCE": "gcs", "IMPORTER_ENDPOINT": gcs.URL + "/bucket/disk.img"}},
 		{name: "env gcs refused", gcs: userKey, env: map[string]string{"IMPORTER_SOURCE": "gcs", "IMPORTER_ENDPOINT": gcs.URL + "/bucket/disk.img"}},
+		{name: "env s3 web identity", ok: true, cloud: cloud.webIdentity(true), env: map[string]string{"IMPORTER_SOURCE": "s3", "IMPORTER_ENDPOINT": s3front.URL + "/bucket/disk.img"}},
+		{name: "env s3 web identity refused", cloud: cloud.webIdentity(false), env: map[string]string{"IMPORTER_SOURCE": "s3", "IMPORTER_ENDPOINT": s3.URL + "/bucket/disk.img"}},
+		{name: "env s3 container credentials refused", cloud: cloud.container(false), env: map[string]string{"IMPORTER_SOURCE": "s3", "IMPORTER_ENDPOINT": s3.URL + "/bucket/disk.img"}},
+		{name: "env s3 metadata credentials", ok: true, cloud: cloud.imds(), env: map[string]string{"IMPORTER_SOURCE": "s3", "IMPORTER_ENDPOINT": s3front.URL + "/bucket/disk.img",
+			"IMPORTER_METADATA_CREDENTIALS": "true"}},
+		{name: "env gcs external account", ok: true, gcs: cloud.wifFile(true, true), cloud: map[string]string{}, env: map[string]string{"IMPORTER_SOURCE": "gcs", "IMPORTER_ENDPOINT": gcs.URL + "/bucket/disk.img"}},
+		{name: "env gcs external account refused", gcs: cloud.wifFile(false, true), cloud: map[string]string{}, env: map[string]string{"IMPORTER_SOURCE": "gcs", "IMPORTER_ENDPOINT": gcs.URL + "/bucket/disk.img"}},
 		{name: "env registry", ok: true, env: map[string]string{"IMPORTER_SOURCE": "registry", "IMPORTER_ENDPOINT": ref,
 			"IMPORTER_ACCESS_KEY_ID": regUser, "IMPORTER_SECRET_KEY": regPass, "INSECURE_TLS": "true",
 			"IMPORTER_REGISTRY_IMAGE_ARCHITECTURE": "amd64", "REGISTRY_AUTH_FILE": regAuth, "CONTAINERS_REGISTRIES_CONF": regConf}},
@@ -219,6 +251,14 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", c.gcs)
+			if c.cloud != nil {
+				for _, v := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+					t.Setenv(v, "")
+				}
+				for k, v := range c.cloud {
+					t.Setenv(k, v)
+				}
+			}
 			var code int
 			var outputs map[string]string
 			var target string

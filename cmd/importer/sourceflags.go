@@ -20,6 +20,7 @@ func addSourceFlags(fl *pflag.FlagSet, f *cliFlags) {
 	fl.StringVar(&f.creds, "creds", "", "HTTP basic auth or registry USER:PASSWORD; for s3:// the ACCESS_KEY_ID:SECRET_KEY")
 	fl.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3-compatible server of s3:// sources, http(s)://host[:port] (path style; default AWS, or AWS_ENDPOINT_URL_S3)")
 	fl.StringVar(&f.s3Region, "s3-region", "", "signing region of S3 sources (default: from the host name, AWS_REGION or ~/.aws/config, else us-east-1)")
+	fl.BoolVar(&f.metadataCredentials, "metadata-credentials", false, "when no other S3 or GCS credentials are configured, take them from the cloud's instance metadata service (AWS IMDSv2, the GKE/GCE metadata server)")
 	fl.StringVar(&f.gcsEndpoint, "gcs-endpoint", "", "server of gs:// sources, http(s)://host[:port] (default storage.googleapis.com, or STORAGE_EMULATOR_HOST)")
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
 	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")

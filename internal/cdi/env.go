@@ -196,6 +196,12 @@ func importOptions(getenv func(string) string, paths Paths) (importer.Options, e
 	if o.Egress, err = egressPolicy(getenv); err != nil {
 		return o, err
 	}
+	// The cloud's metadata service as the last source of S3 or GCS
+	// credentials: only when the admin sets it, and then for the credential
+	// requests only (the egress policy still denies it to the data).
+	if o.MetadataCredentials, err = envBool(getenv, "IMPORTER_METADATA_CREDENTIALS"); err != nil {
+		return o, err
+	}
 	if src == "clone" {
 		if err := cloneOptions(getenv, &o); err != nil {
 			return o, err

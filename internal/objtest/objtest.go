@@ -68,9 +68,18 @@ func freePort(t testing.TB) string {
 // accepts connections.
 func start(t testing.TB, addr string, name string, args ...string) {
 	t.Helper()
+	startEnv(t, addr, nil, name, args...)
+}
+
+// startEnv is start with variables added to the test's environment.
+func startEnv(t testing.TB, addr string, env []string, name string, args ...string) {
+	t.Helper()
 	var out bytes.Buffer
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
