@@ -12,8 +12,15 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/qemu"
 )
+
+// vhdRounding bounds the shortfall that VHD's CHS rounding explains: a
+// VHD's virtual size is cylinders × heads × sectors per track, rounded up
+// to a whole cylinder of at most 16 heads × 255 sectors of 512 bytes (qemu-img
+// create -f vpc 100M gives 104865792 bytes, 8192 past 100 MiB).
+const vhdRounding = 16 * 255 * 512
 
 // Import runs the request: attempts until one ends without asking to start
 // over (importWithRestarts), each attempt Info then the phases of its plan.
@@ -42,6 +49,10 @@ func importOnce(ctx context.Context, r Request, start time.Time) (*Result, error
 		var se *errdefs.SizeError
 		if errors.As(err, &se) && a.target != nil && se.TargetSize == a.target.Capacity() {
 			se.FreeSpace = a.target.CapacityIsFreeSpace()
+		}
+		if se != nil && a.result.SourceFormat == string(format.VHD) && se.ImageSize > se.TargetSize && se.ImageSize-se.TargetSize <= vhdRounding {
+			err = fmt.Errorf("%w (a VHD's size is rounded up to a disk geometry, a little past the disk it was made from: %d bytes more take it)",
+				err, se.ImageSize-se.TargetSize)
 		}
 		a.abort()
 		a.result.TargetState = a.targetState()
