@@ -12,6 +12,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/units"
 )
@@ -112,10 +113,38 @@ func (f lengthAwareFiller) Fill(w io.Writer, st decor.Statistics) error {
 }
 
 func (t *terminalBar) phase(decor.Statistics) string {
-	if p := t.snapshot().Phase; p != "" {
-		return p
+	return barLabel(importer.Phase(t.snapshot().Phase))
+}
+
+// barLabels name each phase in the words of what a person waits for; the
+// log and the JSON keep the phase names. TestBarLabelsNameEveryPhase
+// checks every phase of importer.Phases has one.
+var barLabels = map[importer.Phase]string{
+	importer.PhaseInfo:             "Inspecting",
+	importer.PhaseTransferScratch:  "Downloading",
+	importer.PhaseTransferDataFile: "Writing",
+	importer.PhaseTransferDataDir:  "Extracting",
+	importer.PhaseTransferDelta:    "Comparing",
+	importer.PhaseValidate:         "Checking",
+	importer.PhaseConvert:          "Converting",
+	importer.PhaseResize:           "Resizing",
+	importer.PhaseVerify:           "Verifying",
+	importer.PhaseCommit:           "Syncing",
+	importer.PhaseComplete:         "Done",
+	importer.PhaseError:            "Failed",
+	phaseUpload:                    "Uploading",
+	phaseWaiting:                   "Waiting for the server",
+}
+
+// barLabel is the bar's label for phase ("Inspecting" before the first).
+func barLabel(phase importer.Phase) string {
+	if phase == "" {
+		phase = importer.PhaseInfo
 	}
-	return "Info"
+	if l, ok := barLabels[phase]; ok {
+		return l
+	}
+	return string(phase)
 }
 
 // numbers is "42.0%  312.0 MiB / 752.0 MiB  25.3 MiB/s  ETA 18s", or

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/uploadserver"
@@ -53,7 +54,18 @@ func TestTerminalBarUpdatesAndFinish(t *testing.T) {
 	bar.finish(true)
 	s := out.String()
 	assert.Contains(t, s, "a log line")
-	assert.Regexp(t, `Complete +\[=+\] 100\.0%  100\.0 MiB / 100\.0 MiB`, s)
+	assert.Regexp(t, `Done +\[=+\] 100\.0%  100\.0 MiB / 100\.0 MiB`, s)
+}
+
+// TestBarLabelsNameEveryPhase: the bar says in words what a person waits
+// for, for every phase there is (it showed "TransferDataFile").
+func TestBarLabelsNameEveryPhase(t *testing.T) {
+	for _, p := range importer.Phases() {
+		l := barLabel(p)
+		assert.NotEqual(t, string(p), l, "phase %s has no words on the bar", p)
+		assert.Regexp(t, `^[A-Z][a-z]+( [a-z]+)*$`, l)
+	}
+	assert.Equal(t, "Inspecting", barLabel(""))
 }
 
 func TestEstimateAndAverage(t *testing.T) {
@@ -143,7 +155,7 @@ func TestTerminalProgressBar(t *testing.T) {
 	dest := filepath.Join(dir, "disk.img")
 	pane := startTmux(t, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
 
-	bar := regexp.MustCompile(`TransferDataFile +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
+	bar := regexp.MustCompile(`Writing +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
 	var mid string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if mid = pane.capture(); bar.MatchString(mid) && strings.Contains(mid, "ETA") {
@@ -162,7 +174,7 @@ func TestTerminalProgressBar(t *testing.T) {
 	end := pane.waitFor("EXIT=", 20*time.Second)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
-	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
+	assert.Regexp(t, `Done +\[=+\] +100\.0%`, end)
 	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read, 6\.0 MiB written\) in [0-9.]+ s, [0-9.]+ [KM]iB/s read, [0-9.]+ [KM]iB/s written`, end)
 	assert.NotContains(t, end, "\r")
 }
@@ -190,7 +202,7 @@ func TestTerminalProgressUnknownLength(t *testing.T) {
 	dest := filepath.Join(dir, "disk.img")
 	pane := startTmux(t, fmt.Sprintf("%s %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
 
-	line := regexp.MustCompile(`TransferDataFile +\S.* ([0-9.]+) ([KM]iB) +[0-9.]+ [KM]iB/s\s*$`)
+	line := regexp.MustCompile(`Writing +\S.* ([0-9.]+) ([KM]iB) +[0-9.]+ [KM]iB/s\s*$`)
 	var mid string
 	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		mid = pane.capture()
@@ -206,7 +218,7 @@ func TestTerminalProgressUnknownLength(t *testing.T) {
 	end := pane.waitFor("EXIT=", 20*time.Second)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
-	assert.Regexp(t, `Complete +\[=+\] +100\.0%`, end)
+	assert.Regexp(t, `Done +\[=+\] +100\.0%`, end)
 	sum := sha256.Sum256(data)
 	assert.Equal(t, hex.EncodeToString(sum[:]), testimg.Digest(t, dest, -1))
 }

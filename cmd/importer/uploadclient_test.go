@@ -293,7 +293,7 @@ func TestUploadClientTerminalProgressBar(t *testing.T) {
 	t.Cleanup(func() { srv.Close(); h.Wait() })
 	pane := startTmux(t, fmt.Sprintf("%s upload %s %s; echo EXIT=$?; sleep 60", bin, img, srv.URL))
 
-	bar := regexp.MustCompile(`Upload +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
+	bar := regexp.MustCompile(`Uploading +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
 	var mid string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if mid = pane.capture(); bar.MatchString(mid) {
@@ -305,7 +305,7 @@ func TestUploadClientTerminalProgressBar(t *testing.T) {
 	end := pane.waitFor("EXIT=", 30*time.Second)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
-	assert.Regexp(t, `Complete +\[=+\] +100\.0% +6\.0 MiB / 6\.0 MiB`, end)
+	assert.Regexp(t, `Done +\[=+\] +100\.0% +6\.0 MiB / 6\.0 MiB`, end)
 	assert.Contains(t, end, "Upload complete: "+img+" to "+srv.URL+uploadserver.PathUpload+", 6.0 MiB sent in ")
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dest, -1))
 }
