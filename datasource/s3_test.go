@@ -94,11 +94,9 @@ func TestS3Refusals(t *testing.T) {
 			c.cfg.RetryBackoff = time.Second
 			src, err := datasource.New(c.ep, c.cfg)
 			require.NoError(t, err)
-			start := time.Now()
 			_, err = src.Open(context.Background())
 			require.Error(t, err)
-			assert.Less(t, time.Since(start), time.Second, "a refusal is not retried")
-			assert.Equal(t, 0, datasource.Retries(src))
+			assert.Equal(t, 0, datasource.Retries(src), "a refusal is not retried")
 			var se *errdefs.HTTPStatusError
 			require.True(t, errors.As(err, &se), "%v", err)
 			assert.Equal(t, c.status, se.StatusCode)
@@ -145,11 +143,10 @@ func TestS3PrivateCA(t *testing.T) {
 	cfg.RetryBackoff = time.Second
 	src, err = datasource.New(ep, cfg)
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "certificate")
-	assert.Less(t, time.Since(start), time.Second, "an untrusted certificate is not retried")
+	assert.Zero(t, datasource.Retries(src), "an untrusted certificate is not retried")
 }
 
 // objectStore is a real object-storage server holding one object,
