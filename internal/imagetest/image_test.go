@@ -152,8 +152,8 @@ func TestCDILaunchers(t *testing.T) {
 	for launcher, want := range map[string]string{
 		"/usr/bin/cdi-importer":      "Import a VM disk image",
 		"/usr/bin/cdi-uploadserver":  "Serve CDI's upload paths",
-		"/usr/bin/cloner_startup.sh": "Usage of clone-source",
-		"/usr/bin/cdi-cloner":        "Usage of clone-source",
+		"/usr/bin/cloner_startup.sh": "importer clone-source [flags]",
+		"/usr/bin/cdi-cloner":        "importer clone-source [flags]",
 	} {
 		t.Run(filepath.Base(launcher), func(t *testing.T) {
 			r := img.podman.Run(podmantest.Container{Image: img.id, Entrypoint: launcher, Args: []string{"--help"}, CapDropAll: true}, quickTimeout)
