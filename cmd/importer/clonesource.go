@@ -98,21 +98,24 @@ cloner command line passes them.`,
 }
 
 // twoDashes makes each one-dash flag of args a two-dash one ("-mount" is
-// "--mount", "-v=3" "--v=3"), as Go's flag package reads them; "-" and
-// what follows "--" are left alone.
+// "--mount", "-v=3" "--v=3", "-q" "--q"), as Go's flag package reads them;
+// a value such as -1, -h (help's shorthand) and what follows "--" are left
+// alone.
 func twoDashes(args []string) []string {
 	out := make([]string, 0, len(args))
 	for i, a := range args {
 		if a == "--" {
 			return append(out, args[i:]...)
 		}
-		if len(a) > 1 && a[0] == '-' && a[1] != '-' && a != "-h" {
+		if len(a) > 1 && a[0] == '-' && isLetter(a[1]) && a != "-h" {
 			a = "-" + a
 		}
 		out = append(out, a)
 	}
 	return out
 }
+
+func isLetter(b byte) bool { return 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' }
 
 // cloneSourceFlagSet defines clone-source's flags on fs, setting f to
 // their defaults.

@@ -335,3 +335,9 @@ func TestCLICloneSourceIsACobraCommand(t *testing.T) {
 	assert.Equal(t, cdi.ExitFailed, code, "parsed, then failed on the missing source")
 	assert.Contains(t, stderr, "opening clone source "+missing)
 }
+
+func TestTwoDashesTakesOneDashFlagsOnly(t *testing.T) {
+	assert.Equal(t,
+		[]string{"--content-type", "x", "--v=3", "--retries", "-1", "-h", "--v", "3", "--q", "-", "--", "-mount"},
+		twoDashes([]string{"-content-type", "x", "-v=3", "-retries", "-1", "-h", "-v", "3", "-q", "-", "--", "-mount"}))
+}
