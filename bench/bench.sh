@@ -25,6 +25,9 @@
 # ~20 s at 2G), BENCH_GO (1: also run the go test -bench stage benchmarks),
 # BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh),
 # BENCH_TIMEOUT (300: seconds before one measured command is killed),
+# BENCH_POD_LIMITS (cdi: the pods under CDI's default pod limits, 750m CPU
+# as a CFS quota and 600M memory, issue 37's table of record; default: a
+# 256 MiB memory limit and no CPU limit),
 # BENCH_FARLINK (1: the far-link rows of bench/farlink.sh; BENCH_FAR_RATE,
 # BENCH_FAR_DELAY), BENCH_CDI (0: no CDI rows), BENCH_CDI_IMPORTER (a CDI
 # importer binary to run instead of building v1.66.0).

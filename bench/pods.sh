@@ -18,7 +18,21 @@
 
 cdi_version=v1.66.0
 cdi_bin="" cdi_note=""
-cg_root="" ca_root="" cg_limit=$((256 << 20))
+cg_root="" ca_root="" cpu_root="" cg_limit=$((256 << 20)) cpu_quota=""
+# BENCH_POD_LIMITS=cdi: each pod gets what CDI's controller gives its
+# importer, upload-server and cloner pods by default
+# (pkg/controller/config-controller.go: limits cpu 750m, memory 600M): a
+# memory limit of 600000000 bytes and a CFS quota of 75 ms per 100 ms
+# (cgroup v1 cpu controller). Default: a 256 MiB memory limit and no CPU
+# limit, as the tables before issue 37.
+case ${BENCH_POD_LIMITS:-} in
+cdi) cg_limit=600000000 cpu_quota=75000 ;;
+"" | none) ;;
+*)
+	echo "bench: BENCH_POD_LIMITS=$BENCH_POD_LIMITS: want cdi or none" >&2
+	exit 2
+	;;
+esac
 # cdi_resolve: sets cdi_bin (or cdi_note when there is none).
 cdi_resolve() {
 	if [[ ${BENCH_CDI:-1} == 0 ]]; then
@@ -64,6 +78,15 @@ cg_setup() {
 	else
 		echo "bench: no cpuacct cgroup v1 at $a: the pod table has no CPU time" >&2
 	fi
+	if [[ -n $cpu_quota ]]; then
+		local c=/sys/fs/cgroup/cpu
+		[[ -w $c/cgroup.procs && -w $c/cpu.cfs_quota_us ]] || { echo "bench: BENCH_POD_LIMITS=cdi needs the cgroup v1 cpu controller at $c" >&2; exit 2; }
+		cpu_root=$c/diskimport-bench-$stamp
+		mkdir "$cpu_root"
+	fi
+	local cpu="none"
+	[[ -n $cpu_quota ]] && cpu="$((cpu_quota / 100))m (CFS quota $cpu_quota us per 100000 us; cg_throttled_s: the time the quota held the pod)"
+	printf 'N\t%s\n' "pods' limits: memory $cg_limit bytes, CPU $cpu" >>"$tsv"
 }
 # cg_remove DIR: kills what is left in the cgroup (only pods of this run
 # are put there) and removes it.
@@ -86,13 +109,17 @@ cg_cleanup() {
 		cg_remove "$ca_root/pod"
 		cg_remove "$ca_root"
 	fi
+	if [[ -n $cpu_root ]]; then
+		cg_remove "$cpu_root/pod"
+		cg_remove "$cpu_root"
+	fi
 }
 
 # pod_import LABEL BIN FILE [PREP]: one import of $url/FILE onto the loop
 # device by BIN as CDI's importer pod, measured, with its scratch peak and
 # its cgroups' memory peak and CPU time.
 pod_import() {
-	local label=$1 bin=$2 file=$3 prep=${4:-reset_loop} cg="" ca=""
+	local label=$1 bin=$2 file=$3 prep=${4:-reset_loop} cg="" ca="" cq=""
 	if [[ -n $cg_root ]]; then
 		cg=$cg_root/pod
 		mkdir "$cg"
@@ -102,9 +129,15 @@ pod_import() {
 		ca=$ca_root/pod
 		mkdir "$ca"
 	fi
+	if [[ -n $cpu_root ]]; then
+		cq=$cpu_root/pod
+		mkdir "$cq"
+		echo 100000 >"$cq/cpu.cfs_period_us"
+		echo "$cpu_quota" >"$cq/cpu.cfs_quota_us"
+	fi
 	mkdir -p "$work/podroot"
 	# The measured shell joins the cgroups, then becomes the pod.
-	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }${ca:+echo \$\$ >$ca/cgroup.procs && }exec env -i \
+	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }${ca:+echo \$\$ >$ca/cgroup.procs && }${cq:+echo \$\$ >$cq/cgroup.procs && }exec env -i \
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/$file \
 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench \
 unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
@@ -126,6 +159,10 @@ unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/pod
 		extra "$label" cg_cpu_s "$(awk '{printf "%.4f", $1 / 1e9}' "$ca/cpuacct.usage")"
 		extra "$label" cg_cores "$(nproc)"
 		cg_remove "$ca"
+	fi
+	if [[ -n $cq ]]; then
+		extra "$label" cg_throttled_s "$(awk '$1=="throttled_time"{printf "%.3f", $2 / 1e9}' "$cq/cpu.stat")"
+		cg_remove "$cq"
 	fi
 }
 pod_label() { echo "$1 $2 env→loop (pod)"; }
