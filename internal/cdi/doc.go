@@ -14,6 +14,13 @@
 // is by the variables only that pod has, and refuses one with two pods'
 // variables.
 //
+// CDI's controller also starts two programs of the importer image by name
+// (the image has a launcher at each path that runs the importer's
+// subcommand of that name): /usr/bin/cdi-image-size-detection
+// (RunSizeDetection: a clone's source image's virtual size as the
+// termination message, CDI's flags and exit codes) and
+// /usr/bin/cdi-source-update-poller (a DataImportCron's poll).
+//
 // # Environment
 //
 // ReadEnv reads these variables (the names and meanings are CDI's unless
