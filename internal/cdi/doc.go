@@ -19,7 +19,10 @@
 // subcommand of that name): /usr/bin/cdi-image-size-detection
 // (RunSizeDetection: a clone's source image's virtual size as the
 // termination message, CDI's flags and exit codes) and
-// /usr/bin/cdi-source-update-poller (a DataImportCron's poll).
+// /usr/bin/cdi-source-update-poller (RunSourceUpdatePoller: a
+// DataImportCron's registry digest patched into its annotations through
+// the API server with the pod's service account, CDI's flags and exit
+// codes).
 //
 // # Environment
 //
@@ -106,6 +109,8 @@
 //	/extraheaders/<n>/*    secret-backed extra headers, one line per file
 //	/proxycerts/           the proxy's CAs when IMPORTER_PROXY_CERT_DIR is unset
 //	/dev/termination-log   written once at the end: the termination message
+//	/var/run/secrets/kubernetes.io/serviceaccount  token and ca.crt: the
+//	                       poller's way to the API server
 //
 // Besides these, the importer reads the files the variables above name:
 // the clone source, the certificates in IMPORTER_CERT_DIR and
