@@ -3,121 +3,19 @@ package cdi
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/kubeapitest"
 	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testpki"
 )
-
-// apiServer is a real HTTPS server on 127.0.0.1 standing in for the
-// Kubernetes API server: it holds one DataImportCron's annotations,
-// answers its GET, applies a JSON patch of "add" operations to them and
-// records every request.
-type apiServer struct {
-	srv   *httptest.Server
-	caPEM []byte // the CA of its certificate, a CA of its own
-	token string
-	path  string
-
-	mu          sync.Mutex
-	annotations map[string]string // nil: the object has none
-	requests    []apiRequest
-	refuse      int // answer every request with this status (a Status object)
-}
-
-type apiRequest struct {
-	method, contentType, auth string
-	body                      []byte
-}
-
-func startAPIServer(t *testing.T, ns, name string, annotations map[string]string) *apiServer {
-	a := &apiServer{token: "sa-token-of-the-test", path: dataImportCronPath(ns, name), annotations: annotations}
-	ca := testpki.NewCA(t, t.TempDir(), "kubernetes")
-	a.caPEM = ca.PEM
-	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
-	a.srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server("kube-apiserver").TLS(t)}}
-	a.srv.StartTLS()
-	t.Cleanup(a.srv.Close)
-	return a
-}
-
-func (a *apiServer) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.requests = append(a.requests, apiRequest{r.Method, r.Header.Get("Content-Type"), r.Header.Get("Authorization"), body})
-	status := func(code int, msg string) {
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "status": "Failure", "message": msg, "code": code})
-	}
-	switch {
-	case a.refuse != 0:
-		status(a.refuse, `dataimportcrons.cdi.kubevirt.io "x" is forbidden: User "system:serviceaccount:cdi:cdi-cronjob" cannot get resource`)
-	case r.Header.Get("Authorization") != "Bearer "+a.token:
-		status(http.StatusUnauthorized, "Unauthorized")
-	case r.URL.Path != a.path:
-		status(http.StatusNotFound, "not found: "+r.URL.Path)
-	case r.Method == "GET":
-		meta := map[string]any{"name": "cron"}
-		if a.annotations != nil {
-			meta["annotations"] = a.annotations
-		}
-		json.NewEncoder(w).Encode(map[string]any{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataImportCron", "metadata": meta})
-	case r.Method == "PATCH" && r.Header.Get("Content-Type") == "application/json-patch+json":
-		var ops []struct {
-			Op    string          `json:"op"`
-			Path  string          `json:"path"`
-			Value json.RawMessage `json:"value"`
-		}
-		if err := json.Unmarshal(body, &ops); err != nil {
-			status(http.StatusBadRequest, err.Error())
-			return
-		}
-		for _, op := range ops {
-			switch {
-			case op.Op == "add" && op.Path == "/metadata/annotations":
-				a.annotations = map[string]string{}
-				json.Unmarshal(op.Value, &a.annotations)
-			case op.Op == "add" && strings.HasPrefix(op.Path, "/metadata/annotations/") && a.annotations != nil:
-				key := strings.NewReplacer("~1", "/", "~0", "~").Replace(strings.TrimPrefix(op.Path, "/metadata/annotations/"))
-				var v string
-				json.Unmarshal(op.Value, &v)
-				a.annotations[key] = v
-			default:
-				status(http.StatusUnprocessableEntity, "the server rejected our request due to an error in our request: "+op.Op+" "+op.Path)
-				return
-			}
-		}
-		w.Write([]byte(`{}`))
-	default:
-		status(http.StatusUnsupportedMediaType, r.Method+" "+r.Header.Get("Content-Type"))
-	}
-}
-
-func (a *apiServer) state() (map[string]string, []apiRequest) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ann := map[string]string{}
-	for k, v := range a.annotations {
-		ann[k] = v
-	}
-	return ann, append([]apiRequest(nil), a.requests...)
-}
 
 // pollerPod is the poller's pod: the service account's token and CA
 // where the kubelet mounts them, KUBERNETES_SERVICE_HOST and _PORT naming
@@ -127,7 +25,7 @@ type pollerPod struct {
 	env   map[string]string
 }
 
-func newPollerPod(t *testing.T, api *apiServer) *pollerPod {
+func newPollerPod(t *testing.T, api *kubeapitest.Server) *pollerPod {
 	prefix := t.TempDir()
 	p := &pollerPod{env: map[string]string{}}
 	p.paths = PathsFromEnv(func(k string) string {
@@ -137,11 +35,9 @@ func newPollerPod(t *testing.T, api *apiServer) *pollerPod {
 		return ""
 	})
 	require.NoError(t, os.MkdirAll(p.paths.ServiceAccount, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(p.paths.ServiceAccount, "token"), []byte(api.token+"\n"), 0o600))
-	require.NoError(t, os.WriteFile(filepath.Join(p.paths.ServiceAccount, "ca.crt"), api.caPEM, 0o644))
-	host, port, err := net.SplitHostPort(strings.TrimPrefix(api.srv.URL, "https://"))
-	require.NoError(t, err)
-	p.env["KUBERNETES_SERVICE_HOST"], p.env["KUBERNETES_SERVICE_PORT"] = host, port
+	require.NoError(t, os.WriteFile(filepath.Join(p.paths.ServiceAccount, "token"), []byte(api.Token+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(p.paths.ServiceAccount, "ca.crt"), api.CAPEM, 0o644))
+	p.env["KUBERNETES_SERVICE_HOST"], p.env["KUBERNETES_SERVICE_PORT"] = api.Host, api.Port
 	p.env["CONTAINERS_REGISTRIES_CONF"], p.env["REGISTRY_AUTH_FILE"] = regtest.Hermetic(t)
 	p.env["IMPORTER_PROXY_CERT_DIR"] = filepath.Join(prefix, "no-proxy-certs")
 	return p
@@ -167,7 +63,7 @@ func pushDisk(t *testing.T, reg *regtest.Registry, repo string, data []byte) str
 func TestPollerRecordsTheDigestAndPicksUpANewOne(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	first := pushDisk(t, reg, "golden/fedora:latest", bytes.Repeat([]byte{1}, 4096))
-	api := startAPIServer(t, "golden", "fedora-cron", map[string]string{"cdi.kubevirt.io/storage.import.imports": "x"})
+	api := kubeapitest.Start(t, "golden", "fedora-cron", map[string]string{"cdi.kubevirt.io/storage.import.imports": "x"})
 	pod := newPollerPod(t, api)
 	pod.env["INSECURE_TLS"] = "true" // the registry speaks plain HTTP: CDI's insecureRegistries
 	args := []string{"-ns", "golden", "-cron", "fedora-cron", "-url", "docker://" + reg.Host + "/golden/fedora:latest"}
@@ -175,25 +71,25 @@ func TestPollerRecordsTheDigestAndPicksUpANewOne(t *testing.T) {
 	before := time.Now().UTC().Truncate(time.Second)
 	code, msg, out := pod.run(t, args...)
 	require.Equal(t, ExitOK, code, out)
-	ann, reqs := api.state()
+	ann, reqs := api.State()
 	assert.Equal(t, first, ann[AnnSourceDesiredDigest], "the manifest digest is recorded")
 	assert.Equal(t, "x", ann["cdi.kubevirt.io/storage.import.imports"], "other annotations are kept")
 	polled, err := time.Parse(time.RFC3339, ann[AnnLastCronTime])
 	require.NoError(t, err)
 	assert.False(t, polled.Before(before), "lastCronTime %v is this poll's", polled)
 	require.Len(t, reqs, 2)
-	assert.Equal(t, "GET", reqs[0].method)
-	assert.Equal(t, "PATCH", reqs[1].method)
-	assert.Equal(t, "Bearer "+api.token, reqs[1].auth, "the service account's token")
-	assert.Equal(t, "application/json-patch+json", reqs[1].contentType, "a JSON patch, as CDI's poller sends")
-	assert.Contains(t, string(reqs[1].body), `"path":"/metadata/annotations/cdi.kubevirt.io~1storage.import.sourceDesiredDigest"`)
+	assert.Equal(t, "GET", reqs[0].Method)
+	assert.Equal(t, "PATCH", reqs[1].Method)
+	assert.Equal(t, "Bearer "+api.Token, reqs[1].Authorization, "the service account's token")
+	assert.Equal(t, "application/json-patch+json", reqs[1].ContentType, "a JSON patch, as CDI's poller sends")
+	assert.Contains(t, string(reqs[1].Body), `"path":"/metadata/annotations/cdi.kubevirt.io~1storage.import.sourceDesiredDigest"`)
 	assert.Contains(t, msg, first)
 
 	// The same digest again: only the time is patched.
 	code, msg, out = pod.run(t, args...)
 	require.Equal(t, ExitOK, code, out)
-	_, reqs = api.state()
-	assert.NotContains(t, string(reqs[3].body), "sourceDesiredDigest", "an unchanged digest is not patched again")
+	_, reqs = api.State()
+	assert.NotContains(t, string(reqs[3].Body), "sourceDesiredDigest", "an unchanged digest is not patched again")
 	assert.Contains(t, msg, "unchanged")
 
 	// A new image under the tag: the next poll records its digest.
@@ -201,19 +97,19 @@ func TestPollerRecordsTheDigestAndPicksUpANewOne(t *testing.T) {
 	require.NotEqual(t, first, second)
 	code, _, out = pod.run(t, args...)
 	require.Equal(t, ExitOK, code, out)
-	ann, _ = api.state()
+	ann, _ = api.State()
 	assert.Equal(t, second, ann[AnnSourceDesiredDigest], "the new digest is recorded")
 }
 
 func TestPollerAddsTheAnnotationsToACronWithNone(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	want := pushDisk(t, reg, "d/cd:v1", bytes.Repeat([]byte{3}, 4096))
-	api := startAPIServer(t, "ns", "c", nil)
+	api := kubeapitest.Start(t, "ns", "c", nil)
 	pod := newPollerPod(t, api)
 	pod.env["INSECURE_TLS"] = "true"
 	code, _, out := pod.run(t, "-ns", "ns", "-cron", "c", "-url", "docker://"+reg.Host+"/d/cd:v1")
 	require.Equal(t, ExitOK, code, out)
-	ann, _ := api.state()
+	ann, _ := api.State()
 	assert.Equal(t, want, ann[AnnSourceDesiredDigest])
 	assert.NotEmpty(t, ann[AnnLastCronTime])
 }
@@ -221,7 +117,7 @@ func TestPollerAddsTheAnnotationsToACronWithNone(t *testing.T) {
 func TestPollerTLSRegistryWithCredentialsAndCertDir(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{TLS: true, User: "puller", Pass: "s3cret"})
 	want := pushDisk(t, reg, "private/cd:v1", bytes.Repeat([]byte{4}, 4096))
-	api := startAPIServer(t, "ns", "c", map[string]string{})
+	api := kubeapitest.Start(t, "ns", "c", map[string]string{})
 	pod := newPollerPod(t, api)
 	args := []string{"-ns", "ns", "-cron", "c", "-url", "docker://" + reg.Host + "/private/cd:v1", "-certdir", reg.CADir}
 
@@ -229,17 +125,17 @@ func TestPollerTLSRegistryWithCredentialsAndCertDir(t *testing.T) {
 		pod.env["IMPORTER_ACCESS_KEY_ID"], pod.env["IMPORTER_SECRET_KEY"] = "puller", "s3cret"
 		code, _, out := pod.run(t, args...)
 		require.Equal(t, ExitOK, code, out)
-		ann, _ := api.state()
+		ann, _ := api.State()
 		assert.Equal(t, want, ann[AnnSourceDesiredDigest])
 	})
 	t.Run("wrong credentials: exit 1, nothing patched", func(t *testing.T) {
 		pod.env["IMPORTER_SECRET_KEY"] = "wrong"
-		_, before := api.state()
+		_, before := api.State()
 		code, msg, out := pod.run(t, args...)
 		assert.Equal(t, ExitFailed, code, out)
 		assert.Contains(t, msg, "resolving docker://"+reg.Host)
 		assert.NotContains(t, msg+out, "wrong", "the secret is not logged")
-		_, after := api.state()
+		_, after := api.State()
 		assert.Len(t, after, len(before), "no request to the API server")
 	})
 	t.Run("no -certdir: the registry's certificate is not trusted", func(t *testing.T) {
@@ -253,8 +149,8 @@ func TestPollerTLSRegistryWithCredentialsAndCertDir(t *testing.T) {
 func TestPollerAPIRefusalExits1WithTheAPIsMessage(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	pushDisk(t, reg, "d/cd:v1", bytes.Repeat([]byte{5}, 4096))
-	api := startAPIServer(t, "ns", "c", map[string]string{})
-	api.refuse = http.StatusForbidden
+	api := kubeapitest.Start(t, "ns", "c", map[string]string{})
+	api.Refuse(http.StatusForbidden)
 	pod := newPollerPod(t, api)
 	pod.env["INSECURE_TLS"] = "true"
 	code, msg, out := pod.run(t, "-ns", "ns", "-cron", "c", "-url", "docker://"+reg.Host+"/d/cd:v1")
@@ -266,21 +162,20 @@ func TestPollerAPIRefusalExits1WithTheAPIsMessage(t *testing.T) {
 func TestPollerAPIServerCertificateIsChecked(t *testing.T) {
 	reg := regtest.Start(t, regtest.Options{})
 	pushDisk(t, reg, "d/cd:v1", bytes.Repeat([]byte{6}, 4096))
-	api := startAPIServer(t, "ns", "c", map[string]string{})
-	other := startAPIServer(t, "ns", "c", map[string]string{})
+	api := kubeapitest.Start(t, "ns", "c", map[string]string{})
+	other := kubeapitest.Start(t, "ns", "c", map[string]string{})
 	pod := newPollerPod(t, other) // trusts other's certificate, talks to api
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(api.srv.URL, "https://"))
-	pod.env["KUBERNETES_SERVICE_PORT"] = port
+	pod.env["KUBERNETES_SERVICE_PORT"] = api.Port
 	pod.env["INSECURE_TLS"] = "true" // for the registry only
 	code, msg, out := pod.run(t, "-ns", "ns", "-cron", "c", "-url", "docker://"+reg.Host+"/d/cd:v1")
 	assert.Equal(t, ExitFailed, code, out)
 	assert.Contains(t, msg, "certificate")
-	_, reqs := api.state()
+	_, reqs := api.State()
 	assert.Empty(t, reqs, "nothing reached a server the service account's CA does not vouch for")
 }
 
 func TestPollerArgumentsAsCDIsBinary(t *testing.T) {
-	api := startAPIServer(t, "ns", "c", nil)
+	api := kubeapitest.Start(t, "ns", "c", nil)
 	pod := newPollerPod(t, api)
 	for _, c := range []struct {
 		name string
@@ -313,6 +208,6 @@ func TestPollerArgumentsAsCDIsBinary(t *testing.T) {
 			assert.Contains(t, out, c.want)
 		})
 	}
-	_, reqs := api.state()
+	_, reqs := api.State()
 	assert.Empty(t, reqs)
 }
