@@ -79,9 +79,10 @@
 //
 //	registry by node pull (NodePull; IMPORTER_SOURCE is then http):
 //	IMPORTER_PULL_METHOD     node: labels come from the server's GET /info
-//	IMPORTER_READY_FILE      waited for (60 s); holds the disk file's name
+//	IMPORTER_READY_FILE      waited for (ReadyFileTimeout, 30 min; logged);
+//	                         holds the disk file's name
 //	IMPORTER_DONE_FILE       created after a successful import
-//	IMPORTER_READY_FILE_TIMEOUT  (ours, for tests) replaces the 60 s
+//	IMPORTER_READY_FILE_TIMEOUT  (ours) replaces ReadyFileTimeout
 //
 //	clone (ours):
 //	IMPORTER_EXACT_SIZE      true: the target must be the source's size
