@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build install test test-short demo deps bench fuzz vet tidy-check clean image image-test man docs e2e-build e2e-cdi-build e2e-cluster e2e-down e2e
+.PHONY: build install test test-short demo deps bench fuzz vet tidy-check clean image image-test man docs e2e-build e2e-cdi-build e2e-cluster e2e-down e2e e2e-netfilter-test
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -123,6 +123,11 @@ e2e:
 
 e2e-down:
 	./scripts/e2e/down.sh
+
+# up.sh's and down.sh's netfilter bookkeeping in a network namespace of its
+# own, which has no rule, as a fresh machine (root).
+e2e-netfilter-test:
+	./scripts/e2e/netfilter-test.sh
 
 clean:
 	rm -rf bin

@@ -148,6 +148,7 @@ reports to /dev/termination-log.`,
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))
 	cmd.AddCommand(newUploadClientCommand(ctx, stdin, stdout, stderr, &code))
+	cmd.AddCommand(newSizeDetectionCommand(ctx, getenv, stderr, &code), newPollerCommand(ctx, getenv, stderr, &code))
 	addSourceFlags(fl, &f)
 	addTargetFlags(fl, &f)
 	addOutputFlags(fl, &f)

@@ -14,6 +14,16 @@
 // is by the variables only that pod has, and refuses one with two pods'
 // variables.
 //
+// CDI's controller also starts two programs of the importer image by name
+// (the image has a launcher at each path that runs the importer's
+// subcommand of that name): /usr/bin/cdi-image-size-detection
+// (RunSizeDetection: a clone's source image's virtual size as the
+// termination message, CDI's flags and exit codes) and
+// /usr/bin/cdi-source-update-poller (RunSourceUpdatePoller: a
+// DataImportCron's registry digest patched into its annotations through
+// the API server with the pod's service account, CDI's flags and exit
+// codes).
+//
 // # Environment
 //
 // ReadEnv reads these variables (the names and meanings are CDI's unless
@@ -69,9 +79,10 @@
 //
 //	registry by node pull (NodePull; IMPORTER_SOURCE is then http):
 //	IMPORTER_PULL_METHOD     node: labels come from the server's GET /info
-//	IMPORTER_READY_FILE      waited for (60 s); holds the disk file's name
+//	IMPORTER_READY_FILE      waited for (ReadyFileTimeout, 30 min; logged);
+//	                         holds the disk file's name
 //	IMPORTER_DONE_FILE       created after a successful import
-//	IMPORTER_READY_FILE_TIMEOUT  (ours, for tests) replaces the 60 s
+//	IMPORTER_READY_FILE_TIMEOUT  (ours) replaces ReadyFileTimeout
 //
 //	clone (ours):
 //	IMPORTER_EXACT_SIZE      true: the target must be the source's size
@@ -99,6 +110,8 @@
 //	/extraheaders/<n>/*    secret-backed extra headers, one line per file
 //	/proxycerts/           the proxy's CAs when IMPORTER_PROXY_CERT_DIR is unset
 //	/dev/termination-log   written once at the end: the termination message
+//	/var/run/secrets/kubernetes.io/serviceaccount  token and ca.crt: the
+//	                       poller's way to the API server
 //
 // Besides these, the importer reads the files the variables above name:
 // the clone source, the certificates in IMPORTER_CERT_DIR and

@@ -35,6 +35,7 @@ func TestPathsFromEnvPrefix(t *testing.T) {
 		BlockDevice: "/dev/cdi-block-volume", DataDir: "/data", DataFile: "/data/disk.img",
 		Scratch: "/scratch", TerminationLog: "/dev/termination-log",
 		ExtraHeaders: "/extraheaders", ProxyCerts: "/proxycerts",
+		ServiceAccount: "/var/run/secrets/kubernetes.io/serviceaccount",
 	}, PathsFromEnv(envOf(nil)))
 	assert.Equal(t, "/p/data/disk.img", PathsFromEnv(envOf(map[string]string{"IMPORTER_PATH_PREFIX": "/p"})).DataFile)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,9 +18,17 @@ import (
 	"github.com/diskimport/engine/importer"
 )
 
-// ReadyFileTimeout is how long the importer waits for the node-pull
-// server's ready file, as CDI's importer does.
-const ReadyFileTimeout = 60 * time.Second
+// ReadyFileTimeout bounds the wait for the node-pull server's ready file.
+// The server can only write it once the kubelet has pulled the
+// containerdisk image, which takes as long as the image is large and the
+// registry slow: CDI's importer gives up after 60 s and fails a good
+// import (CDI issue 4253: a 1m54s pull). Ours waits as long as the pod may
+// reasonably live for a pull, the bound CDI's proposed fix chose (PR 4254),
+// and until the pod is stopped (its context); it logs while it waits.
+const ReadyFileTimeout = 30 * time.Minute
+
+// readyFileLogEvery is how often the wait says it still waits.
+const readyFileLogEvery = 15 * time.Second
 
 // diskImageName is the file name at the end of the endpoint the controller
 // sets for node pull (http://localhost:8100/disk.img); the ready file
@@ -43,14 +52,15 @@ type NodePull struct {
 	Labels bool
 	// Timeout bounds the wait for ReadyFile (ReadyFileTimeout).
 	Timeout time.Duration
-	// poll is the interval between looks for ReadyFile.
-	poll time.Duration
+	// poll is the interval between looks for ReadyFile, logEvery between
+	// the log lines of a long wait.
+	poll, logEvery time.Duration
 }
 
 // nodePull reads the handshake's variables; nil when none is set. Like
 // CDI's importer, each file is used when its variable is set, whatever
 // IMPORTER_PULL_METHOD says. IMPORTER_READY_FILE_TIMEOUT (ours, a Go
-// duration, for tests) replaces the 60 s.
+// duration) replaces ReadyFileTimeout.
 func nodePull(getenv func(string) string) (*NodePull, error) {
 	n := &NodePull{
 		ReadyFile: getenv("IMPORTER_READY_FILE"),
@@ -58,6 +68,7 @@ func nodePull(getenv func(string) string) (*NodePull, error) {
 		Labels:    getenv("IMPORTER_PULL_METHOD") == "node",
 		Timeout:   ReadyFileTimeout,
 		poll:      100 * time.Millisecond,
+		logEvery:  readyFileLogEvery,
 	}
 	if v := getenv("IMPORTER_READY_FILE_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -74,20 +85,30 @@ func nodePull(getenv func(string) string) (*NodePull, error) {
 
 // Wait waits for the ready file and returns the endpoint to import: the
 // controller's endpoint with its final "disk.img" replaced by the name the
-// ready file holds (when it holds one). The timeout's error is CDI's text,
-// "Timeout waiting for file <path>".
-func (n *NodePull) Wait(ctx context.Context, endpoint string) (string, error) {
+// ready file holds (when it holds one). A wait longer than logEvery is
+// logged at each logEvery. The timeout's error is CDI's text, "Timeout
+// waiting for file <path>".
+func (n *NodePull) Wait(ctx context.Context, endpoint string, log *slog.Logger) (string, error) {
 	if n.ReadyFile == "" {
 		return endpoint, nil
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
 	deadline := time.NewTimer(n.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(n.poll)
 	defer tick.Stop()
+	report := time.NewTicker(n.logEvery)
+	defer report.Stop()
 	for {
 		name, err := os.ReadFile(n.ReadyFile)
 		switch {
 		case err == nil:
+			if waited := time.Since(start); waited >= n.logEvery {
+				log.Info("Node pull: the ready file appeared", "file", n.ReadyFile, "waited", waited.Round(time.Second).String())
+			}
 			return replaceDiskName(endpoint, strings.TrimSpace(string(name))), nil
 		case !errors.Is(err, os.ErrNotExist):
 			return "", fmt.Errorf("reading %s: %w", n.ReadyFile, err)
@@ -97,6 +118,9 @@ func (n *NodePull) Wait(ctx context.Context, endpoint string) (string, error) {
 			return "", fmt.Errorf("waiting for file %s: %w: %w", n.ReadyFile, errdefs.ErrCancelled, ctx.Err())
 		case <-deadline.C:
 			return "", &plainFailure{text: "Timeout waiting for file " + n.ReadyFile, err: errdefs.ErrSourceUnreachable}
+		case <-report.C:
+			log.Info("Node pull: waiting for the ready file (the node pulls the containerdisk image before its server starts)",
+				"file", n.ReadyFile, "waited", time.Since(start).Round(time.Second).String(), "limit", n.Timeout.String())
 		case <-tick.C:
 		}
 	}
@@ -169,7 +193,7 @@ func (n *NodePull) Import(ctx context.Context, o importer.Options) (*importer.Re
 	if n == nil {
 		return importer.Import(ctx, o)
 	}
-	endpoint, err := n.Wait(ctx, o.Source)
+	endpoint, err := n.Wait(ctx, o.Source, o.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -106,6 +106,10 @@ type Paths struct {
 	// cluster's proxy when IMPORTER_PROXY_CERT_DIR does not say (CDI's own
 	// importer reads only this path).
 	ProxyCerts string
+	// ServiceAccount holds the pod's service-account token, its CA
+	// certificate (ca.crt) and namespace, as the kubelet mounts them: how
+	// the DataImportCron poller reaches the API server.
+	ServiceAccount string
 }
 
 // PathsFromEnv returns CDI's paths. IMPORTER_PATH_PREFIX, when set, is put
@@ -121,6 +125,7 @@ func PathsFromEnv(getenv func(string) string) Paths {
 		TerminationLog: prefix + "/dev/termination-log",
 		ExtraHeaders:   prefix + "/extraheaders",
 		ProxyCerts:     prefix + "/proxycerts",
+		ServiceAccount: prefix + "/var/run/secrets/kubernetes.io/serviceaccount",
 	}
 }
 

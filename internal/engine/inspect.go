@@ -90,6 +90,9 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 		if err := info.CheckSelfContained(selfNames(a.caps.LocalPath, nil)...); err != nil {
 			return in, refusal(in, err)
 		}
+		if err := a.qemu.Check(ctx, a.caps.LocalPath, img.Format.QemuName()); err != nil {
+			return in, refusal(in, err)
+		}
 		in.VirtualSize = info.VirtualSize
 	}
 	return in, nil

@@ -177,6 +177,8 @@ func cdiLaunchers() []struct{ path, args, why string } {
 		{"/usr/bin/cdi-uploadserver", " upload-server", "CDI's upload server: its environment (DESTINATION, TLS_*, CLIENT_*, DEADLINE)"},
 		{"/usr/bin/cloner_startup.sh", " clone-source", "CDI's cloner entrypoint: its environment (VOLUME_MODE, MOUNT_POINT, UPLOAD_URL, CLIENT_*)"},
 		{"/usr/bin/cdi-cloner", " clone-source", "CDI's cloner binary: -content-type, -upload-bytes, -mount flags"},
+		{"/usr/bin/cdi-image-size-detection", " cdi-image-size-detection", "CDI's clone size detection: -image-path /data/disk.img, the virtual size as the termination message"},
+		{"/usr/bin/cdi-source-update-poller", " cdi-source-update-poller", "CDI's DataImportCron poller: -ns, -cron, -url, -certdir; the digest patched into the DataImportCron"},
 	}
 }
 

@@ -154,6 +154,8 @@ func TestCDILaunchers(t *testing.T) {
 		"/usr/bin/cdi-uploadserver":  "Serve CDI's upload paths",
 		"/usr/bin/cloner_startup.sh": "importer clone-source [flags]",
 		"/usr/bin/cdi-cloner":        "importer clone-source [flags]",
+		sizeDetectionPath:            "Usage of cdi-image-size-detection",
+		pollerPath:                   "Usage of cdi-source-update-poller",
 	} {
 		t.Run(filepath.Base(launcher), func(t *testing.T) {
 			r := img.podman.Run(podmantest.Container{Image: img.id, Entrypoint: launcher, Args: []string{"--help"}, CapDropAll: true}, quickTimeout)

@@ -4,6 +4,8 @@
 # static pause program, and the project's image (make image). Output in
 # bin/e2e/. Prints how long each part took.
 set -euo pipefail
+. "$(dirname "$0")/env.sh"
+say_failures build.sh
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${E2E_BIN:-$ROOT/bin/e2e}
 GO=${GO:-go}

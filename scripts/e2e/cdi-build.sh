@@ -14,6 +14,7 @@
 # for CDI's own arm64 stub of it (VDDK is not measured).
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
+say_failures cdi-build.sh
 CDI_VERSION=${E2E_CDI_VERSION:-v1.66.0}
 CDI_GIT=${E2E_CDI_GIT:-https://github.com/kubevirt/containerized-data-importer}
 SRC=${E2E_CDI_SRC:-/var/cache/diskimport-e2e/cdi-$CDI_VERSION}

@@ -7,6 +7,7 @@
 # the state directory, e.g. for its logs).
 set -uo pipefail
 . "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/netfilter.sh"
 t0=$(date +%s)
 [ -e "$E2E_RUN/pids" ] || [ -d "$E2E_STATE" ] || { echo "down: no cluster"; exit 0; }
 
@@ -57,16 +58,7 @@ for f in "$E2E_STATE"/pv/block-*.img; do
 done
 ip link del "$E2E_BRIDGE" 2>/dev/null
 # Netfilter: remove the rules and chains that were not there before up.sh.
-if [ -f "$E2E_RUN/iptables.before" ]; then
-	for table in filter nat mangle; do
-		iptables-save -t $table | grep -E '^-A ' | sed 's/\[[0-9:]*\]//' | sort | comm -23 - "$E2E_RUN/iptables.before" |
-			while read -r rule; do eval "iptables -t $table -D ${rule#-A }" 2>/dev/null; done
-		for c in $(iptables-save -t $table | sed -n 's/^:\([^ ]*\) - .*/\1/p'); do
-			grep -q "^:$c " "$E2E_RUN/iptables.before" && continue
-			iptables -t $table -F "$c" 2>/dev/null; iptables -t $table -X "$c" 2>/dev/null
-		done
-	done
-fi
+[ -f "$E2E_RUN/iptables.before" ] && nf_remove_new "$E2E_RUN/iptables.before"
 # Empty kubepods cgroups the kubelet made (v1: one tree per controller).
 for c in /sys/fs/cgroup/*/kubepods; do
 	[ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null

@@ -30,3 +30,10 @@ E2E_FS_PVS=${E2E_FS_PVS:-24}
 E2E_BLOCK_PVS=${E2E_BLOCK_PVS:-6}
 E2E_PV_SIZE=${E2E_PV_SIZE:-2Gi}
 E2E_BLOCK_SIZE_MB=${E2E_BLOCK_SIZE_MB:-1024}
+# say_failures NAME: under set -e, a command that fails ends the script with
+# "NAME: line N: COMMAND exited K" rather than silently (set -E: also
+# inside functions).
+say_failures() {
+	set -E
+	trap "rc=\$?; echo \"$1: line \$LINENO: \$BASH_COMMAND exited \$rc\" >&2" ERR
+}

@@ -7,6 +7,8 @@
 # (loop devices). Stop with down.sh. Prints how long the start took.
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/netfilter.sh"
+say_failures up.sh
 t0=$(date +%s.%N)
 [ "$(id -u)" = 0 ] || { echo "up.sh: needs root" >&2; exit 1; }
 for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl pause clusterdns; do
@@ -22,7 +24,7 @@ P=$E2E_STATE/pki L=$E2E_STATE/log
 mkdir -p "$E2E_STATE" "$E2E_RUN" "$P" "$L"
 : > "$E2E_RUN/pids"
 # Which netfilter rules are ours: down.sh removes what was not there before.
-iptables-save | grep -E '^(:|-A) ' | sed 's/\[[0-9:]*\]//' | sort > "$E2E_RUN/iptables.before"
+nf_snapshot "$E2E_RUN/iptables.before"
 
 start() { # name command... : background, logs to $L/name.log, pid recorded
 	local n=$1; shift
