@@ -51,7 +51,7 @@ for ns in /run/netns/cni-*; do
 	if [ -n "$(ip netns pids "$(basename "$ns")" 2>/dev/null)" ]; then continue; fi
 	umount "$ns" 2>/dev/null; rm -f "$ns"
 done
-while read -r dev; do [ -n "$dev" ] && losetup -d "$dev" 2>/dev/null; done < "$E2E_RUN/loops" 2>/dev/null
+[ -f "$E2E_RUN/loops" ] && while read -r dev; do [ -n "$dev" ] && losetup -d "$dev" 2>/dev/null; done < "$E2E_RUN/loops"
 for f in "$E2E_STATE"/pv/block-*.img; do
 	[ -e "$f" ] || continue
 	for dev in $(losetup -j "$f" -O NAME -n 2>/dev/null); do losetup -d "$dev"; done

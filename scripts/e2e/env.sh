@@ -12,7 +12,10 @@ E2E_BRIDGE=${E2E_BRIDGE:-dimp0}
 E2E_POD_CIDR=${E2E_POD_CIDR:-10.244.0.0/24}
 E2E_GATEWAY=${E2E_GATEWAY:-10.244.0.1}
 E2E_SERVICE_CIDR=${E2E_SERVICE_CIDR:-10.96.0.0/16}
-E2E_APISERVER=https://127.0.0.1:6443
+# The API server listens on the pod bridge's gateway, where pods reach it
+# through the kubernetes Service (10.96.0.1:443, DNAT to the advertised
+# address): CDI's DataImportCron poller patches the cron from its pod.
+E2E_APISERVER=https://$E2E_GATEWAY:6443
 # containerd's registry hosts (hosts.toml per registry, read at each pull):
 # the test registry on the gateway is plain HTTP.
 E2E_REGISTRY_HOSTS=$E2E_STATE/registry-hosts
@@ -26,7 +29,7 @@ export KUBECONFIG=$E2E_STATE/pki/admin.kubeconfig
 kubectl() { "$E2E_BIN/kubectl" "$@"; }
 ctr() { command ctr --address "$E2E_CONTAINERD_SOCK" -n k8s.io "$@"; }
 # Block PVs: loop devices on sparse files, and filesystem PVs: directories.
-E2E_FS_PVS=${E2E_FS_PVS:-24}
+E2E_FS_PVS=${E2E_FS_PVS:-36}
 E2E_BLOCK_PVS=${E2E_BLOCK_PVS:-6}
 E2E_PV_SIZE=${E2E_PV_SIZE:-2Gi}
 E2E_BLOCK_SIZE_MB=${E2E_BLOCK_SIZE_MB:-1024}

@@ -37,14 +37,15 @@ wait_for() { # seconds description command...
 	echo "up.sh: $what not ready after ${s}s" >&2; return 1
 }
 
-NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+# No route out (a machine or network namespace without one): the gateway.
+NODE_IP=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' || true)
 NODE_IP=${NODE_IP:-$E2E_GATEWAY}
 
 # --- certificates and tokens
 if [ ! -f "$P/ca.crt" ]; then
 	openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=e2e-ca -keyout "$P/ca.key" -out "$P/ca.crt" 2>/dev/null
 	openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout "$P/apiserver.key" -out "$P/apiserver.csr" 2>/dev/null
-	printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:%s,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n' "$NODE_IP" > "$P/apiserver.ext"
+	printf 'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:%s,IP:%s,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n' "$NODE_IP" "$E2E_GATEWAY" > "$P/apiserver.ext"
 	openssl x509 -req -in "$P/apiserver.csr" -CA "$P/ca.crt" -CAkey "$P/ca.key" -CAcreateserial -days 30 -extfile "$P/apiserver.ext" -out "$P/apiserver.crt" 2>/dev/null
 	openssl genrsa -out "$P/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$P/sa.key" -pubout -out "$P/sa.pub" 2>/dev/null
@@ -69,13 +70,19 @@ start etcd etcd --name e2e --data-dir "$E2E_STATE/etcd" \
 # --- containerd: its own root, state and socket; cgroupfs; CNI from Debian
 mkdir -p "$E2E_STATE/cni/net.d" "$E2E_RUN/containerd" "$E2E_REGISTRY_HOSTS"
 # The bridge exists before the first pod so the host can serve test images on its gateway address.
+# Pods route the bridge and the Service range (kube-proxy's cluster IPs, the API at 10.96.0.1)
+# through the gateway, nothing else: no default route, nothing reaches off the machine.
 ip link add "$E2E_BRIDGE" type bridge
 ip addr add "$E2E_GATEWAY/${E2E_POD_CIDR#*/}" dev "$E2E_BRIDGE"
 ip link set "$E2E_BRIDGE" up
+# The node reaches Service cluster IPs (kube-proxy's DNAT) through the bridge, also on a machine
+# or network namespace without a default route.
+ip route add "$E2E_SERVICE_CIDR" dev "$E2E_BRIDGE"
 cat > "$E2E_STATE/cni/net.d/10-e2e.conflist" <<CNI
 {"cniVersion": "1.0.0", "name": "e2e", "plugins": [
  {"type": "bridge", "bridge": "$E2E_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-  "ipam": {"type": "host-local", "dataDir": "$E2E_STATE/cni/ipam", "ranges": [[{"subnet": "$E2E_POD_CIDR", "gateway": "$E2E_GATEWAY"}]]}},
+  "ipam": {"type": "host-local", "dataDir": "$E2E_STATE/cni/ipam", "ranges": [[{"subnet": "$E2E_POD_CIDR", "gateway": "$E2E_GATEWAY"}]],
+   "routes": [{"dst": "$E2E_SERVICE_CIDR"}]}},
  {"type": "portmap", "capabilities": {"portMappings": true}},
  {"type": "loopback"}]}
 CNI
@@ -113,7 +120,7 @@ t_images=$(date +%s.%N)
 # --- control plane
 wait_for 30 etcd curl -fsS http://127.0.0.1:23790/health
 start kube-apiserver "$E2E_BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:23790 \
-	--bind-address=127.0.0.1 --advertise-address="$NODE_IP" --secure-port=6443 \
+	--bind-address="$E2E_GATEWAY" --advertise-address="$E2E_GATEWAY" --secure-port=6443 \
 	--tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
 	--token-auth-file="$P/tokens.csv" --authorization-mode=AlwaysAllow --allow-privileged=true \
 	--service-cluster-ip-range="$E2E_SERVICE_CIDR" --kubelet-preferred-address-types=InternalIP \
