@@ -175,7 +175,14 @@ func TestTerminalProgressBar(t *testing.T) {
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
 	assert.Regexp(t, `Done +\[=+\] +100\.0%`, end)
-	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read, 6\.0 MiB written\) in [0-9.]+ s, [0-9.]+ [KM]iB/s read, [0-9.]+ [KM]iB/s written`, end)
+	// The summary is broken after a comma where the pane (150 columns) is
+	// too narrow for it, never mid-word.
+	assert.Regexp(t, `Import complete: .*disk\.img, 6\.0 MiB \(raw, 6\.0 MiB read, 6\.0 MiB written\) in [0-9.]+ s,\s+[0-9.]+ [KM]iB/s read,\s+[0-9.]+ [KM]iB/s written`, end)
+	_, summary, _ := strings.Cut(end, "Import complete: ")
+	summary, _, _ = strings.Cut(summary, "EXIT=")
+	for _, l := range strings.Split("Import complete: "+summary, "\n") {
+		assert.LessOrEqual(t, len(l), 150, "a summary line wider than the pane: %q", l)
+	}
 	assert.NotContains(t, end, "\r")
 }
 
@@ -366,4 +373,24 @@ func jsonRecords(t *testing.T, stderr string) []map[string]any {
 		recs = append(recs, rec)
 	}
 	return recs
+}
+
+// TestFitLineKeepsTheSummaryWithinTheTerminal: a final line longer than
+// the terminal is broken after its commas or before " in ", each line
+// within the width, nothing lost; a line that fits, or no terminal, is
+// left alone (at 80 columns the summary wrapped mid-word).
+func TestFitLineKeepsTheSummaryWithinTheTerminal(t *testing.T) {
+	s := "Import complete: /var/lib/images/vm1/disk.img, 20.0 GiB, target 30.0 GiB (qcow2.xz, 752.0 MiB read, 1.1 GiB written) in 4.1 s, 183.4 MiB/s read, 274.7 MiB/s written"
+	for _, width := range []int{80, 60, 100} {
+		got := fitLine(s, width)
+		for _, l := range strings.Split(got, "\n") {
+			assert.LessOrEqual(t, len(l), width, "%q", l)
+		}
+		joined := strings.Join(strings.Fields(got), " ")
+		assert.Equal(t, strings.Join(strings.Fields(s), " "), joined, "nothing lost")
+	}
+	assert.Equal(t, s, fitLine(s, 0), "no terminal")
+	assert.Equal(t, "short line", fitLine("short line", 80))
+	long := strings.Repeat("x", 100)
+	assert.Equal(t, long, fitLine(long, 80), "nothing to break at")
 }

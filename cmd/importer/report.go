@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
@@ -66,9 +68,50 @@ func (r reporter) report(res *importer.Result, err error, failed, summary string
 		return cdi.CLIExitCode(err)
 	}
 	if !r.quiet {
-		fmt.Fprintln(r.stderr, summary)
+		fmt.Fprintln(r.stderr, fitLine(summary, terminalWidth(r.stderr)))
 	}
 	return cdi.ExitOK
+}
+
+// fitLine breaks a summary longer than width (a terminal's columns; 0: no
+// terminal) after its ", " or before its " in ", into lines of at most
+// width where it can, the later ones indented, so that a terminal never
+// wraps it mid-word (at 80 columns "… 28.1 MiB written) in 6.9 s, …" did).
+func fitLine(s string, width int) string {
+	if width <= 0 || len(s) <= width {
+		return s
+	}
+	var lines []string
+	for len(s) > width {
+		cut := -1
+		for i := 0; i+2 <= len(s) && i <= width; i++ {
+			switch {
+			case s[i] == ',' && s[i+1] == ' ' && i+1 <= width:
+				cut = i + 1 // after ", "
+			case strings.HasPrefix(s[i:], " in ") && i > 0:
+				cut = i
+			}
+		}
+		if cut <= 2 {
+			break // nothing to break at: the terminal wraps it
+		}
+		lines = append(lines, strings.TrimRight(s[:cut], " "))
+		s = "  " + strings.TrimLeft(s[cut:], " ")
+	}
+	return strings.Join(append(lines, s), "\n")
+}
+
+// terminalWidth is w's columns when w is a terminal, else 0.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
 }
 
 // reportRecords is report's ending as JSON log records.
