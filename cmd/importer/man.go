@@ -36,9 +36,35 @@ termination message says so.
 // man page per command, generated from the cobra commands, so the pages
 // say what the flags say.
 func newManCommand() *cobra.Command {
+	return generatorCommand("man DIR", "Write the man pages of importer and its subcommands into DIR", func(root *cobra.Command, dir string) error {
+		header := &doc.GenManHeader{Title: "IMPORTER", Section: "1", Source: "diskimport engine"}
+		if err := doc.GenManTree(root, header, dir); err != nil {
+			return fmt.Errorf("writing man pages into %s: %w", dir, err)
+		}
+		// cobra's pages have no EXIT STATUS section; the root's gets one,
+		// before SEE ALSO as man-pages(7) orders them.
+		page := filepath.Join(dir, root.Name()+".1")
+		b, err := os.ReadFile(page)
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		if i := strings.Index(s, ".SH SEE ALSO"); i >= 0 {
+			s = s[:i] + manExitStatus + "\n" + s[i:]
+		} else {
+			s += manExitStatus
+		}
+		return os.WriteFile(page, []byte(s), 0o644)
+	})
+}
+
+// generatorCommand is a hidden command that writes pages generated from
+// the cobra commands into the directory it is given (`importer man DIR`,
+// `importer docs DIR`): the same pages for the same commands.
+func generatorCommand(use, short string, write func(root *cobra.Command, dir string) error) *cobra.Command {
 	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write the man pages of importer and its subcommands into DIR",
+		Use:    use,
+		Short:  short,
 		Args:   cobra.ExactArgs(1),
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -46,25 +72,8 @@ func newManCommand() *cobra.Command {
 				return err
 			}
 			root := cmd.Root()
-			root.DisableAutoGenTag = true // the same pages for the same commands
-			header := &doc.GenManHeader{Title: "IMPORTER", Section: "1", Source: "diskimport engine"}
-			if err := doc.GenManTree(root, header, args[0]); err != nil {
-				return fmt.Errorf("writing man pages into %s: %w", args[0], err)
-			}
-			// cobra's pages have no EXIT STATUS section; the root's gets one,
-			// before SEE ALSO as man-pages(7) orders them.
-			page := filepath.Join(args[0], root.Name()+".1")
-			b, err := os.ReadFile(page)
-			if err != nil {
-				return err
-			}
-			s := string(b)
-			if i := strings.Index(s, ".SH SEE ALSO"); i >= 0 {
-				s = s[:i] + manExitStatus + "\n" + s[i:]
-			} else {
-				s += manExitStatus
-			}
-			return os.WriteFile(page, []byte(s), 0o644)
+			root.DisableAutoGenTag = true // no date stamp: the same pages for the same commands
+			return write(root, args[0])
 		},
 	}
 }

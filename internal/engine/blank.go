@@ -71,7 +71,7 @@ func (a *attempt) blankFile(ctx context.Context) error {
 		return fmt.Errorf("blank disk: size %d less overhead %v leaves no whole MiB: %w", r.Size, r.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
 	if r.Preallocation && size > tgt.Capacity() {
-		return &errdefs.SizeError{ImageSize: size, TargetSize: tgt.Capacity(), What: "preallocated disk size"}
+		return tgt.TooSmall(size, "preallocated disk size")
 	}
 	res.VirtualSize, res.TargetSize = size, size
 	if r.Format == "qcow2" {

@@ -85,7 +85,7 @@ func (a *attempt) checkExactSize(size int64) error {
 	}
 	capacity := a.target.Capacity()
 	if size > capacity {
-		return fmt.Errorf("exact size: %w", &errdefs.SizeError{ImageSize: size, TargetSize: capacity, What: "source size"})
+		return fmt.Errorf("exact size: %w", a.target.TooSmall(size, "source size"))
 	}
 	if a.target.Kind() == volume.Block {
 		if capacity != size {

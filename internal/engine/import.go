@@ -47,10 +47,7 @@ func importOnce(ctx context.Context, r Request, start time.Time) (*Result, error
 		a.result.VirtualSize = failedVirtualSize(a.result.VirtualSize, err)
 		a.result.PreallocationApplied = false // the target is aborted
 		var se *errdefs.SizeError
-		if errors.As(err, &se) && a.target != nil && se.TargetSize == a.target.Capacity() {
-			se.FreeSpace = a.target.CapacityIsFreeSpace()
-		}
-		if se != nil && a.result.SourceFormat == string(format.VHD) && se.ImageSize > se.TargetSize && se.ImageSize-se.TargetSize <= vhdRounding {
+		if errors.As(err, &se) && a.result.SourceFormat == string(format.VHD) && se.ImageSize > se.TargetSize && se.ImageSize-se.TargetSize <= vhdRounding {
 			err = fmt.Errorf("%w (a VHD's size is rounded up to a disk geometry, a little past the disk it was made from: %d bytes more take it)",
 				err, se.ImageSize-se.TargetSize)
 		}

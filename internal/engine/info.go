@@ -106,14 +106,14 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 	if v := img.Header.VirtualSize; v > 0 {
 		a.result.VirtualSize = v
 		if v > capacity {
-			return &errdefs.SizeError{ImageSize: v, TargetSize: capacity, What: errdefs.VirtualImageSize}
+			return a.target.TooSmall(v, errdefs.VirtualImageSize)
 		}
 		return nil
 	}
 	if n := img.RawMemberSize(); n-format.FixedVHDFooterLen > capacity {
 		// A raw disk read from a tar: the member's header gave its size
 		// (a fixed VHD's footer, one sector, may be the excess).
-		return &errdefs.SizeError{ImageSize: n, TargetSize: capacity, What: "image size"}
+		return a.target.TooSmall(n, "image size")
 	}
 	if img.Format.NeedsConversion() || len(img.Compressions) > 0 || st.Size < 0 {
 		return nil
@@ -121,7 +121,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 	if a.req.ContentType == ContentTypeAsIs {
 		// Every byte goes to the target: no footer to leave out.
 		if st.Size > capacity {
-			return &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "source size"}
+			return a.target.TooSmall(st.Size, "source size")
 		}
 		return nil
 	}
@@ -140,7 +140,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 	if st.Size <= capacity {
 		return nil
 	}
-	tooBig := &errdefs.SizeError{ImageSize: st.Size, TargetSize: capacity, What: "image size"}
+	tooBig := a.target.TooSmall(st.Size, "image size")
 	if st.Size-format.FixedVHDFooterLen > capacity {
 		return tooBig
 	}

@@ -59,6 +59,12 @@ func (a *attempt) decodeStream(ctx context.Context) error {
 		TargetSize: a.target.Capacity(),
 	})
 	a.noteSpill(st)
+	var se *errdefs.SizeError
+	if errors.As(err, &se) && se.TargetSize == a.target.Capacity() {
+		// The decoder knows the capacity, not the target: the target's
+		// error says what the capacity is (a file system's free space?).
+		err = a.target.TooSmall(se.ImageSize, se.What)
+	}
 	if err != nil {
 		return a.decodeFailed(err, img.Format, spill)
 	}

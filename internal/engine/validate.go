@@ -60,7 +60,7 @@ func (v *validation) run(ctx context.Context) error {
 	}
 	a.result.VirtualSize = info.VirtualSize
 	if capacity := a.target.Capacity(); info.VirtualSize > capacity {
-		return &errdefs.SizeError{ImageSize: info.VirtualSize, TargetSize: capacity, What: errdefs.VirtualImageSize}
+		return a.target.TooSmall(info.VirtualSize, errdefs.VirtualImageSize)
 	}
 	return a.checkExactSize(info.VirtualSize)
 }

@@ -244,9 +244,12 @@ func (t *Target) WritePath() string { return t.writePath }
 // capped by Options.RequestedSize when set.
 func (t *Target) Capacity() int64 { return t.capacity }
 
-// CapacityIsFreeSpace reports whether Capacity is the free space of a file
-// target's filesystem (not a requested size, a device's, or overcommitted).
-func (t *Target) CapacityIsFreeSpace() bool { return t.freeSpace }
+// TooSmall is the error for size bytes (named by what) that do not fit
+// the target: a SizeError against Capacity that says whether Capacity is
+// a file system's free space (which AllowSparseOvercommit may pass).
+func (t *Target) TooSmall(size int64, what string) *errdefs.SizeError {
+	return &errdefs.SizeError{ImageSize: size, TargetSize: t.capacity, What: what, FreeSpace: t.freeSpace}
+}
 
 // Commit makes the written image durable: fsync of the device, or fsync of
 // the file, rename over Path, and fsync of the directory. A Writer handed out

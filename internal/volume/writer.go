@@ -195,7 +195,7 @@ func (w *Writer) cancelled(cause error) error {
 }
 
 func (w *Writer) tooSmall(size int64) error {
-	return fmt.Errorf("target %s: %w", w.t.path, &errdefs.SizeError{ImageSize: size, TargetSize: w.capacity, What: "image data"})
+	return fmt.Errorf("target %s: %w", w.t.path, w.t.TooSmall(size, "image data"))
 }
 
 // takeBuf removes and returns a free chunk buffer (none is in flight outside
