@@ -1,10 +1,15 @@
 package docblocks
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A marker names the block right after it only; an unmarked block has no
@@ -51,14 +56,22 @@ func TestRunShellFailsOnAFailingCommandAndKillsItsChildren(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat("/proc/" + string(pid[:len(pid)-1])); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the background sleep (pid %s) outlived its block", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The exit is an event: a pidfd turns readable when the process ends
+	// (a zombie included), or cannot be opened when it is already gone.
+	fd, err := unix.PidfdOpen(n, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	ready, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10_000)
+	if err != nil || ready == 0 {
+		t.Fatalf("the background sleep (pid %d) outlived its block (%v)", n, err)
 	}
 }
