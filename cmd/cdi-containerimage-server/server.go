@@ -68,7 +68,7 @@ func serve(ctx context.Context, c config) error {
 	defer srv.Close()
 
 	// Ready only once listening: the importer connects as soon as it sees it.
-	if err := os.WriteFile(c.readyFile, []byte(name), 0o644); err != nil {
+	if err := writeWhole(c.readyFile, name); err != nil {
 		return fmt.Errorf("writing the ready file: %w", err)
 	}
 	defer os.Remove(c.readyFile)
@@ -141,4 +141,26 @@ func refuseBootableOS(root string) error {
 		}
 	}
 	return nil
+}
+
+// writeWhole writes content to path so that a reader sees no file or the
+// whole of it, never an empty one: a temporary file beside it, renamed.
+func writeWhole(path, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(content); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

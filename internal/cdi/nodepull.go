@@ -102,9 +102,15 @@ func (n *NodePull) Wait(ctx context.Context, endpoint string, log *slog.Logger) 
 	defer tick.Stop()
 	report := time.NewTicker(n.logEvery)
 	defer report.Stop()
+	emptySeen := false
 	for {
 		name, err := os.ReadFile(n.ReadyFile)
 		switch {
+		case err == nil && len(name) == 0 && !emptySeen:
+			// A writer that creates the file and then writes the name can
+			// be seen between the two: an empty file is read once more a
+			// poll later before it means disk.img.
+			emptySeen = true
 		case err == nil:
 			if waited := time.Since(start); waited >= n.logEvery {
 				log.Info("Node pull: the ready file appeared", "file", n.ReadyFile, "waited", waited.Round(time.Second).String())

@@ -87,3 +87,32 @@ func TestNodePullWaitTimeoutVariableAndStop(t *testing.T) {
 		assert.True(t, errors.Is(err, errdefs.ErrCancelled), "%v", err)
 	})
 }
+
+// A ready file seen between its creation and its write (empty) is read
+// again a poll later and its name taken; one that stays empty means the
+// controller's disk.img. CI once read "disk.img" for a name written a
+// moment after the file appeared.
+func TestNodePullReadsAnEmptyReadyFileAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name, later, want string
+	}{
+		{"named a moment later", "fedora.qcow2", "http://localhost:8100/fedora.qcow2"},
+		{"stays empty", "", "http://localhost:8100/disk.img"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := nodePullOf(t, t.TempDir(), nil)
+				require.NoError(t, os.WriteFile(n.ReadyFile, nil, 0o644))
+				go func() {
+					time.Sleep(n.poll / 2)
+					if tc.later != "" {
+						os.WriteFile(n.ReadyFile, []byte(tc.later), 0o644)
+					}
+				}()
+				endpoint, err := n.Wait(context.Background(), "http://localhost:8100/disk.img", nil)
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, endpoint)
+			})
+		})
+	}
+}
