@@ -11,7 +11,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/cloner"
 )
 
@@ -201,16 +200,14 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			if tgt.offset != tgt.size {
 				return nil, fmt.Errorf("clone stream ended at %d of %d bytes: %w", tgt.offset, tgt.size, errdefs.ErrInvalidImage)
 			}
-			source, target := rec.Digest.String(), tgt.digest()
-			if source != target {
-				return nil, fmt.Errorf("clone digest: source %s, received %s: %w", source, target, errdefs.ErrVerifyMismatch)
-			}
-			res, err := tgt.commit()
+			// The import compares the digest with the disk it wrote.
+			res, err := tgt.commit(ctx, rec.Digest.String())
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("receiving the clone: %w", err)
+				}
 				return nil, &targetError{err}
 			}
-			res.TargetDigest = target
-			res.SourceDigest, res.Verified, res.VerifyMethod = source, true, "the source's content digest against the bytes accepted ("+blkhash.Algorithm+")"
 			res.BytesRead = h.counter().Load()
 			return res, nil
 		case rec.Offset != tgt.offset:
@@ -221,18 +218,19 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			// of 2^63-1 bytes at 64 KiB would have been taken as in bounds).
 			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, tgt.size, errdefs.ErrInvalidImage)
 		case rec.IsData():
-			if err := tgt.write(rec.Data); err != nil {
-				return nil, &targetError{err}
-			}
+			err = tgt.write(ctx, rec.Data)
 		case rec.IsZero():
-			if err := tgt.zero(ctx, rec.Length); err != nil {
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("receiving the clone: %w", err)
-				}
-				return nil, &targetError{err}
-			}
+			err = tgt.zero(ctx, rec.Length)
 		default:
 			return nil, fmt.Errorf("unexpected clone record %q: %w", rec.Kind, errdefs.ErrInvalidImage)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				// The request ended before the import took the run: a
+				// transport failure, resumed from tgt.offset.
+				return nil, fmt.Errorf("receiving the clone: %w", err)
+			}
+			return nil, &targetError{err}
 		}
 	}
 }

@@ -214,9 +214,7 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 		}
 		defer ms.Stop()
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.TLSClientConfig = tlsConf
-	transport.ResponseHeaderTimeout = 0
+	transport := cloner.NewTransport(tlsConf)
 	start := time.Now()
 	res, err := cloner.Send(ctx, cloner.Options{
 		URL: f.url, ContentType: f.contentType, Source: f.mount, Protocol: protocol,

@@ -3,6 +3,7 @@ package cloner
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +79,23 @@ type Result struct {
 	Response []byte
 	// Delta reports a delta pass (nil for a full clone).
 	Delta *delta.Pass
+}
+
+// NewTransport is the transport of a clone's requests to the upload
+// server, with tlsConf (mutual TLS): HTTP/1.1 only, no response header
+// timeout (the server answers once the disk is committed). One stream
+// per request gains nothing from HTTP/2's multiplexing and pays for its
+// framing, flow control and the copies through its pipes: a 2 GiB
+// sparse-v2 clone (35 % data) over loopback took 2.06-2.32 s of the
+// server's CPU and 2.22-2.46 s of the cloner's over HTTP/2, 1.65-1.83 s
+// and 1.92-2.14 s over HTTP/1.1 (interleaved, 3 rounds).
+func NewTransport(tlsConf *tls.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tlsConf
+	t.ResponseHeaderTimeout = 0
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	return t
 }
 
 // Send clones the source to the upload server.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"time"
 
@@ -62,11 +61,12 @@ func (s *sourceHash) add(off int64, p []byte, zero bool) {
 // sendSparse runs the sparse-v2 clone: requests from the offset the server
 // holds until one ends with the server's Clone Complete.
 func sendSparse(ctx context.Context, o Options) (*Result, error) {
-	f, size, err := openDevice(o.Source)
+	f, err := openSourceFile(o.Source)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	size := f.size
 	session := newSessionID()
 	sum := &sourceHash{h: blkhash.New(0)}
 	res := &Result{Protocol: ProtocolSparseV2, SourceBytes: size}
@@ -154,7 +154,7 @@ func resumeOffset(ctx context.Context, o Options, session string) (int64, error)
 }
 
 // sparseRequest sends the source from offset in one POST.
-func sparseRequest(ctx context.Context, o Options, f *os.File, size, offset int64, session string, sum *sourceHash) ([]byte, int64, error) {
+func sparseRequest(ctx context.Context, o Options, f *sourceFile, size, offset int64, session string, sum *sourceHash) ([]byte, int64, error) {
 	pr, pw := io.Pipe()
 	produced := make(chan error, 1)
 	go func() {
@@ -177,11 +177,11 @@ func sparseRequest(ctx context.Context, o Options, f *os.File, size, offset int6
 }
 
 // encodeSparse writes the records of the source from offset to its end.
-func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset int64, sum *sourceHash, o Options) error {
+func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset int64, sum *sourceHash, o Options) error {
 	if err := enc.Start(size, offset); err != nil {
 		return err
 	}
-	buf := make([]byte, sparseChunk)
+	buf := f.chunkBuffer(sparseChunk)
 	var zeroFrom, zeroLen int64
 	flushZero := func() error {
 		if zeroLen == 0 {
@@ -195,7 +195,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *os.File, size, offset in
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 		}
-		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		n, err := f.readAt(buf, off)
 		if n == 0 && err != nil {
 			return fmt.Errorf("reading clone source at %d: %w", off, err)
 		}
