@@ -429,7 +429,7 @@ res=$root/bench/results/$stamp.json
 # The per-stage Go benchmarks (sniff, decoders, sparse writer, hashing,
 # TailHolder), after the imports so they do not disturb them.
 if [[ ${BENCH_GO:-0} == 1 ]]; then
-	$go test -run '^$' -bench . -benchtime "${BENCH_GOTIME:-3x}" ./format ./stream ./target | tee "$work/go-bench.txt"
+	$go test -run '^$' -bench . -benchtime "${BENCH_GOTIME:-3x}" ./internal/format ./internal/iostage ./internal/volume ./internal/blkhash | tee "$work/go-bench.txt"
 fi
 echo "bench: data in the image $(grep -o '"data_bytes":[0-9]*' "$img/layout.json" | cut -d: -f2) bytes (non-zero), virtual $vsize; results in $res, logs in $work/logs" >&2
 

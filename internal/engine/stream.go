@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/volume"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/testimg"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/testimg"
 )
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/hostileimg"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/testimg"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/archive"
+	"github.com/diskimport/engine/internal/archive"
 )
 
 // FuzzExtractPaths extracts two-member archives with arbitrary names, link

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/archive"
 	"github.com/diskimport/engine/internal/testimg"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/archive"
 	"github.com/diskimport/engine/internal/testimg"
 	"github.com/diskimport/engine/internal/testtar"
 )
