@@ -1,4 +1,11 @@
-package datasource
+// Package sourceio reads a source's bytes the ways only the engine does,
+// beyond the one stream a [datasource.Transfer]'s Body gives: at random
+// (its local file, or its object over ranges), its end ahead of the
+// stream, what reading a local image costs, and how often the source
+// retried. Sources declare what allows it (the Transfer's Capabilities);
+// this package is the engine's use of those declarations, not part of the
+// extension point a custom source implements.
+package sourceio
 
 import (
 	"context"
@@ -6,6 +13,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/diskimport/engine/datasource"
 )
 
 // SizedReaderAt is a transfer's bytes read at random: its local file or
@@ -28,7 +37,7 @@ func (f sizedFile) Size() int64 { return f.size }
 // file or device (Capabilities.LocalPath, of the transfer's size) or its
 // HTTP object (Capabilities.Ranges). It returns nil and no error for a
 // plain stream, whose bytes come only in order.
-func OpenAtRandom(ctx context.Context, t *Transfer) (SizedReaderAt, error) {
+func OpenAtRandom(ctx context.Context, t *datasource.Transfer) (SizedReaderAt, error) {
 	if path := t.LocalPath; path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -50,7 +59,7 @@ func OpenAtRandom(ctx context.Context, t *Transfer) (SizedReaderAt, error) {
 // ahead of its body (OpenAtRandom). It returns nil and no error for a plain
 // stream, a transfer shorter than n, or a server that does not serve the
 // range after all: the caller then decides at the end of the stream.
-func ReadTail(ctx context.Context, t *Transfer, n int) ([]byte, error) {
+func ReadTail(ctx context.Context, t *datasource.Transfer, n int) ([]byte, error) {
 	if t.Size < int64(n) {
 		return nil, nil
 	}
@@ -92,4 +101,14 @@ func LocalAllocatedSize(path string) int64 {
 		}
 	}
 	return size
+}
+
+// Retries returns how many times src re-sent a request after a failure
+// (reconnects, resumes, retried statuses) over its life, or 0 for a source
+// that does not report it (it is no [datasource.RetryReporter]).
+func Retries(src datasource.Source) int {
+	if r, ok := src.(datasource.RetryReporter); ok {
+		return r.Retries()
+	}
+	return 0
 }
