@@ -101,7 +101,7 @@ image: build
 # Runs the image in real containers (podman, root): every role that exists,
 # the manifests in deploy/ and the image's reproducibility.
 image-test: image
-	IMAGE_DIR=$(abspath $(IMAGE_DIR)) $(GO) test -count=1 -timeout 30m ./internal/imagebuild ./internal/imagetest ./deploy
+	IMAGE_DIR=$(abspath $(IMAGE_DIR)) $(GO) test -count=1 -timeout 30m ./internal/imagebuild ./internal/testkit/imagetest ./deploy
 
 # End-to-end in a real single-node Kubernetes on this machine (root; the
 # docs/e2e.md). e2e-build: the Kubernetes

@@ -68,7 +68,7 @@ cp bin/importer "$work/importer"
 # The tools too, private to the run: a concurrent run may rebuild them
 # from a tree that changed meanwhile.
 $go build -o "$work/benchtool" ./bench/benchtool
-$go build -o "$work/demoserve" ./internal/demoserve
+$go build -o "$work/demoserve" ./scripts/demoserve
 # crane (the reference for the registry cases) from the module cache, with
 # a copy of go.mod so the tree's go.sum is left alone.
 if [[ $cases == *registry-* && ! -x $cache/bin/crane ]]; then

@@ -20,7 +20,7 @@ cases=${BENCH_CASES:-zst gz xz mt.xz}
 work=$(mktemp -d)
 bt=$work/benchtool
 go build -o "$bt" ./bench/benchtool
-go build -o "$work/demoserve" ./internal/demoserve
+go build -o "$work/demoserve" ./scripts/demoserve
 srv="" loop=""
 cleanup() {
 	set +e

@@ -26,9 +26,9 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/objtest"
 	"github.com/diskimport/engine/internal/sourceio"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 func gcsFixture(t *testing.T, data []byte) (*objtest.GCS, string) {

@@ -26,10 +26,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/datasource"
-	"github.com/diskimport/engine/internal/farmirror"
 	"github.com/diskimport/engine/internal/retry"
 	"github.com/diskimport/engine/internal/sourceio"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/farmirror"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 )
 
 const testChunk = 256 << 10

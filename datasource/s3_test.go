@@ -15,9 +15,9 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/objtest"
 	"github.com/diskimport/engine/internal/sourceio"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 )
 
 // s3Fixture is a versitygw with one bucket holding one object.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/archive"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 )
 
 // SampleTree is the archive the tests extract: every supported member

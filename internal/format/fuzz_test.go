@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 )
 
 // seedImages builds small images of every format with qemu-img for the fuzz

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/internal/format"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // boundsSink discards writes after checking they stay inside the disk.

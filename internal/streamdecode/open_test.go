@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/internal/format"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestThroughFormatOpen is the seam the engine uses: format.Open peels

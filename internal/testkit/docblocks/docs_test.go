@@ -9,7 +9,7 @@ import (
 )
 
 // root is the repository, from this package's directory.
-var root = filepath.Join("..", "..")
+var root = filepath.Join("..", "..", "..")
 
 // repoDocs are the markdown files of the repository people read.
 func repoDocs(t *testing.T) []string {

@@ -192,7 +192,7 @@ func Logger(t testing.TB) *slog.Logger {
 // repository (shared/real-images/PROJECT/NAME.xz); it may be absent.
 func RealImages() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "shared", "real-images")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "real-images")
 }
 
 // SharedImage decompresses the corpus image rel (RealImages()/rel.xz) into

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/diskimport/engine/internal/podmantest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestGzipDecodedByIgzip imports a raw.gz with the image as CDI's

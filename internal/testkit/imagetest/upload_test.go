@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/diskimport/engine/internal/podmantest"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 )
 
 const uploadToken = "imagetest-upload-token"

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 )
 
 // Server is a running stand-in API server.

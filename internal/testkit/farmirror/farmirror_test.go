@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/farmirror"
+	"github.com/diskimport/engine/internal/testkit/farmirror"
 )
 
 // TestPacedMirrorServesWholeObjectsAndRanges: a shaped server still

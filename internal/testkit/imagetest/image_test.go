@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/internal/imagebuild"
-	"github.com/diskimport/engine/internal/podmantest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // maxCompressedSize is the budget for the image (CDI's importer
@@ -112,7 +112,7 @@ func TestOCILayout(t *testing.T) {
 // same.
 func TestReproducible(t *testing.T) {
 	img := loadImage(t)
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/diskimport/engine/internal/kubeapitest"
-	"github.com/diskimport/engine/internal/podmantest"
-	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/kubeapitest"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/regtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // The programs CDI's controller starts from the importer image by path,

@@ -16,8 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/diskimport/engine/internal/imagebuild"
-	"github.com/diskimport/engine/internal/podmantest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // containerImageServer is where the image holds CDI's node-pull server.

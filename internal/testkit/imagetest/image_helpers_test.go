@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/internal/imagebuild"
-	"github.com/diskimport/engine/internal/podmantest"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
 )
 
 // imageDirEnv names the directory make image wrote to.

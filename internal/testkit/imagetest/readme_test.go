@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/diskimport/engine/internal/docblocks"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/docblocks"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // readmeExamplePort is the port README's podman example serves the image
@@ -24,7 +24,7 @@ const readmeExamplePort = "8080"
 func TestREADMEImageExample(t *testing.T) {
 	img := loadImage(t)
 	testimg.Need(t, "qemu-img", "xz", "python3", "cmp")
-	blocks, err := docblocks.Named(filepath.Join("..", "..", "README.md"))
+	blocks, err := docblocks.Named(filepath.Join("..", "..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func freePort(t *testing.T) string {
 func TestCDIDocSmokeTest(t *testing.T) {
 	img := loadImage(t)
 	testimg.Need(t, "qemu-img", "xz", "python3", "cmp", "losetup")
-	blocks, err := docblocks.Named(filepath.Join("..", "..", "docs", "cdi.md"))
+	blocks, err := docblocks.Named(filepath.Join("..", "..", "..", "docs", "cdi.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
