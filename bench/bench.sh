@@ -67,7 +67,7 @@ $go build -trimpath -o bin/importer ./cmd/importer
 cp bin/importer "$work/importer"
 # The tools too, private to the run: a concurrent run may rebuild them
 # from a tree that changed meanwhile.
-$go build -o "$work/benchtool" ./bench/benchtool
+$go -C bench build -o "$work/benchtool" ./benchtool
 $go build -o "$work/demoserve" ./scripts/demoserve
 # crane (the reference for the registry cases) from the module cache, with
 # a copy of go.mod so the tree's go.sum is left alone.

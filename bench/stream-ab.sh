@@ -19,7 +19,7 @@ cases=${BENCH_CASES:-zst gz xz mt.xz}
 [[ $(id -u) == 0 ]] || { echo "stream-ab: needs root (loop device)" >&2; exit 1; }
 work=$(mktemp -d)
 bt=$work/benchtool
-go build -o "$bt" ./bench/benchtool
+go -C bench build -o "$bt" ./benchtool
 go build -o "$work/demoserve" ./scripts/demoserve
 srv="" loop=""
 cleanup() {
