@@ -102,8 +102,8 @@ func fileSHA(t *testing.T, path string) string {
 // checksums, so only the edit is wrong.
 func rewriteRegionTable(b []byte, edit func(table []byte)) []byte {
 	b = append([]byte(nil), b...)
-	for _, off := range []int{vhdxRegionTable1, vhdxRegionTable2} {
-		tbl := b[off : off+vhdxRegionTableLen]
+	for _, off := range []int{VHDXRegionTable1, VHDXRegionTable2} {
+		tbl := b[off : off+VHDXRegionTableLen]
 		edit(tbl)
 		clear(tbl[4:8])
 		binary.LittleEndian.PutUint32(tbl[4:], crc32.Checksum(tbl, crc32.MakeTable(crc32.Castagnoli)))
@@ -132,8 +132,8 @@ func TestCheckVHDXRefusals(t *testing.T) {
 		"truncated before tables": {b[:200<<10], errdefs.ErrInvalidImage, "region tables"},
 	}
 	bad := append([]byte(nil), b...)
-	bad[vhdxRegionTable1+20] ^= 0xff
-	bad[vhdxRegionTable2+20] ^= 0xff
+	bad[VHDXRegionTable1+20] ^= 0xff
+	bad[VHDXRegionTable2+20] ^= 0xff
 	cases["bad checksum"] = struct {
 		img  []byte
 		want error
@@ -148,7 +148,7 @@ func TestCheckVHDXRefusals(t *testing.T) {
 	}
 	// One damaged copy is fine while the other is good, as for qemu.
 	one := append([]byte(nil), b...)
-	one[vhdxRegionTable1+20] ^= 0xff
+	one[VHDXRegionTable1+20] ^= 0xff
 	assert.NoError(t, CheckVHDX(bytes.NewReader(one), int64(len(one))))
 }
 
