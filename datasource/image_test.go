@@ -29,15 +29,6 @@ import (
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
-func TestEnvToLabel(t *testing.T) {
-	assert.Equal(t, "test.test.kubevirt.io/test-test", envToLabel("TEST_TEST_KUBEVIRT_IO_TEST_TEST"))
-	assert.Equal(t, "instancetype.kubevirt.io/default-preference", envToLabel("INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE"))
-	assert.Equal(t, "kubevirt.io/os", envToLabel("KUBEVIRT_IO_OS"))
-	assert.Equal(t, map[string]string{"instancetype.kubevirt.io/default-instancetype": "u1.medium"},
-		envLabels([]string{"PATH=/bin", "INSTANCETYPE_KUBEVIRT_IO_DEFAULT_INSTANCETYPE=u1.medium"}))
-	assert.Nil(t, envLabels([]string{"PATH=/bin"}))
-}
-
 func TestDiskEntryName(t *testing.T) {
 	for in, want := range map[string]string{"disk/disk.img": "disk/disk.img", "./disk/x.qcow2": "disk/x.qcow2", "/disk/a": "disk/a"} {
 		got, ok, err := diskEntryName(in)
