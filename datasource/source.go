@@ -29,6 +29,11 @@ type Transfer struct {
 	// that opened them; the zero value is a forward-only stream that can be
 	// opened again.
 	Capabilities
+	// Runs, when set, is Body's bytes as runs (NewRuns): the import reads
+	// one or the other, never both. It takes the runs where it copies the
+	// bytes as they are onto a raw target with no checksum of them to
+	// compute, so zero runs reach the target as zeroed ranges.
+	Runs Runs
 }
 
 // Capabilities is what a transfer's bytes allow beyond one forward read.

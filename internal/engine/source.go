@@ -21,6 +21,10 @@ type sourceReader struct {
 	verifier *iostage.Verifier
 	image    *format.Image
 	size     int64 // the transfer's size, -1 when not known
+	// runs, when set, are the bytes as runs (datasource.Runs), taken
+	// instead of image: copied as they are, nothing computed over them.
+	runs    datasource.Runs
+	counter *iostage.Counter
 }
 
 // openSource starts the transfer and builds the read side of the pipeline.
@@ -62,6 +66,10 @@ func (a *attempt) openSource(ctx context.Context) (*datasource.Transfer, error) 
 		}
 	}
 	r.image = img
+	r.counter = counter
+	if st.Runs != nil && a.req.ContentType == ContentTypeAsIs && r.verifier == nil {
+		r.runs = st.Runs
+	}
 	a.result.SourceFormat = string(img.Format)
 	for _, c := range img.Compressions {
 		a.result.Compressions = append(a.result.Compressions, string(c))

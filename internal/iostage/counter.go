@@ -24,6 +24,10 @@ func (c *Counter) Read(p []byte) (int, error) {
 // Count returns the number of bytes read so far.
 func (c *Counter) Count() int64 { return c.n.Load() }
 
+// Add counts n bytes read around the Counter: the same source's bytes
+// taken another way (a zero run given as its length).
+func (c *Counter) Add(n int64) { c.n.Add(n) }
+
 // WriteCounter counts the bytes written through it into a counter the
 // caller owns, so a progress reporter can poll it while the copy runs.
 type WriteCounter struct {

@@ -1,0 +1,79 @@
+//go:build linux
+
+package volume
+
+// WriteZeros accepts n zero bytes at the current offset without their
+// bytes, for a source that knows where its zeros are (a clone's zero
+// records): the run becomes a hole in a file and a zeroed range of a
+// device (nothing on a target known to be zero), and the content digest
+// takes it as zeros, neither expanded nor scanned. Zeros up to the next
+// granule, and those after the last whole one, go through the staged
+// chunk like data, so chunks still start on granules. A run that would pass Capacity is refused with
+// errdefs.ErrTargetTooSmall.
+func (w *Writer) WriteZeros(n int64) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if n <= 0 {
+		return nil
+	}
+	if w.off+n > w.capacity {
+		return w.fail(w.tooSmall(w.off + n))
+	}
+	if r := w.off % granule; r != 0 {
+		k := min(n, granule-r)
+		if _, err := w.Write(w.zeros[:k]); err != nil {
+			return err
+		}
+		if n -= k; n == 0 {
+			return nil
+		}
+	}
+	// And so do those past the last whole granule: the next chunk starts
+	// on a granule too.
+	tail := (w.off + n) % granule
+	n -= tail
+	if n > 0 {
+		if err := w.zeroGranules(n); err != nil {
+			return err
+		}
+	}
+	if tail > 0 {
+		if _, err := w.Write(w.zeros[:tail]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// zeroGranules is WriteZeros of n bytes, a multiple of granule, from a
+// granule boundary.
+func (w *Writer) zeroGranules(n int64) error {
+	if err := w.flushStage(); err != nil {
+		return err
+	}
+	off := w.off
+	w.off += n
+	w.written.Add(n)
+	if w.hash != nil {
+		w.hash.Zero(n)
+	}
+	if off < headSize {
+		h := min(n, headSize-off)
+		clear(w.head[off : off+h])
+		w.headLen = max(w.headLen, int(off+h))
+		off, n = off+h, n-h
+	}
+	// A run is zeroed maxZeroRun at a time, the context checked between.
+	for n > 0 {
+		if err := w.ctx.Err(); err != nil {
+			return w.fail(w.cancelled(err))
+		}
+		k := min(n, maxZeroRun)
+		if err := w.addZero(off, k); err != nil {
+			return w.fail(err)
+		}
+		off, n = off+k, n-k
+	}
+	return nil
+}
