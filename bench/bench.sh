@@ -67,8 +67,8 @@ $go build -trimpath -o bin/importer ./cmd/importer
 cp bin/importer "$work/importer"
 # The tools too, private to the run: a concurrent run may rebuild them
 # from a tree that changed meanwhile.
-$go build -o "$work/benchtool" ./bench/benchtool
-$go build -o "$work/demoserve" ./internal/demoserve
+$go -C bench build -o "$work/benchtool" ./benchtool
+$go build -o "$work/demoserve" ./scripts/demoserve
 # crane (the reference for the registry cases) from the module cache, with
 # a copy of go.mod so the tree's go.sum is left alone.
 if [[ $cases == *registry-* && ! -x $cache/bin/crane ]]; then
@@ -429,7 +429,7 @@ res=$root/bench/results/$stamp.json
 # The per-stage Go benchmarks (sniff, decoders, sparse writer, hashing,
 # TailHolder), after the imports so they do not disturb them.
 if [[ ${BENCH_GO:-0} == 1 ]]; then
-	$go test -run '^$' -bench . -benchtime "${BENCH_GOTIME:-3x}" ./format ./stream ./target | tee "$work/go-bench.txt"
+	$go test -run '^$' -bench . -benchtime "${BENCH_GOTIME:-3x}" ./internal/format ./internal/iostage ./internal/volume ./internal/blkhash | tee "$work/go-bench.txt"
 fi
 echo "bench: data in the image $(grep -o '"data_bytes":[0-9]*' "$img/layout.json" | cut -d: -f2) bytes (non-zero), virtual $vsize; results in $res, logs in $work/logs" >&2
 

@@ -55,7 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o "$work/benchtool" ./bench/benchtool
+go -C bench build -o "$work/benchtool" ./benchtool
 go build -trimpath -o "$work/importer" ./cmd/importer
 mkdir -p "$img"
 (

@@ -29,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-go build -o "$work/benchtool" ./bench/benchtool
+go -C bench build -o "$work/benchtool" ./benchtool
 go build -trimpath -o "$work/new" ./cmd/importer
 base=${BENCH_BASE:-$(git log --format=%H -1 --grep='^engine: every disk import records contentDigest')^}
 git archive --prefix=base/ "$base" | tar -x -C "$work"

@@ -6,7 +6,7 @@
 # and ours run as a pod runs them: no arguments, CDI's environment
 # (IMPORTER_SOURCE=http, IMPORTER_ENDPOINT, IMPORTER_CONTENTTYPE=kubevirt,
 # IMPORTER_IMAGE_SIZE, ...), the loop device at /dev/cdi-block-volume and an
-# empty /scratch, in a private mount namespace (internal/testimg/pod.sh, as
+# empty /scratch, in a private mount namespace (internal/testkit/testimg/pod.sh, as
 # the pod tests run ours), each inside a
 # fresh 256 MiB memory cgroup (v1) whose peak (memory.max_usage_in_bytes,
 # page cache included, which the kernel reclaims at the limit) and OOM
@@ -140,7 +140,7 @@ pod_import() {
 	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }${ca:+echo \$\$ >$ca/cgroup.procs && }${cq:+echo \$\$ >$cq/cgroup.procs && }exec env -i \
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/$file \
 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench \
-unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
+unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/podroot 0 \
 /dev/cdi-block-volume $loop /importer $bin /scratch $scratch"
 	if [[ $last_rc != 0 ]]; then
 		# The error line (klog's E..., slog's level=ERROR), not the stack

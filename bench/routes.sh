@@ -32,7 +32,7 @@ if [[ -z $imp ]]; then
 	go build -trimpath -o "$work/importer" ./cmd/importer
 	imp=$work/importer
 fi
-go build -o "$work/demoserve" ./internal/demoserve
+go build -o "$work/demoserve" ./scripts/demoserve
 vsize=$(stat -c %s "$img/disk.raw")
 srv_pid="" loop=""
 cleanup() {

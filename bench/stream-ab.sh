@@ -19,8 +19,8 @@ cases=${BENCH_CASES:-zst gz xz mt.xz}
 [[ $(id -u) == 0 ]] || { echo "stream-ab: needs root (loop device)" >&2; exit 1; }
 work=$(mktemp -d)
 bt=$work/benchtool
-go build -o "$bt" ./bench/benchtool
-go build -o "$work/demoserve" ./internal/demoserve
+go -C bench build -o "$bt" ./benchtool
+go build -o "$work/demoserve" ./scripts/demoserve
 srv="" loop=""
 cleanup() {
 	set +e

@@ -1,7 +1,13 @@
-// Package datasource hands the engine an image's bytes exactly as a source
-// delivers them, still compressed if they were. Format detection and
-// decompression happen elsewhere (package format); a source only knows how
-// to start a byte stream and how much of it to expect.
+// Package datasource is for programs that bring images from somewhere the
+// built-in sources do not reach: it is the extension point behind
+// importer.Options.CustomSource and importer.Options.Registry, and the
+// built-in sources (HTTP, S3, GCS, container images, files, streams) are
+// written against it too.
+//
+// A source hands the engine an image's bytes exactly as it delivers them,
+// still compressed if they were. Format detection and decompression happen
+// in the engine; a source only knows how to start a byte stream and how
+// much of it to expect.
 //
 // # Sources
 //
@@ -11,10 +17,11 @@
 // after a failure; a one-shot stream such as standard input cannot. Each
 // Transfer carries its [Capabilities], declared by the source that opened
 // it: a local file qemu-img can read in place (LocalPath), an object read at
-// random over byte ranges (Ranges; [ReadTail] reads the end of either ahead
-// of the stream), bytes gone once read (OneTime), the body of an HTTP answer
-// (HTTPAnswer). A Source may also give labels for the volume ([Labeler]) or
-// say how often it retried ([Retries]).
+// random over byte ranges (Ranges), bytes gone once read (OneTime), the
+// body of an HTTP answer (HTTPAnswer); the engine reads a local file or a
+// ranged object at random, or its end ahead of the stream, by these alone.
+// A Source may also give labels for the volume ([Labeler]) or say how often
+// it retried ([RetryReporter]).
 //
 // The built-in sources are:
 //

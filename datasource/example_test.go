@@ -75,7 +75,7 @@ func ExampleNewHTTP() {
 	}
 	defer st.Body.Close()
 	data, _ := io.ReadAll(st.Body)
-	fmt.Println(string(data), datasource.Retries(src))
+	fmt.Println(string(data), src.(datasource.RetryReporter).Retries())
 	// Output: image bytes 0
 }
 

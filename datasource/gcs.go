@@ -73,7 +73,7 @@ type gcsSource struct {
 func (s *gcsSource) String() string { return s.name }
 
 // Retries reports the HTTP source's retries.
-func (s *gcsSource) Retries() int { return Retries(s.Source) }
+func (s *gcsSource) Retries() int { return retries(s.Source) }
 
 func newGCS(endpoint string, c Config, getenv func(string) string) (Source, error) {
 	u, err := url.Parse(endpoint)

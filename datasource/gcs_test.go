@@ -26,8 +26,9 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/objtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/sourceio"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 func gcsFixture(t *testing.T, data []byte) (*objtest.GCS, string) {
@@ -95,7 +96,7 @@ func TestGCSRefusals(t *testing.T) {
 			require.True(t, errors.As(err, &se), "%v", err)
 			assert.Equal(t, 404, se.StatusCode)
 			assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
-			assert.Zero(t, datasource.Retries(src), "not retried")
+			assert.Zero(t, sourceio.Retries(src), "not retried")
 		})
 	}
 }

@@ -17,8 +17,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/objtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // wifAudience is the workload identity provider's audience, as Google

@@ -18,6 +18,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/sourceio"
 )
 
 // fastRetry makes retries quick enough for tests.
@@ -101,7 +102,7 @@ func TestHTTPResumesAfterDrops(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(len(data)), st.Size)
 	assert.Equal(t, sum(data), sum(got))
-	assert.Equal(t, 3, datasource.Retries(src))
+	assert.Equal(t, 3, sourceio.Retries(src))
 	reqs := f.seen()
 	require.Len(t, reqs, 4)
 	assert.Empty(t, reqs[0].Get("Range"))
@@ -126,7 +127,7 @@ func TestHTTPResumesAfterStall(t *testing.T) {
 	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{Access: datasource.Access{StallTimeout: 200 * time.Millisecond}}))
 	require.NoError(t, err)
 	requireContent(t, src, data)
-	assert.Equal(t, 1, datasource.Retries(src))
+	assert.Equal(t, 1, sourceio.Retries(src))
 }
 
 func TestHTTPRetriesServerErrorsOnOpen(t *testing.T) {
@@ -147,7 +148,7 @@ func TestHTTPRetriesServerErrorsOnOpen(t *testing.T) {
 	require.NoError(t, err)
 	start := time.Now()
 	requireContent(t, src, data)
-	assert.Equal(t, 2, datasource.Retries(src))
+	assert.Equal(t, 2, sourceio.Retries(src))
 	assert.GreaterOrEqual(t, time.Since(start), time.Second, "Retry-After: 1 was not honoured")
 }
 
@@ -165,7 +166,7 @@ func TestHTTPPermanentStatusNotRetried(t *testing.T) {
 		require.ErrorAs(t, err, &se)
 		assert.Equal(t, code, se.StatusCode)
 		assert.Equal(t, int32(1), n.Load(), "status %d was retried", code)
-		assert.Equal(t, 0, datasource.Retries(src))
+		assert.Equal(t, 0, sourceio.Retries(src))
 	}
 }
 
@@ -217,7 +218,7 @@ func TestHTTPServerIgnoringRangesRestarts(t *testing.T) {
 	assert.Equal(t, data[:50<<10], got, "no byte of the 200 answer may leak into the stream")
 	// A fresh Open reads the whole object.
 	requireContent(t, src, data)
-	assert.Equal(t, 1, datasource.Retries(src))
+	assert.Equal(t, 1, sourceio.Retries(src))
 }
 
 func TestHTTPObjectChangedRestarts(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 )
 
 // Parallel ranges. A far or busy mirror caps each connection, not the
-// link: measured with internal/farmirror (8 MB/s per connection, 30 ms
+// link: measured with internal/testkit/farmirror (8 MB/s per connection, 30 ms
 // before every response, a 96 MiB file), one connection took 12.6 s. So an
 // HTTP object of known size whose server serves byte ranges is read over
 // several connections: the Open's own response delivers the first chunk,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/sourceio"
 )
 
 // openRanged opens src, closes the stream body and returns a range reader.
@@ -231,7 +232,7 @@ func TestRangeReaderRetries(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(buf), n)
 	assert.Equal(t, data[1000:101000], buf)
-	assert.Equal(t, 2, datasource.Retries(src))
+	assert.Equal(t, 2, sourceio.Retries(src))
 }
 
 func TestRangedProbeNeedsPartialContent(t *testing.T) {

@@ -21,11 +21,10 @@ type Labeler interface {
 
 // Transport prefixes of container-image references.
 const (
-	dockerPrefix      = "docker://"
-	ociArchivePrefix  = "oci-archive:"
-	ociLayoutPrefix   = "oci:"
-	registryDiskDir   = "disk/"
-	kubevirtEnvMarker = "KUBEVIRT_IO_"
+	dockerPrefix     = "docker://"
+	ociArchivePrefix = "oci-archive:"
+	ociLayoutPrefix  = "oci:"
+	registryDiskDir  = "disk/"
 )
 
 // IsContainerImageRef reports whether ref names a container image

@@ -17,7 +17,7 @@ import (
 	"go.podman.io/image/v5/types"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // layerReader is one layer blob on its way through digest verification,

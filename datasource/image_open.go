@@ -9,6 +9,7 @@ import (
 	"go.podman.io/image/v5/pkg/blobinfocache/memory"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/envlabels"
 )
 
 // Open resolves the image, refuses bootable-container images, and walks
@@ -29,7 +30,7 @@ func (s *imageSource) open(ctx context.Context) (*Transfer, error) {
 		p.close()
 		return nil, err
 	}
-	s.labels = envLabels(p.config.Config.Env)
+	s.labels = envlabels.FromEnv(p.config.Config.Env)
 	// An in-memory cache: the default one is SQLite under a system
 	// directory (cgo), and nothing here is reused across runs anyway.
 	cache := memory.New()
@@ -70,36 +71,4 @@ func checkNotBootc(ref string, cfg *imgspecv1.Image) error {
 		}
 	}
 	return nil
-}
-
-// envLabels maps image env vars containing KUBEVIRT_IO_ to labels the way
-// CDI does: INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE=fedora becomes
-// instancetype.kubevirt.io/default-preference: fedora.
-func envLabels(env []string) map[string]string {
-	out := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		if !strings.Contains(k, kubevirtEnvMarker) {
-			continue
-		}
-		out[envToLabel(k)] = v
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// EnvLabels is envLabels for other readers of a containerdisk's
-// environment (the node-pull server's GET /info, in internal/cdi).
-func EnvLabels(env []string) map[string]string { return envLabels(env) }
-
-func envToLabel(k string) string {
-	i := strings.Index(k, kubevirtEnvMarker)
-	prefix := strings.ToLower(strings.ReplaceAll(strings.TrimSuffix(k[:i], "_"), "_", "."))
-	name := strings.ToLower(strings.ReplaceAll(k[i+len(kubevirtEnvMarker):], "_", "-"))
-	if prefix == "" {
-		return "kubevirt.io/" + name
-	}
-	return prefix + ".kubevirt.io/" + name
 }

@@ -25,18 +25,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/regtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
-
-func TestEnvToLabel(t *testing.T) {
-	assert.Equal(t, "test.test.kubevirt.io/test-test", envToLabel("TEST_TEST_KUBEVIRT_IO_TEST_TEST"))
-	assert.Equal(t, "instancetype.kubevirt.io/default-preference", envToLabel("INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE"))
-	assert.Equal(t, "kubevirt.io/os", envToLabel("KUBEVIRT_IO_OS"))
-	assert.Equal(t, map[string]string{"instancetype.kubevirt.io/default-instancetype": "u1.medium"},
-		envLabels([]string{"PATH=/bin", "INSTANCETYPE_KUBEVIRT_IO_DEFAULT_INSTANCETYPE=u1.medium"}))
-	assert.Nil(t, envLabels([]string{"PATH=/bin"}))
-}
 
 func TestDiskEntryName(t *testing.T) {
 	for in, want := range map[string]string{"disk/disk.img": "disk/disk.img", "./disk/x.qcow2": "disk/x.qcow2", "/disk/a": "disk/a"} {
@@ -178,7 +169,7 @@ func TestRegistryBlobResumedByContainersImage(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "content differs after a resumed blob")
 	assert.Equal(t, []string{"", "bytes=307200-"}, reg.BlobRanges(d))
-	assert.Equal(t, 0, Retries(s))
+	assert.Equal(t, 0, retries(s))
 }
 
 // Cuts every 64 KiB, four times: containers/image gives up after its one
@@ -189,9 +180,9 @@ func TestRegistryBlobRetriedAfterRepeatedDrops(t *testing.T) {
 	s, got, err := readRegistry(t, ref, Config{Access: Access{RetryBackoff: 10 * time.Millisecond}})
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got), "content differs after retried blob transfers")
-	assert.GreaterOrEqual(t, Retries(s), 1)
+	assert.GreaterOrEqual(t, retries(s), 1)
 	ranges := reg.BlobRanges(d)
-	t.Logf("blob GETs (Range headers): %q; our retries: %d", ranges, Retries(s))
+	t.Logf("blob GETs (Range headers): %q; our retries: %d", ranges, retries(s))
 	assert.GreaterOrEqual(t, len(ranges), 4)
 }
 
@@ -201,7 +192,7 @@ func TestRegistryBlobGivesUpAfterRetries(t *testing.T) {
 	s, _, err := readRegistry(t, ref, Config{Retries: 2, Access: Access{RetryBackoff: 10 * time.Millisecond}})
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 	assert.Contains(t, err.Error(), "gave up after 2 retries")
-	assert.Equal(t, 2, Retries(s))
+	assert.Equal(t, 2, retries(s))
 }
 
 // Without our retries (Retries < 0), the repeated drops fail the import:
@@ -251,7 +242,7 @@ func TestRegistryPullUnderEgressPolicy(t *testing.T) {
 	s, _, err := readRegistry(t, ref, Config{Access: Access{Egress: p, RetryBackoff: time.Second}})
 	requireEgressRefused(t, err, "127.0.0.1", "deny 127.0.0.0/8")
 	assert.Zero(t, connects.Load())
-	assert.Zero(t, Retries(s))
+	assert.Zero(t, retries(s))
 }
 
 // A registry that redirects its blobs to another host (as registries do

@@ -16,7 +16,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/regtest"
+	"github.com/diskimport/engine/internal/testkit/regtest"
 )
 
 // stringSource is a made-up source kind for the registry tests.

@@ -27,11 +27,17 @@ func (e *RestartError) Is(target error) bool {
 	return target == errdefs.ErrRestart || target == errdefs.ErrSourceUnreachable
 }
 
-// Retries returns how many times src re-sent a request after a failure
-// (reconnects, resumes, retried statuses) over its life, or 0 for sources
-// that never retry.
-func Retries(src Source) int {
-	if r, ok := src.(interface{ Retries() int }); ok {
+// A RetryReporter is a [Source] that says how many times it re-sent a
+// request after a failure (reconnects, resumes, retried statuses) over its
+// life; the import's result reports it (importer.Result.Retries). The
+// built-in network sources are; a custom source may be.
+type RetryReporter interface {
+	Retries() int
+}
+
+// retries is src's RetryReporter count, or 0 for a source that is none.
+func retries(src Source) int {
+	if r, ok := src.(RetryReporter); ok {
 		return r.Retries()
 	}
 	return 0

@@ -87,7 +87,7 @@ type s3Source struct {
 func (s *s3Source) String() string { return s.name }
 
 // Retries reports the HTTP source's retries.
-func (s *s3Source) Retries() int { return Retries(s.Source) }
+func (s *s3Source) Retries() int { return retries(s.Source) }
 
 // awsHostRe matches the host names of AWS's S3 endpoints and captures a
 // virtual-hosted bucket and the region: bucket.s3.us-west-2.amazonaws.com,

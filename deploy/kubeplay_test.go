@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/diskimport/engine/internal/podmantest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 const (

@@ -1,5 +1,7 @@
 // Package errdefs holds the error values every layer of the engine returns
-// and callers branch on with errors.Is / errors.As. It is a leaf package so
+// and callers branch on with errors.Is / errors.As. It is for programs that
+// act on why an import failed (retry, report, ask for a larger volume) and
+// for a custom source's errors (package datasource). It is a leaf package so
 // that sources, the qemu wrapper, targets and the public importer package can
 // all share one set of sentinels; the importer package re-exports them.
 package errdefs

@@ -14,7 +14,7 @@ import (
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // readPrefix returns the first n bytes of path.

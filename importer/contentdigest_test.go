@@ -15,8 +15,8 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/regtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // containers makes one disk in every container the engine reads, each

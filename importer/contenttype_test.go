@@ -12,8 +12,8 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 )
 
 func TestImportArchive(t *testing.T) {

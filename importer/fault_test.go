@@ -25,7 +25,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // Faults caused for real: a target or scratch filesystem that fills up, a

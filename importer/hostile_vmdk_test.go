@@ -22,8 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/hostileimg"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/hostileimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // vmdkSecretSize is the secret file's size: 2048 sectors, the extent size

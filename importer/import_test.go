@@ -15,7 +15,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 const imageSize = 5<<20 + 64<<10 // not a multiple of the 4 MiB copy buffer

@@ -22,8 +22,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/farmirror"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/farmirror"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // rangeCounter wraps a handler and counts the requests with a Range header.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/farmirror"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/farmirror"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // ifRangeIgnoringServer serves an object and its byte ranges itself and

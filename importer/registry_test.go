@@ -15,8 +15,8 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/regtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // regDisks are the test disks: one raw source and its qcow2 / qcow2.xz.

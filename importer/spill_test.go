@@ -12,12 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/hostileimg"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/streamdecode"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/hostileimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // The stream decoder's spill: clusters that arrive before their tables go

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // qemu-img converts onto a block device through the engine's NBD export of

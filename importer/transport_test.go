@@ -25,7 +25,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // A caller's *tls.Config or http.RoundTripper carries the requests.

@@ -1,6 +1,8 @@
 // Package qemu runs qemu-img (info, check, convert, compare, resize, create)
 // confined and within resource limits, for images that may have been
-// crafted by an attacker.
+// crafted by an attacker. It is for programs that run qemu-img on images
+// they did not make (the importer runs every conversion through it) and
+// want its answers without trusting the image.
 //
 // Every run goes through internal/sandbox: our own binary is re-executed,
 // restricts itself with a Landlock ruleset, sets RLIMIT_AS and RLIMIT_CPU

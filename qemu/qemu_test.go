@@ -14,7 +14,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/sandbox"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

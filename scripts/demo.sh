@@ -24,7 +24,7 @@ qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$work/disk.qcow2"
 xz -T0 -k "$work/disk.qcow2"
 mkdir "$work/www" && mv "$work/disk.qcow2.xz" "$work/www/"
 
-go build -o "$work/demoserve" ./internal/demoserve
+go build -o "$work/demoserve" ./scripts/demoserve
 "$work/demoserve" "$work/www" > "$work/url" &
 server=$!
 for _ in $(seq 50); do [ -s "$work/url" ] && break; sleep 0.1; done

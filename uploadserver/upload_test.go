@@ -19,8 +19,8 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 	"github.com/diskimport/engine/uploadserver"
 )
 

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // runDecode decodes a file with the engine's own decoder stack

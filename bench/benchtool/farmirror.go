@@ -9,10 +9,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/diskimport/engine/internal/farmirror"
+	"github.com/diskimport/engine/internal/testkit/farmirror"
 )
 
-// runFarmirror serves a directory as a far mirror (internal/farmirror):
+// runFarmirror serves a directory as a far mirror (internal/testkit/farmirror):
 // each connection paced to -rate, each response delayed by -first-byte.
 // It prints the base URL and serves until SIGTERM or SIGINT.
 func runFarmirror(args []string) error {

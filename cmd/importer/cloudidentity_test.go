@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/objtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestEnvS3WebIdentityNoKeys: a CDI importer pod with no Secret at all,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 func TestCLIDeltaPassReportsWhatItSent(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 )
 
 // The controller mounts each secret of extra headers at /extraheaders/<n>/,

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 )
 
 // On the command line each source that is not a disk image fails with

@@ -13,13 +13,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/docblocks"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/docblocks"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // readmeExamples are the blocks of README.md that tests run: commands
 // (checked against the Makefile and CI below), image, cli and library
-// here, podman in internal/imagetest (TestREADMEImageExample, under make
+// here, podman in internal/testkit/imagetest (TestREADMEImageExample, under make
 // image-test, where the image is built).
 var readmeExamples = []string{"commands", "image", "cli", "library-main", "library", "podman"}
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/objtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // cloudIdentity is what TestNoSecretInAnyOutput needs for the cloud

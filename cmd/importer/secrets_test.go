@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/objtest"
-	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/regtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // Secrets of TestNoSecretInAnyOutput, each unlike anything else an import

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/objtest"
-	"github.com/diskimport/engine/internal/regtest"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/objtest"
+	"github.com/diskimport/engine/internal/testkit/regtest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestCLIObjectStores: s3:// with --s3-endpoint and --creds, gs:// with

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/hostileimg"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/hostileimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestCLINoStreamDecode: a local qcow2.xz is decoded straight onto DEST by

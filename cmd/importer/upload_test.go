@@ -19,9 +19,9 @@ import (
 
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/cloner"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testpki"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testpki"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 	"github.com/diskimport/engine/uploadserver"
 )
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 	"github.com/diskimport/engine/uploadserver"
 )
 

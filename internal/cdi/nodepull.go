@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/envlabels"
 )
 
 // ReadyFileTimeout bounds the wait for the node-pull server's ready file.
@@ -176,7 +176,7 @@ func (n *NodePull) ServerLabels(ctx context.Context, endpoint string) (map[strin
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
 		return nil, fmt.Errorf("reading the node-pull server's environment: %w", err)
 	}
-	return datasource.EnvLabels(body.Env), nil
+	return envlabels.FromEnv(body.Env), nil
 }
 
 // Done creates the done file (once: an existing one is left alone).

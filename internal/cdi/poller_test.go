@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/kubeapitest"
-	"github.com/diskimport/engine/internal/regtest"
+	"github.com/diskimport/engine/internal/testkit/kubeapitest"
+	"github.com/diskimport/engine/internal/testkit/regtest"
 )
 
 // pollerPod is the poller's pod: the service account's token and CA

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testtar"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testtar"
 )
 
 var phaseGauge = regexp.MustCompile(`^diskimport_phase\{phase="([A-Za-z]+)"\} (\S+)$`)

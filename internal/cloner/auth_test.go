@@ -13,8 +13,8 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cloner"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 )
 
 // TestCloneRefusesUnauthorizedClients: a certificate of another CA, one of

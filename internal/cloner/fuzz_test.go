@@ -12,7 +12,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/delta"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // FuzzTreeDeltaRecords: a filesystem volume's manifest and the sparse-v2

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/testimg"
-	"github.com/diskimport/engine/internal/testpki"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+	"github.com/diskimport/engine/internal/testkit/testpki"
 	"github.com/diskimport/engine/uploadserver"
 )
 

@@ -20,7 +20,7 @@ import (
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/iostage"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/uploadserver"
 )
 

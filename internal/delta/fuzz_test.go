@@ -10,7 +10,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/delta"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // fuzzVolumes is where the fuzz targets open volumes: a tmpfs (files of

@@ -12,7 +12,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/delta"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // receivedSink hands a sender's runs to a ReceivedPass, as the upload

@@ -17,7 +17,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/delta"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestManifestRefusesEntriesOutOfTheVolume: a manifest naming a path out

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/diskimport/engine/archive"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/archive"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 )
 

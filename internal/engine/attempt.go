@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/diskimport/engine/datasource"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/nbdserver"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"

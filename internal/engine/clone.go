@@ -6,8 +6,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blockdev"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/volume"
 )
 

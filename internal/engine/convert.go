@@ -6,10 +6,10 @@ import (
 	"math"
 	"os"
 
-	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/nbdserver"
+	"github.com/diskimport/engine/internal/sourceio"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )
@@ -42,7 +42,7 @@ func (c *conversion) run(ctx context.Context) error {
 		dst = c.device.QemuSpec()
 	}
 	if a.plan.Route == RouteInPlace {
-		a.meter.inPlaceSize.Store(datasource.LocalAllocatedSize(in.path))
+		a.meter.inPlaceSize.Store(sourceio.LocalAllocatedSize(in.path))
 	}
 	applied, err := a.qemu.Convert(ctx, in.path, dst, qemu.ConvertOptions{
 		SrcFormat:    in.format.QemuName(),

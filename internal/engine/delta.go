@@ -5,9 +5,9 @@ import (
 	"errors"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/delta"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // deltaPass is a delta pass as the steps RouteDelta's phases run, in

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/diskimport/engine/datasource"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/delta"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 )
 

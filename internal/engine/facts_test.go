@@ -11,7 +11,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/iostage"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // Info reads over ranges only what decide will read: the probe where

@@ -12,7 +12,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/sourceio"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -146,7 +147,7 @@ func importWithRestarts(ctx context.Context, r Request) (*Result, error) {
 	start := time.Now()
 	for restarts := 0; ; restarts++ {
 		res, err := importOnce(ctx, r, start)
-		res.Retries = datasource.Retries(r.Source)
+		res.Retries = sourceio.Retries(r.Source)
 		var rc *routeClosedError
 		if err != nil && ctx.Err() == nil && errors.As(err, &rc) {
 			if then := r.closeRoute(rc.route); then != "" {

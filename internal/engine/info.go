@@ -6,7 +6,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/sourceio"
 	"github.com/diskimport/engine/internal/volume"
 )
 
@@ -129,7 +130,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 		// A DMG is known only by its last sector: read it now, so a local
 		// one is refused before a byte reaches the target (a stream is
 		// refused at its end, before its held-back head is written).
-		tail, err := datasource.ReadTail(ctx, st, format.FixedVHDFooterLen)
+		tail, err := sourceio.ReadTail(ctx, st, format.FixedVHDFooterLen)
 		if err != nil {
 			return err
 		}
@@ -148,7 +149,7 @@ func (a *attempt) checkEarlySize(ctx context.Context, img *format.Image, st *dat
 	// which does not go to the disk. Where the end can be read now (a local
 	// file or device, or a server that serves ranges), decide before a byte
 	// is written; a plain stream is decided at its end (copyRaw).
-	tail, err := datasource.ReadTail(ctx, st, format.FixedVHDFooterLen)
+	tail, err := sourceio.ReadTail(ctx, st, format.FixedVHDFooterLen)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/sourceio"
 )
 
 // Inspection is what Inspect found out about a source without importing
@@ -70,7 +71,7 @@ func Inspect(ctx context.Context, r Request) (*Inspection, error) {
 		return in, refusal(in, err)
 	}
 	if a.caps.LocalPath != "" {
-		in.AllocatedSize = datasource.LocalAllocatedSize(a.caps.LocalPath)
+		in.AllocatedSize = sourceio.LocalAllocatedSize(a.caps.LocalPath)
 	}
 	if len(img.Compressions) > 0 && img.Compressions[0] == format.XZ {
 		in.UncompressedSize = a.xzUncompressedSize(ctx, st)
@@ -107,7 +108,7 @@ func inspectRawEnd(ctx context.Context, in *Inspection, img *format.Image, st *d
 	if img.Format != format.Raw || len(img.Compressions) > 0 || st.Size < format.FixedVHDFooterLen {
 		return nil
 	}
-	tail, err := datasource.ReadTail(ctx, st, format.FixedVHDFooterLen)
+	tail, err := sourceio.ReadTail(ctx, st, format.FixedVHDFooterLen)
 	if err != nil || tail == nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func refusal(in *Inspection, err error) error {
 // file, or over ranges) for its uncompressed size; -1 when the source
 // cannot be read that way or its index does not add up.
 func (a *attempt) xzUncompressedSize(ctx context.Context, st *datasource.Transfer) int64 {
-	r, err := datasource.OpenAtRandom(ctx, st)
+	r, err := sourceio.OpenAtRandom(ctx, st)
 	if r == nil && err == nil {
 		return -1
 	}

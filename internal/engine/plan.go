@@ -1,6 +1,6 @@
 package engine
 
-import "github.com/diskimport/engine/format"
+import "github.com/diskimport/engine/internal/format"
 
 // Route is the way the bytes take from the source to the target, decided
 // once by Info from the headers.

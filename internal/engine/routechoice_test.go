@@ -9,8 +9,8 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/delta"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // The phases of ARCHITECTURE.md's route table, written out.

@@ -7,7 +7,7 @@ import (
 	"maps"
 
 	"github.com/diskimport/engine/datasource"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 )
 

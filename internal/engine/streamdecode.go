@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/streamdecode"
 	"github.com/diskimport/engine/internal/volume"

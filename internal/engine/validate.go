@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/nbdserver"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"

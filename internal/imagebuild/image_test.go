@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/internal/sandbox"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // hostRecipe is the recipe make image uses, with the importer replaced by

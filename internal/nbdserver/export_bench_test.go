@@ -20,7 +20,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/nbdserver"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/volume"
 	"github.com/diskimport/engine/qemu"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // The bench disk: 512 MiB virtual, about 35 % data.

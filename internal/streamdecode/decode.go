@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // Decode dispatches to the decoder of format f (as format.Open found it);

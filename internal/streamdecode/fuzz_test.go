@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // boundsSink discards writes after checking they stay inside the disk.
@@ -171,12 +171,12 @@ func FuzzVHDXTables(f *testing.F) {
 				f.Fatal(err)
 			}
 			bat, meta := vhdxSeedRegions(b)
-			f.Add(bytes.TrimRight(meta[:vhdxMetaTableLen+4096], "\x00"), bat[:64])
+			f.Add(bytes.TrimRight(meta[:format.VHDXMetadataTableLen+4096], "\x00"), bat[:64])
 		}
 	}
 	f.Fuzz(func(t *testing.T, meta, bat []byte) {
-		if len(meta) < vhdxMetaTableLen+4096 {
-			meta = append(meta, make([]byte, vhdxMetaTableLen+4096-len(meta))...)
+		if len(meta) < format.VHDXMetadataTableLen+4096 {
+			meta = append(meta, make([]byte, format.VHDXMetadataTableLen+4096-len(meta))...)
 		}
 		l, err := vhdxLayout(meta, bat, nil, 1<<40)
 		if err != nil {

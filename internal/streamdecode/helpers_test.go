@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // rawDisk writes a raw disk of size bytes where about dataPct percent of

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // TestThroughFormatOpen is the seam the engine uses: format.Open peels

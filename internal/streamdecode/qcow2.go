@@ -7,8 +7,8 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/buffers"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 )
 

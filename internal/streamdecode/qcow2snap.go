@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // Internal snapshots of a qcow2 are not decoded (only the active layer

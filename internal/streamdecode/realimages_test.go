@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // realImagesDir holds the shared corpus of real images (xz-compressed).

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // The hashed sink keeps its sink's kind and digests the disk the sink

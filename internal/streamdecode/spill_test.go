@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // lateImage is a qcow2 whose active L2 table comes after nearly all the

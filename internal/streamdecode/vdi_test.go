@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // vdiLayout reads what a test needs of a VDI.

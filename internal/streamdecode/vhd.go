@@ -7,7 +7,7 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // Dynamic VHD layout (Microsoft "Virtual Hard Disk Image Format

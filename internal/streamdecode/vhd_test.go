@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/hostileimg"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/hostileimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // blockImageCase is one generated VHD or VDI: how to make it from a raw

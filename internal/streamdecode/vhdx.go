@@ -4,68 +4,28 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"strings"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
+	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/iostage"
 )
 
-// VHDX layout (MS-VHDX, little endian): the first MiB holds the file
-// identifier, two headers (64 and 128 KiB) and two region tables (192 and
-// 256 KiB); the regions they name (BAT, metadata) and the log lie at 1 MiB
-// multiples after it, then the payload blocks. qemu and Hyper-V put the
-// log, metadata and BAT right after the first MiB and every payload block
-// after them.
+// VHDX layout (MS-VHDX, little endian; the headers, tables and GUIDs are
+// format's, shared with its structure check): the first MiB holds the file
+// identifier, two headers and two region tables; the regions they name
+// (BAT, metadata) and the log lie at 1 MiB multiples after it, then the
+// payload blocks. qemu and Hyper-V put the log, metadata and BAT right
+// after the first MiB and every payload block after them.
 const (
-	vhdxHeadLen        = 1 << 20
-	vhdxHeader1        = 64 << 10
-	vhdxHeader2        = 128 << 10
-	vhdxHeaderLen      = 4 << 10
-	vhdxRegionTable1   = 192 << 10
-	vhdxRegionTableLen = 64 << 10
-	vhdxMaxEntries     = 2047
-	vhdxMiB            = 1 << 20
-	vhdxMetaTableLen   = 64 << 10
+	vhdxHeadLen = 1 << 20
+	vhdxMiB     = 1 << 20
 
 	vhdxBlockZeroStates = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<5 // not present, undefined, zero, unmapped (and its v0.95 value)
 	vhdxBlockPresent    = 6
 	vhdxBATOffsetMask   = ^uint64(vhdxMiB - 1)
-	vhdxMetaRequired    = 1 << 2
-	vhdxHasParent       = 1 << 1
 )
-
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
-
-// GUIDs as stored (first three fields little endian).
-var (
-	vhdxBATGUID      = guid("2DC27766-F623-4200-9D64-115E9BFD4A08")
-	vhdxMetadataGUID = guid("8B7CA206-4790-4B9A-B8FE-575F050F886E")
-	vhdxFileParams   = guid("CAA16737-FA36-4D43-B3B6-33F0AA44E76B")
-	vhdxDiskSize     = guid("2FA54224-CD1B-4876-B211-5DBED83BF4B8")
-	vhdxPage83       = guid("BECA12AB-B2E6-4523-93EF-C309E000C746")
-	vhdxLogicalSS    = guid("8141BF1D-A96F-4709-BA47-F233A8FAAB5F")
-	vhdxPhysicalSS   = guid("CDA348C7-445D-4471-9CC9-E9885251C556")
-	vhdxParentLoc    = guid("A8D35F2D-B30B-454D-ABF7-D3D84834AB0C")
-)
-
-// guid turns the text form into the stored bytes.
-func guid(s string) [16]byte {
-	raw, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	if err != nil || len(raw) != 16 {
-		panic("vhdx: bad GUID literal " + s)
-	}
-	b := [16]byte(raw)
-	// Data1, Data2, Data3 are little endian.
-	b[0], b[1], b[2], b[3] = b[3], b[2], b[1], b[0]
-	b[4], b[5] = b[5], b[4]
-	b[6], b[7] = b[7], b[6]
-	return b
-}
 
 // DecodeVHDX reads a VHDX from r, from its first byte on, and writes the
 // guest disk to sink, applying qemu's checks as the bytes pass: a valid
@@ -132,14 +92,9 @@ func vhdxHeader(head []byte) (span, error) {
 	le := binary.LittleEndian
 	var cur []byte
 	var seq uint64
-	for _, off := range []int{vhdxHeader1, vhdxHeader2} {
-		h := bytes.Clone(head[off : off+vhdxHeaderLen])
-		if !bytes.HasPrefix(h, []byte("head")) {
-			continue
-		}
-		want := le.Uint32(h[4:])
-		clear(h[4:8])
-		if crc32.Checksum(h, crc32c) != want {
+	for _, off := range []int{format.VHDXHeader1, format.VHDXHeader2} {
+		h := head[off : off+format.VHDXHeaderLen]
+		if !format.VHDXIntact(h, "head") {
 			continue
 		}
 		switch s := le.Uint64(h[8:]); {
@@ -177,55 +132,44 @@ func vhdxHeader(head []byte) (span, error) {
 // is damaged, whatever the second holds (tested), and the decoder must not
 // accept what qemu refuses.
 func vhdxRegions(head []byte) (bat, meta span, err error) {
-	le := binary.LittleEndian
-	err = fmt.Errorf("vhdx: the region table at %d is damaged (signature or CRC-32C): %w", vhdxRegionTable1, errdefs.ErrInvalidImage)
-	for _, off := range []int{vhdxRegionTable1} {
-		t := bytes.Clone(head[off : off+vhdxRegionTableLen])
-		if !bytes.HasPrefix(t, []byte("regi")) {
-			continue
-		}
-		want := le.Uint32(t[4:])
-		clear(t[4:8])
-		if crc32.Checksum(t, crc32c) != want {
-			continue
-		}
-		n := le.Uint32(t[8:])
-		if n > vhdxMaxEntries {
-			return bat, meta, fmt.Errorf("vhdx: region table of %d entries: %w", n, errdefs.ErrInvalidImage)
-		}
-		var haveBAT, haveMeta bool
-		for i := range n {
-			e := t[16+32*i:]
-			start, length, required := le.Uint64(e[16:]), uint64(le.Uint32(e[24:])), le.Uint32(e[28:])&1 != 0
-			if start%vhdxMiB != 0 || length%vhdxMiB != 0 || start < vhdxMiB || start > 1<<50 {
-				return bat, meta, fmt.Errorf("vhdx: region %d at %d (+%d) not aligned to 1 MiB: %w", i, start, length, errdefs.ErrInvalidImage)
-			}
-			s := span{start, start + length, ""}
-			switch [16]byte(e[:16]) {
-			case vhdxBATGUID:
-				if haveBAT {
-					return bat, meta, fmt.Errorf("vhdx: two BAT regions: %w", errdefs.ErrInvalidImage)
-				}
-				haveBAT, bat = true, s
-				bat.what = "BAT"
-			case vhdxMetadataGUID:
-				if haveMeta {
-					return bat, meta, fmt.Errorf("vhdx: two metadata regions: %w", errdefs.ErrInvalidImage)
-				}
-				haveMeta, meta = true, s
-				meta.what = "metadata region"
-			default:
-				if required {
-					return bat, meta, fmt.Errorf("vhdx: region %d of a required kind the decoder does not know: %w", i, errdefs.ErrNotStreamable)
-				}
-			}
-		}
-		if !haveBAT || !haveMeta {
-			return bat, meta, fmt.Errorf("vhdx: the region table lacks the BAT or the metadata region: %w", errdefs.ErrInvalidImage)
-		}
-		return bat, meta, nil
+	off := format.VHDXRegionTable1
+	regions, n, err := format.ParseVHDXRegionTable(head[off:off+format.VHDXRegionTableLen], int64(off))
+	if err != nil {
+		return bat, meta, fmt.Errorf("vhdx: the region table at %d is damaged (signature or CRC-32C): %w", off, errdefs.ErrInvalidImage)
 	}
-	return bat, meta, err
+	if n > format.VHDXMaxEntries {
+		return bat, meta, fmt.Errorf("vhdx: region table of %d entries: %w", n, errdefs.ErrInvalidImage)
+	}
+	var haveBAT, haveMeta bool
+	for i, e := range regions {
+		start, length := e.Start, e.Length
+		if start%vhdxMiB != 0 || length%vhdxMiB != 0 || start < vhdxMiB || start > 1<<50 {
+			return bat, meta, fmt.Errorf("vhdx: region %d at %d (+%d) not aligned to 1 MiB: %w", i, start, length, errdefs.ErrInvalidImage)
+		}
+		s := span{start, start + length, ""}
+		switch e.GUID {
+		case format.VHDXBATRegion:
+			if haveBAT {
+				return bat, meta, fmt.Errorf("vhdx: two BAT regions: %w", errdefs.ErrInvalidImage)
+			}
+			haveBAT, bat = true, s
+			bat.what = "BAT"
+		case format.VHDXMetadataRegion:
+			if haveMeta {
+				return bat, meta, fmt.Errorf("vhdx: two metadata regions: %w", errdefs.ErrInvalidImage)
+			}
+			haveMeta, meta = true, s
+			meta.what = "metadata region"
+		default:
+			if e.Required {
+				return bat, meta, fmt.Errorf("vhdx: region %d of a required kind the decoder does not know: %w", i, errdefs.ErrNotStreamable)
+			}
+		}
+	}
+	if !haveBAT || !haveMeta {
+		return bat, meta, fmt.Errorf("vhdx: the region table lacks the BAT or the metadata region: %w", errdefs.ErrInvalidImage)
+	}
+	return bat, meta, nil
 }
 
 // vhdxLayout reads the metadata items and the BAT; the stored blocks are
@@ -235,22 +179,21 @@ func vhdxLayout(meta, bat []byte, extents []blockExtent, maxVirtual int64) (bloc
 	inv := func(f string, a ...any) (blockLayout, error) {
 		return blockLayout{}, fmt.Errorf("vhdx: "+f+": %w", append(a, errdefs.ErrInvalidImage)...)
 	}
-	if len(meta) < vhdxMetaTableLen || !bytes.HasPrefix(meta, []byte("metadata")) {
+	table, n, ok := format.ParseVHDXMetadataTable(meta)
+	if !ok {
 		return inv("no metadata table")
 	}
-	n := int(le.Uint16(meta[10:]))
-	if n > vhdxMaxEntries {
+	if n > format.VHDXMaxEntries {
 		return inv("metadata table of %d entries", n)
 	}
 	items := map[[16]byte][]byte{}
-	for i := range n {
-		e := meta[32+32*i:]
-		id := [16]byte(e[:16])
-		off, length, flags := uint64(le.Uint32(e[16:])), uint64(le.Uint32(e[20:])), le.Uint32(e[24:])
+	for i, e := range table {
+		id, off, length := e.GUID, e.Offset, e.Length
 		switch id {
-		case vhdxFileParams, vhdxDiskSize, vhdxPage83, vhdxLogicalSS, vhdxPhysicalSS, vhdxParentLoc:
+		case format.VHDXFileParameters, format.VHDXVirtualDiskSize, format.VHDXPage83Data,
+			format.VHDXLogicalSectorSize, format.VHDXPhysicalSectorSize, format.VHDXParentLocator:
 		default:
-			if flags&vhdxMetaRequired != 0 {
+			if e.Required {
 				return blockLayout{}, fmt.Errorf("vhdx: metadata item %d of a required kind the decoder does not know: %w", i, errdefs.ErrNotStreamable)
 			}
 			continue
@@ -258,7 +201,7 @@ func vhdxLayout(meta, bat []byte, extents []blockExtent, maxVirtual int64) (bloc
 		if _, dup := items[id]; dup {
 			return inv("metadata item %d given twice", i)
 		}
-		if off < vhdxMetaTableLen || off+length > uint64(len(meta)) {
+		if off < format.VHDXMetadataTableLen || off+length > uint64(len(meta)) {
 			return blockLayout{}, fmt.Errorf("vhdx: metadata item %d at %d (+%d) outside the metadata region: %w", i, off, length, errdefs.ErrNotStreamable)
 		}
 		items[id] = meta[off : off+length]
@@ -270,26 +213,26 @@ func vhdxLayout(meta, bat []byte, extents []blockExtent, maxVirtual int64) (bloc
 		}
 		return b, nil
 	}
-	fp, err := need(vhdxFileParams, 8, "file parameters")
+	fp, err := need(format.VHDXFileParameters, 8, "file parameters")
 	if err != nil {
 		return blockLayout{}, err
 	}
-	ds, err := need(vhdxDiskSize, 8, "virtual disk size")
+	ds, err := need(format.VHDXVirtualDiskSize, 8, "virtual disk size")
 	if err != nil {
 		return blockLayout{}, err
 	}
-	lss, err := need(vhdxLogicalSS, 4, "logical sector size")
+	lss, err := need(format.VHDXLogicalSectorSize, 4, "logical sector size")
 	if err != nil {
 		return blockLayout{}, err
 	}
-	pss, err := need(vhdxPhysicalSS, 4, "physical sector size")
+	pss, err := need(format.VHDXPhysicalSectorSize, 4, "physical sector size")
 	if err != nil {
 		return blockLayout{}, err
 	}
-	if _, err := need(vhdxPage83, 16, "page 83 data"); err != nil {
+	if _, err := need(format.VHDXPage83Data, 16, "page 83 data"); err != nil {
 		return blockLayout{}, err
 	}
-	if le.Uint32(fp[4:])&vhdxHasParent != 0 {
+	if le.Uint32(fp[4:])&format.VHDXHasParent != 0 {
 		return blockLayout{}, fmt.Errorf("vhdx: differencing disk refers to a parent image: %w", errdefs.ErrUnsafeImage)
 	}
 	blockSize := uint64(le.Uint32(fp))

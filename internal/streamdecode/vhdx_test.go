@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 func TestVHDXLayouts(t *testing.T) {
@@ -68,19 +68,19 @@ func readVHDXFile(t *testing.T, b []byte) vhdxFile {
 	t.Helper()
 	le := binary.LittleEndian
 	var f vhdxFile
-	rt := b[vhdxRegionTable1:]
+	rt := b[format.VHDXRegionTable1:]
 	for i := range le.Uint32(rt[8:]) {
 		e := rt[16+32*i:]
 		switch [16]byte(e[:16]) {
-		case vhdxBATGUID:
+		case format.VHDXBATRegion:
 			f.bat = le.Uint64(e[16:])
-		case vhdxMetadataGUID:
+		case format.VHDXMetadataRegion:
 			f.meta = le.Uint64(e[16:])
 		}
 	}
-	f.header = vhdxHeader1
-	if le.Uint64(b[vhdxHeader2+8:]) > le.Uint64(b[vhdxHeader1+8:]) {
-		f.header = vhdxHeader2
+	f.header = format.VHDXHeader1
+	if le.Uint64(b[format.VHDXHeader2+8:]) > le.Uint64(b[format.VHDXHeader1+8:]) {
+		f.header = format.VHDXHeader2
 	}
 	return f
 }
@@ -125,52 +125,52 @@ func TestVHDXCorrupt(t *testing.T) {
 		{"partially-present", entry(2, first+2<<20|7), inv},
 		{"bad-region-table-1", func(_ *testing.T, b []byte) []byte {
 			// qemu refuses it even with a good second copy.
-			b[vhdxRegionTable1+100]++
+			b[format.VHDXRegionTable1+100]++
 			return b
 		}, inv},
 		{"bad-header-crcs", func(_ *testing.T, b []byte) []byte {
-			b[vhdxHeader1+200]++
-			b[vhdxHeader2+200]++
+			b[format.VHDXHeader1+200]++
+			b[format.VHDXHeader2+200]++
 			return b
 		}, inv},
 		{"same-sequence-different-headers", func(_ *testing.T, b []byte) []byte {
-			le.PutUint64(b[vhdxHeader1+8:], 7)
-			le.PutUint64(b[vhdxHeader2+8:], 7)
-			b[vhdxHeader1+16]++ // the file write GUIDs differ
-			fixCRC(b, vhdxHeader1, vhdxHeaderLen)
-			fixCRC(b, vhdxHeader2, vhdxHeaderLen)
+			le.PutUint64(b[format.VHDXHeader1+8:], 7)
+			le.PutUint64(b[format.VHDXHeader2+8:], 7)
+			b[format.VHDXHeader1+16]++ // the file write GUIDs differ
+			fixCRC(b, format.VHDXHeader1, format.VHDXHeaderLen)
+			fixCRC(b, format.VHDXHeader2, format.VHDXHeaderLen)
 			return b
 		}, inv},
 		{"log-at-0", func(_ *testing.T, b []byte) []byte {
-			for _, h := range []int{vhdxHeader1, vhdxHeader2} {
+			for _, h := range []int{format.VHDXHeader1, format.VHDXHeader2} {
 				le.PutUint64(b[h+72:], 0)
-				fixCRC(b, h, vhdxHeaderLen)
+				fixCRC(b, h, format.VHDXHeaderLen)
 			}
 			return b
 		}, inv},
 		{"log-version", func(_ *testing.T, b []byte) []byte {
-			for _, h := range []int{vhdxHeader1, vhdxHeader2} {
+			for _, h := range []int{format.VHDXHeader1, format.VHDXHeader2} {
 				le.PutUint16(b[h+64:], 1)
-				fixCRC(b, h, vhdxHeaderLen)
+				fixCRC(b, h, format.VHDXHeaderLen)
 			}
 			return b
 		}, inv},
 		{"differencing", func(_ *testing.T, b []byte) []byte {
-			fp := vhdxItem(t, b, v, vhdxFileParams)
-			b[fp+4] |= vhdxHasParent
+			fp := vhdxItem(t, b, v, format.VHDXFileParameters)
+			b[fp+4] |= format.VHDXHasParent
 			return b
 		}, errdefs.ErrUnsafeImage},
 		{"log-to-replay", func(_ *testing.T, b []byte) []byte {
 			b[v.header+48] = 1
-			fixCRC(b, v.header, vhdxHeaderLen)
+			fixCRC(b, v.header, format.VHDXHeaderLen)
 			return b
 		}, errdefs.ErrNotStreamable},
 		{"4k-sectors", func(_ *testing.T, b []byte) []byte {
-			le.PutUint32(b[vhdxItem(t, b, v, vhdxLogicalSS):], 4096)
+			le.PutUint32(b[vhdxItem(t, b, v, format.VHDXLogicalSectorSize):], 4096)
 			return b
 		}, errdefs.ErrNotStreamable},
 		{"block-size", func(_ *testing.T, b []byte) []byte {
-			le.PutUint32(b[vhdxItem(t, b, v, vhdxFileParams):], 3<<20)
+			le.PutUint32(b[vhdxItem(t, b, v, format.VHDXFileParameters):], 3<<20)
 			return b
 		}, inv},
 	})

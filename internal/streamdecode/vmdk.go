@@ -10,8 +10,8 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/format"
 	"github.com/diskimport/engine/internal/buffers"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // streamOptimized vmdk layout (VMware "Virtual Disk Format 1.1"): the

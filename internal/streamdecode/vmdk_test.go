@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 func makeStreamVMDK(t testing.TB, raw, dir string) string {

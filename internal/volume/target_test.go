@@ -22,7 +22,7 @@ import (
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/iostage"
-	"github.com/diskimport/engine/internal/testimg"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/volume"
 )
 

@@ -34,7 +34,7 @@ echo "build: kubernetes $(( t1 - t0 )) s"
 # The bench's tool serves the registry DataVolumes' containerdisks (benchtool registry).
 s=$(date +%s)
 cd "$ROOT"
-nice -n 19 "$GO" build -trimpath -ldflags "-s -w" -o "$OUT/benchtool" ./bench/benchtool
+nice -n 19 "$GO" -C bench build -trimpath -ldflags "-s -w" -o "$OUT/benchtool" ./benchtool
 echo "build: benchtool $(($(date +%s) - s)) s"
 
 if [ "${E2E_SKIP_IMAGE:-}" != 1 ]; then

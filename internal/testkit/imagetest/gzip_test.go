@@ -1,0 +1,50 @@
+package imagetest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/diskimport/engine/internal/testkit/podmantest"
+	"github.com/diskimport/engine/internal/testkit/testimg"
+)
+
+// TestGzipDecodedByIgzip imports a raw.gz with the image as CDI's
+// importer pod: the engine finds the image's igzip on PATH and decodes
+// with it (its debug log, on with CDI's -v=1, names the program), and the
+// volume holds the disk byte for byte.
+func TestGzipDecodedByIgzip(t *testing.T) {
+	img := loadImage(t)
+	testimg.Need(t, "gzip")
+	dir := t.TempDir()
+	served := filepath.Join(dir, "served")
+	if err := os.Mkdir(served, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw := testimg.Raw(t, served, "disk.raw", diskSize, 19)
+	gz := testimg.Compress(t, raw, "gz")
+	data := volumeDir(t, dir, "data")
+	termLog := terminationLog(t, dir)
+	r := img.podman.Run(podmantest.Container{
+		Image:      img.id,
+		Args:       cdiArgs,
+		Env:        controllerEnv(t, testimg.Serve(t, served)+filepath.Base(gz)),
+		Volumes:    []string{data + ":/data", termLog + ":/dev/termination-log"},
+		Groups:     []string{"107"},
+		HostNet:    true,
+		CapDropAll: true,
+	}, importTimeout)
+	if r.ExitCode != 0 {
+		t.Fatalf("importer exited %d\n%s%s", r.ExitCode, r.Stdout, r.Stderr)
+	}
+	if !strings.Contains(r.Stderr, `msg="decoding gzip with an external process" igzip=/usr/bin/igzip`) {
+		t.Errorf("the gzip stream was not decoded by the image's igzip:\n%s", r.Stderr)
+	}
+	if got, want := testimg.Digest(t, filepath.Join(data, "disk.img"), diskSize), testimg.Digest(t, raw, -1); got != want {
+		t.Errorf("disk.img's first %d bytes: sha256 %s, want the source's %s", diskSize, got, want)
+	}
+	if m := readTermination(t, termLog); m.Message != "Import Complete" || m.Compression != "gz" {
+		t.Errorf("termination message %+v, want Import Complete of a raw.gz", m)
+	}
+}
