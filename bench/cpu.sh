@@ -14,7 +14,11 @@
 #
 # Environment: BENCH_IMG (a directory of bench disks made by bench/images.sh;
 # default bench/cache/img-256M), BENCH_RUNS (3), BENCH_IMPORTER (a binary;
-# default: built from this tree), BENCH_QUOTA_US (75000).
+# default: built from this tree), BENCH_BEFORE (another importer binary, an
+# earlier build: each run then imports with it first, interleaved, and the
+# line adds its median and the median of the runs' ratios ours/before,
+# which the machine's load moves far less than the seconds),
+# BENCH_QUOTA_US (75000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -74,12 +78,14 @@ incg() {
 		return 1
 	fi
 }
+# pod_cmd CASE [BINARY]
 pod_cmd() {
+	local bin=${2:-$imp}
 	echo "exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/disk.$1 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize \
 PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench ${BENCH_ENV:-} \
 unshare --mount --propagation private sh $root/internal/testimg/pod.sh $work/podroot 0 \
-/dev/cdi-block-volume $loop /importer $imp /scratch $work/scratch"
+/dev/cdi-block-volume $loop /importer $bin /scratch $work/scratch"
 }
 decoder_cmd() {
 	case $1 in
@@ -96,23 +102,33 @@ decoder_cmd() {
 median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 gib=$(awk -v s="$vsize" 'BEGIN{print s / 1073741824}')
 printf '# %s, %s runs, quota %s us/100 ms, load %s\n' "$img" "$runs" "$quota" "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-12s %9s %9s %9s %9s  %s\n' case ours_s ours_s/GiB dec_s dec_s/GiB runs
+before=${BENCH_BEFORE:-}
+printf '%-12s %9s %9s %9s %9s %9s %9s  %s\n' case ours_s ours_s/GiB dec_s dec_s/GiB before_s ours/before runs
+# check CASE: the loop device holds disk.raw's bytes.
+check() {
+	cmp -s -n "$vsize" "$loop" "$img/disk.raw" || { echo "cpu.sh: $1: the device differs from disk.raw" >&2; exit 1; }
+}
 for c in "${cases[@]}"; do
 	[[ -s $img/disk.$c ]] || { echo "cpu.sh: no $img/disk.$c" >&2; continue; }
-	o=() d=()
+	o=() d=() b=() q=()
 	for r in $(seq "$runs"); do
+		if [[ -n $before ]]; then
+			blkdiscard "$loop"
+			b+=("$(incg "$(pod_cmd "$c" "$before")")")
+			[[ $r == 1 ]] && check "$c before"
+		fi
 		blkdiscard "$loop"
 		o+=("$(incg "$(pod_cmd "$c")")")
-		if [[ $r == 1 ]] && ! cmp -s -n "$vsize" "$loop" "$img/disk.raw"; then
-			echo "cpu.sh: $c: the device differs from disk.raw" >&2
-			exit 1
-		fi
+		[[ $r == 1 ]] && check "$c"
+		[[ -n $before ]] && q+=("$(awk -v a="${o[-1]}" -v b="${b[-1]}" 'BEGIN{printf "%.3f", a / b}')")
 		dc=$(decoder_cmd "$c")
 		[[ -n $dc ]] && d+=("$(incg "$dc")")
 	done
 	om=$(printf '%s\n' "${o[@]}" | median)
-	dm=-
+	dm=- bm=- qm=-
 	[[ ${#d[@]} -gt 0 ]] && dm=$(printf '%s\n' "${d[@]}" | median)
-	printf '%-12s %9s %9.3f %9s %9s  ours %s dec %s\n' "$c" "$om" "$(awk -v a="$om" -v g="$gib" 'BEGIN{print a / g}')" \
-		"$dm" "$([[ $dm == - ]] && echo - || awk -v a="$dm" -v g="$gib" 'BEGIN{printf "%.3f", a / g}')" "${o[*]}" "${d[*]:-}"
+	[[ ${#b[@]} -gt 0 ]] && bm=$(printf '%s\n' "${b[@]}" | median) && qm=$(printf '%s\n' "${q[@]}" | median)
+	printf '%-12s %9s %9.3f %9s %9s %9s %9s  ours %s dec %s%s\n' "$c" "$om" "$(awk -v a="$om" -v g="$gib" 'BEGIN{print a / g}')" \
+		"$dm" "$([[ $dm == - ]] && echo - || awk -v a="$dm" -v g="$gib" 'BEGIN{printf "%.3f", a / g}')" "$bm" "$qm" \
+		"${o[*]}" "${d[*]:-}" "${b:+ before ${b[*]}}"
 done
