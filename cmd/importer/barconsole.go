@@ -24,14 +24,14 @@ import (
 // deferred wrap of xterm's and tmux's, and the cursor-up count would miss
 // that line. mpb reads the width before every frame, so a resized
 // terminal (SIGWINCH) gets frames of its new width from the next one on.
-// The lines the last frame takes are counted at the width of the frame
-// about to be drawn: a terminal that rewraps its lines when made narrower
-// (tmux, VTE) holds the last frame on more rows than it was drawn on.
+// The frame drawn before a terminal was made narrower is rewrapped by the
+// terminal, and its first row may stay above the new frames (tmux: counting
+// the rewrapped rows instead made every later frame a new line, measured).
 type barConsole struct {
 	bytes.Buffer
 	out *os.File
-	// last is the width of each line of the last frame drawn.
-	last []int
+	// last is how many lines of bars the last frame drew.
+	last int
 }
 
 func newBarConsole(out *os.File) *barConsole { return &barConsole{out: out} }
@@ -49,68 +49,17 @@ func (c *barConsole) GetTermSize() (width, height int, err error) {
 
 // Flush draws the frame buffered since the last one (log lines written
 // through mpb, then the bars, each line ending in a newline) over the
-// last frame. lines is how many lines of it are bars, to be drawn over
-// by the next frame.
+// last frame's bars. lines is how many lines of it are bars, to be drawn
+// over by the next frame.
 func (c *barConsole) Flush(lines int) error {
-	frame := c.Bytes()
-	cols, _, err := terminalSize(c.out)
-	if err != nil {
-		cols = 0
-	}
 	var head []byte
-	if rows := rowsTaken(c.last, cols); rows > 0 {
-		head = fmt.Appendf(nil, "\r\x1b[%dA\x1b[J", rows)
+	if c.last > 0 {
+		head = fmt.Appendf(nil, "\r\x1b[%dA\x1b[J", c.last)
 	}
-	_, err = c.out.Write(append(head, frame...))
-	c.last = lastLineWidths(frame, lines)
+	_, err := c.out.Write(append(head, c.Bytes()...))
+	c.last = lines
 	c.Reset()
 	return err
-}
-
-// rowsTaken is how many terminal rows lines of these widths take at cols
-// columns (each at least one; 0 cols: one each).
-func rowsTaken(widths []int, cols int) int {
-	rows := 0
-	for _, w := range widths {
-		if cols > 0 && w > cols {
-			rows += (w + cols - 1) / cols
-		} else {
-			rows++
-		}
-	}
-	return rows
-}
-
-// lastLineWidths is the width in columns of each of the last n lines of
-// frame (its lines end in newlines).
-func lastLineWidths(frame []byte, n int) []int {
-	lines := bytes.Split(bytes.TrimSuffix(frame, []byte("\n")), []byte("\n"))
-	if len(frame) == 0 || n <= 0 {
-		return nil
-	}
-	lines = lines[max(len(lines)-n, 0):]
-	widths := make([]int, len(lines))
-	for i, l := range lines {
-		widths[i] = displayWidth(l)
-	}
-	return widths
-}
-
-// displayWidth counts the columns of a line of the bar: its runes, less
-// any ANSI escape sequence (the bar draws none; a log line may).
-func displayWidth(l []byte) int {
-	n, esc := 0, false
-	for _, r := range string(l) {
-		switch {
-		case esc:
-			esc = !(r >= '@' && r <= '~' && r != '[')
-		case r == 0x1b:
-			esc = true
-		default:
-			n++
-		}
-	}
-	return n
 }
 
 // terminalSize is f's columns and rows.

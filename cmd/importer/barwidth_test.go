@@ -135,16 +135,3 @@ func TestBarNumbersGiveWayToTheBar(t *testing.T) {
 		}
 	}
 }
-
-// TestBarConsoleCountsRowsAtTheNewWidth: the last frame's lines are
-// counted in rows of the terminal's width now, wrapped ones as several.
-func TestBarConsoleCountsRowsAtTheNewWidth(t *testing.T) {
-	frame := []byte("a log line\n" + strings.Repeat("x", 119) + "\n")
-	widths := lastLineWidths(frame, 1)
-	assert.Equal(t, []int{119}, widths)
-	assert.Equal(t, 1, rowsTaken(widths, 120))
-	assert.Equal(t, 2, rowsTaken(widths, 60))
-	assert.Equal(t, 3, rowsTaken(widths, 50))
-	assert.Equal(t, 1, rowsTaken(widths, 0))
-	assert.Equal(t, 5, displayWidth([]byte("\x1b[31;1mhello\x1b[0m")))
-}
