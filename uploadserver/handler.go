@@ -307,7 +307,7 @@ func (h *Handler) finish(res *importer.Result, err error) {
 // the result from the status (Options.ResultGrace).
 func (h *Handler) finishAsync(res *importer.Result, err error) {
 	h.mu.Lock()
-	h.resultUnread = err == nil && h.opts.ResultGrace > 0
+	h.resultUnread = err == nil && h.opts.ResultGrace > 0 && !h.opts.KeepRunning
 	h.mu.Unlock()
 	h.finish(res, err)
 }

@@ -16,7 +16,7 @@ import (
 // asynchronous import leaves Done open until a status request was
 // answered Complete (then it closes), or until the grace ends with no
 // such request; a synchronous import, whose answer is its result, and a
-// server without ResultGrace (CDI's) close it at once.
+// server without ResultGrace (CDI's) close it at once; KeepRunning never.
 func TestAsyncResultIsReadBeforeDone(t *testing.T) {
 	raw := testimg.Raw(t, t.TempDir(), "disk.raw", 1<<20, 12)
 	closed := func(h *uploadserver.Handler) bool {
@@ -27,8 +27,8 @@ func TestAsyncResultIsReadBeforeDone(t *testing.T) {
 			return false
 		}
 	}
-	upload := func(t *testing.T, grace time.Duration, path string) (*uploadserver.Handler, string) {
-		h, base := serve(t, uploadserver.Options{Import: fileTarget(t), ResultGrace: grace})
+	upload := func(t *testing.T, grace time.Duration, path string, keepRunning ...bool) (*uploadserver.Handler, string) {
+		h, base := serve(t, uploadserver.Options{Import: fileTarget(t), ResultGrace: grace, KeepRunning: len(keepRunning) > 0})
 		code, body := post(t, base+path, raw, "", false)
 		require.Equal(t, http.StatusOK, code, body)
 		waitStatus(t, h, func(s uploadserver.Status) bool { return s.Complete })
@@ -54,4 +54,8 @@ func TestAsyncResultIsReadBeforeDone(t *testing.T) {
 	assert.True(t, closed(h), "a synchronous import's answer is its result")
 	h, _ = upload(t, 0, uploadserver.PathUploadAsync)
 	waitDone(h, "no grace")
+
+	h, base = upload(t, time.Hour, uploadserver.PathUploadAsync, true)
+	assert.True(t, getStatus(t, base, "").Complete)
+	assert.False(t, closed(h), "KeepRunning: never Done")
 }
