@@ -394,7 +394,7 @@ func (up *uploadRequest) send(ctx context.Context, log *slog.Logger, observe fun
 		return out, up.explain(err, out.sent)
 	}
 	if up.async {
-		if err := up.waitStatus(ctx, out, log); err != nil {
+		if err := up.waitStatus(ctx, out); err != nil {
 			return out, err
 		}
 	}
@@ -512,7 +512,7 @@ func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64,
 // Complete (uploadserver.Options.ResultGrace), so a status that cannot be
 // read is a failure: the result was not seen. So is a status request that
 // gets no answer, and --wait passing, even in the middle of one.
-func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log *slog.Logger) error {
+func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome) error {
 	su := *up.url
 	su.Path, su.RawQuery = uploadserver.PathStatus, ""
 	wctx := ctx
