@@ -257,7 +257,7 @@ func (b *httpBody) resume(cause error) error {
 		if werr := b.wait(cause, 0); werr != nil {
 			return werr
 		}
-		return &RestartError{URL: b.src.redacted, Offset: b.got,
+		return &RestartError{URL: b.src.redacted, Offset: b.got, Why: "the server gave no ETag or Last-Modified to resume safely",
 			Reason: fmt.Sprintf("%v, and the server gave no ETag or Last-Modified to resume safely", cause)}
 	}
 	if werr := b.wait(cause, 0); werr != nil {

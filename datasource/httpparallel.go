@@ -455,7 +455,7 @@ func (p *parallelBody) failure() error {
 	if rf.changed {
 		reason = "the object changed"
 	}
-	return &RestartError{URL: p.src.redacted, Offset: p.pos, Reason: fmt.Sprintf("%s (%v)", reason, err)}
+	return &RestartError{URL: p.src.redacted, Offset: p.pos, Why: reason, Reason: fmt.Sprintf("%s (%v)", reason, err)}
 }
 
 func (p *parallelBody) isClosed() bool {

@@ -110,3 +110,18 @@ func TestHTTPRetryNoticesSayWhatFailed(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartToldKeepsItsKeys: a restart's record keeps its keys (source,
+// restart, cause) and reads as one sentence naming the host, the offset
+// and why in a few words, not the chain of causes.
+func TestRestartToldKeepsItsKeys(t *testing.T) {
+	re := &datasource.RestartError{URL: "http://127.0.0.1:8080/disk.img", Offset: 2 << 20,
+		Reason: "GET http://127.0.0.1:8080/disk.img: reading body after 2097152 bytes: connection reset by peer, and the server gave no ETag or Last-Modified to resume safely",
+		Why:    "the server gave no ETag or Last-Modified to resume safely"}
+	var log noticeLog
+	log.logger().Warn("Transfer cannot resume; starting the import over from the beginning", re.Told(1, "http://127.0.0.1:8080/disk.img"))
+	assert.Regexp(t, `level=WARN msg="Transfer cannot resume; starting the import over from the beginning" source=http://127\.0\.0\.1:8080/disk\.img restart=1 cause="GET http://127\.0\.0\.1:8080/disk\.img: cannot resume at byte 2097152: GET `, log.text.String())
+	told, ok := re.Told(1, "x").Value.Any().(retry.Told)
+	require.True(t, ok)
+	assert.Equal(t, "127.0.0.1:8080 cannot resume at 2.0 MiB: the server gave no ETag or Last-Modified to resume safely; starting over from the beginning (restart 1)", told.Sentence())
+}

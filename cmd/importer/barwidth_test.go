@@ -65,7 +65,10 @@ func TestTerminalBarFitsEveryWidthAndEndsCleanlyOnCtrlC(t *testing.T) {
 
 // TestTerminalBarServerFailureEndsCleanly: a source that fails for good
 // mid-transfer ends the bar where it stopped ("Failed", within the pane),
-// then one cause line and the target's state line follow it.
+// then one cause line and the target's state line follow it. Above the
+// bar, the retry and the restart (the server gave no validator to resume
+// with) are one sentence each, not WARN records (the restart's was a WARN
+// record before: checked).
 func TestTerminalBarServerFailureEndsCleanly(t *testing.T) {
 	dir, bin := builtImporter(t, "tmux")
 	data := bytes.Repeat([]byte("dsk\x00"), 4<<20/4)
@@ -76,6 +79,9 @@ func TestTerminalBarServerFailureEndsCleanly(t *testing.T) {
 	end := pane.waitFor("EXIT=", 30*time.Second)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=1")
+	assert.Regexp(t, `(?m)^Connection to 127\.0\.0\.1:[0-9]+ dropped at 2\.0 MiB; retrying in [0-9.]+ s \(retry 1 of 10\)$`, end)
+	assert.Regexp(t, `(?m)^127\.0\.0\.1:[0-9]+ cannot resume at 2\.0 MiB: the server gave no ETag or Last-Modified to resume safely; starting over from the beginning \(restart 1\)$`, end)
+	assert.NotContains(t, end, "level=WARN")
 	lines := screenLines(end)
 	require.GreaterOrEqual(t, len(lines), 4, end)
 	tail := lines[len(lines)-4:]

@@ -10,8 +10,8 @@ import (
 )
 
 // retrySentences is the import's log handler on a terminal at the default
-// verbosity: a record that carries a retry.Notice (a source's retry) is
-// written as the notice's one sentence, "Connection to example.com
+// verbosity: a record that carries a retry.Told (a source's retry, a
+// transfer started over) is written as its one sentence, "Connection to example.com
 // dropped at 1.2 GiB; retrying in 2.0 s (retry 1 of 10)", for the person
 // watching the bar (w prints it above the bar); every other record goes
 // to next. Off a terminal, with -v, --json or --log-format json, the
@@ -41,11 +41,11 @@ func (h retrySentences) WithGroup(name string) slog.Handler {
 	return retrySentences{next: h.next.WithGroup(name), w: h.w}
 }
 
-// retryNotice is the notice r carries, if any.
-func retryNotice(r slog.Record) (n retry.Notice, found bool) {
+// retryNotice is the sentence r carries (a retry.Notice, a restart), if any.
+func retryNotice(r slog.Record) (n retry.Told, found bool) {
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Value.Kind() == slog.KindLogValuer {
-			n, found = a.Value.Any().(retry.Notice)
+			n, found = a.Value.Any().(retry.Told)
 		}
 		return !found
 	})

@@ -9,6 +9,14 @@ import (
 	"github.com/diskimport/engine/internal/units"
 )
 
+// Told is a log attribute's value that a person can also read as one
+// sentence: the command line on a terminal prints Sentence in place of a
+// record that carries one (a Notice, a restart of the transfer).
+type Told interface {
+	slog.LogValuer
+	Sentence() string
+}
+
 // Notice is one retry as its log record carries it: logged as the value of
 // an attribute with an empty key (Notice.Attr), it gives the record its
 // usual keys (Context's, then retry, maxRetries, delay, offset, cause),
