@@ -22,6 +22,8 @@ import (
 const (
 	sparseChunk   = 1 << 20
 	sparseGranule = 64 << 10
+	// readAheadChunks are read ahead of the encoder.
+	readAheadChunks = 4
 	// offsetPolls bounds the HEAD requests that wait for the server to
 	// notice the dropped connection and hold the session for resumption.
 	offsetPolls = 50
@@ -167,7 +169,10 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset
 	if err := enc.Start(size, offset); err != nil {
 		return err
 	}
-	buf := f.chunkBuffer(sparseChunk)
+	// With O_DIRECT the kernel reads nothing ahead: a goroutine does,
+	// readAheadChunks chunks ahead of the encoder.
+	chunks := iostage.NewAlignedReadAhead(f.section(offset), sparseChunk, readAheadChunks, directAlign)
+	defer chunks.Close()
 	var zeroFrom, zeroLen int64
 	flushZero := func() error {
 		if zeroLen == 0 {
@@ -181,11 +186,11 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 		}
-		n, err := f.readAt(buf, off)
-		if n == 0 && err != nil {
+		chunk, err := chunks.Next()
+		if err != nil {
 			return fmt.Errorf("reading clone source at %d: %w", off, err)
 		}
-		chunk := buf[:n]
+		n := len(chunk)
 		for g := 0; g < len(chunk); {
 			end := min(g+sparseGranule, len(chunk))
 			if iostage.IsZero(chunk[g:end]) {

@@ -41,10 +41,16 @@ type filledBuf struct {
 
 // NewReadAhead starts reading r in count buffers of size bytes.
 func NewReadAhead(r io.Reader, size, count int) *ReadAhead {
+	return NewAlignedReadAhead(r, size, count, 1)
+}
+
+// NewAlignedReadAhead is NewReadAhead into buffers aligned to align bytes
+// (an O_DIRECT source reads only into those).
+func NewAlignedReadAhead(r io.Reader, size, count, align int) *ReadAhead {
 	count = max(count, 2)
 	a := &ReadAhead{
 		full: make(chan filledBuf, count),
-		free: buffers.Circulating(count, size, 1),
+		free: buffers.Circulating(count, size, align),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -83,33 +89,68 @@ func (a *ReadAhead) fill(r io.Reader) {
 
 func (a *ReadAhead) Read(p []byte) (int, error) {
 	for len(a.cur) == 0 {
-		if a.curBuf != nil {
-			a.free <- a.curBuf
-			a.curBuf = nil
-		}
 		if a.err != nil {
+			a.release()
 			return 0, a.err
 		}
 		if len(p) == 0 {
 			return 0, nil
 		}
-		var f filledBuf
-		select {
-		case f = <-a.full:
-		case <-a.done:
-			// The goroutine ended: after its last chunk, or closed.
-			select {
-			case f = <-a.full:
-			default:
-				a.err = fmt.Errorf("read-ahead: %w", errdefs.ErrClosed)
-				return 0, a.err
-			}
+		if err := a.take(); err != nil {
+			return 0, err
 		}
-		a.cur, a.curBuf, a.err = f.buf[:f.n], f.buf, f.err
 	}
 	n := copy(p, a.cur)
 	a.cur = a.cur[n:]
 	return n, nil
+}
+
+// Next hands out the next buffer the goroutine filled as it is, without
+// copying it, for a consumer that takes whole chunks: it stays valid
+// until the next call of Next (or Read). After the last one it returns
+// the source's error (io.EOF at the end).
+func (a *ReadAhead) Next() ([]byte, error) {
+	for {
+		a.cur = nil
+		if a.err != nil {
+			a.release()
+			return nil, a.err
+		}
+		if err := a.take(); err != nil {
+			return nil, err
+		}
+		if len(a.cur) > 0 {
+			return a.cur, nil
+		}
+	}
+}
+
+// take hands back the buffer consumed and makes the next filled one
+// current.
+func (a *ReadAhead) take() error {
+	a.release()
+	var f filledBuf
+	select {
+	case f = <-a.full:
+	case <-a.done:
+		// The goroutine ended: after its last chunk, or closed.
+		select {
+		case f = <-a.full:
+		default:
+			a.err = fmt.Errorf("read-ahead: %w", errdefs.ErrClosed)
+			return a.err
+		}
+	}
+	a.cur, a.curBuf, a.err = f.buf[:f.n], f.buf, f.err
+	return nil
+}
+
+// release hands the buffer being consumed back to the goroutine.
+func (a *ReadAhead) release() {
+	if a.curBuf != nil {
+		a.free <- a.curBuf
+		a.curBuf = nil
+	}
 }
 
 // Close stops the reading goroutine. It does not wait for a read of the

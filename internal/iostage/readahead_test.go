@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -148,5 +149,31 @@ func TestReadAheadCloseWakesReader(t *testing.T) {
 		assert.Equal(t, bytes.Repeat([]byte("a"), 4096), <-got)
 	case <-time.After(5 * time.Second):
 		t.Fatal("Read hung after Close")
+	}
+}
+
+// Next hands out whole buffers, aligned as asked, in order and without a
+// copy, then the source's error: every byte once, in order, and the
+// error after the last.
+func TestReadAheadNextHandsOutWholeAlignedBuffers(t *testing.T) {
+	want := testimg.RandomBytes(3<<20+4567, 4)
+	for _, end := range []error{io.EOF, errors.New("the disk failed")} {
+		a := iostage.NewAlignedReadAhead(&pieces{data: want, rnd: rand.New(rand.NewPCG(5, 6)), err: end}, 1<<20, 3, 4096)
+		var got []byte
+		var err error
+		for {
+			var b []byte
+			if b, err = a.Next(); err != nil {
+				break
+			}
+			assert.Zero(t, uintptr(unsafe.Pointer(&b[0]))%4096, "a buffer off the alignment")
+			if len(got)+len(b) < len(want) {
+				assert.Len(t, b, 1<<20, "a buffer handed out before the end is whole")
+			}
+			got = append(got, b...)
+		}
+		assert.ErrorIs(t, err, end)
+		require.True(t, bytes.Equal(want, got), "%d bytes of %d", len(got), len(want))
+		a.Close()
 	}
 }
