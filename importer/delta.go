@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/diskimport/engine/internal/delta"
-	"github.com/diskimport/engine/internal/engine"
 )
 
 // DeltaPass reports one delta pass: the blocks compared and changed, the
@@ -19,11 +18,11 @@ type DeltaPass = delta.Pass
 // o's events, progress and logger, and one Result. o names the source
 // (for the log) and the target; its other options do not apply.
 func ReceiveDelta(ctx context.Context, o Options, pass *delta.ReceivedPass) (*Result, error) {
-	r, err := request(o)
+	r, err := newRequest(o)
 	if err != nil {
 		return &Result{Target: o.Target}, err
 	}
 	r.DeltaReceived = pass
-	res, err := engine.Import(ctx, r)
-	return (*Result)(res), cancelled(ctx, err)
+	res, err := importWithRestarts(ctx, r)
+	return res, cancelled(ctx, err)
 }
