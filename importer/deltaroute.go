@@ -66,6 +66,9 @@ func (a *attempt) receivedDeltaInfo(ctx context.Context) (*importPlan, error) {
 		return nil, err
 	}
 	a.log.Info("Delta target signed", "target", pass.Path(), "blocks", pass.Pass().Blocks, "baseDigest", pass.Pass().BaseDigest)
+	if a.req.deltaSigned != nil {
+		a.req.deltaSigned(&DeltaSignature{answer: pass.WriteSignature})
+	}
 	a.pass = pass
 	a.meter.delta.Store(&passMeter{pass})
 	return a.choosePlan(&importFacts{format: format.Raw, sourceSize: pass.Size(), deltaReceived: true}), nil

@@ -40,7 +40,7 @@ package importer
 // handed to it. On routeDelta Info opens a delta.LocalPass (the
 // source, and the target claimed where it lies) or, for a pass received
 // over the wire (request.DeltaReceived), claims and signs the target of
-// a delta.ReceivedPass, instead of a volume.Target, and the delta phases
+// a delta.ReceivedPass (ReceiveDelta: the caller's runs), instead of a volume.Target, and the delta phases
 // run its steps. A blank disk (request.Blank) has no source: Info opens
 // the target and plans routeBlank, whose Resize creates the disk.
 //

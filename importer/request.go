@@ -53,6 +53,9 @@ type request struct {
 	// its target, the source is not read, and a target that is no base
 	// fails the import (the sender then clones in full).
 	DeltaReceived *delta.ReceivedPass
+	// deltaSigned, when set, is given the signature of DeltaReceived's
+	// target once Info signed it (ReceivedDelta.Signed).
+	deltaSigned func(*DeltaSignature)
 
 	Progress func(Progress)
 	Events   func(Event)
