@@ -1,55 +1,125 @@
 #!/usr/bin/env bash
-# bench/clone.sh: the host-assisted clone case of `make bench` (run alone
-# too). A BENCH_CLONE_SIZE (2G) virtual source, 35 % random data in 1 MiB
-# blocks, on one loop device is cloned onto a second loop device of the
-# same size over loopback HTTPS with mutual TLS by our two halves
-# (importer clone-source → importer upload-server): in our sparse-v2 format
-# and in CDI's protocol (snappy framing); the reference is dd bs=4M between
-# the devices locally. Prints MB/s of virtual size and the bytes on the
-# wire, checks every target against the source, and writes
-# bench/results/clone-<timestamp>.json. BENCH_RUNS (3) rounds.
+# bench/clone.sh: the host-assisted clone table of `make bench` (run alone
+# too): the data path of a storage-class migration, CDI's cloner pod on the
+# source volume streaming to an upload-server pod on the target.
+#
+# Side by side in one run, interleaved, BENCH_RUNS (3) rounds, medians:
+#   - CDI v1.66.0's cloner → CDI's upload server (both built from CDI's
+#     source by scripts/e2e/cdi-build.sh, or BENCH_CDI_CLONER= and
+#     BENCH_CDI_UPLOADSERVER=/path; BENCH_CDI=0 leaves them out);
+#   - ours → ours (the importer binary in both roles, started as CDI starts
+#     its pods: no arguments, CDI's environment);
+#   - the local copy between the same two volumes, the limit: dd bs=4M
+#     with O_DIRECT both ways for block, cp --sparse=always + sync for a
+#     filesystem's disk.img.
+# Each half runs as its pod would: CDI's environment, its volume at CDI's
+# path (/dev/cdi-block-volume, /var/run/cdi/clone/source, /data) in a
+# private mount namespace (internal/testkit/testimg/pod.sh), mutual TLS
+# over 127.0.0.1, each in cgroups (v1) of its own: memory limited to
+# 600000000 bytes (CDI's default, page cache counted), and with
+# BENCH_CLONE_LIMITS "cdi" a 75 ms / 100 ms CFS quota (750m), with "none"
+# no CPU limit. Every target is compared with its source (sha256).
+#
+# Rows: BENCH_CLONE_KINDS ("block fs": block → block, a filesystem
+# volume's disk.img → filesystem), BENCH_CLONE_DATA ("35 100": percent of
+# the BENCH_CLONE_SIZE (2G) source in random 1 MiB blocks, the rest
+# zeros), BENCH_CLONE_LINKS ("fast": loopback; "1gbit": through
+# `benchtool relay` paced to 125 MB/s each way), BENCH_CLONE_LIMITS
+# ("cdi none"). The block target is a used volume: it holds the last
+# clone's (first: random) bytes.
+#
+# Prints one line per row (median seconds of each copier, ours' speedup
+# over CDI, ours against the local copy, CPU seconds and memory peaks of
+# both halves of ours and CDI's, the verdict: ≥ 3× CDI, and on the fast
+# link within 1.5× of the local copy) and writes
+# bench/results/clone-<timestamp>.json with every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 size=${BENCH_CLONE_SIZE:-2G}
 runs=${BENCH_RUNS:-3}
+kinds=${BENCH_CLONE_KINDS:-block fs}
+datas=${BENCH_CLONE_DATA:-35 100}
+links=${BENCH_CLONE_LINKS:-fast}
+limits=${BENCH_CLONE_LIMITS:-cdi none}
 go=${GO:-go}
-[[ $(id -u) == 0 ]] || { echo "bench clone: needs root (loop devices)" >&2; exit 1; }
+cdi_version=v1.66.0
+mem_limit=600000000 cpu_quota=75000
+[[ $(id -u) == 0 ]] || { echo "bench clone: needs root (loop devices, mount namespaces, cgroups)" >&2; exit 1; }
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$root/bench/cache" "$root/bench/results"
-work=$(mktemp -d "$root/bench/cache/clone-$stamp-XXXX")
-src_loop="" dst_loop="" srv_pid=""
+cache=$root/bench/cache
+mkdir -p "$cache/bin" "$root/bench/results"
+work=$(mktemp -d "$cache/clone-$stamp-XXXX")
+loops=() pids=() cgs=()
 cleanup() {
 	set +e # every step must run, whatever failed before
-	if [[ -n $srv_pid ]]; then kill "$srv_pid" 2>/dev/null; wait "$srv_pid" 2>/dev/null; fi
-	for l in "$src_loop" "$dst_loop"; do
-		[[ -n $l ]] && { losetup -d "$l" || echo "bench clone: could not detach $l" >&2; }
-	done
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	for c in "${cgs[@]}"; do cg_remove "$c"; done
+	for l in "${loops[@]}"; do losetup -d "$l" || echo "bench clone: could not detach $l" >&2; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-$go build -trimpath -o "$work/importer" ./cmd/importer
-imp=$work/importer
+# cg_remove DIR: kills what is left in the cgroup and removes it.
+cg_remove() {
+	local d=$1 p
+	[[ -d $d ]] || return 0
+	for _ in 1 2 3 4 5; do
+		[[ -s $d/cgroup.procs ]] || break
+		while read -r p; do kill -9 "$p" 2>/dev/null; done <"$d/cgroup.procs"
+		sleep 0.2
+	done
+	rmdir "$d" || echo "bench clone: could not remove cgroup $d" >&2
+}
 
-# The source: a sparse file with 35 % of its 1 MiB blocks random.
-truncate -s "$size" "$work/src.img"
-python3 - "$work/src.img" <<'PY'
+$go build -trimpath -o "$work/importer" ./cmd/importer
+$go -C bench build -trimpath -o "$work/benchtool" ./benchtool
+ours=$work/importer
+cdi_cloner="" cdi_server="" cdi_note=""
+# cdi_resolve: CDI's two programs, built once into bench/cache/bin.
+cdi_resolve() {
+	if [[ ${BENCH_CDI:-1} == 0 ]]; then cdi_note="BENCH_CDI=0"; return; fi
+	local what var b
+	for what in cloner uploadserver; do
+		var=BENCH_CDI_${what^^}
+		b=${!var:-$cache/bin/cdi-$what-$cdi_version}
+		if [[ ! -x $b ]]; then
+			echo "bench clone: building CDI's $what $cdi_version (scripts/e2e/cdi-build.sh $what)" >&2
+			if ! E2E_CDI_VERSION=$cdi_version scripts/e2e/cdi-build.sh "$what" "$b.$$" >"$work/cdi-build-$what.log" 2>&1; then
+				cdi_note="could not build CDI's $what: $(tail -c 200 "$work/cdi-build-$what.log" | tr '\n' ' ')"
+				return
+			fi
+			mv "$b.$$" "$b"
+		fi
+		cp "$b" "$work/cdi-$what"
+	done
+	cdi_cloner=$work/cdi-cloner cdi_server=$work/cdi-uploadserver
+}
+cdi_resolve
+[[ -z $cdi_note ]] || echo "bench clone: CDI's rows left out: $cdi_note" >&2
+
+# The sources: BENCH_CLONE_SIZE with PCT % of its 1 MiB blocks random,
+# cached across runs.
+source_file() {
+	local pct=$1 f=$cache/clone-src-$size-$1.img
+	if [[ ! -f $f ]]; then
+		truncate -s "$size" "$f.part"
+		python3 - "$f.part" "$pct" <<'PY'
 import os, random, sys
-path = sys.argv[1]
+path, pct = sys.argv[1], int(sys.argv[2]) / 100
 size = os.path.getsize(path)
 rng = random.Random(35)
 with open(path, "r+b") as f:
     for block in range(size >> 20):
-        if rng.random() < 0.35:
+        if pct >= 1 or rng.random() < pct:
             os.pwrite(f.fileno(), rng.randbytes(1 << 20), block << 20)
 PY
-truncate -s "$size" "$work/dst.img"
-src_loop=$(losetup -f --show "$work/src.img")
-dst_loop=$(losetup -f --show "$work/dst.img")
-vsize=$(blockdev --getsize64 "$src_loop")
-src_sum=$(sha256sum <"$src_loop" | cut -d' ' -f1)
+		mv "$f.part" "$f"
+	fi
+	echo "$f"
+}
+vsize=$(numfmt --from=iec "$size")
 
 # A CA, the server's certificate for 127.0.0.1, the cloner's as cdi-cloner.
 pki=$work/pki
@@ -62,59 +132,174 @@ for who in server client; do
 	ossl x509 -req -in "$pki/$who.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -out "$pki/$who.crt" -days 1 -extfile <(echo "$ext")
 done
 
+# CDI's cloner as cloner_startup.sh starts it, for each volume mode.
+cat >"$work/cdi-cloner.sh" <<'EOF'
+#!/bin/sh
+if [ "$VOLUME_MODE" = block ]; then
+	exec /cdi-cloner -v=3 -alsologtostderr -content-type blockdevice-clone -upload-bytes "$(blockdev --getsize64 "$MOUNT_POINT")" -mount "$MOUNT_POINT"
+fi
+cd "$MOUNT_POINT" && exec /cdi-cloner -v=3 -alsologtostderr -content-type filesystem-clone -upload-bytes "$(du -s --block-size=1 . | cut -f1)" -mount "$MOUNT_POINT"
+EOF
+chmod +x "$work/cdi-cloner.sh"
+
+# CDI's controller gives its upload server the TLS profile of the
+# CDIConfig (Intermediate by default), as OpenSSL cipher names.
+tls_ciphers=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_SHA256,ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256,ECDHE-ECDSA-AES256-GCM-SHA384,ECDHE-RSA-AES256-GCM-SHA384,ECDHE-ECDSA-CHACHA20-POLY1305,ECDHE-RSA-CHACHA20-POLY1305
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
-results=$work/results.jsonl
-: >"$results"
+runs_file=$work/runs.jsonl
+: >"$runs_file"
 
-# clone PROTOCOL: one clone between the loop devices; appends its result.
+# pod_cgroups NAME LIMIT: the cgroups of one pod (memory, cpuacct, and
+# with LIMIT cdi the CPU quota); prints the shell prefix that joins them.
+pod_cgroups() {
+	local name=$1 limit=$2 d prefix=""
+	d=/sys/fs/cgroup/memory/diskimport-clone-$stamp-$name
+	mkdir "$d"; cgs+=("$d")
+	echo "$mem_limit" >"$d/memory.limit_in_bytes"
+	prefix+="echo \$\$ >$d/cgroup.procs && "
+	d=/sys/fs/cgroup/cpuacct/diskimport-clone-$stamp-$name
+	mkdir "$d"; cgs+=("$d")
+	prefix+="echo \$\$ >$d/cgroup.procs && "
+	if [[ $limit == cdi ]]; then
+		d=/sys/fs/cgroup/cpu/diskimport-clone-$stamp-$name
+		mkdir "$d"; cgs+=("$d")
+		echo 100000 >"$d/cpu.cfs_period_us"
+		echo "$cpu_quota" >"$d/cpu.cfs_quota_us"
+		prefix+="echo \$\$ >$d/cgroup.procs && "
+	fi
+	echo "$prefix"
+}
+# pod_usage NAME: its cgroups' CPU seconds and memory peak (MiB), then
+# removes them.
+pod_usage() {
+	local name=$1 m c q
+	m=/sys/fs/cgroup/memory/diskimport-clone-$stamp-$name
+	c=/sys/fs/cgroup/cpuacct/diskimport-clone-$stamp-$name
+	q=/sys/fs/cgroup/cpu/diskimport-clone-$stamp-$name
+	printf '%s %s\n' "$(awk '{printf "%.3f", $1 / 1e9}' "$c/cpuacct.usage")" "$(awk '{printf "%.0f", $1 / 1048576}' "$m/memory.max_usage_in_bytes")"
+	cg_remove "$m"; cg_remove "$c"; cg_remove "$q"
+}
+
+# clone COPIER KIND SRC DST LINK LIMIT: one clone by COPIER (cdi, ours)
+# of SRC (a loop device, or a directory holding disk.img) onto DST in
+# the pods; appends its result.
 clone() {
-	local proto=$1 port start end
-	blkdiscard "$dst_loop"
+	local copier=$1 kind=$2 src=$3 dst=$4 link=$5 limit=$6
+	local port url server_bin cloner_bin srv_pre cl_pre start end spid cpid rpid="" rc=0 src_mount dst_mount dest
 	port=$(free_port)
-	"$imp" upload-server -q --listen "127.0.0.1:$port" --tls-cert "$pki/server.crt" --tls-key "$pki/server.key" \
-		--client-ca "$pki/ca.crt" --client-name cdi-cloner --exact-size "$dst_loop" 2>>"$work/server.log" &
-	srv_pid=$!
-	for _ in $(seq 100); do curl -skf "https://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done
+	url=https://127.0.0.1:$port/v1beta1/upload
+	if [[ $link == 1gbit ]]; then
+		: >"$work/relay.addr"
+		"$work/benchtool" relay -to "127.0.0.1:$port" -delay 0 -rate 125M >"$work/relay.addr" 2>>"$work/relay.err" &
+		rpid=$!; pids+=("$rpid")
+		for _ in $(seq 100); do [[ -s $work/relay.addr ]] && break; sleep 0.05; done
+		url=https://127.0.0.1:$(sed 's/.*://' "$work/relay.addr")/v1beta1/upload
+	fi
+	if [[ $copier == cdi ]]; then server_bin=$cdi_server cloner_bin=$work/cdi-cloner.sh; else server_bin=$ours cloner_bin=$ours; fi
+	if [[ $kind == block ]]; then
+		src_mount=/dev/cdi-block-volume dst_mount=/dev/cdi-block-volume dest=/dev/cdi-block-volume
+	else
+		rm -rf "$dst"; mkdir "$dst"
+		src_mount=/var/run/cdi/clone/source dst_mount=/data dest=/data/disk.img
+	fi
+	srv_pre=$(pod_cgroups server "$limit")
+	cl_pre=$(pod_cgroups cloner "$limit")
+	mkdir -p "$work/root-server" "$work/root-cloner"
+	sh -c "${srv_pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+TLS_KEY_FILE=/pki/server.key TLS_CERT_FILE=/pki/server.crt CLIENT_CERT_FILE=/pki/ca.crt CLIENT_NAME=cdi-cloner \
+TLS_CIPHERS=$tls_ciphers TLS_MIN_VERSION=VersionTLS12 LISTEN_ADDRESS=127.0.0.1 LISTEN_PORT=$port DESTINATION=$dest UPLOAD_IMAGE_SIZE=$vsize FILESYSTEM_OVERHEAD=0 PREALLOCATION=false OWNER_UID=bench \
+unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/root-server 0 \
+/pki $pki $dst_mount $dst /importer $server_bin" >"$work/server.out" 2>"$work/server.err" &
+	spid=$!; pids+=("$spid")
+	for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
 	start=$(now)
-	"$imp" clone-source -q -content-type blockdevice-clone -mount "$src_loop" -protocol "$proto" -json \
-		-url "https://127.0.0.1:$port/v1beta1/upload" -client-cert "$pki/client.crt" -client-key "$pki/client.key" \
-		-server-ca "$pki/ca.crt" >"$work/clone.json" 2>>"$work/cloner.log"
-	wait "$srv_pid"
-	srv_pid=""
+	local extra_mount=""
+	[[ $copier == cdi ]] && extra_mount="/cdi-cloner $cdi_cloner"
+	sh -c "${cl_pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+CLIENT_KEY=\"\$(cat $pki/client.key)\" CLIENT_CERT=\"\$(cat $pki/client.crt)\" SERVER_CA_CERT=\"\$(cat $pki/ca.crt)\" \
+UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false VOLUME_MODE=$([[ $kind == block ]] && echo block || echo filesystem) MOUNT_POINT=$src_mount \
+unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/root-cloner 0 \
+$src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work/cloner.err" &
+	cpid=$!; pids+=("$cpid")
+	wait "$cpid" || rc=$?
+	wait "$spid" || rc=$((rc == 0 ? $? : rc))
 	end=$(now)
-	check "$proto"
-	jq -c --arg case "clone $proto" --argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" \
-		'{case: $case, seconds: $s, mbps: ($v / $s / 1e6), wire_bytes: .wireBytes, virtual_bytes: $v}' "$work/clone.json" >>"$results"
+	[[ -n $rpid ]] && { kill "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null || true; }
+	pids=()
+	local srv_use cl_use
+	srv_use=$(pod_usage server) cl_use=$(pod_usage cloner)
+	if [[ $rc != 0 ]]; then
+		echo "bench clone: $copier $kind $link $limit failed (exit $rc); the server said: $(tail -3 "$work/server.err" | tr '\n' ' ' | cut -c1-300); the cloner: $(tail -3 "$work/cloner.err" | tr '\n' ' ' | cut -c1-300)" >&2
+		exit 1
+	fi
+	check "$copier $kind" "$kind" "$dst"
+	jq -nc --arg copier "$copier" --arg kind "$kind" --arg link "$link" --arg limit "$limit" --argjson pct "$pct" \
+		--argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" \
+		--argjson cl_cpu "${cl_use% *}" --argjson cl_mib "${cl_use#* }" --argjson srv_cpu "${srv_use% *}" --argjson srv_mib "${srv_use#* }" \
+		'{copier: $copier, kind: $kind, data_pct: $pct, link: $link, limit: $limit, seconds: $s, virtual_bytes: $v,
+		  cloner_cpu_s: $cl_cpu, cloner_peak_mib: $cl_mib, server_cpu_s: $srv_cpu, server_peak_mib: $srv_mib}' >>"$runs_file"
 }
 
-# dd: the local reference.
-dd_copy() {
-	local start end
-	blkdiscard "$dst_loop"
+# local_copy KIND SRC DST: the limit, between the same two volumes.
+local_copy() {
+	local kind=$1 src=$2 dst=$3 start end
 	start=$(now)
-	dd if="$src_loop" of="$dst_loop" bs=4M conv=fsync status=none
+	if [[ $kind == block ]]; then
+		dd if="$src" of="$dst" bs=4M iflag=direct oflag=direct status=none
+	else
+		rm -rf "$dst"; mkdir "$dst"
+		cp --sparse=always "$src/disk.img" "$dst/disk.img"
+		sync -f "$dst/disk.img"
+	fi
 	end=$(now)
-	check dd
-	jq -nc --argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" \
-		'{case: "dd bs=4M (local)", seconds: $s, mbps: ($v / $s / 1e6), wire_bytes: null, virtual_bytes: $v}' >>"$results"
+	check "local copy" "$kind" "$dst"
+	jq -nc --arg kind "$kind" --argjson pct "$pct" --argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" \
+		'{copier: "local", kind: $kind, data_pct: $pct, link: "local", limit: "none", seconds: $s, virtual_bytes: $v}' >>"$runs_file"
 }
 
+# check WHO KIND DST: the target holds the source's bytes.
 check() {
-	local sum
-	sum=$(sha256sum <"$dst_loop" | cut -d' ' -f1)
-	[[ $sum == "$src_sum" ]] || { echo "bench clone: $1 left a target that differs from the source" >&2; exit 1; }
+	local sum f=$3
+	[[ $2 == block ]] || f=$3/disk.img
+	sum=$(head -c "$vsize" "$f" | sha256sum | cut -d' ' -f1)
+	[[ $sum == "$src_sum" ]] || { echo "bench clone: $1 left a target that differs from the source ($f)" >&2; exit 1; }
 }
 
-cat "$work/src.img" >/dev/null # the page cache holds the source for every case alike
-for _ in $(seq "$runs"); do
-	clone sparse-v2
-	clone snappy
-	dd_copy
+old=$(source_file 100)
+for pct in $datas; do
+	src_file=$(source_file "$pct")
+	src_sum=$(sha256sum <"$src_file" | cut -d' ' -f1)
+	for kind in $kinds; do
+		if [[ $kind == block ]]; then
+			src=$(losetup -f --show -r "$src_file"); loops+=("$src")
+			cp --sparse=never "$old" "$work/dst.img" # a used volume
+			dst=$(losetup -f --show "$work/dst.img"); loops+=("$dst")
+		else
+			src=$work/src-fs; rm -rf "$src"; mkdir "$src"; ln "$src_file" "$src/disk.img"
+			dst=$work/dst-fs
+		fi
+		cat "$src_file" >/dev/null # the page cache holds the source for every copier alike
+		for _ in $(seq "$runs"); do
+			for link in $links; do
+				for limit in $limits; do
+					[[ -n $cdi_server ]] && clone cdi "$kind" "$src" "$dst" "$link" "$limit"
+					clone ours "$kind" "$src" "$dst" "$link" "$limit"
+				done
+			done
+			local_copy "$kind" "$src" "$dst"
+		done
+		if [[ $kind == block ]]; then
+			losetup -d "$src" "$dst"; loops=()
+			rm -f "$work/dst.img"
+		else
+			rm -rf "$src" "$dst"
+		fi
+	done
 done
+
 out=$root/bench/results/clone-$stamp.json
-jq -s '{size: '"$vsize"', data_fraction: 0.35, runs: .}' "$results" >"$out"
-printf '%-22s %10s %10s %16s\n' case "MB/s" seconds "wire bytes"
-jq -rs 'group_by(.case)[] | [.[0].case, (map(.mbps) | sort | .[length/2|floor]), (map(.seconds) | sort | .[length/2|floor]), (.[0].wire_bytes // "-")] | @tsv' "$results" |
-	while IFS=$'\t' read -r c m s w; do printf '%-22s %10.0f %10.2f %16s\n' "$c" "$m" "$s" "$w"; done
-echo "bench clone: median of $runs runs, virtual size $vsize; results in $out" >&2
+jq -s --arg cdi "$cdi_version" --arg note "$cdi_note" '{size: '"$vsize"', cdi_version: $cdi, cdi_note: $note, runs: .}' "$runs_file" >"$out"
+"$work/benchtool" clonetable "$out"
+echo "bench clone: medians of $runs runs, virtual size $vsize; every run in $out" >&2

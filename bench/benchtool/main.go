@@ -31,6 +31,8 @@ func main() {
 		err = runFarmirror(os.Args[2:])
 	case "relay":
 		err = runRelay(os.Args[2:])
+	case "clonetable":
+		err = runCloneTable(os.Args[2:])
 	default:
 		usage()
 	}
@@ -48,6 +50,7 @@ func usage() {
   benchtool profile [-o cpu.prof] SOURCE DEST    one in-process import under the CPU profiler
   benchtool registry -dir IMGDIR [-listen 127.0.0.1:0]  serve the disk as containerdisks (prints HOST:PORT)
   benchtool dirpeak [-stdin] [-every 10ms] DIR     peak bytes allocated under DIR, printed on SIGTERM
+  benchtool clonetable CLONE.json        print bench/clone.sh's table
   benchtool farmirror -dir DIR [-rate 8M] [-first-byte 30ms]  serve DIR as a far mirror: each connection paced, each response delayed (prints the URL)`)
 	os.Exit(2)
 }

@@ -185,11 +185,8 @@ func askSignature(ctx context.Context, o Options, session string, size int64, bo
 // offset (send gives them to the sink) and the End record with digest's
 // value once they were sent.
 func runsRequest(ctx context.Context, o Options, size, offset int64, session string, send func(from int64, sink delta.Sink) error, digest func() blkhash.Digest) ([]byte, int64, error) {
-	pr, pw := io.Pipe()
-	produced := make(chan error, 1)
-	go func() {
-		sw := s2.NewWriter(pw)
-		enc := NewEncoder(sw)
+	return postStream(ctx, o, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaApply}, func(w io.Writer) error {
+		enc, sw := NewStreamEncoder(w)
 		err := enc.Start(size, offset)
 		if err == nil {
 			err = send(offset, &progressSink{enc, o})
@@ -200,17 +197,8 @@ func runsRequest(ctx context.Context, o Options, size, offset int64, session str
 		if err == nil {
 			err = sw.Close()
 		}
-		pw.CloseWithError(err)
-		produced <- err
-	}()
-	body := iostage.NewCounter(pr)
-	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaApply})
-	pr.CloseWithError(errors.New("request ended"))
-	perr := <-produced
-	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
-		err = perr
-	}
-	return answer, body.Count(), err
+		return err
+	})
 }
 
 // progressSink encodes a pass's runs as records and reports the offset

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/klauspost/compress/s2"
-
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
 	"github.com/diskimport/engine/internal/iostage"
@@ -155,25 +153,13 @@ func resumeOffset(ctx context.Context, o Options, session string) (int64, error)
 
 // sparseRequest sends the source from offset in one POST.
 func sparseRequest(ctx context.Context, o Options, f *sourceFile, size, offset int64, session string, sum *sourceHash) ([]byte, int64, error) {
-	pr, pw := io.Pipe()
-	produced := make(chan error, 1)
-	go func() {
-		sw := s2.NewWriter(pw)
-		err := encodeSparse(ctx, NewEncoder(sw), f, size, offset, sum, o)
-		if err == nil {
-			err = sw.Close()
+	return postStream(ctx, o, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session}, func(w io.Writer) error {
+		enc, sw := NewStreamEncoder(w)
+		if err := encodeSparse(ctx, enc, f, size, offset, sum, o); err != nil {
+			return err
 		}
-		pw.CloseWithError(err)
-		produced <- err
-	}()
-	body := iostage.NewCounter(pr)
-	answer, err := post(ctx, o, body, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session})
-	pr.CloseWithError(errors.New("request ended"))
-	perr := <-produced
-	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
-		err = perr
-	}
-	return answer, body.Count(), err
+		return sw.Close()
+	})
 }
 
 // encodeSparse writes the records of the source from offset to its end.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/klauspost/compress/s2"
+
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
 )
@@ -74,11 +76,34 @@ func (r *Record) IsEnd() bool   { return r.Kind == recordEnd }
 // Encoder writes records.
 type Encoder struct {
 	w   io.Writer
+	enc bufferEncoder // w's, when it encodes a buffer without copying it
 	buf [17]byte
 }
 
+// bufferEncoder is an s2.Writer's EncodeBuffer: p encoded where it lies,
+// not copied into the writer's blocks first (with concurrency 1 it is
+// done when the call returns, so p may be reused at once).
+type bufferEncoder interface {
+	EncodeBuffer(p []byte) error
+}
+
 // NewEncoder writes records to w.
-func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w} }
+func NewEncoder(w io.Writer) *Encoder {
+	e := &Encoder{w: w}
+	e.enc, _ = w.(bufferEncoder)
+	return e
+}
+
+// NewStreamEncoder writes records compressed by s2 to w: the data of a
+// record is encoded where it lies, as its own block, not copied into
+// s2's blocks first. With the body written straight onto the connection
+// (streamBody), a 2 GiB sparse-v2 clone with 35 % data took 1.69-1.86 s
+// of the cloner's CPU, against 2.07-2.29 s through a pipe and s2's
+// copies (interleaved, 3 rounds).
+func NewStreamEncoder(w io.Writer) (*Encoder, *s2.Writer) {
+	sw := s2.NewWriter(w, s2.WriterConcurrency(1))
+	return NewEncoder(sw), sw
+}
 
 func (e *Encoder) head(kind byte, a, b uint64) error {
 	e.buf[0] = kind
@@ -102,6 +127,9 @@ func (e *Encoder) Data(off int64, p []byte) error {
 	if err := e.head(recordData, uint64(off), uint64(len(p))); err != nil {
 		return err
 	}
+	if e.enc != nil {
+		return e.enc.EncodeBuffer(p)
+	}
 	_, err := e.w.Write(p)
 	return err
 }
@@ -120,13 +148,25 @@ func (e *Encoder) End(digest blkhash.Digest) error {
 
 // Decoder reads records.
 type Decoder struct {
-	r   *bufio.Reader
+	r   byteReader
 	rec Record
 	buf []byte
 }
 
-// NewDecoder reads records from r.
-func NewDecoder(r io.Reader) *Decoder { return &Decoder{r: bufio.NewReaderSize(r, 64<<10)} }
+type byteReader interface {
+	io.Reader
+	io.ByteReader
+}
+
+// NewDecoder reads records from r; a reader that reads bytes one at a
+// time itself (an s2.Reader: its blocks are its buffer) is read as it
+// is, another through a buffer.
+func NewDecoder(r io.Reader) *Decoder {
+	if br, ok := r.(byteReader); ok {
+		return &Decoder{r: br}
+	}
+	return &Decoder{r: bufio.NewReaderSize(r, 64<<10)}
+}
 
 // errMalformed marks a body that is not sparse-v2; errors of the reader
 // beneath are returned as they are (a dropped connection can resume).

@@ -8,8 +8,9 @@
 # github.com/kubevirt/containerized-data-importer (the Go module proxy does
 # not serve it).
 # Output: bin/e2e/cdi-controller, cdi-uploadproxy, e2e-upload-token, cdi-crds/.
-# `cdi-build.sh importer OUT` builds CDI's importer (cmd/cdi-importer) to OUT
-# instead, for make bench: its VDDK source needs libnbd's cgo bindings, which
+# `cdi-build.sh importer|cloner|uploadserver OUT` builds CDI's importer
+# (cmd/cdi-importer), cloner or upload server to OUT instead, for make
+# bench: the importer's VDDK source (the upload server links it too) needs libnbd's cgo bindings, which
 # the Go module proxy refuses (403), so a build overlay swaps that one file
 # for CDI's own arm64 stub of it (VDDK is not measured).
 set -euo pipefail
@@ -32,16 +33,18 @@ if [ ! -f "$SRC/go.mod" ]; then
 	rm -rf "$SRC"; mv "$SRC.part" "$SRC"
 fi
 cd "$SRC"
-if [ "${1:-}" = importer ]; then
-	out=${2:?cdi-build.sh importer OUT}
+case "${1:-}" in importer | cloner | uploadserver)
+	what=$1
+	out=${2:?cdi-build.sh $what OUT}
 	ov=$(mktemp -d)
 	trap 'rm -rf "$ov"' EXIT
 	sed 's/^\/\/go:build arm64$/\/\/go:build amd64/; s/^\/\/ +build arm64$/\/\/ +build amd64/' pkg/importer/vddk-datasource_arm64.go >"$ov/vddk-stub.go"
 	printf '{"Replace":{"%s":"%s"}}' "$SRC/pkg/importer/vddk-datasource_amd64.go" "$ov/vddk-stub.go" >"$ov/overlay.json"
-	CGO_ENABLED=0 nice -n 19 go build -mod=mod -overlay "$ov/overlay.json" -trimpath -ldflags "-s -w" -o "$out" ./cmd/cdi-importer
-	echo "build: cdi-importer $CDI_VERSION $(($(date +%s) - t0)) s" >&2
+	CGO_ENABLED=0 nice -n 19 go build -mod=mod -overlay "$ov/overlay.json" -trimpath -ldflags "-s -w" -o "$out" "./cmd/cdi-$what"
+	echo "build: cdi-$what $CDI_VERSION $(($(date +%s) - t0)) s" >&2
 	exit 0
-fi
+	;;
+esac
 mkdir -p "$E2E_BIN"
 # Two constants changed by a build overlay, as both run on the host's
 # network namespace, not each in its pod: the controller's metrics server
