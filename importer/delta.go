@@ -5,15 +5,57 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/delta"
 )
 
-// DeltaPass reports one delta pass: the blocks compared and changed, the
-// bytes sent, the content digests before and after, and whether the pass
-// was final (the source unchanged while it ran).
-type DeltaPass = delta.Pass
+// DeltaPass reports one delta pass (Result.Delta): the blocks compared
+// and changed, the bytes sent, the content digests before and after, and
+// whether the pass was final (the source unchanged while it ran). Its JSON
+// is the command line's "delta" object.
+type DeltaPass struct {
+	// Size is the volume's size in bytes.
+	Size int64 `json:"size"`
+	// Blocks is the volume's count of 64 KiB blocks, BlocksChanged those
+	// that differed and were written.
+	Blocks        int64 `json:"blocks"`
+	BlocksChanged int64 `json:"blocksChanged"`
+	// DataBytes were read and written as data; ZeroBytes as zero runs.
+	DataBytes int64 `json:"dataBytes"`
+	ZeroBytes int64 `json:"zeroBytes"`
+	// BaseDigest is the target's content digest before the pass; Digest
+	// the source's, which the target has after it.
+	BaseDigest string `json:"baseDigest"`
+	Digest     string `json:"digest"`
+	// Final: the source was signed again after the pass and had not
+	// changed, so the target is a consistent copy of a quiesced source.
+	// A pass of a source in use is a warm pass, to be followed by another.
+	Final bool `json:"final"`
+	// Full: the target was no base (a filesystem volume whose digest is
+	// not the base named): every file was sent whole.
+	Full bool `json:"full,omitempty"`
+	// Received marks a pass received over the wire (ReceiveDelta):
+	// whether it was final only the sender can tell (Final is false).
+	Received bool `json:"received,omitempty"`
+	// WireBytes counts what crossed the wire (0 for a local pass),
+	// SignatureBytes the signature's part of it.
+	WireBytes      int64 `json:"wireBytes"`
+	SignatureBytes int64 `json:"signatureBytes,omitempty"`
+	// Resumes counts requests that resumed a dropped one.
+	Resumes  int           `json:"resumes,omitempty"`
+	Duration time.Duration `json:"-"`
+}
+
+// deltaPassOf is the report of the machinery's pass p.
+func deltaPassOf(p *delta.Pass) *DeltaPass {
+	return &DeltaPass{
+		Size: p.Size, Blocks: p.Blocks, BlocksChanged: p.BlocksChanged, DataBytes: p.DataBytes, ZeroBytes: p.ZeroBytes,
+		BaseDigest: p.BaseDigest, Digest: p.Digest, Final: p.Final, Full: p.Full, Received: p.Received,
+		WireBytes: p.WireBytes, SignatureBytes: p.SignatureBytes, Resumes: p.Resumes, Duration: p.Duration,
+	}
+}
 
 // ReceivedDelta is a delta pass whose runs arrive over the wire
 // (`importer clone-source -delta`'s records, or a program's own sender),

@@ -128,5 +128,5 @@ func (r *Result) takeDeltaPass(p *delta.Pass) {
 	r.DataBytes = p.DataBytes
 	r.ContentDigest, r.SourceDigest, r.TargetDigest = p.Digest, p.Digest, p.Digest
 	r.Verified, r.VerifyMethod = true, string(verifyBlockHashes)
-	r.Delta = p
+	r.Delta = deltaPassOf(p)
 }

@@ -2,8 +2,9 @@ package importer
 
 import "github.com/diskimport/engine/internal/errtable"
 
-// ReasonFailed is the reason of an error that wraps none of the sentinels.
-const ReasonFailed = errtable.ReasonFailed
+// ReasonFailed is the reason of an error that wraps none of the sentinels
+// (errtable.ReasonFailed, the table's word).
+const ReasonFailed = "Failed"
 
 // Reason returns the stable word naming err's kind ("" for nil), the
 // "reason" of the command line's JSON and of CDI's termination message:

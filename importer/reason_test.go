@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/errtable"
 )
 
 // TestReasonNamesWhatAnImportReturns: the words of the errors an import
@@ -19,4 +20,5 @@ func TestReasonNamesWhatAnImportReturns(t *testing.T) {
 	// A checksum mismatch stays one whatever wraps it.
 	assert.Equal(t, "ChecksumMismatch", Reason(fmt.Errorf("%w: %w", errdefs.ErrCancelled, errdefs.ErrChecksumMismatch)))
 	assert.Equal(t, ReasonFailed, Reason(fmt.Errorf("x: %w", errdefs.ErrRestart)))
+	assert.Equal(t, errtable.ReasonFailed, ReasonFailed, "the table's word")
 }
