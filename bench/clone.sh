@@ -26,7 +26,10 @@
 # zeros), BENCH_CLONE_LINKS ("fast": loopback; "1gbit": through
 # `benchtool relay` paced to 125 MB/s each way), BENCH_CLONE_LIMITS
 # ("cdi none"). The block target is a used volume: it holds the last
-# clone's (first: random) bytes.
+# clone's (first: random) bytes. BENCH_CLONER_ENV adds variables to the
+# cloners' environment (IMPORTER_DELTA=true: ours as a delta pass). Each
+# cloner serves its progress metric on a port of its own (CDI's pods
+# have a network each; here they share the host's).
 #
 # Prints one line per row (median seconds of each copier, ours' speedup
 # over CDI, ours against the local copy, CPU seconds and memory peaks of
@@ -219,11 +222,12 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 	[[ $copier == cdi ]] && extra_mount="/cdi-cloner $cdi_cloner"
 	sh -c "${cl_pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 CLIENT_KEY=\"\$(cat $pki/client.key)\" CLIENT_CERT=\"\$(cat $pki/client.crt)\" SERVER_CA_CERT=\"\$(cat $pki/ca.crt)\" \
-UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false VOLUME_MODE=$([[ $kind == block ]] && echo block || echo filesystem) MOUNT_POINT=$src_mount \
+UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false IMPORTER_METRICS_LISTEN=127.0.0.1:$(free_port) ${BENCH_CLONER_ENV:-} VOLUME_MODE=$([[ $kind == block ]] && echo block || echo filesystem) MOUNT_POINT=$src_mount \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/root-cloner 0 \
 $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work/cloner.err" &
 	cpid=$!; pids+=("$cpid")
 	wait "$cpid" || rc=$?
+	[[ $rc == 0 ]] || kill "$spid" 2>/dev/null # a server no clone will reach
 	wait "$spid" || rc=$((rc == 0 ? $? : rc))
 	end=$(now)
 	[[ -n $rpid ]] && { kill "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null || true; }

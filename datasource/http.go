@@ -174,7 +174,7 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 				Size: b.size, src: s, pin: b.pin}
 			st.Ranges = b.ranged
 			if s.connections > 1 && b.size > s.chunk {
-				st.Body = newParallelBody(ctx, b, s)
+				st.Body, st.ReadAhead = newParallelBody(ctx, b, s), true
 			}
 		}
 	}

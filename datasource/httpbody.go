@@ -70,7 +70,7 @@ func (b *httpBody) do() (a *httpAttempt, retryable bool, err error) {
 	s := b.src
 	ctx, cancel := context.WithCancelCause(b.life)
 	a = &httpAttempt{ctx: ctx, cancel: cancel}
-	a.stallErr = fmt.Errorf("GET %s: no data received for %s: %w", s.redacted, s.stall, errdefs.ErrSourceUnreachable)
+	a.stallErr = fmt.Errorf("GET %s: %w for %s: %w", s.redacted, errNoData, s.stall, errdefs.ErrSourceUnreachable)
 	a.timer = time.AfterFunc(s.stall, func() { cancel(a.stallErr) })
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url.String(), nil)
 	if err != nil {
@@ -257,7 +257,7 @@ func (b *httpBody) resume(cause error) error {
 		if werr := b.wait(cause, 0); werr != nil {
 			return werr
 		}
-		return &RestartError{URL: b.src.redacted, Offset: b.got,
+		return &RestartError{URL: b.src.redacted, Offset: b.got, Why: "the server gave no ETag or Last-Modified to resume safely",
 			Reason: fmt.Sprintf("%v, and the server gave no ETag or Last-Modified to resume safely", cause)}
 	}
 	if werr := b.wait(cause, 0); werr != nil {
@@ -274,7 +274,7 @@ func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 	name := b.src.redacted
 	if err == io.EOF {
 		if b.size >= 0 && b.got != b.size {
-			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w", name, b.got, b.size, errdefs.ErrSourceUnreachable), true
+			return fmt.Errorf("GET %s: %w after %d of %d bytes: %w", name, errDropped, b.got, b.size, errdefs.ErrSourceUnreachable), true
 		}
 		return io.EOF, false
 	}
@@ -289,9 +289,9 @@ func (b *httpBody) classify(a *httpAttempt, err error) (error, bool) {
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		if b.size >= 0 {
-			return fmt.Errorf("GET %s: connection closed after %d of %d bytes: %w: %w", name, b.got, b.size, errdefs.ErrSourceUnreachable, noShortRead(err)), true
+			return fmt.Errorf("GET %s: %w after %d of %d bytes: %w: %w", name, errDropped, b.got, b.size, errdefs.ErrSourceUnreachable, noShortRead(err)), true
 		}
-		return fmt.Errorf("GET %s: connection closed after %d bytes (total size unknown): %w: %w", name, b.got, errdefs.ErrSourceUnreachable, noShortRead(err)), true
+		return fmt.Errorf("GET %s: %w after %d bytes (total size unknown): %w: %w", name, errDropped, b.got, errdefs.ErrSourceUnreachable, noShortRead(err)), true
 	}
 	return fmt.Errorf("GET %s: reading body after %d bytes: %w: %w", name, b.got, errdefs.ErrSourceUnreachable, err), true
 }

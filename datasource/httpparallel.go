@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/buffers"
@@ -129,8 +128,7 @@ func newParallelBody(ctx context.Context, first *httpBody, s *httpSource) *paral
 	p.claim = 1
 	p.next = 1
 	p.streak = s.budget.Streak(func(a retry.Attempt) {
-		s.log.Warn("HTTP range transfer cannot go on, starting over", "url", s.redacted, "retry", a.N, "maxRetries", a.Max,
-			"delay", a.Delay.Round(time.Millisecond), "offset", p.pos, "cause", a.Cause.Error())
+		s.log.Warn("HTTP range transfer cannot go on, starting over", s.retryNotice(a, p.pos).Attr())
 	})
 	return p
 }
@@ -457,7 +455,7 @@ func (p *parallelBody) failure() error {
 	if rf.changed {
 		reason = "the object changed"
 	}
-	return &RestartError{URL: p.src.redacted, Offset: p.pos, Reason: fmt.Sprintf("%s (%v)", reason, err)}
+	return &RestartError{URL: p.src.redacted, Offset: p.pos, Why: reason, Reason: fmt.Sprintf("%s (%v)", reason, err)}
 }
 
 func (p *parallelBody) isClosed() bool {

@@ -91,7 +91,7 @@ func parallelConfig(conns int) datasource.Config {
 
 // TestParallelRangesDeliverTheObjectInOrder: over a paced mirror, any
 // number of connections yields the object's bytes in order, over that
-// many connections; one connection is one GET.
+// many connections, and says it reads ahead; one connection is one GET.
 func TestParallelRangesDeliverTheObjectInOrder(t *testing.T) {
 	data := testImage(t, 3<<20+12345)
 	for _, conns := range []int{1, 2, 4, 16} {
@@ -104,6 +104,7 @@ func TestParallelRangesDeliverTheObjectInOrder(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, int64(len(data)), st.Size)
 			assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
+			assert.Equal(t, conns > 1, st.ReadAhead, "the body reads ahead on connections of its own")
 			ranges, _ := obj.requests()
 			if conns == 1 {
 				assert.Equal(t, []string{""}, ranges, "one connection is one GET")

@@ -248,8 +248,7 @@ func (e *retryable) Unwrap() error { return e.err }
 func (r *RangeReader) newStreak(off int64) *retry.Streak {
 	s := r.src
 	return s.budget.Streak(func(a retry.Attempt) {
-		s.log.Warn("HTTP range read failed, retrying", "url", s.redacted, "retry", a.N, "maxRetries", a.Max,
-			"delay", a.Delay.Round(time.Millisecond), "offset", off, "cause", a.Cause.Error())
+		s.log.Warn("HTTP range read failed, retrying", s.retryNotice(a, off).Attr())
 	})
 }
 
@@ -263,7 +262,7 @@ func (r *RangeReader) fetch(n int, off int64, dst func() ([]byte, error), progre
 	end := off + int64(n) - 1
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
-	stallErr := fmt.Errorf("GET %s bytes %d-%d: no data received for %s: %w", name, off, end, s.stall, errdefs.ErrSourceUnreachable)
+	stallErr := fmt.Errorf("GET %s bytes %d-%d: %w for %s: %w", name, off, end, errNoData, s.stall, errdefs.ErrSourceUnreachable)
 	// The watchdog is re-armed whenever bytes arrive.
 	timer := time.AfterFunc(s.stall, func() { cancel(stallErr) })
 	defer timer.Stop()
@@ -328,8 +327,8 @@ func (r *RangeReader) fetch(n int, off int64, dst func() ([]byte, error), progre
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return got, &retryable{err: fmt.Errorf("GET %s bytes %d-%d: connection broke after %d bytes: %w: %w",
-				name, off, end, got, errdefs.ErrSourceUnreachable, noShortRead(err))}
+			return got, &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w after %d bytes: %w: %w",
+				name, off, end, errDropped, got, errdefs.ErrSourceUnreachable, noShortRead(err))}
 		}
 	}
 	return got, nil

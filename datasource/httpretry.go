@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -68,7 +69,12 @@ func (b *httpBody) progressed() { b.streak.Reset() }
 func (b *httpBody) newStreak() *retry.Streak {
 	s := b.src
 	return s.budget.Streak(func(a retry.Attempt) {
-		s.log.Warn("HTTP transfer failed, retrying", "url", s.redacted, "retry", a.N, "maxRetries", a.Max,
-			"delay", a.Delay.Round(time.Millisecond), "offset", b.got, "cause", a.Cause.Error())
+		s.log.Warn("HTTP transfer failed, retrying", s.retryNotice(a, b.got).Attr())
 	})
+}
+
+// retryNotice is a retry of s's at offset, for its log record.
+func (s *httpSource) retryNotice(a retry.Attempt, offset int64) retry.Notice {
+	return retry.Notice{Attempt: a, Offset: offset, Failure: retryFailure(s.url.Host, a.Cause, s.stall),
+		Context: []slog.Attr{slog.String("url", s.redacted)}}
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"time"
 
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/types"
@@ -48,8 +47,8 @@ func openBlob(ctx context.Context, src types.ImageSource, info types.BlobInfo, c
 ) (*resumingBlob, error) {
 	b := &resumingBlob{ctx: ctx, src: src, info: info, cache: cache, relay: relay}
 	b.streak = budget.Streak(func(a retry.Attempt) {
-		log.Warn("Layer blob transfer failed, retrying", "image", ref, "digest", info.Digest, "retry", a.N,
-			"maxRetries", a.Max, "delay", a.Delay.Round(time.Millisecond), "offset", b.off, "cause", a.Cause.Error())
+		log.Warn("Layer blob transfer failed, retrying", retry.Notice{Attempt: a, Offset: b.off,
+			Failure: retryFailure(ref, a.Cause, 0), Context: []slog.Attr{slog.String("image", ref), slog.Any("digest", info.Digest)}}.Attr())
 	})
 	for {
 		err := b.reopen()

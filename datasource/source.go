@@ -56,6 +56,11 @@ type Capabilities struct {
 	// GCS), so a text body is a page the server returned; a registry
 	// layer's file or a local file is "the source".
 	HTTPAnswer bool
+	// ReadAhead: the Body fetches ahead on goroutines of its own (an
+	// object read over several connections at once), so a reader that
+	// would only move the reading onto another goroutine adds a copy of
+	// every byte and nothing runs sooner.
+	ReadAhead bool
 }
 
 // RangedURL is an HTTP(S) object that can be read with Range requests.

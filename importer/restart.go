@@ -154,8 +154,7 @@ func importWithRestarts(ctx context.Context, r request) (*Result, error) {
 		if err == nil || ctx.Err() != nil || !errors.As(err, &re) || restarts >= maxRestarts {
 			return res, err
 		}
-		logger(r).Warn("Transfer cannot resume; starting the import over from the beginning",
-			"source", r.Source.String(), "restart", restarts+1, "cause", re.Error())
+		logger(r).Warn("Transfer cannot resume; starting the import over from the beginning", re.Told(restarts+1, r.Source.String()))
 	}
 }
 

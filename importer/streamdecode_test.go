@@ -3,6 +3,7 @@ package importer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/testkit/testimg"
@@ -402,5 +404,45 @@ func TestStreamDecodeVHDXTooBig(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, bytes.Repeat([]byte{0xA5}, 8<<20), got, "the device keeps its old bytes")
 		})
+	}
+}
+
+// TestStreamDecodeOverParallelRanges: an uncompressed qcow2 and vhd larger
+// than a chunk, served with ranges, are read over several connections (a
+// body that reads ahead itself, which the decoder then reads directly) and
+// decoded as a stream onto each target, with and without a checksum
+// verified on the way (then through a read-ahead of its own): the target
+// holds qemu-img's bytes.
+func TestStreamDecodeOverParallelRanges(t *testing.T) {
+	testimg.Need(t, "qemu-img")
+	dir := t.TempDir()
+	raw := testimg.Raw(t, dir, "disk.raw", 12<<20, 47)
+	images := map[string]string{}
+	for _, f := range []struct{ name, qfmt, opts string }{{"disk.qcow2", "qcow2", ""}, {"disk.vhd", "vpc", "subformat=dynamic,force_size=on"}} {
+		p := filepath.Join(dir, f.name)
+		args := []string{"convert", "-q", "-f", "raw", "-O", f.qfmt}
+		if f.opts != "" {
+			args = append(args, "-o", f.opts)
+		}
+		testimg.Run(t, "qemu-img", append(args, raw, p)...)
+		require.Greater(t, testimg.FileSize(t, p), int64(2*datasource.DefaultChunkSize), "more than one chunk")
+		images[f.name] = qemuRaw(t, p, f.qfmt)
+	}
+	base, ranges := testimg.ServeCountingRanges(t, dir)
+	for name, want := range images {
+		for _, sum := range []bool{false, true} {
+			testimg.ForEachTarget(t, fmt.Sprintf("%s/checksum=%v", name, sum), 16<<20, func(t *testing.T, tg testimg.Target) {
+				var logs bytes.Buffer
+				o := loggedImport(t, base+name, tg.Path, &logs)
+				if sum {
+					o.Checksums = []string{testimg.FileDigest(t, filepath.Join(dir, name))}
+				}
+				before := ranges.Load()
+				res, err := importer.Import(context.Background(), o)
+				requireStreamDecoded(t, res, err, &logs)
+				assert.Greater(t, ranges.Load(), before, "read over ranges")
+				expectImage(t, want, o.Target, tg.Block)
+			})
+		}
 	}
 }

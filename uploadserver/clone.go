@@ -38,10 +38,11 @@ func isCloneContentType(ct string) bool {
 // when the request says so, else CDI's snappy-framed stream.
 func (h *Handler) serveClone(w http.ResponseWriter, r *http.Request, ct string) {
 	if p := r.Header.Get(cloner.ProtocolHeader); p != "" {
-		// A filesystem volume goes over sparse-v2 only as a delta pass.
-		dh := r.Header.Get(cloner.DeltaHeader)
-		if p != cloner.ProtocolSparseV2 || (ct != ContentTypeBlockdeviceClone && dh != cloner.DeltaSignature && dh != cloner.DeltaApply) {
-			http.Error(w, fmt.Sprintf("clone protocol %q for %s: only %s of a %s, or a delta pass", p, ct, cloner.ProtocolSparseV2, ContentTypeBlockdeviceClone), http.StatusBadRequest)
+		// A filesystem volume goes over sparse-v2 as its disk image's
+		// records (written where its disk.img goes: the target) or as a
+		// delta pass.
+		if p != cloner.ProtocolSparseV2 {
+			http.Error(w, fmt.Sprintf("clone protocol %q for %s: only %s", p, ct, cloner.ProtocolSparseV2), http.StatusBadRequest)
 			return
 		}
 		h.serveSparseClone(w, r, ct)
@@ -185,6 +186,7 @@ func (h *Handler) respondClone(w http.ResponseWriter, res *importer.Result, err 
 // session of an interrupted clone, the offset to resume from.
 func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
+	w.Header().Set(cloner.FilesystemHeader, cloner.FilesystemDiskImage)
 	w.Header().Set(cloner.DeltaHeader, cloner.DeltaV1)
 	id := r.Header.Get(cloner.SessionHeader)
 	if id == "" {

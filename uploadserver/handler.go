@@ -76,6 +76,12 @@ type Options struct {
 	// CloneResumeWindow is how long an interrupted sparse-v2 clone is kept
 	// for its resumption; default 5 minutes.
 	CloneResumeWindow time.Duration
+	// ResultGrace: once an asynchronous import succeeded, Done waits until
+	// a status request was answered Complete, or this long at most, so that
+	// a client following the status (importer upload --async) sees the
+	// result before the server stops. 0: Done at once, as CDI's server
+	// stops (its client learns the result from the DataVolume).
+	ResultGrace time.Duration
 }
 
 // atomicCounter counts an upload's bytes.
@@ -113,7 +119,10 @@ type Handler struct {
 
 	done     chan struct{}
 	doneOnce sync.Once
-	wg       sync.WaitGroup // background (async) imports
+	// resultUnread: an asynchronous import's result is to be read from
+	// the status before Done (Options.ResultGrace).
+	resultUnread bool
+	wg           sync.WaitGroup // background (async) imports
 }
 
 // NewHandler builds a Handler.
@@ -203,8 +212,20 @@ func (h *Handler) auth(next http.Handler) http.Handler {
 }
 
 func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	st := h.Status()
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(h.Status())
+	_ = json.NewEncoder(w).Encode(st)
+	if st.Complete {
+		h.mu.Lock()
+		unread := h.resultUnread
+		h.resultUnread = false
+		h.mu.Unlock()
+		if unread {
+			// The server stops after this answer went out: Shutdown waits
+			// for the responses in flight.
+			h.closeDone()
+		}
+	}
 }
 
 // errBusy and errFinished refuse an upload before it starts.
@@ -267,14 +288,32 @@ func (h *Handler) finish(res *importer.Result, err error) {
 	h.busy = false
 	if err != nil {
 		h.status.Phase, h.status.Error, h.status.Complete = "Error", err.Error(), false
+		h.resultUnread = false
 	} else {
 		h.status.Phase, h.status.Error, h.status.Complete = "Complete", "", true
 	}
+	unread := h.resultUnread
 	h.mu.Unlock()
-	if err == nil && !h.opts.KeepRunning {
-		h.doneOnce.Do(func() { close(h.done) })
+	switch {
+	case err != nil || h.opts.KeepRunning:
+	case unread:
+		time.AfterFunc(h.opts.ResultGrace, h.closeDone)
+	default:
+		h.closeDone()
 	}
 }
+
+// finishAsync is finish for an asynchronous import, whose client learns
+// the result from the status (Options.ResultGrace).
+func (h *Handler) finishAsync(res *importer.Result, err error) {
+	h.mu.Lock()
+	h.resultUnread = err == nil && h.opts.ResultGrace > 0 && !h.opts.KeepRunning
+	h.mu.Unlock()
+	h.finish(res, err)
+}
+
+// closeDone closes Done, once.
+func (h *Handler) closeDone() { h.doneOnce.Do(func() { close(h.done) }) }
 
 // statusText shortens an error for a plain-text response body.
 func statusText(err error) string {

@@ -205,7 +205,7 @@ func (h *Handler) runAsync(w http.ResponseWriter, r *http.Request, body *gatedRe
 		} else if err != nil && clientGone.Load() {
 			err = errClientGone(err)
 		}
-		h.finish(res, err)
+		h.finishAsync(res, err)
 		doneCh <- outcome{res, err}
 	}()
 	select {

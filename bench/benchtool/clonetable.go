@@ -80,7 +80,9 @@ func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string) {
 	fmt.Fprintf(w, "| volumes | data | link | CPU limit | CDI %s s | ours s | local copy s | ours vs CDI | ours vs local | CPU s CDI / ours (cloner+server) | peak MiB CDI / ours (cloner, server) | verdict |\n", cdiVersion)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, row := range rows {
-		same := func(r cloneRun) bool { return r.Kind == row.Kind && r.DataPct == row.DataPct && r.Link == row.Link && r.Limit == row.Limit }
+		same := func(r cloneRun) bool {
+			return r.Kind == row.Kind && r.DataPct == row.DataPct && r.Link == row.Link && r.Limit == row.Limit
+		}
 		cdi, ours := pick("cdi", same), pick("ours", same)
 		local := pick("local", func(r cloneRun) bool { return r.Kind == row.Kind && r.DataPct == row.DataPct })
 		cdiS, oursS, localS := medianOf(cdi, seconds), medianOf(ours, seconds), medianOf(local, seconds)

@@ -47,7 +47,11 @@ type terminalBar struct {
 
 func newTerminalBar(w io.Writer) *terminalBar {
 	t := &terminalBar{start: time.Now()}
-	t.p = mpb.New(mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
+	opts := []mpb.ContainerOption{mpb.WithOutput(w), mpb.WithAutoRefresh(), mpb.WithWidth(maxBarWidth), mpb.WithRefreshRate(200 * time.Millisecond)}
+	if c := consoleFor(w); c != nil {
+		opts = append(opts, mpb.WithConsoleWriter(c))
+	}
+	t.p = mpb.New(opts...)
 	t.bar = t.p.New(barScale, lengthAwareFiller{
 		bar:     mpb.BarStyle().Lbound("[").Rbound("]").Build(),
 		spinner: mpb.SpinnerStyle().Build(),
@@ -147,25 +151,50 @@ func barLabel(phase importer.Phase) string {
 	return string(phase)
 }
 
+// The bar's width: at most maxBarWidth columns (the cells between its
+// brackets, at 200 columns), and the numbers after it give up their least
+// needed parts before the bar gets narrower than minBarWidth.
+const (
+	maxBarWidth = 100
+	minBarWidth = 12
+)
+
 // numbers is "42.0%  312.0 MiB / 752.0 MiB  25.3 MiB/s  ETA 18s", or
-// "312.0 MiB  25.3 MiB/s" while a stream of unknown length is read.
+// "312.0 MiB  25.3 MiB/s" while a stream of unknown length is read: the
+// longest of numbersVariants that leaves the bar minBarWidth columns of
+// st.AvailableWidth (what the label left of the terminal's width).
 func (t *terminalBar) numbers(st decor.Statistics) string {
+	variants := t.numbersVariants(st)
+	for _, v := range variants {
+		if len(v)+minBarWidth+2 <= st.AvailableWidth { // +2: the spaces around the bar
+			return v
+		}
+	}
+	return variants[len(variants)-1]
+}
+
+// numbersVariants are the numbers from the fullest to the shortest: the
+// ETA goes first, then the rate, then the total, the percentage last.
+func (t *terminalBar) numbersVariants(st decor.Statistics) []string {
 	s := t.snapshot()
 	elapsed := time.Since(t.start)
 	rate := units.Rate(averageRate(s.BytesRead, elapsed))
+	read := units.Bytes(s.BytesRead)
 	if t.lengthUnknown() && !st.Completed && !st.Aborted {
-		return fmt.Sprintf("%s  %s", units.Bytes(s.BytesRead), rate)
+		return []string{read + "  " + rate, read}
 	}
 	pct := float64(st.Current) / 100
-	read := units.Bytes(s.BytesRead)
+	share := fmt.Sprintf("%5.1f%%", pct)
+	total := read
 	if s.SourceSize > 0 {
-		read += " / " + units.Bytes(s.SourceSize)
+		total += " / " + units.Bytes(s.SourceSize)
 	}
-	line := fmt.Sprintf("%5.1f%%  %s  %s", pct, read, rate)
+	full := share + "  " + total + "  " + rate
+	variants := []string{full, share + "  " + total, share + "  " + read, share}
 	if eta := estimate(pct, elapsed); eta > 0 && !st.Completed && !st.Aborted {
-		line += "  ETA " + eta.Round(time.Second).String()
+		variants = append([]string{full + "  ETA " + eta.Round(time.Second).String()}, variants...)
 	}
-	return line
+	return variants
 }
 
 // averageRate is n bytes over elapsed, per second (0 before any time passed).

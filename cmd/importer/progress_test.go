@@ -117,8 +117,14 @@ type tmuxPane struct {
 
 func startTmux(t *testing.T, command string) *tmuxPane {
 	t.Helper()
+	return startTmuxSized(t, 150, 40, command)
+}
+
+// startTmuxSized is startTmux on a pane of cols columns and rows rows.
+func startTmuxSized(t *testing.T, cols, rows int, command string) *tmuxPane {
+	t.Helper()
 	p := &tmuxPane{t: t, socket: fmt.Sprintf("importer-test-%d", time.Now().UnixNano())}
-	p.tmux("new-session", "-d", "-x", "150", "-y", "40", command)
+	p.tmux("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), command)
 	t.Cleanup(func() { exec.Command("tmux", "-L", p.socket, "kill-server").Run() })
 	return p
 }

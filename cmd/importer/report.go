@@ -7,8 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
@@ -107,11 +105,11 @@ func terminalWidth(w io.Writer) int {
 	if !ok {
 		return 0
 	}
-	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	cols, _, err := terminalSize(f)
 	if err != nil {
 		return 0
 	}
-	return int(ws.Col)
+	return cols
 }
 
 // reportRecords is report's ending as JSON log records.

@@ -14,7 +14,9 @@ import (
 // runImport runs one import from the command line and reports it. The
 // engine's log is quiet by default (warnings; -v for its phases, -vv for
 // debug): a person sees the progress bar, or a progress line every few
-// seconds off a terminal, and one final line.
+// seconds off a terminal, and one final line. On a terminal, without -v,
+// --json or --log-format json, a source's retry is one sentence above the
+// bar (retrySentences), not a WARN record.
 func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stderr io.Writer) int {
 	metrics := cdi.MetricsConfig{Listen: "off"}
 	if f.metricsListen != "" {
@@ -26,6 +28,9 @@ func runImport(ctx context.Context, o importer.Options, f cliFlags, stdout, stde
 	if err != nil {
 		progress.finish(nil, err)
 		return cdi.ExitUsage
+	}
+	if progress.terminal != nil && !f.json && f.verbose == 0 && f.logFormat != logFormatJSON {
+		log = slog.New(retrySentences{next: log.Handler(), w: w})
 	}
 	lines, _ := newFormatLogger(w, f.logFormat, slog.LevelInfo)
 	progress.start(metrics, log, lines, f.quiet)

@@ -57,7 +57,9 @@ With --client-ca only clients whose certificate chains to that CA (and, with
 --client-name, carries that name) may upload. With no TLS, token or client
 CA the server listens on 127.0.0.1 only unless --listen-anywhere.
 One upload at a time (409 while busy). The server exits after the first
-successful import unless --keep-running.
+successful import unless --keep-running; after an -async upload, once
+/v1beta1/status has answered complete (importer upload --async reads it),
+or a minute later at most.
 
 Without DEST, CDI's upload-server environment applies: LISTEN_ADDRESS,
 LISTEN_PORT, DESTINATION, UPLOAD_IMAGE_SIZE, FILESYSTEM_OVERHEAD,
@@ -139,6 +141,13 @@ CLIENT_NAME, TLS_MIN_VERSION, TLS_CIPHERS; the termination message goes to
 	return cmd
 }
 
+// asyncResultGrace is how long upload-server stays up after an
+// asynchronous import succeeded for its status to be read (the server
+// stops as soon as it was): importer upload --async polls every 500 ms by
+// default (--status-interval). CDI's upload pod has none: its client
+// learns the result from the DataVolume, and the pod's exit makes it.
+const asyncResultGrace = time.Minute
+
 // server builds the upload server of the flags around the import template.
 func (uf uploadFlags) server(opts importer.Options, log *slog.Logger) (*uploadserver.Server, error) {
 	token := ""
@@ -166,7 +175,7 @@ func (uf uploadFlags) server(opts importer.Options, log *slog.Logger) (*uploadse
 	}
 	return &uploadserver.Server{
 		Options: uploadserver.Options{Import: opts, Token: token, KeepRunning: uf.keepRunning, Logger: log,
-			ClientName: uf.clientName},
+			ClientName: uf.clientName, ResultGrace: asyncResultGrace},
 		Addr: uf.listen, TLSCert: uf.cert, TLSKey: uf.key, ClientCAFile: uf.clientCA,
 		Deadline: deadline, ListenAnywhere: uf.listenAnywhere,
 	}, nil

@@ -67,8 +67,9 @@ full upload URL (https://cdi-uploadproxy/v1beta1/upload), as an argument or
                               the import is complete and synced
   /v1beta1/upload-async       (--async) the server answers once it received
                               and validated the data; the command then polls
-                              /v1beta1/status until the import ends (a server
-                              without it: CDI's, where the DataVolume says)
+                              /v1beta1/status until it says the import ended
+                              (ours answers it until read; a server without
+                              it: CDI's, where the DataVolume says)
   /v1beta1/upload-form[-async] (--form) a multipart form, field "file"
 
 Mutual TLS: --ca (the CA of the server's certificate; default: the system's),
@@ -84,7 +85,8 @@ server stops taking and an answer that stops arriving fail after
 only by --wait.
 
 Exit status: 0 when the server reports the import complete, 1 when the
-upload or the import failed (the server's answer is shown), 2 for bad usage,
+upload or the import failed (the server's answer is shown) or its result
+could not be read, 2 for bad usage,
 130 after Ctrl-C and 143 after SIGTERM.`,
 		Args:          cobra.RangeArgs(1, 2),
 		SilenceUsage:  true,
@@ -392,7 +394,7 @@ func (up *uploadRequest) send(ctx context.Context, log *slog.Logger, observe fun
 		return out, up.explain(err, out.sent)
 	}
 	if up.async {
-		if err := up.waitStatus(ctx, out, log); err != nil {
+		if err := up.waitStatus(ctx, out); err != nil {
 			return out, err
 		}
 	}
@@ -502,13 +504,15 @@ func (up *uploadRequest) post(ctx context.Context, body io.Reader, length int64,
 }
 
 // waitStatus follows an asynchronous upload's import on the server's
-// status path until it ends. A server without one (CDI's upload proxy and
-// pod answer 404) leaves the result unknown: received is all it said. Our
-// server stops once an import succeeded, so a status that cannot be read
-// any more after it was seen busy is the end of a complete import only if
-// nothing said otherwise; the note says so. A status request that gets no
-// answer is a failure, as is --wait passing, even in the middle of one.
-func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log *slog.Logger) error {
+// status path until it ends: Complete only when the status says so, an
+// error naming the server's cause when it says the import failed. A
+// server without one (CDI's upload proxy and pod answer 404) leaves the
+// result unknown: received is all it said (CDI's client reads the
+// DataVolume's phase). Our server answers the status until it was read
+// Complete (uploadserver.Options.ResultGrace), so a status that cannot be
+// read is a failure: the result was not seen. So is a status request that
+// gets no answer, and --wait passing, even in the middle of one.
+func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome) error {
 	su := *up.url
 	su.Path, su.RawQuery = uploadserver.PathStatus, ""
 	wctx := ctx
@@ -529,9 +533,7 @@ func (up *uploadRequest) waitStatus(ctx context.Context, out *uploadOutcome, log
 		case errors.As(err, &stalled):
 			return err
 		case err != nil:
-			log.Info("Status not readable", "url", su.Redacted(), "err", err)
-			out.note = "the server received it and then stopped answering (ours stops once an import is complete; a failed import keeps it up), so the result was not seen: use the synchronous path to wait for it"
-			return nil
+			return fmt.Errorf("the server received the upload, then its status at %s could not be read (last status: phase %s), so the import's result is unknown: %w", su.Redacted(), phase, err)
 		case code == http.StatusNotFound:
 			out.note = "the server received it and has no status path (CDI's: the DataVolume's phase tells the result)"
 			return nil

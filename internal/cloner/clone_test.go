@@ -158,6 +158,46 @@ func TestCloneFilesystemToBlock(t *testing.T) {
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dst, -1))
 }
 
+// A filesystem volume that holds only its disk.img (lost+found aside)
+// goes to our server as that file's sparse-v2 records, not a tar of every
+// byte: onto a filesystem volume's disk.img (its zero runs holes) and
+// onto a block volume, its content the source's, its zeros never on the
+// wire; a volume that holds more goes as the tar (TestCloneFilesystem).
+func TestCloneFilesystemDiskImageGoesAsRecords(t *testing.T) {
+	src := t.TempDir()
+	img := testimg.Raw(t, src, "disk.img", 6*mib, 17)
+	require.NoError(t, os.Truncate(img, 48*mib)) // 42 MiB of zeros after the data
+	require.NoError(t, os.Mkdir(filepath.Join(src, "lost+found"), 0o700))
+	p := newPKI(t)
+	targets := map[string]string{"filesystem": filepath.Join(t.TempDir(), "disk.img")}
+	if os.Geteuid() == 0 {
+		targets["block"] = testimg.LoopDevice(t, t.TempDir(), 48*mib)
+	}
+	for name, dst := range targets {
+		t.Run(name, func(t *testing.T) {
+			s := startServer(t, p, importer.Options{Target: dst})
+			res, err := send(t, p, s.url(""), cloner.ContentTypeFilesystem, src, cloner.ProtocolAuto)
+			require.NoError(t, err)
+			assert.Equal(t, cloner.ProtocolSparseV2, res.Protocol)
+			assert.Less(t, res.WireBytes, int64(8*mib), "the zeros crossed the wire")
+			sres, serr := s.wait(t)
+			require.NoError(t, serr)
+			assert.Equal(t, testimg.ContentDigest(t, img), sres.ContentDigest)
+			assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dst, 48*mib))
+			if name == "filesystem" {
+				assert.Less(t, testimg.Allocated(t, dst), int64(12*mib), "zero runs are holes in the target")
+			}
+		})
+	}
+	t.Run("sparse-v2 asked of a volume that holds more", func(t *testing.T) {
+		require.NoError(t, os.WriteFile(filepath.Join(src, "notes.txt"), []byte("more"), 0o600))
+		s := startServer(t, p, importer.Options{Target: filepath.Join(t.TempDir(), "disk.img")})
+		_, err := send(t, p, s.url(""), cloner.ContentTypeFilesystem, src, cloner.ProtocolSparseV2)
+		require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
+		assert.Contains(t, err.Error(), "holds more")
+	})
+}
+
 // TestCloneResumesAfterDrop cuts the connection halfway: the clone
 // resumes from the server's offset, not from 0, and completes verified.
 func TestCloneResumesAfterDrop(t *testing.T) {

@@ -122,9 +122,20 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 		}
 		proto = ProtocolSnappy
 	}
+	// A filesystem volume that holds only its disk image goes as that
+	// file's sparse-v2 records where the server takes them: its zero runs
+	// as lengths, not a tar of every byte.
+	image := ""
+	if o.ContentType == ContentTypeFilesystem && proto != ProtocolSnappy {
+		image = diskImageOnly(o.Source)
+	}
 	if proto == ProtocolAuto {
 		proto = ProtocolSnappy
-		if o.ContentType == ContentTypeBlock && offersSparse(ctx, o) {
+		offers := serverOffers(ctx, o)
+		switch {
+		case o.ContentType == ContentTypeBlock && offers.Get(ProtocolHeader) == ProtocolSparseV2:
+			proto = ProtocolSparseV2
+		case image != "" && offers.Get(ProtocolHeader) == ProtocolSparseV2 && offers.Get(FilesystemHeader) == FilesystemDiskImage:
 			proto = ProtocolSparseV2
 		}
 	}
@@ -133,8 +144,13 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	case ProtocolSnappy:
 		return sendSnappy(ctx, o)
 	case ProtocolSparseV2:
-		if o.ContentType != ContentTypeBlock {
-			return nil, fmt.Errorf("%s carries block clones only: %w", ProtocolSparseV2, errdefs.ErrInvalidOptions)
+		if o.ContentType == ContentTypeFilesystem {
+			if image == "" {
+				return nil, fmt.Errorf("%s carries block clones and filesystem volumes that hold only their disk image (%s holds more): %w", ProtocolSparseV2, o.Source, errdefs.ErrInvalidOptions)
+			}
+			o.Logger.Info("The volume holds only its disk image: sending the image's records", "image", image)
+			o.Source = image
+			return sendSparse(ctx, o)
 		}
 		if o.Delta && offersDelta(ctx, o) {
 			return sendDelta(ctx, o)
@@ -147,12 +163,18 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 // offersSparse asks the server (HEAD on the upload path) whether it takes
 // sparse-v2; CDI's answers 200 without our header.
 func offersSparse(ctx context.Context, o Options) bool {
+	return serverOffers(ctx, o).Get(ProtocolHeader) == ProtocolSparseV2
+}
+
+// serverOffers is the answer to HEAD on the upload path (none when it
+// failed: CDI's stream then).
+func serverOffers(ctx context.Context, o Options) http.Header {
 	resp, err := head(ctx, o, "")
 	if err != nil {
 		o.Logger.Info("HEAD on the upload path failed; using CDI's stream", "err", err)
-		return false
+		return http.Header{}
 	}
-	return resp.Header.Get(ProtocolHeader) == ProtocolSparseV2
+	return resp.Header
 }
 
 // offersDelta asks the server whether it takes delta passes.

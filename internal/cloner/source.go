@@ -24,6 +24,29 @@ const (
 // volume's content (CDI's cloner leaves lost+found out too).
 var skipAtRoot = map[string]bool{"lost+found": true}
 
+// diskImageName is the disk image of a filesystem volume (kubevirt's).
+const diskImageName = "disk.img"
+
+// diskImageOnly is the path of the volume dir's disk.img when that
+// regular file is all the volume holds (lost+found aside), else "".
+func diskImageOnly(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	image := ""
+	for _, e := range entries {
+		switch {
+		case skipAtRoot[e.Name()]:
+		case e.Name() == diskImageName && e.Type().IsRegular():
+			image = filepath.Join(dir, e.Name())
+		default:
+			return ""
+		}
+	}
+	return image
+}
+
 // openDevice opens a block device (or image file) and returns its size.
 func openDevice(path string) (*os.File, int64, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)

@@ -43,6 +43,12 @@ const (
 	// BaseHeader, on a signature request, is the content digest the target
 	// must have to be the pass's base.
 	BaseHeader = "X-Diskimport-Clone-Base"
+	// FilesystemHeader: in a HEAD answer, FilesystemDiskImage when the
+	// server takes a filesystem clone of a volume that holds only its
+	// disk image as sparse-v2 records of that file (written where a
+	// filesystem clone's disk.img goes: the target file or device).
+	FilesystemHeader    = "X-Diskimport-Clone-Filesystem"
+	FilesystemDiskImage = "disk-image"
 )
 
 // Record kinds.

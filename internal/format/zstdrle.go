@@ -23,7 +23,12 @@ type rleAsRaw struct {
 	state   rleState
 	check   bool   // the current frame ends with a content checksum
 	fill    []byte // the Raw block made of an RLE block: header and bytes
-	err     error  // sticky: the source's error, or io.EOF
+	// fillByte and fillLen: fill's first fillLen data bytes are fillByte
+	// already, so the next RLE block of that byte (zstd's runs of zeros
+	// are one after another) needs only its header written.
+	fillByte byte
+	fillLen  int
+	err      error // sticky: the source's error, or io.EOF
 }
 
 type rleState int
@@ -181,13 +186,20 @@ func (z *rleAsRaw) rawBlock(last bool, size int, v byte) []byte {
 	b := z.fill[:3+size]
 	b[0], b[1], b[2] = byte(h), byte(h>>8), byte(h>>16)
 	data := b[3:]
-	if v == 0 {
-		clear(data)
-	} else if len(data) > 0 {
+	if v != z.fillByte {
+		z.fillByte, z.fillLen = v, 0
+	}
+	switch {
+	case z.fillLen >= len(data):
+	case v == 0:
+		clear(data[z.fillLen:])
+		z.fillLen = len(data)
+	default:
 		data[0] = v
 		for filled := 1; filled < len(data); filled *= 2 {
 			copy(data[filled:], data[:filled])
 		}
+		z.fillLen = len(data)
 	}
 	return b
 }

@@ -133,3 +133,26 @@ func TestRLEAsRawPassesAReservedBlockToTheDecoder(t *testing.T) {
 	}
 	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
 }
+
+func TestRLEAsRawBlockHoldsItsBytesWhateverCameBefore(t *testing.T) {
+	// rawBlock reuses the bytes of the block before when they are the
+	// same byte: each block must still be its own size of its own byte,
+	// after a shorter block of that byte, another byte, or a longer one.
+	var z rleAsRaw
+	for i, c := range []struct {
+		size int
+		v    byte
+	}{
+		{100, 0}, {zstdMaxBlock, 0}, {5000, 0xAA}, {zstdMaxBlock, 0xAA}, {7, 0xAA},
+		{zstdMaxBlock, 0}, {1, 0}, {zstdMaxBlock, 0x55}, {zstdMaxBlock, 0}, {0, 0}, {zstdMaxBlock, 0},
+	} {
+		last := i%2 == 1
+		b := z.rawBlock(last, c.size, c.v)
+		h := uint32(c.size)<<3 | zstdBlockRaw<<1
+		if last {
+			h |= 1
+		}
+		require.Equal(t, []byte{byte(h), byte(h >> 8), byte(h >> 16)}, b[:3], "block %d's header", i)
+		require.Equal(t, bytes.Repeat([]byte{c.v}, c.size), b[3:], "block %d: %d bytes of %#x", i, c.size, c.v)
+	}
+}

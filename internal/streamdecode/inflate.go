@@ -86,7 +86,6 @@ func (p *inflaters) work() {
 type decoder struct {
 	src   bytes.Reader
 	flate io.ReadCloser
-	zlib  io.ReadCloser
 	zstd  *zstd.Decoder
 }
 
@@ -115,22 +114,51 @@ func (d *decoder) inflate(c codec, in, out []byte) (int, error) {
 	case codecZstd:
 		return d.inflateZstd(in, out)
 	case codecZlib:
-		if d.zlib == nil {
-			z, err := zlib.NewReader(&d.src)
-			if err != nil {
-				return 0, err
-			}
-			d.zlib = z
-		} else if err := d.zlib.(zlib.Resetter).Reset(&d.src, nil); err != nil {
-			return 0, err
-		}
-		return readComplete(d.zlib, out)
+		return d.inflateZlib(in, out)
 	}
 	n, err := io.ReadFull(r, out)
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return n, nil // short: the caller compares n with what it needs
 	}
 	return n, err
+}
+
+// inflateZlib inflates a vmdk grain, one zlib stream (RFC 1950): the
+// header (deflate, a window of at most 32 KiB, no preset dictionary: qemu's
+// uncompress() takes none), the deflate stream, which must end within
+// len(out) bytes, then the Adler-32 of what it inflated to. It is
+// zlib.Reader's check with the checksum taken once over the whole grain
+// (adler32Sum) instead of per Read by hash/adler32.
+func (d *decoder) inflateZlib(in, out []byte) (int, error) {
+	if len(in) < 2 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	if in[0]&0x0f != 8 || in[0]>>4 > 7 || binary.BigEndian.Uint16(in)%31 != 0 {
+		return 0, zlib.ErrHeader
+	}
+	if in[1]&0x20 != 0 {
+		return 0, zlib.ErrDictionary
+	}
+	d.src.Reset(in[2:])
+	if d.flate == nil {
+		d.flate = flate.NewReader(&d.src)
+	} else if err := d.flate.(flate.Resetter).Reset(&d.src, nil); err != nil {
+		return 0, err
+	}
+	n, err := readComplete(d.flate, out)
+	if err != nil {
+		return n, err
+	}
+	// The flate reader reads a bytes.Reader byte by byte (an
+	// io.ByteReader), never past the stream's end: the checksum is next.
+	var sum [4]byte
+	if _, err := io.ReadFull(&d.src, sum[:]); err != nil {
+		return n, io.ErrUnexpectedEOF
+	}
+	if binary.BigEndian.Uint32(sum[:]) != adler32Sum(out[:n]) {
+		return n, zlib.ErrChecksum
+	}
+	return n, nil
 }
 
 // readComplete reads a whole stream into out; a stream longer than out
