@@ -22,7 +22,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/sourceio"
 )
 
 // aliasServer is an HTTP server on one 127.0.0.x address (the whole of
@@ -151,7 +150,7 @@ func TestEgressPolicyRefusesOnlyWhatItMust(t *testing.T) {
 			src, _, err := fetch(t, "http://"+refused.addr+"/disk.img", conf)
 			requireRefused(t, err, c.refusedIP, c.rule)
 			assert.Zero(t, refused.accepted.Load(), "a refused address must not be connected to")
-			assert.Zero(t, sourceio.Retries(src), "a policy refusal is not retried")
+			assert.Zero(t, retriesOf(src), "a policy refusal is not retried")
 		})
 	}
 }
@@ -342,7 +341,7 @@ func TestEgressAppliesToObjectStores(t *testing.T) {
 		require.NoError(t, err, ep)
 		_, _, err = readAll(t, src)
 		requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
-		assert.Zero(t, sourceio.Retries(src), ep)
+		assert.Zero(t, retriesOf(src), ep)
 	}
 	assert.Zero(t, denied.accepted.Load())
 }
@@ -383,7 +382,7 @@ func TestEgressAppliesToGCSTokenEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = readAll(t, src)
 	requireRefused(t, err, "127.0.0.3", "deny 127.0.0.3/32")
-	assert.Zero(t, sourceio.Retries(src), "a refused token endpoint is not retried")
+	assert.Zero(t, retriesOf(src), "a refused token endpoint is not retried")
 	assert.Zero(t, tokens.accepted.Load())
 	assert.Zero(t, objects.accepted.Load())
 }

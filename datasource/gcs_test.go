@@ -26,7 +26,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/sourceio"
 	"github.com/diskimport/engine/internal/testkit/objtest"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
@@ -96,7 +95,7 @@ func TestGCSRefusals(t *testing.T) {
 			require.True(t, errors.As(err, &se), "%v", err)
 			assert.Equal(t, 404, se.StatusCode)
 			assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
-			assert.Zero(t, sourceio.Retries(src), "not retried")
+			assert.Zero(t, retriesOf(src), "not retried")
 		})
 	}
 }

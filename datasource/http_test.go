@@ -23,7 +23,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/sourceio"
 )
 
 // newServer starts an httptest server on 127.0.0.1 closed at cleanup.
@@ -556,5 +555,5 @@ func TestHTTPSToAPlainServerAsksWhetherItIsHTTP(t *testing.T) {
 	_, err = src.Open(context.Background())
 	require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 	assert.Contains(t, err.Error(), "is it http://, not https://?")
-	assert.Zero(t, sourceio.Retries(src))
+	assert.Zero(t, retriesOf(src))
 }

@@ -27,7 +27,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/internal/retry"
-	"github.com/diskimport/engine/internal/sourceio"
 	"github.com/diskimport/engine/internal/testkit/farmirror"
 	"github.com/diskimport/engine/internal/testkit/testpki"
 )
@@ -115,7 +114,7 @@ func TestParallelRangesDeliverTheObjectInOrder(t *testing.T) {
 			assert.Len(t, ranges, chunks, "the first GET and one range request per further chunk")
 			// A worker may reuse another's idle keep-alive connection.
 			assert.GreaterOrEqual(t, s.Connections.Load(), int64(2), "range requests on connections of their own")
-			assert.Equal(t, 0, sourceio.Retries(src))
+			assert.Equal(t, 0, retriesOf(src))
 		})
 	}
 }
@@ -168,7 +167,7 @@ func TestParallelRangesResumeOnlyTheDroppedChunk(t *testing.T) {
 	resumed := fmt.Sprintf("bytes=%d-%d", dropAt+testChunk/3, dropAt+testChunk-1)
 	assert.Contains(t, seen, resumed, "the dropped chunk resumed where it broke")
 	assert.Len(t, ranges, 2<<20/testChunk+1, "one request per chunk and one resume")
-	assert.Equal(t, 1, sourceio.Retries(src))
+	assert.Equal(t, 1, retriesOf(src))
 }
 
 // TestParallelRangesRefuseAnObjectThatChanged: when the object is
@@ -503,5 +502,5 @@ func TestParallelRangesCountAnOutageOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sha256.Sum256(data), sha256.Sum256(got))
 	assert.EqualValues(t, 2, s.cuts.Load(), "both outages happened")
-	assert.LessOrEqual(t, sourceio.Retries(src), 4)
+	assert.LessOrEqual(t, retriesOf(src), 4)
 }

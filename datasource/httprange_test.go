@@ -19,7 +19,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/sourceio"
 )
 
 // openRanged opens src, closes the stream body and returns a range reader.
@@ -232,7 +231,7 @@ func TestRangeReaderRetries(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(buf), n)
 	assert.Equal(t, data[1000:101000], buf)
-	assert.Equal(t, 2, sourceio.Retries(src))
+	assert.Equal(t, 2, retriesOf(src))
 }
 
 func TestRangedProbeNeedsPartialContent(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/sourceio"
 	"github.com/diskimport/engine/internal/testkit/objtest"
 	"github.com/diskimport/engine/internal/testkit/testpki"
 )
@@ -45,7 +44,7 @@ func TestS3ReadsObject(t *testing.T) {
 	assert.Equal(t, sum(data), sum(got))
 	assert.NotNil(t, st.Ranges, "an S3 object is range-readable")
 	assert.True(t, st.HTTPAnswer, "an S3 object is the body of an HTTP answer")
-	assert.Equal(t, 0, sourceio.Retries(src))
+	assert.Equal(t, 0, retriesOf(src))
 
 	// Path style through --s3-endpoint's rewrite, and a region.
 	ep2, err := datasource.S3URL("s3://images/dir/disk.img", s.URL, "us-east-1")
@@ -97,7 +96,7 @@ func TestS3Refusals(t *testing.T) {
 			require.NoError(t, err)
 			_, err = src.Open(context.Background())
 			require.Error(t, err)
-			assert.Equal(t, 0, sourceio.Retries(src), "a refusal is not retried")
+			assert.Equal(t, 0, retriesOf(src), "a refusal is not retried")
 			var se *errdefs.HTTPStatusError
 			require.True(t, errors.As(err, &se), "%v", err)
 			assert.Equal(t, c.status, se.StatusCode)
@@ -147,7 +146,7 @@ func TestS3PrivateCA(t *testing.T) {
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "certificate")
-	assert.Zero(t, sourceio.Retries(src), "an untrusted certificate is not retried")
+	assert.Zero(t, retriesOf(src), "an untrusted certificate is not retried")
 }
 
 // objectStore is a real object-storage server holding one object,
@@ -185,7 +184,7 @@ func TestObjectStoreResumesAfterDrop(t *testing.T) {
 			_, got, err := readAll(t, src)
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), p.Drops.Load(), "the proxy cut the transfer")
-			assert.Equal(t, 1, sourceio.Retries(src))
+			assert.Equal(t, 1, retriesOf(src))
 			assert.Equal(t, sum(data), sum(got))
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -39,10 +38,10 @@ type BlankOptions struct {
 // phases Info, Resize (the disk at its size), Commit and Complete.
 func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 	o.Logger = orDiscard(o.Logger)
-	res, err := engine.Import(ctx, engine.Request{
+	res, err := importWithRestarts(ctx, request{
 		Target: o.Target,
 		Blank:  true,
-		Settings: engine.Settings{
+		TargetOptions: TargetOptions{
 			Size:               o.Size,
 			FilesystemOverhead: o.FilesystemOverhead,
 			Format:             o.Format,
@@ -52,5 +51,5 @@ func CreateBlank(ctx context.Context, o BlankOptions) (*Result, error) {
 		Logger: o.Logger,
 		Qemu:   o.Qemu,
 	})
-	return (*Result)(res), err
+	return res, err
 }

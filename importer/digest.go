@@ -10,7 +10,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
-	"github.com/diskimport/engine/internal/engine"
 )
 
 // ResolveDigest returns the manifest digest a container-image reference
@@ -60,14 +59,14 @@ func ContentDigest(ctx context.Context, o Options) (string, error) {
 	}
 	src := &replayHead{src: inner, limit: replayHeadLimit}
 	defer src.Close()
-	res, err := engine.ContentDigest(ctx, engine.DigestRequest{
+	res, err := digestContent(ctx, digestRequest{
 		Source: src, SpillDir: o.ScratchDir, Logger: o.logger(),
 		MaxBuffered: o.streamDecodeMaxBuffered, MaxSpill: o.MaxSpill,
 	})
 	if err == nil {
 		return res.Digest.String(), nil
 	}
-	if !engine.IsNotStreamable(err) {
+	if !isNotStreamable(err) {
 		return "", err
 	}
 	if src.spent() {

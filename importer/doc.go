@@ -1,6 +1,9 @@
 // Package importer imports a disk image onto a volume: the engine behind a
-// replacement for KubeVirt CDI's importer. It is the public face of the
-// module; everything it drives lives under internal/.
+// replacement for KubeVirt CDI's importer, for a program that imports
+// disks (a controller, a command line, a migration tool). It holds the
+// import itself (the plan, the phases, the restarts) behind the few
+// functions and types below; the mechanisms it drives (decoders, writers,
+// the sandbox) live under internal/.
 //
 // # Entry points
 //
@@ -12,6 +15,10 @@
 //   - [ResolveDigest] tells which manifest a container-image reference
 //     resolves to, reading no layer, so a poller can decide whether to
 //     import again.
+//   - [Inspect] tells what an import of a source would find and do,
+//     writing nothing; [ContentDigest] gives a source's content digest.
+//   - [ReceiveDelta] applies a delta pass whose runs arrive over the wire
+//     (a [ReceivedDelta]) onto a target holding an earlier copy.
 //
 // # How an import runs
 //

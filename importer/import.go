@@ -8,15 +8,7 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/internal/iostage"
-)
-
-// Content types (Options.ContentType, CDI's IMPORTER_CONTENTTYPE).
-const (
-	ContentTypeKubevirt = engine.ContentTypeKubevirt
-	ContentTypeArchive  = engine.ContentTypeArchive
-	ContentTypeAsIs     = engine.ContentTypeAsIs
 )
 
 // Import copies the image named by o.Source onto o.Target, converting it to
@@ -26,12 +18,12 @@ const (
 // error wraps one of the package's Err values and the Result says how far
 // the import got; the target is never reported complete.
 func Import(ctx context.Context, o Options) (*Result, error) {
-	r, err := request(o)
+	r, err := newRequest(o)
 	if err != nil {
 		return &Result{Target: o.Target, TargetState: TargetUntouched}, err
 	}
-	res, err := engine.Import(ctx, r)
-	return (*Result)(res), cancelled(ctx, err)
+	res, err := importWithRestarts(ctx, r)
+	return res, cancelled(ctx, err)
 }
 
 // cancelled is err as the caller who cancelled ctx wants to read it:
@@ -45,79 +37,71 @@ func cancelled(ctx context.Context, err error) error {
 	return &errdefs.CancelledError{What: "import", Context: ctx.Err(), Detail: err}
 }
 
-// request checks the options and resolves them for the engine: the source
+// newRequest checks the options and resolves them for the engine: the source
 // built through the datasource registry, the checksums parsed.
-func request(o Options) (engine.Request, error) {
+func newRequest(o Options) (request, error) {
 	if (o.Source == "" && o.CustomSource == nil) || o.Target == "" {
-		return engine.Request{}, fmt.Errorf("source and target are required: %w", errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("source and target are required: %w", errdefs.ErrInvalidOptions)
 	}
 	switch o.Format {
 	case "", "raw", "qcow2":
 	default:
-		return engine.Request{}, fmt.Errorf("target format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("target format %q: want raw or qcow2: %w", o.Format, errdefs.ErrInvalidOptions)
 	}
 	switch o.FormatIn {
-	case "", engine.FormatInRaw:
+	case "", formatInRaw:
 	default:
-		return engine.Request{}, fmt.Errorf("source format %q: only raw can be forced (the others are detected): %w", o.FormatIn, errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("source format %q: only raw can be forced (the others are detected): %w", o.FormatIn, errdefs.ErrInvalidOptions)
 	}
 	switch o.CacheMode {
 	case "", "none", "writeback", "trynone":
 	default:
-		return engine.Request{}, fmt.Errorf("cache mode %q: want none, writeback or trynone: %w", o.CacheMode, errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("cache mode %q: want none, writeback or trynone: %w", o.CacheMode, errdefs.ErrInvalidOptions)
 	}
 	if o.NoScratch && o.ScratchDir != "" {
-		return engine.Request{}, fmt.Errorf("NoScratch with ScratchDir %q: one or the other: %w", o.ScratchDir, errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("NoScratch with ScratchDir %q: one or the other: %w", o.ScratchDir, errdefs.ErrInvalidOptions)
 	}
 	if o.MaxSpill < 0 {
-		return engine.Request{}, fmt.Errorf("spill limit %d: want a size in bytes, or 0 for none: %w", o.MaxSpill, errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("spill limit %d: want a size in bytes, or 0 for none: %w", o.MaxSpill, errdefs.ErrInvalidOptions)
 	}
 	if o.FilesystemOverhead < 0 || o.FilesystemOverhead >= 1 {
-		return engine.Request{}, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
+		return request{}, fmt.Errorf("filesystem overhead %v: want a fraction in [0, 1): %w", o.FilesystemOverhead, errdefs.ErrInvalidOptions)
 	}
 	var sums []iostage.Checksum
 	for _, s := range o.Checksums {
 		c, err := iostage.ParseChecksum(s)
 		if err != nil {
-			return engine.Request{}, err
+			return request{}, err
 		}
 		sums = append(sums, c)
 	}
 	var expect string
 	if o.ExpectContentDigest != "" {
-		if o.ContentType == engine.ContentTypeArchive || o.Format == "qcow2" {
-			return engine.Request{}, fmt.Errorf("an expected content digest is for disk images written raw, not archives or qcow2 files: %w", errdefs.ErrInvalidOptions)
+		if o.ContentType == ContentTypeArchive || o.Format == "qcow2" {
+			return request{}, fmt.Errorf("an expected content digest is for disk images written raw, not archives or qcow2 files: %w", errdefs.ErrInvalidOptions)
 		}
 		d, err := blkhash.ParseDigest(o.ExpectContentDigest)
 		if err != nil {
-			return engine.Request{}, err
+			return request{}, err
 		}
 		expect = d.String()
 	}
 	src, err := newSource(o)
 	if err != nil {
-		return engine.Request{}, err
+		return request{}, err
 	}
-	var progress func(engine.Progress)
-	if o.Progress != nil {
-		progress = func(p engine.Progress) { o.Progress(Progress(p)) }
-	}
-	var events func(engine.Event)
-	if o.Events != nil {
-		events = func(e engine.Event) { o.Events(Event(e)) }
-	}
-	settings := engine.Settings(o.TargetOptions)
+	settings := o.TargetOptions
 	settings.ExpectContentDigest = expect
-	return engine.Request{
+	return request{
 		Source:                  src,
 		Target:                  o.Target,
 		Checksums:               sums,
-		Settings:                settings,
+		TargetOptions:           settings,
 		StreamDecodeMaxBuffered: o.streamDecodeMaxBuffered,
 		Delta:                   o.Delta,
 		DeltaBase:               o.DeltaBase,
-		Progress:                progress,
-		Events:                  events,
+		Progress:                o.Progress,
+		Events:                  o.Events,
 		Logger:                  o.logger(),
 		Qemu:                    o.Qemu,
 		Wrap:                    o.wrapPhase,

@@ -3,8 +3,6 @@ package importer
 import (
 	"context"
 	"encoding/json"
-
-	"github.com/diskimport/engine/internal/engine"
 )
 
 // Inspection is what Inspect tells about a source.
@@ -50,32 +48,16 @@ const inspectTarget = "(inspect)"
 // Refused says why. The error is for a source that cannot be read.
 func Inspect(ctx context.Context, o Options) (*Inspection, error) {
 	o.Target = inspectTarget
-	r, err := request(o)
+	r, err := newRequest(o)
 	if err != nil {
 		return nil, err
 	}
-	in, err := engine.Inspect(ctx, r)
+	in, err := inspectSource(ctx, r)
 	err = cancelled(ctx, err)
-	if in == nil {
-		return nil, err
+	if in != nil && o.SourceReader != nil {
+		in.Source = o.Source // "-", not the reader's internal name
 	}
-	out := &Inspection{
-		Source: in.Source, SourceFormat: in.SourceFormat, Compressions: in.Compressions,
-		VirtualSize: in.VirtualSize, SourceSize: in.SourceSize, AllocatedSize: in.AllocatedSize, UncompressedSize: in.UncompressedSize, ScratchNeeded: in.ScratchNeeded(),
-		RefusedErr: in.Refusal,
-	}
-	if o.SourceReader != nil {
-		out.Source = o.Source // "-", not the reader's internal name
-	}
-	if in.Plan != nil {
-		out.Route = in.Plan.Route.String()
-		out.Phases = in.Plan.Phases
-	}
-	if in.Refusal != nil {
-		out.Refused = in.Refusal.Error()
-		out.Reason = Reason(in.Refusal)
-	}
-	return out, err
+	return in, err
 }
 
 // JSON renders the inspection on one line.

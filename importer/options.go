@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/diskimport/engine/datasource"
-	"github.com/diskimport/engine/internal/engine"
 	"github.com/diskimport/engine/qemu"
 )
 
@@ -121,7 +120,7 @@ type Options struct {
 
 	// wrapPhase decorates the step of a phase; tests inject faults with it
 	// (WithPhaseHook).
-	wrapPhase func(Phase, engine.Step) engine.Step
+	wrapPhase func(Phase, phaseStep) phaseStep
 	// streamDecodeMaxBuffered bounds the stream decoder's buffer of
 	// clusters that precede their table (WithStreamDecodeBuffer, in tests).
 	streamDecodeMaxBuffered int64

@@ -66,11 +66,11 @@ func eachFieldAlone(t *testing.T, src string, field func(*Options) any, reached 
 // dropped would leave the request's copy zero.
 func TestEveryTargetOptionReachesTheEngine(t *testing.T) {
 	eachFieldAlone(t, "/nonexistent/disk.img", func(o *Options) any { return &o.TargetOptions }, func(t *testing.T, o Options) reflect.Value {
-		r, err := request(o)
+		r, err := newRequest(o)
 		if err != nil {
 			t.Fatalf("request: %v", err)
 		}
-		return reflect.ValueOf(r.Settings)
+		return reflect.ValueOf(r.TargetOptions)
 	})
 }
 

@@ -2,8 +2,6 @@ package importer
 
 import (
 	"time"
-
-	"github.com/diskimport/engine/internal/engine"
 )
 
 // Result describes a finished import. On failure Import returns a Result
@@ -83,17 +81,17 @@ type Result struct {
 // What a failed import left of its target (Result.TargetState).
 const (
 	// TargetUntouched: nothing was written: a device is as it was, no
-	// file was made at the target's path.
-	TargetUntouched = engine.TargetUntouched
+	// file or directory entry was made at the target's path.
+	TargetUntouched = "untouched"
 	// TargetRemoved: a partial file (or an archive's partly extracted
-	// files) was written beside the target's path and removed: the path is
-	// as it was.
-	TargetRemoved = engine.TargetRemoved
-	// TargetWiped: a block device was written and its first MiB zeroed:
-	// it holds no usable image.
-	TargetWiped = engine.TargetWiped
+	// files) was written beside the target's path and removed: the path
+	// is as it was.
+	TargetRemoved = "removed"
+	// TargetWiped: a block device was written; its first MiB (and a
+	// backup GPT at its end) was zeroed, so it holds no usable image.
+	TargetWiped = "wiped"
 	// TargetPartial: a delta pass wrote part of the target in place, its
-	// first and last MiB zeroed: it holds no usable image and is no base
-	// for another pass.
-	TargetPartial = engine.TargetPartial
+	// first and last MiB zeroed: it holds no usable image, and is no base
+	// for another pass (a full clone makes it whole).
+	TargetPartial = "partial"
 )

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/s2"
 
@@ -22,15 +23,20 @@ import (
 	"github.com/diskimport/engine/internal/delta"
 )
 
-// deltaSession is a sparse-v2 session's delta pass: an engine import on
-// the delta route (importer.ReceiveDelta) whose runs the session's
-// requests hand over (delta.ReceivedPass). The import claims and signs
+// deltaSession is a sparse-v2 session's delta pass: an import on the
+// delta route (importer.ReceiveDelta) whose runs the session's requests
+// hand over (runs, as a full clone's are). The import claims and signs
 // the target, applies the runs, checks the End record's digest and
 // commits; the session keeps the wire: the signature answer, records,
 // offsets, resumption across dropped connections, the 412 of a target
 // that is no base.
 type deltaSession struct {
-	pass *delta.ReceivedPass
+	runs *runHandoff
+	sig  *importer.DeltaSignature
+	size int64
+	// offset is where a resumed session goes on: every run before it
+	// was applied.
+	offset atomic.Int64
 	// ask is the signature request that opened the session (its size and
 	// base, the manifest's digest): one asked again must be the same.
 	ask string
@@ -49,7 +55,7 @@ func (d *deltaSession) abort(cause error) {
 	if cause == nil {
 		cause = errSessionEnded
 	}
-	d.pass.Abort(cause)
+	d.runs.close(cause)
 	d.stop()
 	<-d.done
 }
@@ -73,16 +79,17 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		http.Error(w, "a delta signature request needs the source's size in "+cloner.SizeHeader, http.StatusBadRequest)
 		return
 	}
-	var manifest *delta.Manifest
+	var manifest []byte
 	ask := ct + " " + strconv.FormatInt(size, 10) + " " + r.Header.Get(cloner.BaseHeader)
 	if ct == ContentTypeFilesystemClone {
 		b, err := io.ReadAll(io.LimitReader(s2.NewReader(r.Body), maxManifestWire))
+		var m *delta.Manifest
 		if err == nil {
-			manifest, err = delta.ReadManifest(bytes.NewReader(b))
+			m, err = delta.ReadManifest(bytes.NewReader(b))
 		}
 		var layout delta.Layout
 		if err == nil {
-			layout, err = manifest.LayOut()
+			layout, err = m.LayOut()
 		}
 		if err == nil && layout.Size != size {
 			err = fmt.Errorf("the manifest lays out %d bytes, the request says %d: %w", layout.Size, size, errdefs.ErrInvalidImage)
@@ -93,6 +100,7 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		}
 		sum := sha256.Sum256(b)
 		ask += " " + hex.EncodeToString(sum[:])
+		manifest = b
 	}
 	sess, err := h.claimCloneSession(id)
 	if err != nil {
@@ -139,7 +147,7 @@ const maxManifestWire = 64 << 20
 func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	sw := s2.NewWriter(w)
-	ok, err := sess.delta.pass.WriteSignature(sw)
+	ok, err := sess.delta.sig.Send(sw)
 	if err == nil && !ok {
 		err = errors.New("runs were applied since: no signature to send again")
 	}
@@ -155,36 +163,37 @@ func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession) {
 }
 
 // startDelta starts the import of a delta pass (importer.ReceiveDelta)
-// onto the server's target, a filesystem volume's directory when m is
-// set, else the volume; it returns once the import claimed and signed the
+// onto the server's target, a filesystem volume's directory when manifest
+// is set, else the volume; it returns once the import claimed and signed the
 // target, or with the import's error (ErrNoDeltaBase: no base). The import
 // runs under the server's context, not the request's: the session
 // outlives its requests. A server that grows its file to a requested size
 // holds no copy of the source's size: no base; a block target takes no
 // filesystem volume's pass (the sender then sends CDI's tar).
-func (h *Handler) startDelta(ctx context.Context, m *delta.Manifest, size int64, base string) (*deltaSession, error) {
-	var pass *delta.ReceivedPass
-	if m != nil {
-		dir := archiveDir(h.opts.Import.Target)
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("the target %s is not a filesystem volume's directory: %w", dir, errdefs.ErrNoDeltaBase)
-		}
-		var err error
-		if pass, err = delta.ReceiveTree(dir, m, base); err != nil {
-			return nil, err
+func (h *Handler) startDelta(ctx context.Context, manifest []byte, size int64, base string) (*deltaSession, error) {
+	var target string
+	if manifest != nil {
+		target = archiveDir(h.opts.Import.Target)
+		if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("the target %s is not a filesystem volume's directory: %w", target, errdefs.ErrNoDeltaBase)
 		}
 	} else {
-		path := delta.TargetPath(h.opts.Import.Target)
-		if h.opts.Import.Size > 0 && !isBlockDevice(path) {
+		target = delta.TargetPath(h.opts.Import.Target)
+		if h.opts.Import.Size > 0 && !isBlockDevice(target) {
 			return nil, fmt.Errorf("this server grows its file to a requested size: its target is no copy of the source: %w", errdefs.ErrNoDeltaBase)
 		}
-		pass = delta.ReceiveVolume(path, size, base)
 	}
 	o := h.importOptions(http.NoBody)
-	o.SourceReaderName, o.Target = "the delta session", pass.Path()
+	o.SourceReaderName, o.Target = "the delta session", target
 	o = h.withEvents(o, func() {})
 	ictx, stop := context.WithCancel(h.opts.BaseContext)
-	d := &deltaSession{pass: pass, stop: stop, done: make(chan struct{})}
+	d := &deltaSession{size: size, stop: stop, done: make(chan struct{})}
+	d.runs = newRunHandoff(d.done)
+	signed := make(chan *importer.DeltaSignature, 1)
+	pass := importer.ReceivedDelta{
+		Size: size, Base: base, Manifest: manifest, Runs: d.runs,
+		Signed: func(sig *importer.DeltaSignature) { signed <- sig },
+	}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -193,7 +202,7 @@ func (h *Handler) startDelta(ctx context.Context, m *delta.Manifest, size int64,
 		d.res, d.err = importer.ReceiveDelta(ictx, o, pass)
 	}()
 	select {
-	case <-pass.Ready():
+	case d.sig = <-signed:
 		return d, nil
 	case <-d.done:
 		return nil, cmp.Or(d.err, errImportEnded)
@@ -233,8 +242,8 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 	if err != nil {
 		return nil, fmt.Errorf("receiving the delta pass: %w", err)
 	}
-	if !rec.IsStart() || rec.Size != d.pass.Size() || rec.Offset != d.pass.Offset() {
-		return nil, fmt.Errorf("delta pass request starts at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, d.pass.Offset(), d.pass.Size(), errdefs.ErrInvalidImage)
+	if !rec.IsStart() || rec.Size != d.size || rec.Offset != d.offset.Load() {
+		return nil, fmt.Errorf("delta pass request starts at %d of %d bytes, the server holds %d of %d: %w", rec.Offset, rec.Size, d.offset.Load(), d.size, errdefs.ErrInvalidImage)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -242,11 +251,11 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 		}
 		rec, err := dec.Next()
 		if err != nil {
-			return nil, fmt.Errorf("receiving the delta pass at %d bytes: %w", d.pass.Offset(), err)
+			return nil, fmt.Errorf("receiving the delta pass at %d bytes: %w", d.offset.Load(), err)
 		}
 		switch {
 		case rec.IsEnd():
-			if err := d.pass.End(ctx, blkhash.Digest(rec.Digest)); err != nil {
+			if err := d.runs.end(ctx, blkhash.Digest(rec.Digest).String()); err != nil {
 				return nil, d.failed(ctx, err)
 			}
 			if err := d.ended(nil); err != nil {
@@ -255,9 +264,9 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 			d.res.Delta.WireBytes = h.counter().Load()
 			return d.res, nil
 		case rec.IsData():
-			err = d.pass.Data(ctx, rec.Offset, rec.Data)
+			err = d.apply(ctx, run{off: rec.Offset, data: rec.Data}, int64(len(rec.Data)))
 		case rec.IsZero():
-			err = d.pass.Zero(ctx, rec.Offset, rec.Length)
+			err = d.apply(ctx, run{off: rec.Offset, zeros: rec.Length}, rec.Length)
 		default:
 			err = fmt.Errorf("unexpected clone record %q: %w", rec.Kind, errdefs.ErrInvalidImage)
 		}
@@ -265,6 +274,16 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 			return nil, d.failed(ctx, err)
 		}
 	}
+}
+
+// apply hands the import one run of n bytes and, once it was applied,
+// moves the session's offset past it.
+func (d *deltaSession) apply(ctx context.Context, r run, n int64) error {
+	if err := d.runs.hand(ctx, r); err != nil {
+		return err
+	}
+	d.offset.Store(r.off + n)
+	return nil
 }
 
 // failed is err of a run the session handed over: the request's end, for

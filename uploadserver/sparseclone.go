@@ -32,7 +32,7 @@ func (s *cloneSession) started() bool { return s.tgt != nil || s.delta != nil }
 // offset is where the session resumes.
 func (s *cloneSession) offset() int64 {
 	if s.delta != nil {
-		return s.delta.pass.Offset()
+		return s.delta.offset.Load()
 	}
 	return s.tgt.offset
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/errtable"
 )
 
 // maxOtherPart bounds a multipart part other than "file" (such parts are
@@ -247,10 +248,10 @@ func archiveDir(target string) string {
 // fault (a bad or unsafe image, wrong checksum) is 400, no room is 507,
 // everything else 500.
 func httpStatus(err error) int {
-	switch cdi.Classify(err) {
-	case cdi.BadImage, cdi.ChecksumMismatch:
+	switch errtable.Classify(err) {
+	case errtable.BadImage, errtable.ChecksumMismatch:
 		return http.StatusBadRequest
-	case cdi.TargetTooSmall, cdi.ScratchSpaceRequired:
+	case errtable.TargetTooSmall, errtable.ScratchSpaceRequired:
 		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError

@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/cloner"
+	"github.com/diskimport/engine/internal/delta"
 )
 
 // cloneSourceFlags are clone-source's flags: CDI's cloner's three
@@ -241,12 +241,12 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 	}
 	if f.json {
 		out, err := json.Marshal(struct {
-			Protocol    string              `json:"protocol"`
-			SourceBytes int64               `json:"sourceBytes"`
-			WireBytes   int64               `json:"wireBytes"`
-			Digest      string              `json:"digest"`
-			Resumes     int                 `json:"resumes"`
-			Delta       *importer.DeltaPass `json:"delta,omitempty"`
+			Protocol    string      `json:"protocol"`
+			SourceBytes int64       `json:"sourceBytes"`
+			WireBytes   int64       `json:"wireBytes"`
+			Digest      string      `json:"digest"`
+			Resumes     int         `json:"resumes"`
+			Delta       *delta.Pass `json:"delta,omitempty"`
 		}{res.Protocol, res.SourceBytes, res.WireBytes, res.Digest, res.Resumes, res.Delta})
 		if err != nil {
 			return fail(cdi.ExitFailed, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/errtable"
 )
 
 // runEnv runs the one job CDI's environment asks for and reports it as
@@ -36,7 +37,7 @@ func runEnv(ctx context.Context, getenv func(string) string, log *slog.Logger, s
 	switch {
 	case err == nil:
 		log.Info("Import complete", "target", res.Target, "format", res.SourceFormat, "virtualSize", res.VirtualSize)
-	case cdi.Classify(err) == cdi.ScratchSpaceRequired:
+	case cdi.Classify(err) == errtable.ScratchSpaceRequired:
 		// Not a failure under the contract: the controller creates a
 		// scratch volume and runs the pod again with it.
 		log.Info("Scratch space required; nothing was written to the target, exiting 0 so that the controller adds a scratch volume",

@@ -129,8 +129,9 @@
 // text, "Unable to process data: <cause>" (FailureText): CDI's controller
 // parses JSON only from a pod that exited 0.
 //
-// Classify reads an import's error, through the engine's sentinels in
-// package errdefs, into one Class; ExitCode and CLIExitCode map a class to
+// Classify reads an import's error, through the engine's one table of
+// errors (internal/errtable: each sentinel of package errdefs, its reason
+// word and its class), into one Class; ExitCode and CLIExitCode map a class to
 // the exit code (0, 1, or 2 for wrong command-line options), and the
 // upload server maps it to an HTTP status. Like CDI's importer, two
 // failures exit 0 under the contract: a checksum mismatch, so the

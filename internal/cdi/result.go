@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/errtable"
 )
 
 // MessageComplete is the message of a successful import, as CDI writes it.
@@ -57,7 +58,7 @@ func NewTerminationMessage(r *importer.Result, err error) TerminationMessage {
 	}
 	switch {
 	case err == nil:
-	case Classify(err) == ScratchSpaceRequired:
+	case Classify(err) == errtable.ScratchSpaceRequired:
 		// What CDI's controller acts on; it shows a fixed text of its own.
 		m.ScratchSpaceRequired = true
 		m.PreallocationApplied = false
@@ -302,63 +303,12 @@ func cutText(s string, limit int) string {
 	return s[:runeStart(s, limit-len(ellipsis))] + ellipsis
 }
 
-// Class is what an import's error means to whoever reads its outcome: the
-// exit code of the binary, the status of an upload response. Every
-// consumer maps a Class, so the engine's errors are read in one place.
-type Class int
-
-const (
-	// Succeeded: no error.
-	Succeeded Class = iota
-	// ChecksumMismatch: the bytes received are not the ones expected.
-	// Retrying cannot help, which is why CDI's contract exits 0 for it.
-	ChecksumMismatch
-	// InvalidOptions: the caller's flags or environment are wrong.
-	InvalidOptions
-	// BadImage: the image is damaged, unsafe or of a format we refuse.
-	BadImage
-	// ScratchSpaceRequired: the image needs scratch space and none is usable.
-	ScratchSpaceRequired
-	// TargetTooSmall: the image does not fit the volume.
-	TargetTooSmall
-	// SourceFailed: the source could not be reached or refused the image.
-	SourceFailed
-	// TargetBusy: the block device is mounted or held open.
-	TargetBusy
-	// Cancelled: the import was stopped (a signal, a client that left).
-	Cancelled
-	// Failed: any other error.
-	Failed
-)
-
-// Classify returns the class of an import's error. An error may wrap
-// several of the engine's sentinels (a cancelled upload server wraps the
-// last attempt's cause); the first class in the order above wins, so a
-// checksum mismatch stays one whatever else it is wrapped in.
-func Classify(err error) Class {
-	switch {
-	case err == nil:
-		return Succeeded
-	case errors.Is(err, errdefs.ErrChecksumMismatch):
-		return ChecksumMismatch
-	case errors.Is(err, errdefs.ErrInvalidOptions):
-		return InvalidOptions
-	case errors.Is(err, errdefs.ErrInvalidImage), errors.Is(err, errdefs.ErrUnsafeImage),
-		errors.Is(err, errdefs.ErrUnsupportedFormat):
-		return BadImage
-	case errors.Is(err, errdefs.ErrScratchSpaceRequired):
-		return ScratchSpaceRequired
-	case errors.Is(err, errdefs.ErrTargetTooSmall):
-		return TargetTooSmall
-	case errors.Is(err, errdefs.ErrSourceUnreachable), errors.Is(err, errdefs.ErrSourceRefused):
-		return SourceFailed
-	case errors.Is(err, errdefs.ErrTargetBusy):
-		return TargetBusy
-	case errors.Is(err, errdefs.ErrCancelled):
-		return Cancelled
-	}
-	return Failed
-}
+// Classify returns the class of an import's error, from the engine's one
+// table of errors (internal/errtable). An error may wrap several of the
+// engine's sentinels (a cancelled upload server wraps the last attempt's
+// cause); the first in the table's order with a class wins, so a checksum
+// mismatch stays one whatever else it is wrapped in.
+func Classify(err error) errtable.Class { return errtable.Classify(err) }
 
 // ReasonFailed is the reason of an error that wraps none of the sentinels.
 const ReasonFailed = importer.ReasonFailed
@@ -393,7 +343,7 @@ const (
 // creates a scratch volume and recreates the pod with it).
 func ExitCode(err error) int {
 	switch Classify(err) {
-	case Succeeded, ChecksumMismatch, ScratchSpaceRequired:
+	case errtable.Succeeded, errtable.ChecksumMismatch, errtable.ScratchSpaceRequired:
 		return ExitOK
 	}
 	return ExitFailed
@@ -403,9 +353,9 @@ func ExitCode(err error) int {
 // were wrong (fix the command and retry), 1 for any other failure.
 func CLIExitCode(err error) int {
 	switch Classify(err) {
-	case Succeeded:
+	case errtable.Succeeded:
 		return ExitOK
-	case InvalidOptions:
+	case errtable.InvalidOptions:
 		return ExitUsage
 	}
 	return ExitFailed

@@ -14,6 +14,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/errtable"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -127,24 +128,24 @@ func TestTerminationMessageCarriesTheContentDigestBesideThousandLabels(t *testin
 func TestClassifyAndExitCodes(t *testing.T) {
 	for _, tc := range []struct {
 		err      error
-		class    Class
+		class    errtable.Class
 		env, cli int
 	}{
-		{nil, Succeeded, ExitOK, ExitOK},
-		{fmt.Errorf("sha256: %w", errdefs.ErrChecksumMismatch), ChecksumMismatch, ExitOK, ExitFailed},
-		{fmt.Errorf("--size: %w", errdefs.ErrInvalidOptions), InvalidOptions, ExitFailed, ExitUsage},
-		{errdefs.ErrUnsafeImage, BadImage, ExitFailed, ExitFailed},
-		{errdefs.ErrUnsupportedFormat, BadImage, ExitFailed, ExitFailed},
-		{errdefs.ErrInvalidImage, BadImage, ExitFailed, ExitFailed},
-		{errdefs.ErrScratchSpaceRequired, ScratchSpaceRequired, ExitOK, ExitFailed}, // the controller adds scratch and recreates the pod
-		{&errdefs.SizeError{ImageSize: 2, TargetSize: 1}, TargetTooSmall, ExitFailed, ExitFailed},
-		{&errdefs.HTTPStatusError{StatusCode: 404}, SourceFailed, ExitFailed, ExitFailed},
-		{errdefs.ErrSourceUnreachable, SourceFailed, ExitFailed, ExitFailed},
-		{errdefs.ErrTargetBusy, TargetBusy, ExitFailed, ExitFailed},
-		{errdefs.ErrCancelled, Cancelled, ExitFailed, ExitFailed},
-		{errors.New("checksum mismatch"), Failed, ExitFailed, ExitFailed}, // text alone means nothing
+		{nil, errtable.Succeeded, ExitOK, ExitOK},
+		{fmt.Errorf("sha256: %w", errdefs.ErrChecksumMismatch), errtable.ChecksumMismatch, ExitOK, ExitFailed},
+		{fmt.Errorf("--size: %w", errdefs.ErrInvalidOptions), errtable.InvalidOptions, ExitFailed, ExitUsage},
+		{errdefs.ErrUnsafeImage, errtable.BadImage, ExitFailed, ExitFailed},
+		{errdefs.ErrUnsupportedFormat, errtable.BadImage, ExitFailed, ExitFailed},
+		{errdefs.ErrInvalidImage, errtable.BadImage, ExitFailed, ExitFailed},
+		{errdefs.ErrScratchSpaceRequired, errtable.ScratchSpaceRequired, ExitOK, ExitFailed}, // the controller adds scratch and recreates the pod
+		{&errdefs.SizeError{ImageSize: 2, TargetSize: 1}, errtable.TargetTooSmall, ExitFailed, ExitFailed},
+		{&errdefs.HTTPStatusError{StatusCode: 404}, errtable.SourceFailed, ExitFailed, ExitFailed},
+		{errdefs.ErrSourceUnreachable, errtable.SourceFailed, ExitFailed, ExitFailed},
+		{errdefs.ErrTargetBusy, errtable.TargetBusy, ExitFailed, ExitFailed},
+		{errdefs.ErrCancelled, errtable.Cancelled, ExitFailed, ExitFailed},
+		{errors.New("checksum mismatch"), errtable.Failed, ExitFailed, ExitFailed}, // text alone means nothing
 		// A cancelled upload server wraps the last attempt's cause, which wins.
-		{fmt.Errorf("stopped: %w: last attempt: %w", errdefs.ErrCancelled, errdefs.ErrChecksumMismatch), ChecksumMismatch, ExitOK, ExitFailed},
+		{fmt.Errorf("stopped: %w: last attempt: %w", errdefs.ErrCancelled, errdefs.ErrChecksumMismatch), errtable.ChecksumMismatch, ExitOK, ExitFailed},
 	} {
 		assert.Equal(t, tc.class, Classify(tc.err), "%v", tc.err)
 		assert.Equal(t, tc.env, ExitCode(tc.err), "env mode: %v", tc.err)

@@ -5,9 +5,9 @@
 // engine's delta route runs as its phases; Local runs them at once) and
 // clone-source → upload server, where the signature and the runs cross
 // the wire (internal/cloner, uploadserver): the receiving end is a
-// ReceivedPass, whose steps the same route runs, fed the runs by the
-// upload server's session (a volume's Target, or a filesystem volume's
-// TreeTarget).
+// ReceivedPass, whose steps the same route runs, taking its Runs (the
+// upload server's session hands them over, importer.ReceivedDelta) onto a
+// volume's Target, or a filesystem volume's TreeTarget.
 //
 // A pass:
 //

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,52 +26,45 @@ type Receiver interface {
 	Close() error
 }
 
-// ReceivedPass is a pass received over the wire as the steps the import
-// engine's delta route runs, as LocalPass is a local one: Open (in Info:
-// the target claimed in place and signed, its signature the session's
-// first answer), Transfer (the runs the session hands over with Data and
-// Zero, applied in order until End), Check (the target's digest against
-// End's), Commit (the held ends written, Finish); Close at the end,
-// whatever happened. The session's requests call Data, Zero, End and
-// Abort from their own goroutines while Transfer runs in the engine's:
-// each run is applied by Transfer and answered before the next is taken.
+// Runs are a pass's runs as the receiving end takes them, in order, each
+// at its offset (the blocks the target already holds are gaps): data, or
+// with data nil, zeros zero bytes; io.EOF after the last, Digest then the
+// source's content digest, which the target must have after them. It is
+// datasource.Runs's method set (importer.ReceivedDelta hands one over).
+type Runs interface {
+	NextRun(ctx context.Context) (off int64, data []byte, zeros int64, err error)
+	Digest() string
+}
+
+// ReceivedPass is a pass received over the wire as the steps the import's
+// delta route runs, as LocalPass is a local one: Open (in Info: the target
+// claimed in place and signed, its signature the session's first answer,
+// WriteSignature), Transfer (the runs taken from its Runs and applied in
+// order until their end), Check (the target's digest against the runs'),
+// Commit (the held ends written, Finish); Close at the end, whatever
+// happened. Whoever feeds the Runs (the upload server's session) sees a
+// run applied when the next is asked for.
 type ReceivedPass struct {
 	path string
 	size int64
 	open func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error)
+	runs Runs
 
 	t      Receiver
 	answer func(io.Writer) (bool, error)
 	start  time.Time
-	want   *blkhash.Digest // End's digest, once received
+	want   *blkhash.Digest // the runs' digest, once they ended
 	pass   Pass
-
-	runs    chan run
-	reply   chan error
-	ready   chan struct{} // closed when Transfer starts taking runs
-	stopped chan struct{} // closed when Transfer returned, or at Close
-	stop    sync.Once
-	aborted chan struct{}
-	abort   sync.Once
-	cause   error // Abort's, read once aborted is closed
 
 	covered, written atomic.Int64
 }
 
-// run is one record of the session handed to Transfer: data at off, n
-// zeros at off, or, with end set, the End record's digest.
-type run struct {
-	off, n int64
-	data   []byte
-	end    bool
-	digest blkhash.Digest
-}
-
 // ReceiveVolume is a pass to be received onto the volume at path (a
 // device, claimed exclusively, or a file, locked; OpenTarget's rules) from
-// a source of size bytes whose content digest is base ("" names none).
-func ReceiveVolume(path string, size int64, base string) *ReceivedPass {
-	return newReceived(path, size, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
+// a source of size bytes whose content digest is base ("" names none),
+// its runs taken from runs.
+func ReceiveVolume(path string, size int64, base string, runs Runs) *ReceivedPass {
+	return newReceived(path, size, runs, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
 		t, err := OpenTarget(path, size)
 		if err != nil {
 			return nil, nil, err
@@ -99,8 +91,8 @@ func ReceiveVolume(path string, size int64, base string) *ReceivedPass {
 // ReceiveTree is a pass to be received onto the filesystem volume at dir,
 // described by the manifest m (OpenTree's rules: every file sent whole
 // when base is named and is not the volume's digest); a manifest Check
-// refuses is refused here.
-func ReceiveTree(dir string, m *Manifest, base string) (*ReceivedPass, error) {
+// refuses is refused here; its runs are taken from runs.
+func ReceiveTree(dir string, m *Manifest, base string, runs Runs) (*ReceivedPass, error) {
 	if err := m.Check(); err != nil {
 		return nil, err
 	}
@@ -108,7 +100,7 @@ func ReceiveTree(dir string, m *Manifest, base string) (*ReceivedPass, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newReceived(dir, layout.Size, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
+	return newReceived(dir, layout.Size, runs, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
 		tt, err := OpenTree(ctx, dir, m, base)
 		if err != nil {
 			return nil, nil, err
@@ -124,12 +116,8 @@ func ReceiveTree(dir string, m *Manifest, base string) (*ReceivedPass, error) {
 	}), nil
 }
 
-func newReceived(path string, size int64, open func(context.Context) (Receiver, func(io.Writer) (bool, error), error)) *ReceivedPass {
-	return &ReceivedPass{
-		path: path, size: size, open: open, start: time.Now(),
-		runs: make(chan run), reply: make(chan error, 1),
-		ready: make(chan struct{}), stopped: make(chan struct{}), aborted: make(chan struct{}),
-	}
+func newReceived(path string, size int64, runs Runs, open func(context.Context) (Receiver, func(io.Writer) (bool, error), error)) *ReceivedPass {
+	return &ReceivedPass{path: path, size: size, runs: runs, open: open, start: time.Now()}
 }
 
 // Path is the target's path; Size the volume's size.
@@ -151,99 +139,43 @@ func (p *ReceivedPass) Open(ctx context.Context) error {
 
 // WriteSignature writes the signature answer to w while no run was
 // applied (false after: nothing to send again). It is for the session,
-// once Ready is closed.
+// once Open succeeded.
 func (p *ReceivedPass) WriteSignature(w io.Writer) (bool, error) { return p.answer(w) }
 
-// Ready is closed once Transfer takes runs: the target is open and
-// signed.
-func (p *ReceivedPass) Ready() <-chan struct{} { return p.ready }
-
-// Offset is where a resumed session goes on: every run before it was
-// applied.
-func (p *ReceivedPass) Offset() int64 { return p.covered.Load() }
-
-// Transfer applies the runs the session hands over, in order, until its
-// End record (nil), a run the target refuses, Abort or ctx (the error).
+// Transfer applies the runs, in order, until their end (nil), a run the
+// target refuses, or the Runs' own error (a session that ended without
+// its End record, ctx).
 func (p *ReceivedPass) Transfer(ctx context.Context) error {
 	if p.t == nil {
 		return fmt.Errorf("transferring a delta pass whose target was not opened: %w", errdefs.ErrInvalidOptions)
 	}
-	defer p.stop.Do(func() { close(p.stopped) })
-	close(p.ready)
 	for {
-		select {
-		case <-ctx.Done():
+		off, data, zeros, err := p.runs.NextRun(ctx)
+		switch {
+		case err == io.EOF:
+			d, err := blkhash.ParseDigest(p.runs.Digest())
+			if err != nil {
+				return fmt.Errorf("the delta pass ended without the source's content digest (%q): %w", p.runs.Digest(), errdefs.ErrInvalidImage)
+			}
+			p.want = &d
+			p.covered.Store(p.size)
+			return nil
+		case err != nil && ctx.Err() != nil:
 			return fmt.Errorf("receiving the delta pass: %w: %w", errdefs.ErrCancelled, ctx.Err())
-		case <-p.aborted:
-			return p.cause
-		case r := <-p.runs:
-			err := p.apply(r)
-			p.reply <- err
-			if err != nil || r.end {
+		case err != nil:
+			return err
+		case len(data) > 0:
+			if err := p.t.Data(off, data); err != nil {
+				return err
+			}
+			p.written.Add(int64(len(data)))
+		case zeros > 0:
+			if err := p.t.Zero(off, zeros); err != nil {
 				return err
 			}
 		}
+		p.covered.Store(p.t.Offset())
 	}
-}
-
-func (p *ReceivedPass) apply(r run) error {
-	switch {
-	case r.end:
-		d := r.digest
-		p.want = &d
-		p.covered.Store(p.size)
-		return nil
-	case r.data != nil:
-		if err := p.t.Data(r.off, r.data); err != nil {
-			return err
-		}
-		p.written.Add(int64(len(r.data)))
-	default:
-		if err := p.t.Zero(r.off, r.n); err != nil {
-			return err
-		}
-	}
-	p.covered.Store(p.t.Offset())
-	return nil
-}
-
-// Data hands Transfer the source's bytes b at off and returns once they
-// were applied (b is not kept).
-func (p *ReceivedPass) Data(ctx context.Context, off int64, b []byte) error {
-	return p.send(ctx, run{off: off, n: int64(len(b)), data: b})
-}
-
-// Zero hands Transfer n zero bytes at off.
-func (p *ReceivedPass) Zero(ctx context.Context, off, n int64) error {
-	return p.send(ctx, run{off: off, n: n})
-}
-
-// End hands Transfer the End record's digest, the source's: Transfer
-// ends, and Check compares the target's with it.
-func (p *ReceivedPass) End(ctx context.Context, digest blkhash.Digest) error {
-	return p.send(ctx, run{end: true, digest: digest})
-}
-
-// send hands r to Transfer and waits for its answer; a run Transfer took
-// is always answered, so the offset stays what was applied.
-func (p *ReceivedPass) send(ctx context.Context, r run) error {
-	select {
-	case p.runs <- r:
-		return <-p.reply
-	case <-p.stopped:
-		return fmt.Errorf("the delta pass onto %s takes no more runs: %w", p.path, errdefs.ErrCancelled)
-	case <-ctx.Done():
-		return fmt.Errorf("receiving the delta pass: %w: %w", errdefs.ErrCancelled, ctx.Err())
-	}
-}
-
-// Abort ends Transfer with cause (the session ended without its End
-// record); the pass then fails and Close leaves the target's ends zeroed.
-func (p *ReceivedPass) Abort(cause error) {
-	p.abort.Do(func() {
-		p.cause = cause
-		close(p.aborted)
-	})
 }
 
 // Check compares the target's digest after the runs with the End
@@ -291,7 +223,6 @@ func (p *ReceivedPass) Written() int64 { return p.written.Load() }
 // Close releases the target: before Commit, once a run was applied, its
 // ends stay zeroed, so it is no copy anything takes for done.
 func (p *ReceivedPass) Close() {
-	p.stop.Do(func() { close(p.stopped) })
 	if p.t != nil {
 		p.t.Close()
 	}

@@ -1,8 +1,10 @@
 package delta_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -15,15 +17,42 @@ import (
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
-// receivedSink hands a sender's runs to a ReceivedPass, as the upload
-// server's session does.
-type receivedSink struct {
-	ctx context.Context
-	p   *delta.ReceivedPass
+// recorded is a sender's runs (delta.Send's sink) as the Runs a
+// ReceivedPass takes, as the upload server's session hands them over:
+// each run, then end (io.EOF, with digest; or the session's end).
+type recorded struct {
+	runs   []recordedRun
+	next   int
+	end    error
+	digest string
 }
 
-func (s receivedSink) Data(off int64, b []byte) error { return s.p.Data(s.ctx, off, b) }
-func (s receivedSink) Zero(off, n int64) error        { return s.p.Zero(s.ctx, off, n) }
+type recordedRun struct {
+	off   int64
+	data  []byte
+	zeros int64
+}
+
+func (r *recorded) Data(off int64, b []byte) error {
+	r.runs = append(r.runs, recordedRun{off: off, data: bytes.Clone(b)})
+	return nil
+}
+
+func (r *recorded) Zero(off, n int64) error {
+	r.runs = append(r.runs, recordedRun{off: off, zeros: n})
+	return nil
+}
+
+func (r *recorded) NextRun(context.Context) (int64, []byte, int64, error) {
+	if r.next == len(r.runs) {
+		return 0, nil, 0, r.end
+	}
+	x := r.runs[r.next]
+	r.next++
+	return x.off, x.data, x.zeros, nil
+}
+
+func (r *recorded) Digest() string { return r.digest }
 
 // signed opens path and signs it.
 func signed(t *testing.T, path string) (*os.File, *delta.Signature) {
@@ -36,7 +65,7 @@ func signed(t *testing.T, path string) (*os.File, *delta.Signature) {
 }
 
 // TestReceivedPassStepsMakeTheCopy: the runs between a source and its
-// changed-since copy, handed over while Transfer runs, then the End
+// changed-since copy, taken by Transfer, then their end with the source's
 // digest, Check and Commit leave the copy byte for byte the source, and
 // the pass counts the changed blocks and covers the whole volume.
 func TestReceivedPassStepsMakeTheCopy(t *testing.T) {
@@ -44,17 +73,13 @@ func TestReceivedPassStepsMakeTheCopy(t *testing.T) {
 	src, dst, changed := changedCopy(t, 5)
 	_, base := signed(t, dst)
 	sf, sig := signed(t, src)
-	rp := delta.ReceiveVolume(dst, volSize, base.Digest.String())
+	runs := &recorded{end: io.EOF, digest: sig.Digest.String()}
+	_, err := delta.Send(ctx, sf, sig, delta.Changes(sig, base), 0, runs)
+	require.NoError(t, err)
+	rp := delta.ReceiveVolume(dst, volSize, base.Digest.String(), runs)
 	require.NoError(t, rp.Open(ctx))
 	defer rp.Close()
-	transferred := make(chan error, 1)
-	go func() { transferred <- rp.Transfer(ctx) }()
-	<-rp.Ready()
-
-	_, err := delta.Send(ctx, sf, sig, delta.Changes(sig, base), 0, receivedSink{ctx, rp})
-	require.NoError(t, err)
-	require.NoError(t, rp.End(ctx, sig.Digest))
-	require.NoError(t, <-transferred)
+	require.NoError(t, rp.Transfer(ctx))
 	got, err := rp.Check()
 	require.NoError(t, err)
 	assert.Equal(t, sig.Digest, got)
@@ -67,29 +92,24 @@ func TestReceivedPassStepsMakeTheCopy(t *testing.T) {
 	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dst, -1))
 }
 
-// TestReceivedPassAbortedLeavesTheEndsZeroed: a pass aborted after a run
-// was applied ends Transfer with the cause, Check refuses a pass with no
+// TestReceivedPassAbortedLeavesTheEndsZeroed: runs that end with the
+// session's error after a run was applied end Transfer with it, Check refuses a pass with no
 // End, and once closed the target's first and last MiB are zeros.
 func TestReceivedPassAbortedLeavesTheEndsZeroed(t *testing.T) {
 	ctx := context.Background()
 	src, dst, _ := changedCopy(t, 6)
 	_, base := signed(t, dst)
 	sf, sig := signed(t, src)
-	rp := delta.ReceiveVolume(dst, volSize, "")
-	require.NoError(t, rp.Open(ctx))
-	transferred := make(chan error, 1)
-	go func() { transferred <- rp.Transfer(ctx) }()
-	<-rp.Ready()
-
-	runs := delta.Changes(sig, base)
-	require.NotEmpty(t, runs)
-	_, err := delta.Send(ctx, sf, sig, runs[:1], 0, receivedSink{ctx, rp})
-	require.NoError(t, err)
-	assert.Equal(t, runs[0].Off+runs[0].Len, rp.Offset(), "the offset a resumed session goes on from")
 	cause := errors.New("the session ended")
-	rp.Abort(cause)
-	require.ErrorIs(t, <-transferred, cause)
-	require.ErrorIs(t, rp.Data(ctx, runs[0].Off+runs[0].Len, make([]byte, delta.BlockSize)), errdefs.ErrCancelled, "no run after the pass ended")
+	changes := delta.Changes(sig, base)
+	require.NotEmpty(t, changes)
+	runs := &recorded{end: cause}
+	_, err := delta.Send(ctx, sf, sig, changes[:1], 0, runs)
+	require.NoError(t, err)
+	rp := delta.ReceiveVolume(dst, volSize, "", runs)
+	require.NoError(t, rp.Open(ctx))
+	require.ErrorIs(t, rp.Transfer(ctx), cause)
+	assert.Equal(t, changes[0].Off+changes[0].Len, rp.Compared(), "the runs applied before the end")
 	_, err = rp.Check()
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 	rp.Close()
@@ -102,8 +122,8 @@ func TestReceivedPassAbortedLeavesTheEndsZeroed(t *testing.T) {
 func TestReceivedPassOntoNoBase(t *testing.T) {
 	_, dst, _ := changedCopy(t, 7)
 	for _, rp := range []*delta.ReceivedPass{
-		delta.ReceiveVolume(dst, volSize+delta.BlockSize, ""),
-		delta.ReceiveVolume(dst, volSize, "blk-sha256:"+strings.Repeat("0", 64)),
+		delta.ReceiveVolume(dst, volSize+delta.BlockSize, "", &recorded{}),
+		delta.ReceiveVolume(dst, volSize, "blk-sha256:"+strings.Repeat("0", 64), &recorded{}),
 	} {
 		require.ErrorIs(t, rp.Open(context.Background()), errdefs.ErrNoDeltaBase)
 		rp.Close()

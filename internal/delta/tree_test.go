@@ -193,7 +193,7 @@ func TestTreePassRefusesFileSizesWhoseSumWraps(t *testing.T) {
 			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
 			_, err = delta.OpenTree(context.Background(), dst, m, "")
 			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
-			_, err = delta.ReceiveTree(dst, m, "")
+			_, err = delta.ReceiveTree(dst, m, "", nil)
 			assert.ErrorIs(t, err, errdefs.ErrInvalidImage)
 			assert.Empty(t, testimg.DirNames(t, dst))
 		})

@@ -10,7 +10,7 @@ import (
 )
 
 // packageTable returns the folders ARCHITECTURE.md's package table names
-// in its first column (`internal/engine/`), each row's names together.
+// in its first column (`internal/volume/`), each row's names together.
 func packageTable(t *testing.T) []string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(root, "ARCHITECTURE.md"))

@@ -1,0 +1,108 @@
+package importer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/format"
+	"github.com/diskimport/engine/internal/nbdserver"
+)
+
+// validation is Validate: it checks the image qemu-img is about to read
+// (structure, no references to other files, a virtual size that fits the
+// target). On the ranged route it starts the NBD export of the HTTP object
+// and hands it to in, which owns it from then on.
+type validation struct {
+	a  *attempt
+	in *imageInput
+}
+
+func (v *validation) run(ctx context.Context) error {
+	a, in := v.a, v.in
+	if a.plan.Route == routeRanged {
+		// Served to qemu-img over NBD until Convert ends
+		// (nbdserver.ImageExport).
+		if err := v.startExport(ctx); err != nil {
+			return err
+		}
+	}
+	if a.plan.Route == routeInPlace {
+		// A local image converted in place: hash it before trusting it.
+		if err := a.source.drain(a); err != nil {
+			return err
+		}
+	}
+	if a.plan.Route != routeRanged { // a remote image was checked, on its HTTP bytes, as its export started
+		if err := format.CheckStructureFile(in.format, in.path); err != nil {
+			return err
+		}
+	}
+	info, err := a.qemu.Info(ctx, in.path, in.format.QemuName())
+	if err != nil {
+		if rerr := in.export.Cause(err); rerr != err {
+			return rerr // the HTTP side failed, not the image
+		}
+		if errors.Is(err, errdefs.ErrToolMissing) {
+			return err // a setup error, not a verdict on the image
+		}
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
+	}
+	// What qemu-img itself opened, on every path alike: the very source
+	// it will convert must be nothing but the image.
+	if err := info.CheckSelfContained(selfNames(in.path, in.export)...); err != nil {
+		return err
+	}
+	if err := a.qemu.Check(ctx, in.path, in.format.QemuName()); err != nil {
+		return in.export.Cause(err)
+	}
+	a.result.VirtualSize = info.VirtualSize
+	if capacity := a.target.Capacity(); info.VirtualSize > capacity {
+		return a.target.TooSmall(info.VirtualSize, errdefs.VirtualImageSize)
+	}
+	return a.checkExactSize(info.VirtualSize)
+}
+
+// selfNames lists the names qemu-img may report for the image it opened
+// as src: a local path (absolute and as given), or the URI of our NBD
+// export's socket.
+func selfNames(src string, export *nbdserver.ImageExport) []string {
+	if export != nil {
+		return append([]string{src}, export.QemuNames()...)
+	}
+	names := []string{src}
+	if abs, err := filepath.Abs(src); err == nil {
+		names = append(names, abs)
+	}
+	return names
+}
+
+// startExport serves the remote image, hands the export to in (qemu-img
+// reads in.path, its spec) and runs the structural checks qemu-img cannot
+// be trusted with on the same bytes.
+func (v *validation) startExport(ctx context.Context) error {
+	in := v.in
+	if in.export == nil {
+		open := func(ctx context.Context) (nbdserver.ImageReader, error) {
+			r, err := v.a.caps.Ranges.Open(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}
+		e, err := nbdserver.ServeImage(ctx, open, nbdserver.ImageExportOptions{Wire: &v.a.meter.rangedRead, Logger: v.a.log})
+		if err != nil {
+			return err
+		}
+		in.export = e
+		in.path = e.QemuSpec()
+	}
+	err := format.CheckStructure(in.format, in.export.ReaderAt(), in.export.Size())
+	if err != nil && !errors.Is(err, errdefs.ErrInvalidImage) {
+		// A read failure, not a verdict on the image.
+		err = fmt.Errorf("checking the %s image over HTTP: %w", in.format, err)
+	}
+	return err
+}
