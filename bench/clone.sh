@@ -26,7 +26,10 @@
 # zeros), BENCH_CLONE_LINKS ("fast": loopback; "1gbit": through
 # `benchtool relay` paced to 125 MB/s each way), BENCH_CLONE_LIMITS
 # ("cdi none"). The block target is a used volume: it holds the last
-# clone's (first: random) bytes. BENCH_CLONER_ENV adds variables to the
+# clone's (first: random) bytes. After ours, a delta pass of ours
+# (IMPORTER_DELTA=true) onto that copy with 1 % of it changed since
+# (make_stale), a migration's second pass (BENCH_CLONE_DELTA=0 leaves it
+# out). BENCH_CLONER_ENV adds variables to the
 # cloners' environment (IMPORTER_DELTA=true: ours as a delta pass). Each
 # cloner serves its progress metric on a port of its own (CDI's pods
 # have a network each; here they share the host's).
@@ -201,10 +204,15 @@ clone() {
 		url=https://127.0.0.1:$(sed 's/.*://' "$work/relay.addr")/v1beta1/upload
 	fi
 	if [[ $copier == cdi ]]; then server_bin=$cdi_server cloner_bin=$work/cdi-cloner.sh; else server_bin=$ours cloner_bin=$ours; fi
+	local delta_env=""
+	if [[ $copier == delta ]]; then
+		delta_env=IMPORTER_DELTA=true
+		make_stale "$kind" "$dst"
+	fi
 	if [[ $kind == block ]]; then
 		src_mount=/dev/cdi-block-volume dst_mount=/dev/cdi-block-volume dest=/dev/cdi-block-volume
 	else
-		rm -rf "$dst"; mkdir "$dst"
+		[[ $copier == delta ]] || { rm -rf "$dst"; mkdir "$dst"; }
 		src_mount=/var/run/cdi/clone/source dst_mount=/data dest=/data/disk.img
 	fi
 	srv_pre=$(pod_cgroups server "$limit")
@@ -222,7 +230,7 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 	[[ $copier == cdi ]] && extra_mount="/cdi-cloner $cdi_cloner"
 	sh -c "${cl_pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 CLIENT_KEY=\"\$(cat $pki/client.key)\" CLIENT_CERT=\"\$(cat $pki/client.crt)\" SERVER_CA_CERT=\"\$(cat $pki/ca.crt)\" \
-UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false IMPORTER_METRICS_LISTEN=127.0.0.1:$(free_port) ${BENCH_CLONER_ENV:-} VOLUME_MODE=$([[ $kind == block ]] && echo block || echo filesystem) MOUNT_POINT=$src_mount \
+UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false IMPORTER_METRICS_LISTEN=127.0.0.1:$(free_port) $delta_env ${BENCH_CLONER_ENV:-} VOLUME_MODE=$([[ $kind == block ]] && echo block || echo filesystem) MOUNT_POINT=$src_mount \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/root-cloner 0 \
 $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work/cloner.err" &
 	cpid=$!; pids+=("$cpid")
@@ -244,6 +252,19 @@ $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work
 		--argjson cl_cpu "${cl_use% *}" --argjson cl_mib "${cl_use#* }" --argjson srv_cpu "${srv_use% *}" --argjson srv_mib "${srv_use#* }" \
 		'{copier: $copier, kind: $kind, data_pct: $pct, link: $link, limit: $limit, seconds: $s, virtual_bytes: $v,
 		  cloner_cpu_s: $cl_cpu, cloner_peak_mib: $cl_mib, server_cpu_s: $srv_cpu, server_peak_mib: $srv_mib}' >>"$runs_file"
+}
+
+# make_stale KIND DST: the copy a delta pass starts from, ours' last
+# clone of the source, with 1 % of it changed since (20 random 1 MiB
+# blocks of a 2 GiB volume, spread over it), as a migration's second pass
+# finds it.
+make_stale() {
+	local f=$2 blocks=$((vsize / 1048576)) i
+	[[ $1 == block ]] || f=$2/disk.img
+	for i in $(seq 0 $((blocks / 100 - 1))); do
+		dd if=/dev/urandom of="$f" bs=1M count=1 seek=$((i * 100 + 37)) conv=notrunc status=none
+	done
+	sync
 }
 
 # local_copy KIND SRC DST: the limit, between the same two volumes.
@@ -290,6 +311,7 @@ for pct in $datas; do
 				for limit in $limits; do
 					[[ -n $cdi_server ]] && clone cdi "$kind" "$src" "$dst" "$link" "$limit"
 					clone ours "$kind" "$src" "$dst" "$link" "$limit"
+					[[ ${BENCH_CLONE_DELTA:-1} == 1 ]] && clone delta "$kind" "$src" "$dst" "$link" "$limit"
 				done
 			done
 			local_copy "$kind" "$src" "$dst"

@@ -77,13 +77,13 @@ func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string) {
 		}
 		return out
 	}
-	fmt.Fprintf(w, "| volumes | data | link | CPU limit | CDI %s s | ours s | local copy s | ours vs CDI | ours vs local | CPU s CDI / ours (cloner+server) | peak MiB CDI / ours (cloner, server) | verdict |\n", cdiVersion)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| volumes | data | link | CPU limit | CDI %s s | ours s | local copy s | ours vs CDI | ours vs local | CPU s CDI / ours (cloner+server) | peak MiB CDI / ours (cloner, server) | ours' delta pass, 1 %% changed: s, CPU s | verdict |\n", cdiVersion)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, row := range rows {
 		same := func(r cloneRun) bool {
 			return r.Kind == row.Kind && r.DataPct == row.DataPct && r.Link == row.Link && r.Limit == row.Limit
 		}
-		cdi, ours := pick("cdi", same), pick("ours", same)
+		cdi, ours, delta := pick("cdi", same), pick("ours", same), pick("delta", same)
 		local := pick("local", func(r cloneRun) bool { return r.Kind == row.Kind && r.DataPct == row.DataPct })
 		cdiS, oursS, localS := medianOf(cdi, seconds), medianOf(ours, seconds), medianOf(local, seconds)
 		limit := "none"
@@ -111,9 +111,10 @@ func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string) {
 		if len(cdi) == 0 {
 			v += " (no CDI rows)"
 		}
-		fmt.Fprintf(w, "| %s | %d %% | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %d %% | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s, %s | %s |\n",
 			cloneKind(row.Kind), row.DataPct, row.Link, limit, cloneSecs(cdiS), cloneSecs(oursS), cloneSecs(localS), speedup, vsLocal,
-			cloneSecs(medianOf(cdi, cpuBoth)), cloneSecs(medianOf(ours, cpuBoth)), peaks(cdi), peaks(ours), v)
+			cloneSecs(medianOf(cdi, cpuBoth)), cloneSecs(medianOf(ours, cpuBoth)), peaks(cdi), peaks(ours),
+			cloneSecs(medianOf(delta, seconds)), cloneSecs(medianOf(delta, cpuBoth)), v)
 	}
 	if cdiNote != "" {
 		fmt.Fprintf(w, "\nCDI's rows left out: %s\n", cdiNote)
