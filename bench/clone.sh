@@ -67,17 +67,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# cg_remove DIR: kills what is left in the cgroup and removes it.
-cg_remove() {
-	local d=$1 p
-	[[ -d $d ]] || return 0
-	for _ in 1 2 3 4 5; do
-		[[ -s $d/cgroup.procs ]] || break
-		while read -r p; do kill -9 "$p" 2>/dev/null; done <"$d/cgroup.procs"
-		sleep 0.2
-	done
-	rmdir "$d" || echo "bench clone: could not remove cgroup $d" >&2
-}
+source bench/cgroup.sh # cg_remove
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
 $go -C bench build -trimpath -o "$work/benchtool" ./benchtool

@@ -88,18 +88,7 @@ cg_setup() {
 	[[ -n $cpu_quota ]] && cpu="$((cpu_quota / 100))m (CFS quota $cpu_quota us per 100000 us; cg_throttled_s: the time the quota held the pod)"
 	printf 'N\t%s\n' "pods' limits: memory $cg_limit bytes, CPU $cpu" >>"$tsv"
 }
-# cg_remove DIR: kills what is left in the cgroup (only pods of this run
-# are put there) and removes it.
-cg_remove() {
-	local d=$1 p
-	[[ -d $d ]] || return 0
-	for _ in 1 2 3 4 5; do
-		[[ -s $d/cgroup.procs ]] || break
-		while read -r p; do kill -9 "$p" 2>/dev/null; done <"$d/cgroup.procs"
-		sleep 0.2
-	done
-	rmdir "$d" || echo "bench: could not remove cgroup $d" >&2
-}
+source bench/cgroup.sh # cg_remove
 cg_cleanup() {
 	if [[ -n $cg_root ]]; then
 		cg_remove "$cg_root/pod"

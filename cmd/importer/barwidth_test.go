@@ -34,12 +34,9 @@ func TestTerminalBarFitsEveryWidthAndEndsCleanlyOnCtrlC(t *testing.T) {
 			// A short target name: its state line fits the narrowest pane.
 			dest := fmt.Sprintf("disk%d.img", cols)
 			pane := startTmuxSized(t, cols, 20, fmt.Sprintf("cd %s && %s %s/disk.img %s; echo EXIT=$?; sleep 60", dir, bin, srv.URL, dest))
-			var mid string
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-				if mid = pane.capture(); strings.Contains(mid, "MiB / 8.0 MiB") && !strings.Contains(mid, "  0.0%") {
-					break
-				}
-			}
+			mid := pane.waitUntil(func(screen string) bool {
+				return strings.Contains(screen, "MiB / 8.0 MiB") && !strings.Contains(screen, "  0.0%")
+			}, 10*time.Second)
 			t.Logf("during the transfer at %d columns:\n%s", cols, mid)
 			assert.Regexp(t, `(?m)^Writing +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB`, mid)
 			assertLinesFit(t, mid, cols)

@@ -141,10 +141,18 @@ func (p *tmuxPane) capture() string { return p.tmux("capture-pane", "-p", "-J") 
 // waitFor polls the pane until it contains s.
 func (p *tmuxPane) waitFor(s string, within time.Duration) string {
 	p.t.Helper()
+	return p.waitUntil(func(screen string) bool { return strings.Contains(screen, s) }, within)
+}
+
+// waitUntil captures the pane until done holds for its screen, or within
+// has passed, and returns the last screen. tmux runs outside the test, so
+// its screen can only be looked at again, not waited on.
+func (p *tmuxPane) waitUntil(done func(screen string) bool, within time.Duration) string {
+	p.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		screen := p.capture()
-		if strings.Contains(screen, s) || time.Now().After(deadline) {
+		if done(screen) || time.Now().After(deadline) {
 			return screen
 		}
 		time.Sleep(100 * time.Millisecond)
