@@ -262,29 +262,64 @@ func (t *s3Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// elsewhere is sent as given (it may be pre-signed for its path).
 		r.URL.RawPath = s3Escape(r.URL.Path)
 	}
-	if t.creds.signs() && t.scope.allows(r.URL) {
+	signed := t.creds.signs() && t.scope.allows(r.URL)
+	resp, err := t.send(r, signed)
+	if err != nil {
+		return nil, err
+	}
+	if !s3Refusal(resp.StatusCode) {
+		return s3Answer(resp), nil
+	}
+	doc := readS3Error(resp)
+	var again string
+	if signed && t.creds.temporary() && doc.lapsedCredentials() && (r.Body == nil || r.Body == http.NoBody) {
+		// Temporary credentials can lapse between their fetch and
+		// the server's check (clocks, a renewal due at the edge):
+		// fetch them again and send once more. A token that expired
+		// too now fails at its provider, which says so.
+		t.creds.expire()
+		if resp, err = t.send(r, signed); err != nil {
+			return nil, err
+		}
+		if !s3Refusal(resp.StatusCode) {
+			return s3Answer(resp), nil
+		}
+		doc = readS3Error(resp)
+		again = fmt.Sprintf(" (signed with %s fetched again after a first refusal)", t.creds.what)
+	}
+	err = s3ErrorOf(resp, doc, t.object, r.Header.Get("If-Match"))
+	if t.creds.signs() && !own {
+		return nil, fmt.Errorf("%w (sent unsigned to %s, another origin than the endpoint's, which redirected there)", err, origin(r.URL))
+	}
+	if again != "" {
+		return nil, fmt.Errorf("%w%s", err, again)
+	}
+	return nil, err
+}
+
+// s3Refusal reports whether a status is S3's final no: a 4xx other than
+// the throttling and timeout answers the retry loop waits out.
+func s3Refusal(code int) bool {
+	return code >= 400 && code < 500 && code != http.StatusTooManyRequests && code != http.StatusRequestTimeout
+}
+
+// s3Answer passes an answer on; every S3 GET serves ranges, advertised or
+// not.
+func s3Answer(resp *http.Response) *http.Response {
+	if resp.StatusCode == http.StatusOK && resp.Header.Get("Accept-Ranges") == "" {
+		resp.Header.Set("Accept-Ranges", "bytes")
+	}
+	return resp
+}
+
+// send signs r with the credentials due now, when signed, and sends it.
+func (t *s3Transport) send(r *http.Request, signed bool) (*http.Response, error) {
+	if signed {
 		c, err := t.creds.get(r.Context())
 		if err != nil {
 			return nil, err
 		}
 		r = signV4(r, c, t.region)
 	}
-	resp, err := t.base.RoundTrip(r)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		// Every S3 GET serves ranges, advertised or not.
-		if resp.Header.Get("Accept-Ranges") == "" {
-			resp.Header.Set("Accept-Ranges", "bytes")
-		}
-	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout:
-		err := s3Error(resp, t.object, r.Header.Get("If-Match"))
-		if t.creds.signs() && !own {
-			return nil, fmt.Errorf("%w (sent unsigned to %s, another origin than the endpoint's, which redirected there)", err, origin(r.URL))
-		}
-		return nil, err
-	}
-	return resp, nil
+	return t.base.RoundTrip(r)
 }

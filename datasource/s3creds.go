@@ -65,6 +65,17 @@ type s3Credentials struct {
 // signs reports whether requests are signed at all.
 func (s *s3Credentials) signs() bool { return s.creds != nil || s.static.id != "" }
 
+// temporary reports whether the credentials come from a provider that
+// renews them (web identity, container, metadata, credential_process).
+func (s *s3Credentials) temporary() bool { return s.creds != nil }
+
+// expire drops the cached credentials, so the next get fetches new ones.
+func (s *s3Credentials) expire() {
+	if s.creds != nil {
+		s.creds.Expire()
+	}
+}
+
 // get returns the credentials to sign a request with now, fetching them
 // when none are cached or the cached ones are due for renewal.
 func (s *s3Credentials) get(ctx context.Context) (awsCreds, error) {

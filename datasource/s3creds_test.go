@@ -45,6 +45,7 @@ type credentialAgent struct {
 	mu       sync.Mutex
 	tokens   []string // the tokens it was asked with, in order
 	refuse   atomic.Bool
+	lapsed   atomic.Bool // the next answer holds a key id the S3 server no longer knows
 }
 
 func startCredentialAgent(t *testing.T, host string, s *objtest.S3, wantToken func() string, lifetime time.Duration) *credentialAgent {
@@ -59,7 +60,11 @@ func startCredentialAgent(t *testing.T, host string, s *objtest.S3, wantToken fu
 			_ = json.NewEncoder(w).Encode(map[string]string{"code": "AccessDeniedException", "message": "the token is not valid"})
 			return
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"AccessKeyId": s.Access, "SecretAccessKey": s.Secret,
+		id := s.Access
+		if a.lapsed.Swap(false) {
+			id = "LAPSEDKEYID0000000001"
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"AccessKeyId": id, "SecretAccessKey": s.Secret,
 			"Token": "", "Expiration": time.Now().Add(a.lifetime).UTC().Format(time.RFC3339)})
 	}))
 	a.url = srv.URL + "/v1/credentials"
@@ -103,6 +108,28 @@ func TestS3ContainerCredentials(t *testing.T) {
 	after := agent.asked()
 	assert.Greater(t, len(after), len(first), "renewed")
 	assert.Equal(t, "podtoken-2", after[len(after)-1], "with the rotated token")
+}
+
+// TestS3LapsedTemporaryCredentialsFetchedAgain: temporary credentials the
+// S3 server no longer knows (MinIO forgets STS credentials the moment they
+// expire, while the client may still hold them for a clock's tick) are
+// fetched again once and the request sent again: the read completes byte
+// for byte, and the agent was asked twice, not once per request.
+func TestS3LapsedTemporaryCredentialsFetchedAgain(t *testing.T) {
+	clearAWSEnv(t)
+	data := testImage(t, 1<<20)
+	s, ep := s3Fixture(t, data)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("podtoken-1"), 0o600))
+	agent := startCredentialAgent(t, "127.0.0.1", s, func() string { return "podtoken-1" }, time.Hour)
+	agent.lapsed.Store(true)
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", agent.url)
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tokenFile)
+
+	src, err := datasource.New(ep, datasource.Config{})
+	require.NoError(t, err)
+	requireContent(t, src, data)
+	assert.Len(t, agent.asked(), 2, "fetched again once after the refusal")
 }
 
 // TestS3ContainerCredentialsRefused: the agent's refusal ends the open at

@@ -58,19 +58,39 @@ type s3ErrorDoc struct {
 	Message string `xml:"Message"`
 }
 
-// s3Error turns a 4xx answer into the error the HTTP source reports: an
-// *errdefs.HTTPStatusError (a refusal, never retried) with S3's error code
-// and message, and a plain account of the common cases.
-func s3Error(resp *http.Response, object, ifMatch string) error {
+// readS3Error reads and closes the body of an error answer.
+func readS3Error(resp *http.Response) s3ErrorDoc {
 	defer resp.Body.Close()
 	var doc s3ErrorDoc
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<10))
 	_ = xml.Unmarshal(body, &doc)
+	return doc
+}
+
+// lapsedCredentials reports whether S3 refused a request for credentials
+// it no longer holds: temporary credentials past their expiry (MinIO
+// forgets them and answers InvalidAccessKeyId, versitygw XAdminUserNotFound;
+// AWS answers ExpiredToken).
+func (doc s3ErrorDoc) lapsedCredentials() bool {
+	switch doc.Code {
+	case "ExpiredToken", "InvalidToken", "TokenRefreshRequired", "InvalidAccessKeyId", "XAdminUserNotFound":
+		return true
+	}
+	return false
+}
+
+// s3ErrorOf turns a 4xx answer and its error document into the error the
+// HTTP source reports: an *errdefs.HTTPStatusError (a refusal, never
+// retried) with S3's error code and message, and a plain account of the
+// common cases.
+func s3ErrorOf(resp *http.Response, doc s3ErrorDoc, object, ifMatch string) error {
 	serr := &errdefs.HTTPStatusError{URL: object, StatusCode: resp.StatusCode, Status: resp.Status}
 	var what string
 	switch {
 	case resp.StatusCode == http.StatusPreconditionFailed && ifMatch != "":
 		what = fmt.Sprintf("the object was replaced during the import (its ETag is no longer %s)", ifMatch)
+	case doc.Code == "ExpiredToken":
+		what = "the credentials expired"
 	case doc.Code == "InvalidAccessKeyId" || doc.Code == "SignatureDoesNotMatch" ||
 		doc.Code == "XAdminUserNotFound": // versitygw's answer to an unknown key id (a 404)
 		what = "wrong credentials"
