@@ -6,18 +6,20 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-
-	"github.com/diskimport/engine/errdefs"
 )
 
 // streamBody is a request body produced as it is sent: net/http's
 // HTTP/1.1 transport hands WriteTo its connection's chunked writer, so
 // the records are encoded straight onto it, with no pipe and no second
 // goroutine between them; anything that reads it instead (HTTP/2) gets
-// the same bytes through a pipe. wire counts the bytes sent.
+// the same bytes through a pipe. wire counts the bytes sent; sinkFailed
+// is set when a write of the body failed (the connection, or the pipe the
+// transport stopped reading), so a failure of the producer's own (its
+// source, a cancel) can be told from it.
 type streamBody struct {
-	produce func(w io.Writer) error
-	wire    atomic.Int64
+	produce    func(w io.Writer) error
+	wire       atomic.Int64
+	sinkFailed atomic.Bool
 
 	once sync.Once
 	pr   *io.PipeReader
@@ -29,14 +31,18 @@ func newStreamBody(produce func(w io.Writer) error) *streamBody {
 	return &streamBody{produce: produce, done: make(chan struct{})}
 }
 
-type countingWriter struct {
+// bodyWriter is what produce writes to: the sink, counted.
+type bodyWriter struct {
 	w io.Writer
-	n *atomic.Int64
+	b *streamBody
 }
 
-func (c countingWriter) Write(p []byte) (int, error) {
+func (c bodyWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
+	c.b.wire.Add(int64(n))
+	if err != nil {
+		c.b.sinkFailed.Store(true)
+	}
 	return n, err
 }
 
@@ -47,7 +53,7 @@ func (b *streamBody) WriteTo(w io.Writer) (int64, error) {
 		return 0, errors.New("the request body was already read")
 	}
 	before := b.wire.Load()
-	b.err = b.produce(countingWriter{w, &b.wire})
+	b.err = b.produce(bodyWriter{w, b})
 	close(b.done)
 	return b.wire.Load() - before, b.err
 }
@@ -57,7 +63,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 		pr, pw := io.Pipe()
 		b.pr = pr
 		go func() {
-			b.err = b.produce(countingWriter{pw, &b.wire})
+			b.err = b.produce(bodyWriter{pw, b})
 			pw.CloseWithError(b.err)
 			close(b.done)
 		}()
@@ -85,13 +91,16 @@ func (b *streamBody) finish() error {
 }
 
 // postStream sends one request whose body produce writes, and returns
-// the answer and the bytes sent. A request that failed because its
-// producer was cancelled returns the producer's error.
+// the answer and the bytes sent. When the producer failed on its own (its
+// source could not be read, the clone was cancelled) rather than by
+// writing to the connection, its error is the request's: the cause, not
+// the transport's account of a body that ended early, and not a dropped
+// connection to resume after.
 func postStream(ctx context.Context, o Options, headers map[string]string, produce func(w io.Writer) error) ([]byte, int64, error) {
 	body := newStreamBody(produce)
 	answer, err := post(ctx, o, body, headers)
 	perr := body.finish()
-	if err != nil && perr != nil && !errors.Is(perr, io.ErrClosedPipe) && errors.Is(perr, errdefs.ErrCancelled) {
+	if perr != nil && !body.sinkFailed.Load() && (err == nil || isTransportError(err)) {
 		err = perr
 	}
 	return answer, body.wire.Load(), err

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -207,63 +207,39 @@ func head(ctx context.Context, o Options, session string) (*http.Response, error
 }
 
 // sendSnappy is CDI's cloner stream: the raw device or the tar, in the
-// Snappy framing format, in one POST.
+// Snappy framing format, in one POST whose body is encoded onto the
+// connection as the source is read (postStream).
 func sendSnappy(ctx context.Context, o Options) (*Result, error) {
 	res := &Result{Protocol: ProtocolSnappy}
-	pr, pw := io.Pipe()
-	produced := make(chan error, 1)
-	go func() {
-		sw := s2.NewWriter(pw, s2.WriterSnappyCompat())
-		counted := iostage.NewWriteCounter(sw, o.Progress)
-		err := produce(ctx, o, counted)
-		if err == nil {
-			err = sw.Close()
-		}
-		res.SourceBytes = o.Progress.Load()
-		pw.CloseWithError(err)
-		produced <- err
-	}()
 	var headers map[string]string
+	var dev *os.File
 	if o.ContentType == ContentTypeBlock {
 		f, size, err := openDevice(o.Source)
 		if err != nil {
-			pr.CloseWithError(err)
-			<-produced
 			return res, err
 		}
-		f.Close()
+		defer f.Close()
+		dev = f
 		headers = map[string]string{SizeHeader: strconv.FormatInt(size, 10)}
 	}
-	body := iostage.NewCounter(pr) // read by the transport's goroutine
-	answer, err := post(ctx, o, body, headers)
-	pr.CloseWithError(errors.New("request ended"))
-	perr := <-produced
-	res.WireBytes = body.Count()
-	res.Response = answer
-	if perr != nil && !errors.Is(perr, io.ErrClosedPipe) && err == nil {
-		err = perr
-	}
-	if err != nil {
-		if perr != nil && errors.Is(err, io.ErrUnexpectedEOF) {
-			err = perr
+	answer, wire, err := postStream(ctx, o, headers, func(w io.Writer) error {
+		sw := s2.NewWriter(w, s2.WriterSnappyCompat())
+		counted := iostage.NewWriteCounter(sw, o.Progress)
+		var err error
+		if dev != nil {
+			_, err = io.Copy(counted, ctxio.NewReader(ctx, "", dev))
+		} else {
+			err = writeTar(ctx, o.Source, counted)
 		}
-		return res, err
-	}
-	return res, nil
-}
-
-// produce writes the source's stream: a device's bytes, or a tar.
-func produce(ctx context.Context, o Options, w io.Writer) error {
-	if o.ContentType == ContentTypeFilesystem {
-		return writeTar(ctx, o.Source, w)
-	}
-	f, _, err := openDevice(o.Source)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(w, ctxio.NewReader(ctx, "", f))
-	return err
+		if err != nil {
+			return err
+		}
+		return sw.Close()
+	})
+	res.SourceBytes = o.Progress.Load()
+	res.WireBytes = wire
+	res.Response = answer
+	return res, err
 }
 
 // post sends one request and returns the answer of a 2xx; any other
