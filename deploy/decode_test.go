@@ -21,6 +21,7 @@ type manifests struct {
 	jobs     []*batchv1.Job
 	pods     []*corev1.Pod
 	services []*corev1.Service
+	accounts []*corev1.ServiceAccount
 }
 
 // workload is a pod spec to check: a Job's template or a Pod's spec.
@@ -96,6 +97,12 @@ func (m *manifests) decode(doc []byte) error {
 			return err
 		}
 		m.services = append(m.services, s)
+	case "v1 ServiceAccount":
+		a := &corev1.ServiceAccount{}
+		if err := strict(a); err != nil {
+			return err
+		}
+		m.accounts = append(m.accounts, a)
 	default:
 		return fmt.Errorf("unexpected kind %q %q", meta.APIVersion, meta.Kind)
 	}

@@ -35,7 +35,14 @@ type expectation struct {
 	mounts   map[string]corev1.PersistentVolumeMode // mount path → mode of its claim ("" for a non-claim volume)
 	devices  map[string]bool                        // device path → read-only claim
 	services int
+	// webIdentity: the pod's own ServiceAccount token is its S3
+	// credential (what EKS's webhook injects): a projected token for the
+	// STS at webIdentityDir, no Secret anywhere.
+	webIdentity bool
 }
+
+// webIdentityDir is where EKS's pod identity webhook projects the token.
+const webIdentityDir = "/var/run/secrets/eks.amazonaws.com/serviceaccount"
 
 func expectations() []expectation {
 	fs := corev1.PersistentVolumeFilesystem
@@ -47,6 +54,8 @@ func expectations() []expectation {
 			services: 1},
 		{file: "clone.yaml", source: "clone", root: true, mounts: map[string]corev1.PersistentVolumeMode{"/tmp": ""},
 			devices: map[string]bool{"/dev/cdi-clone-source": true, blockDevice: false}},
+		{file: "importer-s3-web-identity.yaml", source: "s3", mounts: map[string]corev1.PersistentVolumeMode{dataDir: fs, "/tmp": "", webIdentityDir: ""},
+			webIdentity: true},
 	}
 }
 
@@ -96,6 +105,65 @@ func checkManifest(t *testing.T, e expectation, all map[string]*manifests, envNa
 	}
 	checkVolumes(t, e, w.spec, c, all)
 	checkServices(t, e, m, w, c)
+	checkWebIdentity(t, e, m, w.spec, c)
+}
+
+// checkWebIdentity: a web identity manifest runs under its own
+// ServiceAccount (declared in the file), mounts no API token, projects a
+// token for the STS's audience where AWS_WEB_IDENTITY_TOKEN_FILE points,
+// and reads no Secret; the other manifests set no AWS_ variable.
+func checkWebIdentity(t *testing.T, e expectation, m *manifests, spec *corev1.PodSpec, c corev1.Container) {
+	t.Helper()
+	env := map[string]corev1.EnvVar{}
+	for _, v := range c.Env {
+		env[v.Name] = v
+		if v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil && e.webIdentity {
+			t.Errorf("env %s comes from a Secret", v.Name)
+		}
+	}
+	if !e.webIdentity {
+		for name := range env {
+			if strings.HasPrefix(name, "AWS_") {
+				t.Errorf("env %s in a manifest without web identity", name)
+			}
+		}
+		return
+	}
+	if len(m.accounts) != 1 || spec.ServiceAccountName != m.accounts[0].Name {
+		t.Errorf("serviceAccountName %q: want the ServiceAccount the file declares", spec.ServiceAccountName)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken: want false (the importer needs no API token, only the STS's)")
+	}
+	for _, name := range []string{"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_REGION"} {
+		if env[name].Value == "" {
+			t.Errorf("no %s", name)
+		}
+	}
+	var projected *corev1.ServiceAccountTokenProjection
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			t.Errorf("volume %s is a Secret", v.Name)
+		}
+		if v.Projected == nil {
+			continue
+		}
+		for _, s := range v.Projected.Sources {
+			if s.ServiceAccountToken != nil {
+				for _, vm := range c.VolumeMounts {
+					if vm.Name == v.Name && filepath.Join(vm.MountPath, s.ServiceAccountToken.Path) == env["AWS_WEB_IDENTITY_TOKEN_FILE"].Value {
+						projected = s.ServiceAccountToken
+					}
+				}
+			}
+		}
+	}
+	if projected == nil {
+		t.Fatalf("AWS_WEB_IDENTITY_TOKEN_FILE %s is no projected ServiceAccount token", env["AWS_WEB_IDENTITY_TOKEN_FILE"].Value)
+	}
+	if projected.Audience != "sts.amazonaws.com" {
+		t.Errorf("token audience %q, want sts.amazonaws.com (what AWS's STS and EKS's webhook use)", projected.Audience)
+	}
 }
 
 func checkEnv(t *testing.T, c corev1.Container, source string, envNames map[string]bool) {
