@@ -94,6 +94,10 @@ func playablePod(t *testing.T, m *manifests, suffix, url, termLog string) (any, 
 	spec := m.jobs[0].Spec.Template.Spec.DeepCopy()
 	spec.RestartPolicy = corev1.RestartPolicyNever
 	c := &spec.Containers[0]
+	// kube play publishes a containerPort on the host's same port: the
+	// metrics port (CDI's 8443) would be a fixed host port another
+	// process may hold, and the test reads no metric.
+	c.Ports = nil
 	c.Env = setEnv(c.Env,
 		"IMPORTER_ENDPOINT", url,
 		"IMPORTER_IMAGE_SIZE", playVolumeSize,
