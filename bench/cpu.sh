@@ -21,8 +21,11 @@
 # which the machine's load moves far less than the seconds),
 # BENCH_QUOTA_US (75000), BENCH_DECODER (1; 0 leaves the decoder's runs
 # out), BENCH_ENV (variables added to the pod's environment, such as
-# IMPORTER_CONNECTIONS=1). Wall seconds (ours_wall, bef_wall) are medians
-# too: under the quota they follow the CPU-seconds.
+# IMPORTER_CONNECTIONS=1), BENCH_BEFORE_ENV (the before runs' instead;
+# set without BENCH_BEFORE, the before runs are this build's, so two
+# settings of one build are compared interleaved). Wall seconds (ours_wall,
+# bef_wall; the pod's setup included) are medians too: under the quota
+# they follow the CPU-seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -85,12 +88,12 @@ incg() {
 		return 1
 	fi
 }
-# pod_cmd CASE [BINARY]
+# pod_cmd CASE [BINARY [ENV]]
 pod_cmd() {
-	local bin=${2:-$imp}
+	local bin=${2:-$imp} env=${3-${BENCH_ENV:-}}
 	echo "exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/disk.$1 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize \
-PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench ${BENCH_ENV:-} \
+PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench $env \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/podroot 0 \
 /dev/cdi-block-volume $loop /importer $bin /scratch $work/scratch"
 }
@@ -110,6 +113,7 @@ median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 gib=$(awk -v s="$vsize" 'BEGIN{print s / 1073741824}')
 printf '# %s, %s runs, quota %s us/100 ms, load %s\n' "$img" "$runs" "$quota" "$(cut -d' ' -f1-3 /proc/loadavg)"
 before=${BENCH_BEFORE:-}
+[[ -z ${BENCH_BEFORE_ENV+set} || -n $before ]] || before=$imp
 printf '%-12s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n' case ours_s ours_s/GiB dec_s dec_s/GiB before_s ours/before ours_wall bef_wall runs
 # check CASE: the loop device holds disk.raw's bytes.
 check() {
@@ -121,7 +125,7 @@ for c in "${cases[@]}"; do
 	for r in $(seq "$runs"); do
 		if [[ -n $before ]]; then
 			blkdiscard "$loop"
-			x=$(incg "$(pod_cmd "$c" "$before")")
+			x=$(incg "$(pod_cmd "$c" "$before" "${BENCH_BEFORE_ENV-${BENCH_ENV:-}}")")
 			b+=("${x% *}") bw+=("${x#* }")
 			[[ $r == 1 ]] && check "$c before"
 		fi
