@@ -86,9 +86,11 @@ func rangeConnections(asked int, cores float64, link linkFacts) (n int, why stri
 	}
 }
 
-// isLoopbackHost tells whether host (a URL's hostname) names this machine.
+// isLoopbackHost tells whether host (a URL's hostname) names this machine:
+// localhost or a loopback address (a name below .localhost may be resolved
+// anywhere, so it is left to the wait).
 func isLoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+	if strings.EqualFold(host, "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)
