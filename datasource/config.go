@@ -101,7 +101,10 @@ type Access struct {
 	RetryMaxElapsed time.Duration
 	// Connections is how many connections an HTTP, S3 or GCS object is
 	// read over at once when its size is known and its server serves byte
-	// ranges: 0 means DefaultConnections, 1 one GET as a plain stream. The
+	// ranges: 1 one GET as a plain stream; 0 lets the source decide from
+	// the CPU the process may use and the link (one GET on a near link
+	// with less than two CPUs, as in a pod under CDI's 750m limit, else
+	// DefaultConnections; the rule is rangeConnections'). The
 	// chunks arrive in order, each resumed on its own after a break, every
 	// request to the object's origin with the credentials and pinned to the
 	// object first seen. At most MaxConnections.
@@ -129,17 +132,15 @@ func (c Config) logger() *slog.Logger {
 	return c.Logger
 }
 
-// parallel is Connections and ChunkSize with their defaults, checked.
+// parallel is Connections (0: decided at Open, rangeConnections) and
+// ChunkSize with its default, checked.
 func (c Config) parallel() (int, int64, error) {
 	conns, chunk := c.Connections, c.ChunkSize
-	if conns == 0 {
-		conns = DefaultConnections
-	}
 	if chunk == 0 {
 		chunk = DefaultChunkSize
 	}
-	if conns < 1 || conns > MaxConnections {
-		return 0, 0, fmt.Errorf("connections %d: want 1 to %d: %w", c.Connections, MaxConnections, errdefs.ErrInvalidOptions)
+	if conns < 0 || conns > MaxConnections {
+		return 0, 0, fmt.Errorf("connections %d: want 1 to %d, or 0 for the default: %w", c.Connections, MaxConnections, errdefs.ErrInvalidOptions)
 	}
 	if chunk < 64<<10 || chunk > 256<<20 {
 		return 0, 0, fmt.Errorf("chunk size %d: want 64 KiB to 256 MiB: %w", c.ChunkSize, errdefs.ErrInvalidOptions)

@@ -29,8 +29,9 @@
 //     Range and If-Range after a broken transfer, retried with jittered
 //     backoff, credentials and extra headers kept to the URL's origin; an
 //     object of known size whose server serves ranges is read over
-//     Config.Connections connections, its chunks delivered in order
-//     as one stream;
+//     Config.Connections connections (by default 16, or one GET from a
+//     near server when the process may use less than two CPUs), its
+//     chunks delivered in order as one stream;
 //   - S3 objects, s3://, s3+http:// and s3+https:// ([NewS3]), and GCS
 //     objects, gs://, gs+http:// and gs+https:// ([NewGCS]): HTTP sources
 //     whose transport signs (SigV4) or authorizes (OAuth2) each request to

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/cpulimit"
 	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/internal/retry"
 )
@@ -43,10 +44,13 @@ type httpSource struct {
 	// response arrived.
 	noConnectRetry bool
 	answered       atomic.Bool
-	// connections and chunk: Config.Connections and Config.ChunkSize, with
-	// their defaults.
+	// connections and chunk: Config.Connections (0: decided at Open by
+	// rangeConnections) and Config.ChunkSize, with its default.
 	connections int
 	chunk       int64
+	// cores is the CPU the process may use (cpulimit.Cores), read when
+	// the count of connections is not asked.
+	cores float64
 	// rangesUnverifiable, once set, says why a range answer carried no
 	// validator to check against the pin: later Opens of this source read
 	// over one connection.
@@ -108,6 +112,9 @@ func NewHTTP(rawURL string, o Config) (Source, error) {
 	s.noConnectRetry = o.NoConnectRetry
 	if s.connections, s.chunk, err = o.parallel(); err != nil {
 		return nil, err
+	}
+	if s.connections == 0 {
+		s.cores = cpulimit.Cores()
 	}
 	return s, nil
 }
@@ -173,8 +180,12 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 			b.ranged = &RangedURL{URL: resp.Request.URL.String(), InsecureTLS: s.insecure, Plain: s.plain,
 				Size: b.size, src: s, pin: b.pin}
 			st.Ranges = b.ranged
-			if s.connections > 1 && b.size > s.chunk {
-				st.Body, st.ReadAhead = newParallelBody(ctx, b, s), true
+			link := linkFacts{loopback: isLoopbackHost(resp.Request.URL.Hostname()), wait: b.cur.wait}
+			conns, why := rangeConnections(s.connections, s.cores, link)
+			s.log.Debug("range connections decided", "url", s.redacted, "connections", conns, "reason", why,
+				"cores", s.cores, "loopback", link.loopback, "first_answer_wait", link.wait)
+			if conns > 1 && b.size > s.chunk {
+				st.Body, st.ReadAhead = newParallelBody(ctx, b, s, conns), true
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,9 @@ type httpAttempt struct {
 	timer    *time.Timer
 	stallErr error
 	resp     *http.Response
+	// wait is the first GET's time from its request written to its
+	// answer's first byte (0 for a resume, or not known).
+	wait time.Duration
 }
 
 func (a *httpAttempt) close() {
@@ -72,7 +76,13 @@ func (b *httpBody) do() (a *httpAttempt, retryable bool, err error) {
 	a = &httpAttempt{ctx: ctx, cancel: cancel}
 	a.stallErr = fmt.Errorf("GET %s: %w for %s: %w", s.redacted, errNoData, s.stall, errdefs.ErrSourceUnreachable)
 	a.timer = time.AfterFunc(s.stall, func() { cancel(a.stallErr) })
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url.String(), nil)
+	reqCtx := ctx
+	var aw *answerWait
+	if b.got == 0 {
+		aw = newAnswerWait()
+		reqCtx = httptrace.WithClientTrace(ctx, aw.trace())
+	}
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, s.url.String(), nil)
 	if err != nil {
 		a.close()
 		return nil, false, fmt.Errorf("building request for %s: %w: %w", s.redacted, errdefs.ErrInvalidOptions, err)
@@ -92,6 +102,9 @@ func (b *httpBody) do() (a *httpAttempt, retryable bool, err error) {
 	}
 	s.answered.Store(true)
 	a.resp = resp
+	if aw != nil {
+		a.wait = aw.get()
+	}
 	return a, false, nil
 }
 

@@ -25,7 +25,7 @@ func addSourceFlags(fl *pflag.FlagSet, f *cliFlags) {
 	fl.DurationVar(&f.stallTimeout, "stall-timeout", 5*time.Minute, "fail a download that receives no bytes for this long")
 	fl.BoolVar(&f.noRangedRead, "no-ranged-read", false, "copy a qcow2/vmdk/vhd/vhdx/vdi from HTTP to scratch even when the server serves byte ranges")
 	fl.IntVar(&f.retries, "retries", 10, "re-send a failed HTTP request or resume a broken download at most this many times (0: none)")
-	fl.IntVar(&f.connections, "connections", datasource.DefaultConnections, fmt.Sprintf("read an http(s), s3 or gs object over this many connections at once (1 to %d), in order, when the server serves byte ranges of an object of known size; 1: one GET", datasource.MaxConnections))
+	fl.IntVar(&f.connections, "connections", 0, fmt.Sprintf("read an http(s), s3 or gs object over this many connections at once (1 to %d), in order, when the server serves byte ranges of an object of known size; 1: one GET; 0 (the default): %d, or one GET from a near server (this machine, or a first answer within 5 ms) when the process may use less than two CPUs (a cgroup's CPU limit counted)", datasource.MaxConnections, datasource.DefaultConnections))
 	// A person at a terminal wants the cause in under a minute: a steady
 	// 503 took 132 s under the 5 minutes env mode keeps (a pod may start
 	// before its server); each transfer that moves again starts afresh.
