@@ -30,7 +30,10 @@
 # (IMPORTER_DELTA=true) onto that copy with 1 % of it changed since
 # (make_stale), a migration's second pass (BENCH_CLONE_DELTA=0 leaves it
 # out). BENCH_CLONER_ENV adds variables to the
-# cloners' environment (IMPORTER_DELTA=true: ours as a delta pass). Each
+# cloners' environment (IMPORTER_DELTA=true: ours as a delta pass).
+# BENCH_OURS_BEFORE=/path/to/importer adds that build as the copier
+# "before", interleaved with ours (an A/B of a change; the table leaves it
+# out, the JSON has its runs). Each
 # cloner serves its progress metric on a port of its own (CDI's pods
 # have a network each; here they share the host's).
 #
@@ -72,6 +75,8 @@ source bench/cgroup.sh # cg_remove
 $go build -trimpath -o "$work/importer" ./cmd/importer
 $go -C bench build -trimpath -o "$work/benchtool" ./benchtool
 ours=$work/importer
+before=""
+if [[ -n ${BENCH_OURS_BEFORE:-} ]]; then cp "$BENCH_OURS_BEFORE" "$work/importer-before"; before=$work/importer-before; fi
 cdi_cloner="" cdi_server="" cdi_note=""
 # cdi_resolve: CDI's two programs, built once into bench/cache/bin.
 cdi_resolve() {
@@ -193,7 +198,11 @@ clone() {
 		for _ in $(seq 100); do [[ -s $work/relay.addr ]] && break; sleep 0.05; done
 		url=https://127.0.0.1:$(sed 's/.*://' "$work/relay.addr")/v1beta1/upload
 	fi
-	if [[ $copier == cdi ]]; then server_bin=$cdi_server cloner_bin=$work/cdi-cloner.sh; else server_bin=$ours cloner_bin=$ours; fi
+	case $copier in
+	cdi) server_bin=$cdi_server cloner_bin=$work/cdi-cloner.sh ;;
+	before) server_bin=$before cloner_bin=$before ;;
+	*) server_bin=$ours cloner_bin=$ours ;;
+	esac
 	local delta_env=""
 	if [[ $copier == delta ]]; then
 		delta_env=IMPORTER_DELTA=true
@@ -301,6 +310,7 @@ for pct in $datas; do
 				for limit in $limits; do
 					[[ -n $cdi_server ]] && clone cdi "$kind" "$src" "$dst" "$link" "$limit"
 					clone ours "$kind" "$src" "$dst" "$link" "$limit"
+					[[ -n $before ]] && clone before "$kind" "$src" "$dst" "$link" "$limit"
 					[[ ${BENCH_CLONE_DELTA:-1} == 1 ]] && clone delta "$kind" "$src" "$dst" "$link" "$limit"
 				done
 			done
