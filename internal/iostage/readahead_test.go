@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 
@@ -92,24 +93,21 @@ func (b *blocking) Read(p []byte) (int, error) {
 }
 
 // TestReadAheadCloseDoesNotWait: Close returns at once even while the
-// source's read hangs; the goroutine ends once that read returns.
+// source's read hangs; the goroutine ends once that read returns. In a
+// synctest bubble: a Close that waited would leave every goroutine blocked
+// (the bubble fails it as a deadlock), and synctest.Wait returns once the
+// reading goroutine has ended or blocked, so its count is exact.
 func TestReadAheadCloseDoesNotWait(t *testing.T) {
-	before := runtime.NumGoroutine()
-	src := &blocking{release: make(chan struct{})}
-	a := iostage.NewReadAhead(src, 4096, 2)
-	done := make(chan struct{})
-	go func() { a.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close waited for a hanging source")
-	}
-	close(src.release)
-	// A plain loop: require.Eventually would count its own goroutine.
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; {
-		require.True(t, time.Now().Before(deadline), "the reading goroutine did not end")
-		time.Sleep(10 * time.Millisecond)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		src := &blocking{release: make(chan struct{})}
+		a := iostage.NewReadAhead(src, 4096, 2)
+		synctest.Wait() // the goroutine is in the source's read
+		require.NoError(t, a.Close())
+		close(src.release)
+		synctest.Wait()
+		assert.Equal(t, before, runtime.NumGoroutine(), "the reading goroutine did not end")
+	})
 }
 
 // endless waits for release, then returns 'a's forever.
@@ -129,7 +127,14 @@ func (e *endless) Read(p []byte) (int, error) {
 // TestReadAheadCloseWakesReader: a Read waiting while Close is called gets
 // the chunk being read ahead, then errdefs.ErrClosed, instead of hanging
 // or reading the source on.
+//
+// In a synctest bubble: synctest.Wait sees the consumer waiting, and the
+// bound below is the bubble's time, reached only if Read hangs.
 func TestReadAheadCloseWakesReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { closeWakesReader(t) })
+}
+
+func closeWakesReader(t *testing.T) {
 	src := &endless{entered: make(chan struct{}), release: make(chan struct{})}
 	a := iostage.NewReadAhead(src, 4096, 2)
 	got := make(chan []byte, 1)
@@ -139,8 +144,8 @@ func TestReadAheadCloseWakesReader(t *testing.T) {
 		got <- b
 		errc <- err
 	}()
-	<-src.entered                     // the goroutine is reading the source
-	time.Sleep(20 * time.Millisecond) // and the consumer waits for its chunk
+	<-src.entered   // the goroutine is reading the source
+	synctest.Wait() // and the consumer waits for its chunk
 	require.NoError(t, a.Close())
 	close(src.release)
 	select {
