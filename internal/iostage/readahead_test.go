@@ -2,6 +2,7 @@ package iostage_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -181,4 +182,47 @@ func TestReadAheadNextHandsOutWholeAlignedBuffers(t *testing.T) {
 		require.True(t, bytes.Equal(want, got), "%d bytes of %d", len(got), len(want))
 		a.Close()
 	}
+}
+
+// TestReadAheadNextContextReturnsAtCancel: NextContext waiting on a source
+// that blocks returns the context's error the moment it ends (in a synctest
+// bubble: exactly then), and the ReadAhead, closed, lets its goroutine end
+// once the source's read returns (the bubble fails a goroutine left).
+func TestReadAheadNextContextReturnsAtCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &blocking{release: make(chan struct{})}
+		a := iostage.NewReadAhead(src, 4096, 2)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		start := time.Now()
+		b, err := a.NextContext(ctx)
+		assert.Nil(t, b)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 10*time.Millisecond, time.Since(start))
+		require.NoError(t, a.Close())
+		close(src.release)
+		a.Wait()
+	})
+}
+
+// TestReadAheadLastChunkKeepsItsBytes: once Next returned the source's end,
+// the goroutine has ended and the last chunk it handed out still holds its
+// bytes (the volume writer keeps a short last chunk as its stage).
+func TestReadAheadLastChunkKeepsItsBytes(t *testing.T) {
+	want := testimg.RandomBytes(2*64<<10+999, 3)
+	a := iostage.NewReadAhead(bytes.NewReader(want), 64<<10, 2)
+	var last []byte
+	var got []byte
+	for {
+		b, err := a.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, b...)
+		last = b
+	}
+	a.Wait()
+	assert.Equal(t, want, got)
+	assert.Equal(t, want[2*64<<10:], last, "the last chunk was overwritten")
 }
