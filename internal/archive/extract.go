@@ -19,7 +19,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path"
 	"sort"
 	"strings"
 	"time"
@@ -84,7 +83,10 @@ type extractor struct {
 	// a directory), so each is checked once; whatever else changes the tree
 	// meanwhile, os.Root still keeps every path inside.
 	walked map[string]bool
-	stats  Stats
+	// cur is the directory of the last member, kept open while the
+	// members that follow stay in it (parentOf).
+	cur   *parentDir
+	stats Stats
 }
 
 // copyChunk is how much file data is read at once; sparseBlock is the unit
@@ -128,6 +130,8 @@ func Extract(ctx context.Context, r io.Reader, dir string, opts Options) (Stats,
 		dirs:   map[string]dirMeta{},
 		walked: map[string]bool{},
 	}
+	x.cur = &parentDir{root: root, dir: top}
+	defer x.closeParent()
 	x.physical = iostage.NewCounter(r)
 	tr := tar.NewReader(x.physical)
 	for {
@@ -192,21 +196,21 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 	if rel == "" {
 		return nil // the destination itself keeps its own metadata
 	}
-	parents, _ := splitParent(rel)
-	if err := x.walkParents(parents, true); err != nil {
+	pd, base, err := x.parentOf(rel, true)
+	if err != nil {
 		return err
 	}
-	fi, err := x.root.Lstat(rel)
+	fi, err := pd.root.Lstat(base)
 	switch {
 	case err == nil && fi.IsDir():
 		// Seen before (or an implicit parent): only the metadata changes.
 	case err == nil:
-		if err := x.root.Remove(rel); err != nil {
+		if err := pd.root.Remove(base); err != nil {
 			return fmt.Errorf("replacing %q with a directory: %w", rel, err)
 		}
 		fallthrough
 	case errors.Is(err, fs.ErrNotExist):
-		if err := x.root.Mkdir(rel, 0o700); err != nil {
+		if err := pd.root.Mkdir(base, 0o700); err != nil {
 			return fmt.Errorf("creating directory %q: %w", rel, err)
 		}
 	default:
@@ -225,7 +229,8 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	if rel == "" {
 		return fmt.Errorf("archive member %q names the destination itself as a file: %w", hdr.Name, errdefs.ErrUnsafeImage)
 	}
-	if err := x.makeSlot(rel); err != nil {
+	pd, base, err := x.makeSlot(rel)
+	if err != nil {
 		return err
 	}
 	if err := x.checkRoom(hdr.Name, hdr.Size); err != nil {
@@ -233,7 +238,7 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	}
 	// O_CREATE|O_EXCL: os.Root never follows a symlink then, not even one
 	// that appeared since the slot was cleared.
-	f, err := x.root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := pd.root.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating file %q: %w", rel, err)
 	}
@@ -249,7 +254,7 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	}
 	x.stats.Files++
 	x.stats.Bytes += n
-	return x.setTimes(rel, hdr.ModTime, accessTime(hdr))
+	return pd.setTimes(base, hdr.ModTime, accessTime(hdr))
 }
 
 // fill reads until buf is full or the reader fails; unlike io.ReadFull it
@@ -288,19 +293,20 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	if !x.opts.AllowOutsideSymlinks && !symlinkStaysInside(rel, hdr.Linkname) {
 		return fmt.Errorf("archive member %q is a symlink to %q, outside the destination: %w", hdr.Name, hdr.Linkname, errdefs.ErrUnsafeImage)
 	}
-	if err := x.makeSlot(rel); err != nil {
+	pd, base, err := x.makeSlot(rel)
+	if err != nil {
 		return err
 	}
-	if err := x.root.Symlink(hdr.Linkname, rel); err != nil {
+	if err := pd.root.Symlink(hdr.Linkname, base); err != nil {
 		return fmt.Errorf("creating symlink %q: %w", rel, err)
 	}
 	if x.chown {
-		if err := x.root.Lchown(rel, hdr.Uid, hdr.Gid); err != nil {
+		if err := pd.root.Lchown(base, hdr.Uid, hdr.Gid); err != nil {
 			return fmt.Errorf("chown symlink %q: %w", rel, err)
 		}
 	}
 	x.stats.Symlinks++
-	return x.setTimes(rel, hdr.ModTime, accessTime(hdr))
+	return pd.setTimes(base, hdr.ModTime, accessTime(hdr))
 }
 
 func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
@@ -328,7 +334,7 @@ func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	if fi.IsDir() {
 		return fmt.Errorf("hard link %q to directory %q: %w", hdr.Name, hdr.Linkname, errdefs.ErrInvalidImage)
 	}
-	if err := x.makeSlot(rel); err != nil {
+	if _, _, err := x.makeSlot(rel); err != nil {
 		return err
 	}
 	// os.Root links a symlink source itself, never its target.
@@ -339,54 +345,29 @@ func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	return nil
 }
 
-// makeSlot readies the place of the non-directory member rel: its parents
-// (created when missing, none a symlink, walkParents) and its name cleared
-// (clearSlot).
-func (x *extractor) makeSlot(rel string) error {
-	parents, _ := splitParent(rel)
-	if err := x.walkParents(parents, true); err != nil {
-		return err
+// makeSlot readies the place of the non-directory member rel: its parent
+// (parentOf: created when missing, no symlink on the way) and its name
+// there cleared: a later member replaces an earlier file or link of the
+// same name (as tar does), but never a directory.
+func (x *extractor) makeSlot(rel string) (*parentDir, string, error) {
+	pd, base, err := x.parentOf(rel, true)
+	if err != nil {
+		return nil, "", err
 	}
-	return x.clearSlot(rel)
-}
-
-// clearSlot makes room for a non-directory member: a later member replaces
-// an earlier file or link of the same name (as tar does), but never a
-// directory.
-func (x *extractor) clearSlot(rel string) error {
-	fi, err := x.root.Lstat(rel)
+	fi, err := pd.root.Lstat(base)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return pd, base, nil
 	}
 	if err != nil {
-		return fmt.Errorf("checking %q: %w", rel, err)
+		return nil, "", fmt.Errorf("checking %q: %w", rel, err)
 	}
 	if fi.IsDir() {
-		return fmt.Errorf("archive member %q would replace a directory: %w", rel, errdefs.ErrInvalidImage)
+		return nil, "", fmt.Errorf("archive member %q would replace a directory: %w", rel, errdefs.ErrInvalidImage)
 	}
-	if err := x.root.Remove(rel); err != nil {
-		return fmt.Errorf("replacing %q: %w", rel, err)
+	if err := pd.root.Remove(base); err != nil {
+		return nil, "", fmt.Errorf("replacing %q: %w", rel, err)
 	}
-	return nil
-}
-
-// setTimes sets the times of rel itself, a symlink's too (not its
-// target's): through its parent directory, opened in the root.
-func (x *extractor) setTimes(rel string, mtime, atime time.Time) error {
-	if mtime.IsZero() {
-		return nil
-	}
-	parents, base := splitParent(rel)
-	dir, err := x.root.OpenFile(path.Join(append([]string{"."}, parents...)...), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("setting times of %q: %w", rel, err)
-	}
-	defer dir.Close()
-	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
-	if err := unix.UtimesNanoAt(int(dir.Fd()), base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("setting times of %q: %w", rel, err)
-	}
-	return nil
+	return pd, base, nil
 }
 
 func accessTime(hdr *tar.Header) time.Time {
@@ -419,11 +400,11 @@ func (x *extractor) finishDirs() error {
 }
 
 func (x *extractor) dirMeta(d dirMeta) error {
-	parents, _ := splitParent(d.rel)
-	if err := x.walkParents(parents, false); err != nil {
+	pd, base, err := x.parentOf(d.rel, false)
+	if err != nil {
 		return err
 	}
-	dir, err := x.root.OpenFile(d.rel, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	dir, err := pd.root.OpenFile(base, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening directory %q: %w", d.rel, err)
 	}
@@ -437,35 +418,5 @@ func (x *extractor) dirMeta(d dirMeta) error {
 	if err := unix.Fchmod(fd, d.mode); err != nil {
 		return fmt.Errorf("chmod directory %q: %w", d.rel, err)
 	}
-	return x.setTimes(d.rel, d.mtime, d.atime)
-}
-
-// walkParents checks the directories on the way to a member, in order: each
-// must be a directory, not a symlink (a link is never followed while
-// extracting, even one that stays inside: os.Root would follow that one,
-// though never one that leads out). Missing ones are created (0755, as tar
-// does for parents the archive does not list) when create is set.
-func (x *extractor) walkParents(parents []string, create bool) error {
-	for i := range parents {
-		p := strings.Join(parents[:i+1], "/")
-		if x.walked[p] {
-			continue
-		}
-		fi, err := x.root.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) && create {
-			if err = x.root.Mkdir(p, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
-				fi, err = x.root.Lstat(p)
-			}
-		}
-		switch {
-		case err != nil:
-			return fmt.Errorf("opening directory %q: %w", p, err)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			return fmt.Errorf("path goes through symlink %q, which is never followed while extracting: %w", p, errdefs.ErrUnsafeImage)
-		case !fi.IsDir():
-			return fmt.Errorf("opening directory %q: %w", p, unix.ENOTDIR)
-		}
-		x.walked[p] = true
-	}
-	return nil
+	return pd.setTimes(base, d.mtime, d.atime)
 }
