@@ -226,14 +226,13 @@ func TestGCSAuthorizedUser(t *testing.T) {
 	revoked.Store(true)
 	src, err = datasource.New("gs+"+front.URL+"/images/dir/disk.img", datasource.Config{Access: datasource.Access{RetryBackoff: time.Second}})
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
 	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
 	assert.Contains(t, err.Error(), "wrong credentials (invalid_grant: Token has been expired or revoked.)")
 	assert.NotContains(t, err.Error(), "csecret")
 	assert.NotContains(t, err.Error(), "rtoken")
-	assert.Less(t, time.Since(start), time.Second, "not retried")
+	assert.Equal(t, int64(2), exchanges.Load(), "not retried")
 }
 
 // TestGCSTokenRequestNotRedirected: the token request carries the key's
@@ -261,13 +260,14 @@ func TestGCSTokenRequestNotRedirected(t *testing.T) {
 }
 
 // TestGCSTokenRequestStopsWithTheImport: a token endpoint that never
-// answers does not outlast the import's context.
+// answers does not outlast the import's context. It answers only when the
+// test ends, so the Open's return is itself the proof: no clock is read.
 func TestGCSTokenRequestStopsWithTheImport(t *testing.T) {
 	release := make(chan struct{})
 	tokenSrv := testimg.ServerOn(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-release:
-		case <-time.After(20 * time.Second):
+		case <-r.Context().Done():
 		}
 	}))
 	t.Cleanup(func() { close(release) })
@@ -278,11 +278,9 @@ func TestGCSTokenRequestStopsWithTheImport(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err = src.Open(ctx)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, time.Since(start), 5*time.Second)
 }
 
 // validAssertion checks a JWT-bearer token request: the grant type, and an

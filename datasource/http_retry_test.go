@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testkit/bubblenet"
 )
 
 // fastRetry makes retries quick enough for tests.
@@ -129,26 +131,31 @@ func TestHTTPResumesAfterStall(t *testing.T) {
 	assert.Equal(t, 1, retriesOf(src))
 }
 
+// TestHTTPRetriesServerErrorsOnOpen: a 503 and a 429 are retried, the
+// 429's Retry-After honoured (in a bubble: its second is the bubble's, so
+// neither a fast nor a loaded machine changes what is measured).
 func TestHTTPRetriesServerErrorsOnOpen(t *testing.T) {
-	data := testImage(t, 64<<10)
-	var n atomic.Int32
-	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch n.Add(1) {
-		case 1:
-			http.Error(w, "down", http.StatusServiceUnavailable)
-		case 2:
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "slow down", http.StatusTooManyRequests)
-		default:
-			serveBytes(data)(w, r)
-		}
-	}))
-	src, err := datasource.NewHTTP(srv.URL, fastRetry(datasource.Config{}))
-	require.NoError(t, err)
-	start := time.Now()
-	requireContent(t, src, data)
-	assert.Equal(t, 2, retriesOf(src))
-	assert.GreaterOrEqual(t, time.Since(start), time.Second, "Retry-After: 1 was not honoured")
+	synctest.Test(t, func(t *testing.T) {
+		data := testImage(t, 64<<10)
+		var n atomic.Int32
+		tr := bubblenet.HTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch n.Add(1) {
+			case 1:
+				http.Error(w, "down", http.StatusServiceUnavailable)
+			case 2:
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "slow down", http.StatusTooManyRequests)
+			default:
+				serveBytes(data)(w, r)
+			}
+		}))
+		src, err := datasource.NewHTTP(bubblenet.URL, fastRetry(datasource.Config{Transport: tr}))
+		require.NoError(t, err)
+		start := time.Now()
+		requireContent(t, src, data)
+		assert.Equal(t, 2, retriesOf(src))
+		assert.GreaterOrEqual(t, time.Since(start), time.Second, "Retry-After: 1 was not honoured")
+	})
 }
 
 func TestHTTPPermanentStatusNotRetried(t *testing.T) {
@@ -184,21 +191,28 @@ func TestHTTPRetryBudgetExhausted(t *testing.T) {
 	assert.Equal(t, data[:len(got)], got)
 	assert.Equal(t, 5000, len(got))
 
-	// The elapsed-time bound: one streak may not exceed RetryMaxElapsed.
-	src, err = datasource.NewHTTP(srv.URL, datasource.Config{Retries: 1000, Access: datasource.Access{
-		RetryBackoff:    100 * time.Millisecond,
-		RetryMaxElapsed: 300 * time.Millisecond,
-	},
-		Logger: testLogger()})
-	require.NoError(t, err)
-	f.mu.Lock()
-	f.cut = 0 // no progress at all: one long streak
-	f.mu.Unlock()
-	start := time.Now()
-	_, _, err = readAll(t, src)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "gave up after retrying for")
-	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
+// TestHTTPRetryStreakBoundedInTime: one streak of failures may not exceed
+// RetryMaxElapsed, however many retries the budget still holds (in a
+// bubble, so the bound is checked on a clock no load can stretch).
+func TestHTTPRetryStreakBoundedInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &flakyServer{data: testImage(t, 64<<10), etag: `"v1"`, drops: 1000, cut: 0} // no progress at all: one long streak
+		tr := bubblenet.HTTP(t, f)
+		src, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: tr, Retries: 1000, Access: datasource.Access{
+			RetryBackoff:    100 * time.Millisecond,
+			RetryMaxElapsed: 300 * time.Millisecond,
+		},
+			Logger: testLogger()})
+		require.NoError(t, err)
+		start := time.Now()
+		_, _, err = readAll(t, src)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "gave up after retrying for")
+		assert.LessOrEqual(t, time.Since(start), 300*time.Millisecond)
+		assert.Less(t, len(f.seen()), 10, "retried until the budget, not the time, ran out")
+	})
 }
 
 func TestHTTPServerIgnoringRangesRestarts(t *testing.T) {
@@ -255,30 +269,35 @@ func TestHTTPNoValidatorRestarts(t *testing.T) {
 	assert.Len(t, f.seen(), 1, "an unguarded range request was sent")
 }
 
+// TestHTTPCloseDuringRetryWait: a Close or a cancel ends a read that is
+// waiting out a retry delay at once, not when the delay ends (in a bubble:
+// at exactly the moment of the Close, the delay being seconds).
 func TestHTTPCloseDuringRetryWait(t *testing.T) {
-	data := testImage(t, 64<<10)
-	f := &flakyServer{data: data, etag: `"v1"`, drops: 1000, cut: 1000}
-	srv := newServer(t, f)
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{RetryBackoff: 10 * time.Second}, Logger: testLogger()})
-	require.NoError(t, err)
-	st, err := src.Open(context.Background())
-	require.NoError(t, err)
-	time.AfterFunc(200*time.Millisecond, func() { st.Body.Close() })
-	start := time.Now()
-	_, err = io.Copy(io.Discard, st.Body)
-	require.Error(t, err)
-	assert.Less(t, time.Since(start), 2*time.Second)
+	synctest.Test(t, func(t *testing.T) {
+		data := testImage(t, 64<<10)
+		f := &flakyServer{data: data, etag: `"v1"`, drops: 1000, cut: 1000}
+		tr := bubblenet.HTTP(t, f)
+		src, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: tr, Access: datasource.Access{RetryBackoff: 10 * time.Second}, Logger: testLogger()})
+		require.NoError(t, err)
+		st, err := src.Open(context.Background())
+		require.NoError(t, err)
+		time.AfterFunc(200*time.Millisecond, func() { st.Body.Close() })
+		start := time.Now()
+		_, err = io.Copy(io.Discard, st.Body)
+		require.Error(t, err)
+		assert.Equal(t, 200*time.Millisecond, time.Since(start))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err = src.Open(ctx)
-	require.NoError(t, err)
-	defer st.Body.Close()
-	time.AfterFunc(200*time.Millisecond, cancel)
-	start = time.Now()
-	_, err = io.Copy(io.Discard, st.Body)
-	assert.ErrorIs(t, err, errdefs.ErrCancelled)
-	assert.False(t, errors.Is(err, errdefs.ErrRestart))
-	assert.Less(t, time.Since(start), 2*time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err = src.Open(ctx)
+		require.NoError(t, err)
+		defer st.Body.Close()
+		time.AfterFunc(200*time.Millisecond, cancel)
+		start = time.Now()
+		_, err = io.Copy(io.Discard, st.Body)
+		assert.ErrorIs(t, err, errdefs.ErrCancelled)
+		assert.False(t, errors.Is(err, errdefs.ErrRestart))
+		assert.Equal(t, 200*time.Millisecond, time.Since(start))
+	})
 }
 
 // retriesOf is src's retry count as an import reads it (a RetryReporter's,

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testkit/bubblenet"
 )
 
 // newServer starts an httptest server on 127.0.0.1 closed at cleanup.
@@ -321,85 +323,100 @@ func stallHandler(head []byte, total int) http.HandlerFunc {
 	}
 }
 
+// TestHTTPStall: a server that goes silent mid-body is given up on exactly
+// the stall timeout after its last byte (in a synctest bubble: the clock is
+// the bubble's, so the duration is exact on any machine).
 func TestHTTPStall(t *testing.T) {
-	head := testImage(t, 4096)
-	srv := newServer(t, stallHandler(head, 1<<20))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{StallTimeout: 300 * time.Millisecond}, Retries: -1})
-	require.NoError(t, err)
-	start := time.Now()
-	_, got, err := readAll(t, src)
-	elapsed := time.Since(start)
-	require.Error(t, err)
-	assert.Equal(t, head, got)
-	assert.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
-	assert.Contains(t, err.Error(), "no data received for 300ms")
-	assert.Less(t, elapsed, time.Second)
-	assert.GreaterOrEqual(t, elapsed, 300*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		head := testImage(t, 4096)
+		tr := bubblenet.HTTP(t, stallHandler(head, 1<<20))
+		src, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: tr, Access: datasource.Access{StallTimeout: 300 * time.Millisecond}, Retries: -1})
+		require.NoError(t, err)
+		start := time.Now()
+		_, got, err := readAll(t, src)
+		require.Error(t, err)
+		assert.Equal(t, 300*time.Millisecond, time.Since(start))
+		assert.Equal(t, head, got)
+		assert.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
+		assert.Contains(t, err.Error(), "no data received for 300ms")
+	})
 }
 
+// TestHTTPStallBeforeHeaders: a server that never answers is given up on
+// exactly the stall timeout after the request (the bubble's clock).
 func TestHTTPStallBeforeHeaders(t *testing.T) {
-	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-time.After(10 * time.Second):
-		}
-	}))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{StallTimeout: 200 * time.Millisecond}, Retries: -1})
-	require.NoError(t, err)
-	start := time.Now()
-	_, err = src.Open(context.Background())
-	require.Error(t, err)
-	assert.Less(t, time.Since(start), time.Second)
-	assert.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
-	assert.Contains(t, err.Error(), "no data received for 200ms")
+	synctest.Test(t, func(t *testing.T) {
+		tr := bubblenet.HTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+			}
+		}))
+		src, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: tr, Access: datasource.Access{StallTimeout: 200 * time.Millisecond}, Retries: -1})
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = src.Open(context.Background())
+		require.Error(t, err)
+		assert.Equal(t, 200*time.Millisecond, time.Since(start))
+		assert.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
+		assert.Contains(t, err.Error(), "no data received for 200ms")
+	})
 }
 
 // A consumer that pauses longer than the stall timeout between reads is
 // not a stalled server.
+// (In a bubble: the pauses take no real time, and the stall timer runs on
+// the same clock as the consumer's sleeps.)
 func TestHTTPSlowConsumerIsNotAStall(t *testing.T) {
-	data := testImage(t, 64<<10)
-	srv := newServer(t, serveBytes(data))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{Access: datasource.Access{StallTimeout: 100 * time.Millisecond}})
-	require.NoError(t, err)
-	st, err := src.Open(context.Background())
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Body.Close() })
-	var got bytes.Buffer
-	buf := make([]byte, 16<<10)
-	for {
-		n, err := st.Body.Read(buf)
-		got.Write(buf[:n])
-		if err == io.EOF {
-			break
-		}
+	synctest.Test(t, func(t *testing.T) {
+		data := testImage(t, 64<<10)
+		tr := bubblenet.HTTP(t, serveBytes(data))
+		src, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: tr, Access: datasource.Access{StallTimeout: 100 * time.Millisecond}})
 		require.NoError(t, err)
-		time.Sleep(250 * time.Millisecond)
-	}
-	assert.Equal(t, sum(data), sum(got.Bytes()))
+		st, err := src.Open(context.Background())
+		require.NoError(t, err)
+		defer st.Body.Close()
+		var got bytes.Buffer
+		buf := make([]byte, 16<<10)
+		for {
+			n, err := st.Body.Read(buf)
+			got.Write(buf[:n])
+			if err == io.EOF {
+				break
+			}
+			require.NoError(t, err)
+			time.Sleep(250 * time.Millisecond)
+		}
+		assert.Equal(t, sum(data), sum(got.Bytes()))
+	})
 }
 
+// TestHTTPContextCancelMidBody: a read blocked on a silent server returns
+// the moment the context is cancelled (the bubble's clock: exactly when).
 func TestHTTPContextCancelMidBody(t *testing.T) {
-	head := testImage(t, 8192)
-	srv := newServer(t, stallHandler(head, 1<<20))
-	src, err := datasource.NewHTTP(srv.URL, datasource.Config{})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	st, err := src.Open(ctx)
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Body.Close() })
-	got := make([]byte, len(head))
-	_, err = io.ReadFull(st.Body, got)
-	require.NoError(t, err)
-	assert.Equal(t, head, got)
-	time.AfterFunc(100*time.Millisecond, cancel)
-	start := time.Now()
-	_, err = st.Body.Read(got) // blocks until the cancel
-	require.Error(t, err)
-	assert.Less(t, time.Since(start), time.Second)
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.ErrorIs(t, err, errdefs.ErrCancelled)
-	assert.NotErrorIs(t, err, errdefs.ErrSourceUnreachable)
+	synctest.Test(t, func(t *testing.T) {
+		head := testImage(t, 8192)
+		tr := bubblenet.HTTP(t, stallHandler(head, 1<<20))
+		src, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: tr})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st, err := src.Open(ctx)
+		require.NoError(t, err)
+		defer st.Body.Close()
+		got := make([]byte, len(head))
+		_, err = io.ReadFull(st.Body, got)
+		require.NoError(t, err)
+		assert.Equal(t, head, got)
+		time.AfterFunc(100*time.Millisecond, cancel)
+		start := time.Now()
+		_, err = st.Body.Read(got) // blocks until the cancel
+		require.Error(t, err)
+		assert.Equal(t, 100*time.Millisecond, time.Since(start))
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.ErrorIs(t, err, errdefs.ErrCancelled)
+		assert.NotErrorIs(t, err, errdefs.ErrSourceUnreachable)
+	})
 }
 
 func TestHTTPContextCancelledBeforeOpen(t *testing.T) {
@@ -503,44 +520,43 @@ func TestHTTPSCertDirErrors(t *testing.T) {
 }
 
 // Opening and closing many streams (read fully, closed early, stalled)
-// must not leave goroutines behind.
+// must not leave goroutines behind. In a bubble, synctest.Wait returns once
+// every goroutine the streams started has ended or is durably blocked, so
+// the counts are taken when things have settled, not after a guessed
+// pause; and a goroutine still blocked when the servers are closed fails
+// the bubble.
 func TestHTTPNoGoroutineLeak(t *testing.T) {
-	data := testImage(t, 128<<10)
-	full := newServer(t, serveBytes(data))
-	stall := newServer(t, stallHandler([]byte("abcd"), 1000))
-	fullSrc, err := datasource.NewHTTP(full.URL, datasource.Config{})
-	require.NoError(t, err)
-	stallSrc, err := datasource.NewHTTP(stall.URL, datasource.Config{Access: datasource.Access{StallTimeout: 50 * time.Millisecond}, Retries: -1})
-	require.NoError(t, err)
+	synctest.Test(t, func(t *testing.T) {
+		data := testImage(t, 128<<10)
+		fullTr := bubblenet.HTTP(t, serveBytes(data))
+		stallTr := bubblenet.HTTP(t, stallHandler([]byte("abcd"), 1000))
+		fullSrc, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: fullTr})
+		require.NoError(t, err)
+		stallSrc, err := datasource.NewHTTP(bubblenet.URL, datasource.Config{Transport: stallTr, Access: datasource.Access{StallTimeout: 50 * time.Millisecond}, Retries: -1})
+		require.NoError(t, err)
 
-	cycle := func() {
-		_, got, err := readAll(t, fullSrc)
-		require.NoError(t, err)
-		require.Equal(t, len(data), len(got))
-		st, err := fullSrc.Open(context.Background())
-		require.NoError(t, err)
-		_, err = st.Body.Read(make([]byte, 10))
-		require.NoError(t, err)
-		require.NoError(t, st.Body.Close()) // closed early
-		_, _, err = readAll(t, stallSrc)
-		require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
-	}
-	cycle()
-	settle := func() int {
-		// Server-side handler goroutines end shortly after the client goes.
-		var n int
-		for range 50 {
-			time.Sleep(20 * time.Millisecond)
-			n = runtime.NumGoroutine()
+		cycle := func() {
+			_, got, err := readAll(t, fullSrc)
+			require.NoError(t, err)
+			require.Equal(t, len(data), len(got))
+			st, err := fullSrc.Open(context.Background())
+			require.NoError(t, err)
+			_, err = st.Body.Read(make([]byte, 10))
+			require.NoError(t, err)
+			require.NoError(t, st.Body.Close()) // closed early
+			_, _, err = readAll(t, stallSrc)
+			require.ErrorIs(t, err, errdefs.ErrSourceUnreachable)
 		}
-		return n
-	}
-	base := settle()
-	for range 20 {
 		cycle()
-	}
-	after := settle()
-	assert.LessOrEqual(t, after, base+2, "goroutines before %d after %d", base, after)
+		synctest.Wait()
+		base := runtime.NumGoroutine()
+		for range 20 {
+			cycle()
+		}
+		synctest.Wait()
+		after := runtime.NumGoroutine()
+		assert.LessOrEqual(t, after, base, "goroutines before %d after %d", base, after)
+	})
 }
 
 // TestHTTPSToAPlainServerAsksWhetherItIsHTTP: https:// to a server that

@@ -103,7 +103,11 @@ func TestS3ContainerCredentials(t *testing.T) {
 	}
 
 	require.NoError(t, os.WriteFile(tokenFile, []byte("podtoken-2"), 0o600))
-	time.Sleep(2500 * time.Millisecond) // past 80% of the 3 s lifetime
+	// Real time: the agent and the object store are real servers on
+	// loopback, outside any synctest bubble, and the credentials' expiry is
+	// theirs. A slower machine only sleeps further past 80% of the 3 s
+	// lifetime (or past the end of it: fetched again all the same).
+	time.Sleep(2500 * time.Millisecond)
 	requireContent(t, src, data)
 	after := agent.asked()
 	assert.Greater(t, len(after), len(first), "renewed")
@@ -145,10 +149,8 @@ func TestS3ContainerCredentialsRefused(t *testing.T) {
 	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tokenFile)
 	src, err := datasource.New(ep, datasource.Config{Access: datasource.Access{RetryBackoff: time.Second}})
 	require.NoError(t, err)
-	start := time.Now()
 	_, err = src.Open(context.Background())
 	require.Error(t, err)
-	assert.Less(t, time.Since(start), time.Second, "a refusal is not retried")
 	assert.ErrorIs(t, err, errdefs.ErrSourceRefused)
 	var se *errdefs.HTTPStatusError
 	require.ErrorAs(t, err, &se)
@@ -156,7 +158,7 @@ func TestS3ContainerCredentialsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "S3 container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI) from "+agent.url+" refused")
 	assert.Contains(t, err.Error(), "AccessDeniedException: the token is not valid")
 	assert.NotContains(t, err.Error(), "podtoken-secret-0001")
-	assert.Len(t, agent.asked(), 1)
+	assert.Len(t, agent.asked(), 1, "a refusal is not retried")
 }
 
 // TestS3ContainerCredentialsChecks: a plain-http agent must be on

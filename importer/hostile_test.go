@@ -281,7 +281,11 @@ func TestHostileImages(t *testing.T) {
 				if c.msg != "" {
 					assert.Contains(t, err.Error(), c.msg)
 				}
-				assert.Less(t, time.Since(start), 20*time.Second)
+				// Real time (qemu-img, an HTTP server, no bubble): each of
+				// these fails in about a second, a minute is past any load,
+				// and an image that made the import work through the size
+				// it claims still takes longer.
+				assert.Less(t, time.Since(start), time.Minute)
 				if peak != nil {
 					p := peak()
 					t.Logf("%s: peak RSS %d MiB, %s", src, p>>20, time.Since(start).Round(time.Millisecond))

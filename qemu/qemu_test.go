@@ -284,27 +284,32 @@ func TestCancelKillsChild(t *testing.T) {
 		_, err := (&Runner{}).Convert(ctx, src, filepath.Join(t.TempDir(), "o.raw"), ConvertOptions{SrcFormat: "raw", DstFormat: "raw"})
 		errc <- err
 	}()
-	require.Eventually(t, func() bool { return qemuImgRunningOn(src) }, 5*time.Second, 20*time.Millisecond, "qemu-img did not start")
-	start := time.Now()
+	// Real time: qemu-img is a real child process, which no synctest
+	// bubble holds. The bounds only keep a broken cancel from hanging the
+	// package: the source is a FIFO nobody writes, so qemu-img never ends
+	// on its own, and only the cancel can return Convert; no machine is
+	// slow enough to reach them otherwise.
+	require.Eventually(t, func() bool { return qemuImgRunningOn(src) }, time.Minute, 20*time.Millisecond, "qemu-img did not start")
 	cancel()
 	select {
 	case err := <-errc:
 		require.ErrorIs(t, err, context.Canceled)
 		assert.Contains(t, err.Error(), "qemu-img convert")
-		assert.Less(t, time.Since(start), 3*time.Second)
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Convert did not return after cancel")
 	}
 	assert.False(t, qemuImgRunningOn(src), "qemu-img still running after cancel")
 }
 
+// TestInfoTimeout: qemu-img info of a FIFO nobody writes never ends on its
+// own, so Info's return with DeadlineExceeded is the proof that
+// InfoTimeout ended it; no clock is read (a real child process runs on real
+// time, outside any synctest bubble).
 func TestInfoTimeout(t *testing.T) {
 	requireTools(t)
 	src := blockingSource(t)
-	start := time.Now()
 	_, err := (&Runner{InfoTimeout: 300 * time.Millisecond}).Info(context.Background(), src, "raw")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.False(t, qemuImgRunningOn(src))
 }
 

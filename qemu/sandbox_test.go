@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,24 +172,54 @@ func TestSandboxStopsReadingUnloadedLibraryFile(t *testing.T) {
 	assert.NoFileExists(t, out)
 }
 
-// tcpListener counts the connections that reach 127.0.0.1:port.
-func tcpListener(t *testing.T) (port int, conns *atomic.Int32) {
+// countingListener accepts the connections that reach 127.0.0.1:port and
+// closes them (qemu-img then fails fast).
+type countingListener struct {
+	port     int
+	accepted chan string // each accepted connection's remote address, in order
+}
+
+func tcpListener(t *testing.T) *countingListener {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	require.NoError(t, err)
-	conns = &atomic.Int32{}
+	l := &countingListener{port: ln.Addr().(*net.TCPAddr).Port, accepted: make(chan string, 64)}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			conns.Add(1)
-			c.Close() // qemu-img then fails fast
+			c.Close()
+			l.accepted <- c.RemoteAddr().String()
 		}
 	}()
 	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().(*net.TCPAddr).Port, conns
+	return l
+}
+
+// connectedSince counts the connections that reached the listener since
+// the last call. It connects once more itself and counts what is accepted
+// before its own: a connection whose connect returned is in the kernel's
+// accept queue, taken in order, so once a program that connected has
+// exited the count is exact, with no pause guessed for the accept loop.
+func (l *countingListener) connectedSince(t *testing.T) int {
+	t.Helper()
+	c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", l.port))
+	require.NoError(t, err)
+	defer c.Close()
+	mine, n := c.LocalAddr().String(), 0
+	for {
+		select {
+		case a := <-l.accepted:
+			if a == mine {
+				return n
+			}
+			n++
+		case <-time.After(time.Minute): // only if the accept loop died
+			t.Fatal("the listener did not accept the test's own connection")
+		}
+	}
 }
 
 func TestSandboxDeniesNetwork(t *testing.T) {
@@ -222,20 +251,17 @@ func TestSandboxDeniesNetwork(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			port, conns := tcpListener(t)
-			src, format := tc.source(port)
+			l := tcpListener(t)
+			src, format := tc.source(l.port)
 			out := filepath.Join(t.TempDir(), "out.raw")
 			_, err := (&Runner{unconfined: true}).Convert(ctx, src, out, ConvertOptions{SrcFormat: format, DstFormat: "raw"})
 			require.Error(t, err, "the listener closes every connection")
-			require.Eventually(t, func() bool { return conns.Load() > 0 }, 5*time.Second, 10*time.Millisecond,
-				"unconfined qemu-img must reach the listener, or this test proves nothing")
+			require.Positive(t, l.connectedSince(t), "unconfined qemu-img must reach the listener, or this test proves nothing")
 
-			conns.Store(0)
 			_, err = (&Runner{}).Convert(ctx, src, out, ConvertOptions{SrcFormat: format, DstFormat: "raw"})
 			require.Error(t, err)
 			t.Log(err)
-			time.Sleep(100 * time.Millisecond) // a connection would have been accepted by now
-			assert.Zero(t, conns.Load(), "confined qemu-img connected to 127.0.0.1:%d", port)
+			assert.Zero(t, l.connectedSince(t), "confined qemu-img connected to 127.0.0.1:%d", l.port)
 			if tc.unsafe {
 				require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
 			}

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/internal/testkit/bubblenet"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/uploadserver"
 )
@@ -79,33 +81,48 @@ func TestUploadStalledClientReleasesTheSlot(t *testing.T) {
 
 // TestUploadSlowClientIsNotAStall: a client that keeps sending, however
 // slowly, is never cut off, even when the whole upload takes far longer
-// than the stall timeout.
+// than the stall timeout. Client, server and import run in a synctest
+// bubble over an in-memory network: every gap is exactly 100 ms of the
+// bubble's clock, which also drives the stall timer, so a loaded machine
+// cannot stretch a gap past 300 ms (on loopback it could).
 func TestUploadSlowClientIsNotAStall(t *testing.T) {
 	im := makeImages(t)
-	data := im.data
-	o := fileTarget(t)
-	o.StallTimeout = 300 * time.Millisecond
-	_, base := serve(t, uploadserver.Options{Import: o})
-	pr, pw := io.Pipe()
-	go func() {
-		// 4 MiB in 16 steps of 100 ms: 1.6 s in all, each gap under 300 ms.
-		for off := 0; off < len(data); off += len(data) / 16 {
-			if _, err := pw.Write(data[off:min(off+len(data)/16, len(data))]); err != nil {
-				return
+	synctest.Test(t, func(t *testing.T) {
+		data := im.data
+		o := fileTarget(t)
+		o.StallTimeout = 300 * time.Millisecond
+		o.Logger = testimg.Logger(t)
+		h := uploadserver.NewHandler(uploadserver.Options{Import: o, Logger: o.Logger})
+		t.Cleanup(h.Wait)
+		client := &http.Client{Transport: bubblenet.HTTP(t, h)}
+		pr, pw := io.Pipe()
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			// 4 MiB in 16 steps of 100 ms: 1.6 s in all, each gap under 300 ms.
+			for off := 0; off < len(data); off += len(data) / 16 {
+				if _, err := pw.Write(data[off:min(off+len(data)/16, len(data))]); err != nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		pw.Close()
-	}()
-	t.Cleanup(func() { pw.CloseWithError(io.ErrClosedPipe) })
-	req, err := http.NewRequest(http.MethodPost, base+uploadserver.PathUpload, pr)
-	require.NoError(t, err)
-	req.ContentLength = int64(len(data))
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-	assert.True(t, bytes.Contains(b, []byte("Upload Complete")), string(b))
-	assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
+			pw.Close()
+		}()
+		defer func() {
+			pw.CloseWithError(io.ErrClosedPipe)
+			<-written
+		}()
+		req, err := http.NewRequest(http.MethodPost, bubblenet.URL+uploadserver.PathUpload, pr)
+		require.NoError(t, err)
+		req.ContentLength = int64(len(data))
+		start := time.Now()
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		assert.True(t, bytes.Contains(b, []byte("Upload Complete")), string(b))
+		assert.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond, "the upload took the client's pace")
+		assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
+	})
 }

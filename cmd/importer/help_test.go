@@ -161,13 +161,12 @@ func closedPortURL(t *testing.T) string {
 }
 
 // A refused connection on the command line fails at once: retries are for
-// transfers that started and broke.
+// transfers that started and broke. "At once" is read from the log (no
+// retry in it), not from a stopwatch a loaded machine can stop late.
 func TestCLIConnectionRefusedFailsFast(t *testing.T) {
 	dir := t.TempDir()
-	start := time.Now()
 	code, _, stderr := runCLI(t, nil, env(nil), closedPortURL(t), filepath.Join(dir, "disk.img"))
 	assert.Equal(t, cdi.ExitFailed, code)
-	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.Contains(t, stderr, "connection refused")
 	assert.NotContains(t, stderr, "retrying")
 	assert.NoFileExists(t, filepath.Join(dir, "disk.img"))

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -288,7 +289,18 @@ func TestEnvHTTPSourceTakesOnlyHTTPURLs(t *testing.T) {
 // request (a resume or a restart) is refused with 403.
 func pacedServer(t *testing.T, data []byte, chunk int, delay time.Duration, dropAt int) *httptest.Server {
 	t.Helper()
+	srv, _ := pacedServerSending(t, data, chunk, delay, dropAt)
+	return srv
+}
+
+// pacedServerSending is pacedServer, and a channel closed once its first
+// chunk went out: the import is under way (its signal handling in place),
+// which a test waits for instead of guessing how long a start takes.
+func pacedServerSending(t *testing.T, data []byte, chunk int, delay time.Duration, dropAt int) (*httptest.Server, <-chan struct{}) {
+	t.Helper()
 	var requests atomic.Int32
+	sending := make(chan struct{})
+	var once sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if dropAt > 0 && requests.Add(1) > 1 {
 			http.Error(w, "no second chance", http.StatusForbidden)
@@ -304,6 +316,7 @@ func pacedServer(t *testing.T, data []byte, chunk int, delay time.Duration, drop
 				return
 			}
 			w.(http.Flusher).Flush()
+			once.Do(func() { close(sending) })
 			if delay > 0 {
 				select {
 				case <-r.Context().Done():
@@ -321,5 +334,5 @@ func pacedServer(t *testing.T, data []byte, chunk int, delay time.Duration, drop
 		}
 	}))
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, sending
 }

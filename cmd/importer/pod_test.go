@@ -363,8 +363,8 @@ func TestPodNodePull(t *testing.T) {
 	select {
 	case <-sideDone:
 		assert.NoError(t, sideErr, "the sidecar exits cleanly once the done file is there:\n%s", sideOut.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the sidecar still runs 10 s after the import:\n%s", sideOut.String())
+	case <-time.After(time.Minute): // it ends as soon as it sees the done file
+		t.Fatalf("the sidecar still runs a minute after the import:\n%s", sideOut.String())
 	}
 }
 
@@ -378,6 +378,8 @@ func TestPodNodePullReadyFileTimeout(t *testing.T) {
 	})
 	assert.Equal(t, cdi.ExitFailed, code)
 	assert.Equal(t, "Timeout waiting for file /shared/ready", failureText(t, log))
+	// A lower bound on a real process (no slowness can fail it); the wait's
+	// exact timeouts are internal/cdi's synctest tests.
 	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
 	assert.Empty(t, testimg.DirNames(t, data))
 }

@@ -146,7 +146,9 @@ func (p *tmuxPane) waitFor(s string, within time.Duration) string {
 
 // waitUntil captures the pane until done holds for its screen, or within
 // has passed, and returns the last screen. tmux runs outside the test, so
-// its screen can only be looked at again, not waited on.
+// its screen can only be looked at again, not waited on. It returns as soon
+// as done holds: within only bounds a failure, so the tests give a minute,
+// which no loaded machine's slowness reaches.
 func (p *tmuxPane) waitUntil(done func(screen string) bool, within time.Duration) string {
 	p.t.Helper()
 	deadline := time.Now().Add(within)
@@ -170,12 +172,9 @@ func TestTerminalProgressBar(t *testing.T) {
 	pane := startTmux(t, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
 
 	bar := regexp.MustCompile(`Writing +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
-	var mid string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if mid = pane.capture(); bar.MatchString(mid) && strings.Contains(mid, "ETA") {
-			break
-		}
-	}
+	// Until the bar shows (the transfer lasts 6 s once it begins, however
+	// late a loaded machine starts it; a minute only bounds a failure).
+	mid := pane.waitUntil(func(screen string) bool { return bar.MatchString(screen) && strings.Contains(screen, "ETA") }, time.Minute)
 	t.Logf("during the transfer:\n%s", mid)
 	assert.Regexp(t, bar, mid)
 	for _, l := range strings.Split(mid, "\n") {
@@ -185,7 +184,7 @@ func TestTerminalProgressBar(t *testing.T) {
 	}
 	assert.Contains(t, mid, `msg="New phase: TransferDataFile"`, "-v's log lines are shown")
 
-	end := pane.waitFor("EXIT=", 20*time.Second)
+	end := pane.waitFor("EXIT=", time.Minute)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
 	assert.Regexp(t, `Done +\[=+\] +100\.0%`, end)
@@ -224,19 +223,17 @@ func TestTerminalProgressUnknownLength(t *testing.T) {
 	pane := startTmux(t, fmt.Sprintf("%s %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
 
 	line := regexp.MustCompile(`Writing +\S.* ([0-9.]+) ([KM]iB) +[0-9.]+ [KM]iB/s\s*$`)
-	var mid string
-	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		mid = pane.capture()
-		if m := lastMatch(line, mid); m != nil && m[2] == "MiB" {
-			break
-		}
-	}
+	// Until a MiB count shows (the stream lasts 5 s once it begins).
+	mid := pane.waitUntil(func(screen string) bool {
+		m := lastMatch(line, screen)
+		return m != nil && m[2] == "MiB"
+	}, time.Minute)
 	t.Logf("during the transfer:\n%s", mid)
 	require.NotNil(t, lastMatch(line, mid), "bytes and rate shown")
 	assert.NotContains(t, mid, "%", "a percentage is shown for a stream of unknown length")
 	assert.NotContains(t, mid, "[", "a bar is shown for a stream of unknown length")
 
-	end := pane.waitFor("EXIT=", 20*time.Second)
+	end := pane.waitFor("EXIT=", time.Minute)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
 	assert.Regexp(t, `Done +\[=+\] +100\.0%`, end)

@@ -56,8 +56,10 @@ func runAsync(t *testing.T, getenv func(string) string, args ...string) <-chan i
 	return done
 }
 
+// waitHealthy polls until the server answers healthy: it returns at the
+// first such answer, so its minute is only for a server that never starts.
 func waitHealthy(t *testing.T, client *http.Client, base string) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		resp, err := client.Get(base + uploadserver.PathHealthz)
 		if err == nil {

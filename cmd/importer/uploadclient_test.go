@@ -294,15 +294,11 @@ func TestUploadClientTerminalProgressBar(t *testing.T) {
 	pane := startTmux(t, fmt.Sprintf("%s upload %s %s; echo EXIT=$?; sleep 60", bin, img, srv.URL))
 
 	bar := regexp.MustCompile(`Uploading +\[[=>\-_ ]*\] +[0-9.]+% +[0-9.]+ [KM]iB / 6\.0 MiB +[0-9.]+ [KM]iB/s +ETA [0-9]+s`)
-	var mid string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if mid = pane.capture(); bar.MatchString(mid) {
-			break
-		}
-	}
+	// Until the bar shows (the upload lasts 6 s once it begins).
+	mid := pane.waitUntil(bar.MatchString, time.Minute)
 	t.Logf("during the upload:\n%s", mid)
 	assert.Regexp(t, bar, mid)
-	end := pane.waitFor("EXIT=", 30*time.Second)
+	end := pane.waitFor("EXIT=", time.Minute)
 	t.Logf("at the end:\n%s", end)
 	assert.Contains(t, end, "EXIT=0")
 	assert.Regexp(t, `Done +\[=+\] +100\.0% +6\.0 MiB / 6\.0 MiB`, end)

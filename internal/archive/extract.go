@@ -1,10 +1,13 @@
 // Package archive extracts a tar stream into a directory without ever
 // touching anything outside it. Every member path is checked lexically
-// (no absolute names, no ".." components), and every directory on the way
-// to a member is opened one component at a time with O_NOFOLLOW relative to
-// the destination's descriptor, so a symlink planted by an earlier member
-// (or already present) can never redirect a later write. Device nodes and
-// fifos are refused; regular files are written sparsely.
+// (no absolute names, no ".." components), and every file, directory and
+// link is created, opened and changed through an os.Root of the
+// destination (as the delta pass's tree target is), which resolves each
+// path below the destination and never lets a symlink lead out of it. On
+// top of that a symlink on the way to a member is refused, even one that
+// stays inside, so a symlink planted by an earlier member (or already
+// present) can never redirect a later write. Device nodes and fifos are
+// refused; regular files are written sparsely.
 package archive
 
 import (
@@ -13,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sort"
@@ -59,7 +63,8 @@ type dirMeta struct {
 
 type extractor struct {
 	ctx   context.Context
-	root  int // descriptor of the destination directory
+	root  *os.Root // the destination: every path is resolved in it
+	top   *os.File // the destination opened, for its filesystem's free space
 	opts  Options
 	chown bool
 	log   *slog.Logger
@@ -73,7 +78,15 @@ type extractor struct {
 	// exposed.)
 	physical *iostage.Counter
 	dirs     map[string]dirMeta
-	stats    Stats
+	// walked holds the directories walkParents found to be directories.
+	// No member can turn one into anything else (clearSlot never replaces
+	// a directory), so each is checked once; whatever else changes the tree
+	// meanwhile, os.Root still keeps every path inside.
+	walked map[string]bool
+	// cur is the directory of the last member, kept open while the
+	// members that follow stay in it (parentOf).
+	cur   *parentDir
+	stats Stats
 }
 
 // copyChunk is how much file data is read at once; sparseBlock is the unit
@@ -92,24 +105,33 @@ const (
 // it wrote before a failure: extract into a fresh directory and Commit it
 // (or remove it) to get all-or-nothing behaviour.
 func Extract(ctx context.Context, r io.Reader, dir string, opts Options) (Stats, error) {
-	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return Stats{}, fmt.Errorf("opening extraction directory %s: %w", dir, err)
 	}
-	defer unix.Close(root)
+	defer root.Close()
+	top, err := root.Open(".")
+	if err != nil {
+		return Stats{}, fmt.Errorf("opening extraction directory %s: %w", dir, err)
+	}
+	defer top.Close()
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	x := &extractor{
-		ctx:   ctx,
-		root:  root,
-		opts:  opts,
-		chown: !opts.SkipOwnership && os.Geteuid() == 0,
-		log:   log,
-		buf:   make([]byte, copyChunk),
-		dirs:  map[string]dirMeta{},
+		ctx:    ctx,
+		root:   root,
+		top:    top,
+		opts:   opts,
+		chown:  !opts.SkipOwnership && os.Geteuid() == 0,
+		log:    log,
+		buf:    make([]byte, copyChunk),
+		dirs:   map[string]dirMeta{},
+		walked: map[string]bool{},
 	}
+	x.cur = &parentDir{root: root, dir: top}
+	defer x.closeParent()
 	x.physical = iostage.NewCounter(r)
 	tr := tar.NewReader(x.physical)
 	for {
@@ -174,29 +196,27 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 	if rel == "" {
 		return nil // the destination itself keeps its own metadata
 	}
-	parents, base := splitParent(rel)
-	pfd, err := x.openParent(parents, true)
+	pd, base, err := x.parentOf(rel, true)
 	if err != nil {
 		return err
 	}
-	defer closeParent(x, pfd)
-	var st unix.Stat_t
-	err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	fi, err := pd.root.Lstat(base)
 	switch {
-	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+	case err == nil && fi.IsDir():
 		// Seen before (or an implicit parent): only the metadata changes.
 	case err == nil:
-		if err := unix.Unlinkat(pfd, base, 0); err != nil {
+		if err := pd.root.Remove(base); err != nil {
 			return fmt.Errorf("replacing %q with a directory: %w", rel, err)
 		}
 		fallthrough
-	case errors.Is(err, unix.ENOENT):
-		if err := unix.Mkdirat(pfd, base, 0o700); err != nil {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := pd.root.Mkdir(base, 0o700); err != nil {
 			return fmt.Errorf("creating directory %q: %w", rel, err)
 		}
 	default:
 		return fmt.Errorf("checking %q: %w", rel, err)
 	}
+	x.walked[rel] = true
 	if _, seen := x.dirs[rel]; !seen {
 		x.stats.Dirs++
 	}
@@ -209,22 +229,22 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	if rel == "" {
 		return fmt.Errorf("archive member %q names the destination itself as a file: %w", hdr.Name, errdefs.ErrUnsafeImage)
 	}
-	pfd, base, err := x.openSlot(rel)
+	pd, base, err := x.makeSlot(rel)
 	if err != nil {
 		return err
 	}
-	defer closeParent(x, pfd)
 	if err := x.checkRoom(hdr.Name, hdr.Size); err != nil {
 		return err
 	}
-	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// O_CREATE|O_EXCL: os.Root never follows a symlink then, not even one
+	// that appeared since the slot was cleared.
+	f, err := pd.root.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating file %q: %w", rel, err)
 	}
-	f := os.NewFile(uintptr(fd), rel)
 	n, err := x.writeSparse(f, tr)
 	if err == nil {
-		err = x.fileMeta(fd, hdr)
+		err = x.fileMeta(f, hdr)
 	}
 	if cerr := f.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("closing %q: %w", rel, cerr)
@@ -234,7 +254,7 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	}
 	x.stats.Files++
 	x.stats.Bytes += n
-	return x.setTimes(pfd, base, hdr.ModTime, accessTime(hdr))
+	return pd.setTimes(base, hdr.ModTime, accessTime(hdr))
 }
 
 // fill reads until buf is full or the reader fails; unlike io.ReadFull it
@@ -253,7 +273,8 @@ func fill(r io.Reader, buf []byte) (int, error) {
 }
 
 // fileMeta restores ownership, then the mode (chown clears set-id bits).
-func (x *extractor) fileMeta(fd int, hdr *tar.Header) error {
+func (x *extractor) fileMeta(f *os.File, hdr *tar.Header) error {
+	fd := int(f.Fd())
 	if x.chown {
 		if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
 			return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
@@ -272,21 +293,20 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	if !x.opts.AllowOutsideSymlinks && !symlinkStaysInside(rel, hdr.Linkname) {
 		return fmt.Errorf("archive member %q is a symlink to %q, outside the destination: %w", hdr.Name, hdr.Linkname, errdefs.ErrUnsafeImage)
 	}
-	pfd, base, err := x.openSlot(rel)
+	pd, base, err := x.makeSlot(rel)
 	if err != nil {
 		return err
 	}
-	defer closeParent(x, pfd)
-	if err := unix.Symlinkat(hdr.Linkname, pfd, base); err != nil {
+	if err := pd.root.Symlink(hdr.Linkname, base); err != nil {
 		return fmt.Errorf("creating symlink %q: %w", rel, err)
 	}
 	if x.chown {
-		if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := pd.root.Lchown(base, hdr.Uid, hdr.Gid); err != nil {
 			return fmt.Errorf("chown symlink %q: %w", rel, err)
 		}
 	}
 	x.stats.Symlinks++
-	return x.setTimes(pfd, base, hdr.ModTime, accessTime(hdr))
+	return pd.setTimes(base, hdr.ModTime, accessTime(hdr))
 }
 
 func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
@@ -303,78 +323,51 @@ func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	if old == rel {
 		return nil // a link to itself: nothing to do
 	}
-	oparents, obase := splitParent(old)
-	ofd, err := x.openParent(oparents, false)
-	if err != nil {
+	oparents, _ := splitParent(old)
+	if err := x.walkParents(oparents, false); err != nil {
 		return fmt.Errorf("hard link %q to %q: %w", hdr.Name, hdr.Linkname, err)
 	}
-	defer closeParent(x, ofd)
-	var st unix.Stat_t
-	if err := unix.Fstatat(ofd, obase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	fi, err := x.root.Lstat(old)
+	if err != nil {
 		return fmt.Errorf("hard link %q to %q, which the archive did not create before: %w: %v", hdr.Name, hdr.Linkname, errdefs.ErrInvalidImage, err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+	if fi.IsDir() {
 		return fmt.Errorf("hard link %q to directory %q: %w", hdr.Name, hdr.Linkname, errdefs.ErrInvalidImage)
 	}
-	pfd, base, err := x.openSlot(rel)
-	if err != nil {
+	if _, _, err := x.makeSlot(rel); err != nil {
 		return err
 	}
-	defer closeParent(x, pfd)
-	// Flags 0: a symlink source is linked itself, never followed.
-	if err := unix.Linkat(ofd, obase, pfd, base, 0); err != nil {
+	// os.Root links a symlink source itself, never its target.
+	if err := x.root.Link(old, rel); err != nil {
 		return fmt.Errorf("creating hard link %q to %q: %w", rel, old, err)
 	}
 	x.stats.HardLinks++
 	return nil
 }
 
-// openSlot opens the directory that will hold the non-directory member
-// rel (creating missing parents) and clears its name there (clearSlot);
-// the caller closes pfd with closeParent.
-func (x *extractor) openSlot(rel string) (pfd int, base string, err error) {
-	parents, base := splitParent(rel)
-	pfd, err = x.openParent(parents, true)
+// makeSlot readies the place of the non-directory member rel: its parent
+// (parentOf: created when missing, no symlink on the way) and its name
+// there cleared: a later member replaces an earlier file or link of the
+// same name (as tar does), but never a directory.
+func (x *extractor) makeSlot(rel string) (*parentDir, string, error) {
+	pd, base, err := x.parentOf(rel, true)
 	if err != nil {
-		return -1, "", err
+		return nil, "", err
 	}
-	if err := x.clearSlot(pfd, rel, base); err != nil {
-		closeParent(x, pfd)
-		return -1, "", err
-	}
-	return pfd, base, nil
-}
-
-// clearSlot makes room for a non-directory member: a later member replaces
-// an earlier file or link of the same name (as tar does), but never a
-// directory.
-func (x *extractor) clearSlot(pfd int, rel, base string) error {
-	var st unix.Stat_t
-	err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
+	fi, err := pd.root.Lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return pd, base, nil
 	}
 	if err != nil {
-		return fmt.Errorf("checking %q: %w", rel, err)
+		return nil, "", fmt.Errorf("checking %q: %w", rel, err)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return fmt.Errorf("archive member %q would replace a directory: %w", rel, errdefs.ErrInvalidImage)
+	if fi.IsDir() {
+		return nil, "", fmt.Errorf("archive member %q would replace a directory: %w", rel, errdefs.ErrInvalidImage)
 	}
-	if err := unix.Unlinkat(pfd, base, 0); err != nil {
-		return fmt.Errorf("replacing %q: %w", rel, err)
+	if err := pd.root.Remove(base); err != nil {
+		return nil, "", fmt.Errorf("replacing %q: %w", rel, err)
 	}
-	return nil
-}
-
-func (x *extractor) setTimes(pfd int, base string, mtime, atime time.Time) error {
-	if mtime.IsZero() {
-		return nil
-	}
-	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
-	if err := unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("setting times of %q: %w", base, err)
-	}
-	return nil
+	return pd, base, nil
 }
 
 func accessTime(hdr *tar.Header) time.Time {
@@ -407,17 +400,16 @@ func (x *extractor) finishDirs() error {
 }
 
 func (x *extractor) dirMeta(d dirMeta) error {
-	parents, base := splitParent(d.rel)
-	pfd, err := x.openParent(parents, false)
+	pd, base, err := x.parentOf(d.rel, false)
 	if err != nil {
 		return err
 	}
-	defer closeParent(x, pfd)
-	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	dir, err := pd.root.OpenFile(base, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening directory %q: %w", d.rel, err)
 	}
-	defer unix.Close(fd)
+	defer dir.Close()
+	fd := int(dir.Fd())
 	if x.chown {
 		if err := unix.Fchown(fd, d.uid, d.gid); err != nil {
 			return fmt.Errorf("chown directory %q: %w", d.rel, err)
@@ -426,46 +418,5 @@ func (x *extractor) dirMeta(d dirMeta) error {
 	if err := unix.Fchmod(fd, d.mode); err != nil {
 		return fmt.Errorf("chmod directory %q: %w", d.rel, err)
 	}
-	return x.setTimes(pfd, base, d.mtime, d.atime)
-}
-
-// openParent opens the directory holding a member, one component at a
-// time, refusing to pass through a symlink: O_NOFOLLOW on every component
-// keeps the walk inside the destination whatever earlier members planted.
-// Missing directories are created (0755, as tar does for parents the
-// archive does not list) when create is set.
-func (x *extractor) openParent(parents []string, create bool) (int, error) {
-	fd := x.root
-	for i, comp := range parents {
-		next, err := unix.Openat(fd, comp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) && create {
-			if err = unix.Mkdirat(fd, comp, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
-				next, err = unix.Openat(fd, comp, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			}
-		}
-		if err != nil {
-			path := strings.Join(parents[:i+1], "/")
-			var st unix.Stat_t
-			if serr := unix.Fstatat(fd, comp, &st, unix.AT_SYMLINK_NOFOLLOW); serr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-				err = fmt.Errorf("path goes through symlink %q, which is never followed while extracting: %w", path, errdefs.ErrUnsafeImage)
-			} else {
-				err = fmt.Errorf("opening directory %q: %w", path, err)
-			}
-			if fd != x.root {
-				unix.Close(fd)
-			}
-			return -1, err
-		}
-		if fd != x.root {
-			unix.Close(fd)
-		}
-		fd = next
-	}
-	return fd, nil
-}
-
-func closeParent(x *extractor, fd int) {
-	if fd != x.root && fd >= 0 {
-		unix.Close(fd)
-	}
+	return pd.setTimes(base, d.mtime, d.atime)
 }

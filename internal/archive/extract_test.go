@@ -289,3 +289,60 @@ func TestCommit(t *testing.T) {
 	_, err = archive.NewStaging(filepath.Join(dest, "top.txt"))
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
+
+// TestExtractRefusesSymlinksAlreadyInTheDestination: a symlink that was in
+// the destination before the archive (not one the archive planted) is not
+// a way out either: a member under it is refused and nothing outside
+// changes.
+func TestExtractRefusesSymlinksAlreadyInTheDestination(t *testing.T) {
+	base, dest := sandbox(t)
+	require.NoError(t, os.Symlink(filepath.Join(base, "sentinel"), filepath.Join(dest, "pre")))
+	before := snapshot(t, base, dest)
+	data := testtar.Build(t, []testtar.Member{{Name: "pre/new", Type: tar.TypeReg, Body: []byte("escaped")}})
+	_, err := archive.Extract(context.Background(), bytes.NewReader(data), dest, archive.Options{})
+	require.ErrorIs(t, err, errdefs.ErrUnsafeImage)
+	assert.Contains(t, err.Error(), `path goes through symlink "pre"`)
+	assert.Equal(t, before, snapshot(t, base, dest), "nothing outside dest changed")
+}
+
+// swapAt reads r and, once the read reaches offset at, calls swap first.
+type swapAt struct {
+	r    *bytes.Reader
+	at   int64
+	swap func()
+	done bool
+}
+
+func (s *swapAt) Read(p []byte) (int, error) {
+	if pos := s.r.Size() - int64(s.r.Len()); !s.done && pos >= s.at {
+		s.done = true
+		s.swap()
+	}
+	return s.r.Read(p)
+}
+
+// TestExtractStaysInsideWhenADirectoryBecomesASymlink: a directory the
+// extraction made and checked is swapped, while the archive is read, for a
+// symlink out of the destination (someone else writing the volume at the
+// same time). The next member under it is not written through it: every
+// path is resolved in the destination's os.Root, which never lets a link
+// lead out. Nothing outside changes.
+func TestExtractStaysInsideWhenADirectoryBecomesASymlink(t *testing.T) {
+	base, dest := sandbox(t)
+	before := snapshot(t, base, dest)
+	data := testtar.Build(t, []testtar.Member{
+		{Name: "d/", Type: tar.TypeDir, Mode: 0o755},
+		{Name: "d/new", Type: tar.TypeReg, Body: []byte("escaped")},
+	})
+	src := &swapAt{r: bytes.NewReader(data), at: 512, swap: func() { // the second header
+		require.NoError(t, os.Remove(filepath.Join(dest, "d")))
+		require.NoError(t, os.Symlink(filepath.Join(base, "sentinel"), filepath.Join(dest, "d")))
+	}}
+	_, err := archive.Extract(context.Background(), src, dest, archive.Options{})
+	require.Error(t, err)
+	t.Log(err)
+	assert.True(t, src.done, "the swap happened")
+	assert.Equal(t, before, snapshot(t, base, dest), "nothing outside dest changed")
+	_, err = os.Lstat(filepath.Join(base, "sentinel", "new"))
+	assert.True(t, os.IsNotExist(err), "written through the swapped-in symlink")
+}

@@ -17,7 +17,7 @@ import (
 // image this volume can hold.
 func (x *extractor) checkRoom(name string, size int64) error {
 	var st unix.Statfs_t
-	if err := unix.Fstatfs(x.root, &st); err != nil {
+	if err := unix.Fstatfs(int(x.top.Fd()), &st); err != nil {
 		return fmt.Errorf("statfs of the extraction directory: %w", err)
 	}
 	free := int64(st.Bavail) * st.Bsize

@@ -94,7 +94,8 @@ func extractFile(t *testing.T, ctx context.Context, tarPath, dest string) (archi
 }
 
 // TestSparseMemberLargerThanVolumeRefused: a 1 TiB sparse member in a tiny
-// archive is refused by its size before anything is written, at once.
+// archive is refused by its size before anything is written, at once: the
+// size's error, not the deadline's, and no file, prove it (no stopwatch).
 func TestSparseMemberLargerThanVolumeRefused(t *testing.T) {
 	dest := testimg.Tmpfs(t, 4*gib)
 	for _, format := range []string{"gnu", "posix"} {
@@ -108,7 +109,6 @@ func TestSparseMemberLargerThanVolumeRefused(t *testing.T) {
 			assert.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
 			assert.False(t, errors.Is(err, errdefs.ErrCancelled), "refused by size, not by the deadline: %v", err)
 			assert.ErrorContains(t, err, `"disk.img" is 1099511627776 bytes`)
-			assert.Less(t, took, 5*time.Second)
 			_, serr := os.Lstat(filepath.Join(dest, "disk.img"))
 			assert.True(t, os.IsNotExist(serr), "nothing of the refused member may be written")
 		})

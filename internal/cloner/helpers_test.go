@@ -77,8 +77,11 @@ func startServer(t *testing.T, p *pki, imp importer.Options) *served {
 	}
 	imp.Logger = testimg.Logger(t)
 	srv := &uploadserver.Server{
+		// The resume window outlasts every test, so a session held for it
+		// shows as a refusal or a wait no test survives, never as a
+		// matter of seconds.
 		Options: uploadserver.Options{Import: imp, ClientName: clientName, Logger: imp.Logger,
-			CloneResumeWindow: 30 * time.Second},
+			CloneResumeWindow: time.Hour},
 		Listener: ln, TLSCert: p.server.CertFile, TLSKey: p.server.KeyFile, ClientCAFile: p.ca.File,
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -73,17 +73,19 @@ func serverStatus(t *testing.T, p *pki, s *served) uploadserver.Status {
 	return st
 }
 
-// waitStatus polls the server's status until ok, for 10 s at most.
+// waitStatus polls the server's status until ok, for a minute at most (it
+// returns as soon as ok holds; the bound is only for a server that never
+// gets there, far past any machine's slowness).
 func waitStatus(t *testing.T, p *pki, s *served, what string, ok func(uploadserver.Status) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		st := serverStatus(t, p, s)
 		if ok(st) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waited 10 s for %s; status %+v", what, st)
+			t.Fatalf("waited a minute for %s; status %+v", what, st)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -91,7 +93,9 @@ func waitStatus(t *testing.T, p *pki, s *served, what string, ok func(uploadserv
 
 // TestHostileSparseRecordsAreRefusedQuickly sends records whose lengths and
 // offsets do not fit the announced size (one wrapping past 2^63): each is
-// answered 400 within seconds, and the server then takes a good clone.
+// answered 400, and the server then takes a good clone. The answer itself
+// is the proof (the wrapping run took for ever before); the request's
+// minute only keeps a regression from hanging the package.
 // Without overflow-safe bounds the wrapping zero run made the receiver hash
 // zeros for ever and answer every later upload 409.
 func TestHostileSparseRecordsAreRefusedQuickly(t *testing.T) {
@@ -120,14 +124,12 @@ func TestHostileSparseRecordsAreRefusedQuickly(t *testing.T) {
 	s := startServer(t, p, importer.Options{Target: dst})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			began := time.Now()
 			code, text, err := postSparse(ctx, t, p, s.url(""), "hostile", bytes.NewReader(sparseBody(t, tc.parts...)))
-			require.NoError(t, err, "no answer within 10 s")
+			require.NoError(t, err, "no answer within a minute")
 			assert.Equal(t, http.StatusBadRequest, code, text)
 			assert.Contains(t, text, tc.says)
-			assert.Less(t, time.Since(began), 5*time.Second)
 			assert.False(t, serverStatus(t, p, s).Busy, "the server is still busy with the refused clone")
 		})
 	}
@@ -188,6 +190,8 @@ func TestSparseClientThatLeavesFreesTheServer(t *testing.T) {
 // middle of a good sparse-v2 clone does not hold the server for the
 // resume window against a new session (a restarted cloner has a new one):
 // the newcomer is taken at once and the interrupted session is dropped.
+// The server's window is an hour, so a newcomer that waited for it would
+// fail the clone's wait, not a stopwatch.
 func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {
 	p := newPKI(t)
 	dst := filepath.Join(t.TempDir(), "disk.img")
@@ -196,7 +200,5 @@ func TestNewSparseSessionEndsAnInterruptedOne(t *testing.T) {
 	leaveMidBody(t, p, s, "interrupted", record('S', 4*mib, 0), record('D', 0, uint64(len(data))), data)
 	waitStatus(t, p, s, "the session kept for its resumption", func(st uploadserver.Status) bool { return st.Phase == "Interrupted" })
 
-	began := time.Now()
 	cloneSucceeds(t, p, s, dst, 43, "the new session is refused while the interrupted one waits")
-	assert.Less(t, time.Since(began), 10*time.Second)
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -85,18 +86,24 @@ func TestPacedPipeWriterReaderGone(t *testing.T) {
 }
 
 // TestPacedPipeReaderEOF: the bytes left in the pipe come out, then io.EOF,
-// without waiting for more once the writer is gone.
+// without waiting for more once the writer is gone: the reader's sleeps
+// are at most pipeMaxWaits for the tail and one for the end. In a synctest
+// bubble (the pipe never blocks here: its bytes and its end are there
+// before the first read), those sleeps are the only time that passes, so
+// the bound is checked on a clock no load can stretch.
 func TestPacedPipeReaderEOF(t *testing.T) {
-	r, w, size := grownPipe(t)
-	_, err := w.Write([]byte("tail"))
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	pr := newPacedPipeReader(r, size)
-	start := time.Now()
-	got, err := io.ReadAll(pr)
-	require.NoError(t, err)
-	assert.Equal(t, "tail", string(got))
-	assert.Less(t, time.Since(start), time.Second)
+	synctest.Test(t, func(t *testing.T) {
+		r, w, size := grownPipe(t)
+		_, err := w.Write([]byte("tail"))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		pr := newPacedPipeReader(r, size)
+		start := time.Now()
+		got, err := io.ReadAll(pr)
+		require.NoError(t, err)
+		assert.Equal(t, "tail", string(got))
+		assert.LessOrEqual(t, time.Since(start), (pipeMaxWaits+1)*maxPace)
+	})
 }
 
 // TestPacedPipeSmallPipeNotPaced: a pipe the kernel would not grow is read

@@ -1,6 +1,8 @@
 package iostage
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -17,9 +19,11 @@ import (
 //
 // The source's bytes come out in order, then its error (io.EOF included)
 // exactly as the source returned it. Read is for one goroutine. Once Read
-// has returned the source's error the goroutine no longer touches the
-// source, so it may be read directly again (the engine drains it after the
-// decoder).
+// (or Next) has returned the source's error the goroutine has ended: it no
+// longer touches the source, so it may be read directly again (the engine
+// drains it after the decoder), and it writes no buffer again, so the last
+// chunk Next handed out keeps its bytes (the volume writer keeps a short
+// last chunk as the one it stages, without a copy).
 type ReadAhead struct {
 	full chan filledBuf
 	free chan []byte
@@ -96,7 +100,7 @@ func (a *ReadAhead) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		if err := a.take(); err != nil {
+		if err := a.take(nil); err != nil {
 			return 0, err
 		}
 	}
@@ -110,13 +114,28 @@ func (a *ReadAhead) Read(p []byte) (int, error) {
 // until the next call of Next (or Read). After the last one it returns
 // the source's error (io.EOF at the end).
 func (a *ReadAhead) Next() ([]byte, error) {
+	return a.next(nil)
+}
+
+// NextContext is Next that also returns when ctx ends while it waits for
+// the goroutine, with ctx's error; the goroutine's read of the source goes
+// on until it returns (Close it: a stalled source may never return).
+func (a *ReadAhead) NextContext(ctx context.Context) ([]byte, error) {
+	b, err := a.next(ctx.Done())
+	if errors.Is(err, errWaitCancelled) {
+		return nil, ctx.Err()
+	}
+	return b, err
+}
+
+func (a *ReadAhead) next(cancel <-chan struct{}) ([]byte, error) {
 	for {
 		a.cur = nil
 		if a.err != nil {
 			a.release()
 			return nil, a.err
 		}
-		if err := a.take(); err != nil {
+		if err := a.take(cancel); err != nil {
 			return nil, err
 		}
 		if len(a.cur) > 0 {
@@ -125,12 +144,19 @@ func (a *ReadAhead) Next() ([]byte, error) {
 	}
 }
 
+// errWaitCancelled is take's answer when cancel closed first (NextContext
+// returns the context's error instead).
+var errWaitCancelled = errors.New("read-ahead: wait cancelled")
+
 // take hands back the buffer consumed and makes the next filled one
-// current.
-func (a *ReadAhead) take() error {
+// current. A close of cancel (nil: never) ends the wait with
+// errWaitCancelled, the ReadAhead as it was.
+func (a *ReadAhead) take(cancel <-chan struct{}) error {
 	a.release()
 	var f filledBuf
 	select {
+	case <-cancel:
+		return errWaitCancelled
 	case f = <-a.full:
 	case <-a.done:
 		// The goroutine ended: after its last chunk, or closed.
@@ -160,4 +186,12 @@ func (a *ReadAhead) release() {
 func (a *ReadAhead) Close() error {
 	a.closeOnce.Do(func() { close(a.stop) })
 	return nil
+}
+
+// Wait waits for the goroutine to end: after Close, once its read of the
+// source in progress returns; after the source's error, at once. A
+// caller that hands the source to someone else (or closes it) waits first,
+// when the source is known to return.
+func (a *ReadAhead) Wait() {
+	<-a.done
 }

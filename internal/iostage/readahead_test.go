@@ -2,12 +2,14 @@ package iostage_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unsafe"
 
@@ -92,24 +94,21 @@ func (b *blocking) Read(p []byte) (int, error) {
 }
 
 // TestReadAheadCloseDoesNotWait: Close returns at once even while the
-// source's read hangs; the goroutine ends once that read returns.
+// source's read hangs; the goroutine ends once that read returns. In a
+// synctest bubble: a Close that waited would leave every goroutine blocked
+// (the bubble fails it as a deadlock), and synctest.Wait returns once the
+// reading goroutine has ended or blocked, so its count is exact.
 func TestReadAheadCloseDoesNotWait(t *testing.T) {
-	before := runtime.NumGoroutine()
-	src := &blocking{release: make(chan struct{})}
-	a := iostage.NewReadAhead(src, 4096, 2)
-	done := make(chan struct{})
-	go func() { a.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close waited for a hanging source")
-	}
-	close(src.release)
-	// A plain loop: require.Eventually would count its own goroutine.
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; {
-		require.True(t, time.Now().Before(deadline), "the reading goroutine did not end")
-		time.Sleep(10 * time.Millisecond)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		src := &blocking{release: make(chan struct{})}
+		a := iostage.NewReadAhead(src, 4096, 2)
+		synctest.Wait() // the goroutine is in the source's read
+		require.NoError(t, a.Close())
+		close(src.release)
+		synctest.Wait()
+		assert.Equal(t, before, runtime.NumGoroutine(), "the reading goroutine did not end")
+	})
 }
 
 // endless waits for release, then returns 'a's forever.
@@ -129,7 +128,14 @@ func (e *endless) Read(p []byte) (int, error) {
 // TestReadAheadCloseWakesReader: a Read waiting while Close is called gets
 // the chunk being read ahead, then errdefs.ErrClosed, instead of hanging
 // or reading the source on.
+//
+// In a synctest bubble: synctest.Wait sees the consumer waiting, and the
+// bound below is the bubble's time, reached only if Read hangs.
 func TestReadAheadCloseWakesReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { closeWakesReader(t) })
+}
+
+func closeWakesReader(t *testing.T) {
 	src := &endless{entered: make(chan struct{}), release: make(chan struct{})}
 	a := iostage.NewReadAhead(src, 4096, 2)
 	got := make(chan []byte, 1)
@@ -139,8 +145,8 @@ func TestReadAheadCloseWakesReader(t *testing.T) {
 		got <- b
 		errc <- err
 	}()
-	<-src.entered                     // the goroutine is reading the source
-	time.Sleep(20 * time.Millisecond) // and the consumer waits for its chunk
+	<-src.entered   // the goroutine is reading the source
+	synctest.Wait() // and the consumer waits for its chunk
 	require.NoError(t, a.Close())
 	close(src.release)
 	select {
@@ -176,4 +182,47 @@ func TestReadAheadNextHandsOutWholeAlignedBuffers(t *testing.T) {
 		require.True(t, bytes.Equal(want, got), "%d bytes of %d", len(got), len(want))
 		a.Close()
 	}
+}
+
+// TestReadAheadNextContextReturnsAtCancel: NextContext waiting on a source
+// that blocks returns the context's error the moment it ends (in a synctest
+// bubble: exactly then), and the ReadAhead, closed, lets its goroutine end
+// once the source's read returns (the bubble fails a goroutine left).
+func TestReadAheadNextContextReturnsAtCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &blocking{release: make(chan struct{})}
+		a := iostage.NewReadAhead(src, 4096, 2)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Millisecond, cancel)
+		start := time.Now()
+		b, err := a.NextContext(ctx)
+		assert.Nil(t, b)
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 10*time.Millisecond, time.Since(start))
+		require.NoError(t, a.Close())
+		close(src.release)
+		a.Wait()
+	})
+}
+
+// TestReadAheadLastChunkKeepsItsBytes: once Next returned the source's end,
+// the goroutine has ended and the last chunk it handed out still holds its
+// bytes (the volume writer keeps a short last chunk as its stage).
+func TestReadAheadLastChunkKeepsItsBytes(t *testing.T) {
+	want := testimg.RandomBytes(2*64<<10+999, 3)
+	a := iostage.NewReadAhead(bytes.NewReader(want), 64<<10, 2)
+	var last []byte
+	var got []byte
+	for {
+		b, err := a.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		got = append(got, b...)
+		last = b
+	}
+	a.Wait()
+	assert.Equal(t, want, got)
+	assert.Equal(t, want[2*64<<10:], last, "the last chunk was overwritten")
 }

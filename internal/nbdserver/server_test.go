@@ -228,10 +228,19 @@ func TestFailingExportGivesEIO(t *testing.T) {
 	assert.NoError(t, stop())
 }
 
-// blockReader blocks until released, to hold a read in flight at cancel.
-type blockReader struct{ release chan struct{} }
+// blockReader blocks until released, to hold a read in flight at cancel;
+// entered is closed when the first read arrives.
+type blockReader struct {
+	release, entered chan struct{}
+	once             *sync.Once
+}
+
+func newBlockReader() blockReader {
+	return blockReader{release: make(chan struct{}), entered: make(chan struct{}), once: new(sync.Once)}
+}
 
 func (b blockReader) ReadAt(p []byte, off int64) (int, error) {
+	b.once.Do(func() { close(b.entered) })
 	<-b.release
 	return 0, errors.New("released")
 }
@@ -365,7 +374,7 @@ func TestProtocolErrorsAndCancelWithReadInFlight(t *testing.T) {
 
 	// A read blocked in the export at cancel: Serve waits for it, and
 	// returns once the export gives up.
-	br := blockReader{release: make(chan struct{})}
+	br := newBlockReader()
 	sock2, _, stop2 := start(t, br, 1<<20)
 	c2, err := net.Dial("unix", sock2)
 	require.NoError(t, err)
@@ -373,7 +382,7 @@ func TestProtocolErrorsAndCancelWithReadInFlight(t *testing.T) {
 	negotiate(t, c2)
 	_, err = c2.Write(request(cmdRead, 9, 0, 512))
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
+	<-br.entered // the read is in the export
 	go func() { time.Sleep(100 * time.Millisecond); close(br.release) }()
 	require.NoError(t, stop2())
 	require.NoError(t, stop1())
@@ -382,9 +391,11 @@ func TestProtocolErrorsAndCancelWithReadInFlight(t *testing.T) {
 	noLeak(t, before)
 }
 
+// noLeak waits until no more than before goroutines run; it returns as
+// soon as they are gone, so its minute is only for a real leak.
 func noLeak(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -7,10 +7,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 
@@ -174,20 +173,21 @@ func sameBytes(t testing.TB, got, want []byte) {
 	}
 }
 
-// stalledSink holds its first write until released, then takes every
-// write as memSink does.
+// stalledSink holds every write until released (its first closes
+// stalled), then takes them as memSink does. The writes wait on a channel,
+// a wait a synctest bubble sees, not on a mutex.
 type stalledSink struct {
 	*memSink
-	once    sync.Once
+	first   atomic.Bool
 	stalled chan struct{} // closed once the first write waits
 	release chan struct{}
 }
 
 func (s *stalledSink) WriteAt(p []byte, off int64) (int, error) {
-	s.once.Do(func() {
+	if s.first.CompareAndSwap(false, true) {
 		close(s.stalled)
-		<-s.release
-	})
+	}
+	<-s.release
 	return s.memSink.WriteAt(p, off)
 }
 
@@ -206,27 +206,30 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // readWhileTheFirstWriteWaits decodes img (2 workers) into a sink that
 // holds its first write until the decoder stops reading, and returns how
 // many bytes of img it read by then; the decode must then finish with the
-// disk want.
+// disk want. The decode runs in a synctest bubble: synctest.Wait returns
+// once the decoder and its workers are all blocked (the file's reads never
+// block), so "stopped reading" is a fact, not a quiet 200 ms a loaded
+// machine can produce early.
 func readWhileTheFirstWriteWaits(t *testing.T, dec decodeFunc, img string, want []byte) int64 {
 	t.Helper()
-	f, err := os.Open(img)
-	require.NoError(t, err)
-	defer f.Close()
-	in := &countingReader{r: f}
-	sink := &stalledSink{memSink: &memSink{t: t, b: make([]byte, len(want))}, stalled: make(chan struct{}), release: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() {
-		_, err := dec(context.Background(), in, sink, Options{Workers: 2})
-		done <- err
-	}()
-	<-sink.stalled
-	last := int64(-1)
-	for in.n.Load() != last {
-		last = in.n.Load()
-		time.Sleep(200 * time.Millisecond)
-	}
-	close(sink.release)
-	require.NoError(t, <-done)
-	sameBytes(t, sink.b, want)
-	return last
+	var read int64
+	synctest.Test(t, func(t *testing.T) {
+		f, err := os.Open(img)
+		require.NoError(t, err)
+		defer f.Close()
+		in := &countingReader{r: f}
+		sink := &stalledSink{memSink: &memSink{t: t, b: make([]byte, len(want))}, stalled: make(chan struct{}), release: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := dec(context.Background(), in, sink, Options{Workers: 2})
+			done <- err
+		}()
+		<-sink.stalled
+		synctest.Wait()
+		read = in.n.Load()
+		close(sink.release)
+		require.NoError(t, <-done)
+		sameBytes(t, sink.b, want)
+	})
+	return read
 }

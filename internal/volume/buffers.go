@@ -7,7 +7,8 @@ const (
 	// enough to amortise syscalls, small enough that a pool of a few stays
 	// cheap (perf-limits §4.4: 4 MiB, pool of 4-6).
 	chunkSize = 4 << 20
-	// poolSize buffers are shared by the reader goroutine and the writer.
+	// poolSize buffers circulate between ReadFrom's read-ahead and the
+	// writer.
 	poolSize = 5
 	// granule is the zero-detection unit; zero runs are tracked in granules.
 	granule = 64 << 10

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -273,53 +274,56 @@ func TestOpenRejectsBadPaths(t *testing.T) {
 	require.ErrorIs(t, err, errdefs.ErrInvalidOptions)
 }
 
+// TestSourceErrorAndCancelNoLeak: a failing source stops the Writer with
+// its error; a cancel while the source blocks returns ReadFrom at once, and
+// the read-ahead's goroutine ends once the source is closed. In a synctest
+// bubble: synctest.Wait returns once ReadFrom waits on the blocked source
+// (not after a guessed 100 ms), a ReadFrom that ignored the cancel would
+// reach the bubble's 5 s, and the goroutines are counted once settled.
 func TestSourceErrorAndCancelNoLeak(t *testing.T) {
-	before := runtime.NumGoroutine()
-	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		dir := t.TempDir()
 
-	// A failing source stops the Writer with that error.
-	tg, err := volume.Open(context.Background(), volume.Options{Path: dir})
-	require.NoError(t, err)
-	w, err := tg.NewWriter()
-	require.NoError(t, err)
-	boom := errors.New("boom")
-	_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(makeImage(7, 10*mib, 0.2)), &errReader{boom}))
-	require.ErrorIs(t, err, boom)
-	require.NoError(t, tg.Close())
+		// A failing source stops the Writer with that error.
+		tg, err := volume.Open(context.Background(), volume.Options{Path: dir})
+		require.NoError(t, err)
+		w, err := tg.NewWriter()
+		require.NoError(t, err)
+		boom := errors.New("boom")
+		_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(makeImage(7, 10*mib, 0.2)), &errReader{boom}))
+		require.ErrorIs(t, err, boom)
+		require.NoError(t, tg.Close())
 
-	// Cancel while the source blocks; ReadFrom returns promptly and the
-	// reader goroutine ends once the source is closed.
-	ctx, cancel := context.WithCancel(context.Background())
-	tg, err = volume.Open(ctx, volume.Options{Path: dir})
-	require.NoError(t, err)
-	w, err = tg.NewWriter(volume.WithContext(ctx))
-	require.NoError(t, err)
-	pr, pw := io.Pipe()
-	go func() {
-		pw.Write(makeImage(8, 6*mib, 0.2))
-		// then block until closed
-	}()
-	errc := make(chan error, 1)
-	go func() { _, err := w.ReadFrom(pr); errc <- err }()
-	time.Sleep(100 * time.Millisecond)
-	cancel()
-	select {
-	case err = <-errc:
-	case <-time.After(5 * time.Second):
-		t.Fatal("ReadFrom did not return after cancel")
-	}
-	require.ErrorIs(t, err, errdefs.ErrCancelled)
-	require.ErrorIs(t, err, context.Canceled)
-	_, err = w.Finish()
-	require.ErrorIs(t, err, errdefs.ErrCancelled)
-	pr.CloseWithError(io.ErrClosedPipe)
-	require.NoError(t, tg.Close())
-	// Poll by hand: testify's Eventually runs its condition in an extra goroutine.
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	require.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines leaked:\n%s", stacks())
+		// Cancel while the source blocks.
+		ctx, cancel := context.WithCancel(context.Background())
+		tg, err = volume.Open(ctx, volume.Options{Path: dir})
+		require.NoError(t, err)
+		w, err = tg.NewWriter(volume.WithContext(ctx))
+		require.NoError(t, err)
+		pr, pw := io.Pipe()
+		go func() {
+			pw.Write(makeImage(8, 6*mib, 0.2))
+			// then block until closed
+		}()
+		errc := make(chan error, 1)
+		go func() { _, err := w.ReadFrom(pr); errc <- err }()
+		synctest.Wait() // the 6 MiB are in, and the source blocks
+		cancel()
+		select {
+		case err = <-errc:
+		case <-time.After(5 * time.Second):
+			t.Fatal("ReadFrom did not return after cancel")
+		}
+		require.ErrorIs(t, err, errdefs.ErrCancelled)
+		require.ErrorIs(t, err, context.Canceled)
+		_, err = w.Finish()
+		require.ErrorIs(t, err, errdefs.ErrCancelled)
+		pr.CloseWithError(io.ErrClosedPipe)
+		require.NoError(t, tg.Close())
+		synctest.Wait()
+		require.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines leaked:\n%s", stacks())
+	})
 }
 
 type errReader struct{ err error }

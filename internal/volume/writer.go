@@ -48,8 +48,9 @@ func WithContentHash(h *blkhash.Hash) WriterOption {
 
 // Writer writes a raw image sequentially from offset 0. It implements
 // io.Writer and io.ReaderFrom; ReadFrom (used by io.Copy when the source has
-// no WriteTo) is the fast path: a reader goroutine fills a pool of aligned
-// 4 MiB buffers while the calling goroutine zero-detects and writes them.
+// no WriteTo) is the fast path: an iostage.ReadAhead's goroutine fills
+// aligned 4 MiB buffers while the calling goroutine zero-detects and
+// writes them.
 //
 // Zero runs (64 KiB granules) become holes in files; on block devices they are
 // zeroed with BLKZEROOUT / fallocate(ZERO_RANGE) / plain writes, or skipped
@@ -75,8 +76,8 @@ type Writer struct {
 	ownOut   bool       // out was opened by the Writer (file targets)
 	pacer    *writeback // bounds dirty page cache of scratch files
 
-	bufs     [][]byte // all chunk buffers
-	stage    []byte   // chunk partly filled by Write or a short ReadFrom
+	spare    []byte // a chunk buffer for the next stage, kept between chunks
+	stage    []byte // chunk partly filled by Write or a short ReadFrom
 	stageLen int
 	head     []byte
 	headLen  int
@@ -155,9 +156,6 @@ func (t *Target) NewWriter(opts ...WriterOption) (*Writer, error) {
 			w.lbs = 1
 		}
 	}
-	for range poolSize {
-		w.bufs = append(w.bufs, alignedBuf(chunkSize))
-	}
 	t.writer = w
 	return w, nil
 }
@@ -198,29 +196,14 @@ func (w *Writer) tooSmall(size int64) error {
 	return fmt.Errorf("target %s: %w", w.t.path, w.t.TooSmall(size, "image data"))
 }
 
-// takeBuf removes and returns a free chunk buffer (none is in flight outside
-// ReadFrom, so one is always there).
+// takeBuf returns the spare chunk buffer, or a new one: Write stages one
+// chunk at a time, so one buffer serves every chunk it writes.
 func (w *Writer) takeBuf() []byte {
-	for i, b := range w.bufs {
-		if b != nil && !sameBuf(b, w.stage) {
-			w.bufs[i] = nil
-			return b
-		}
+	if b := w.spare; b != nil {
+		w.spare = nil
+		return b
 	}
-	panic("target: no free chunk buffer") // unreachable: poolSize > 1
-}
-
-func (w *Writer) putBuf(b []byte) {
-	for i := range w.bufs {
-		if w.bufs[i] == nil {
-			w.bufs[i] = b[:cap(b)]
-			return
-		}
-	}
-}
-
-func sameBuf(a, b []byte) bool {
-	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
+	return alignedBuf(chunkSize)
 }
 
 // Write copies p into 4 MiB chunks and writes every full chunk. Data that
@@ -260,7 +243,7 @@ func (w *Writer) flushStage() error {
 	buf, n := w.stage, w.stageLen
 	w.stage, w.stageLen = nil, 0
 	err := w.processChunk(w.off-int64(n), buf[:n])
-	w.putBuf(buf)
+	w.spare = buf
 	if err != nil {
 		return w.fail(err)
 	}
@@ -289,18 +272,13 @@ func fillChunk(r io.Reader, buf []byte, from int, off, capacity int64) (n int, e
 
 var errTooBig = errors.New("data passes capacity") // internal marker, never returned
 
-type filled struct {
-	buf []byte
-	n   int
-	eof bool
-	err error
-}
-
-// ReadFrom streams r into the target until EOF. A reader goroutine fills
-// aligned 4 MiB buffers from a pool while this goroutine writes them. It stops
-// on the first error on either side or when the Writer's context ends; on
-// cancellation it returns at once and the reader goroutine exits as soon as
-// its pending Read returns.
+// ReadFrom streams r into the target until EOF: an iostage.ReadAhead (the
+// one read-ahead of the engine) fills poolSize aligned 4 MiB buffers on its
+// goroutine, reading one byte past the capacity at most (that byte proves
+// the image does not fit), while this goroutine zero-detects and writes
+// them. It stops on the first error on either side or when the Writer's
+// context ends; on cancellation it returns at once and the read-ahead's
+// goroutine exits as soon as its pending Read returns.
 func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 	if err := w.check(); err != nil {
 		return 0, err
@@ -329,92 +307,51 @@ func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 
-	free := make(chan []byte, len(w.bufs))
-	for i, b := range w.bufs {
-		if b != nil {
-			free <- b
-			w.bufs[i] = nil
-		}
-	}
-	full := make(chan filled, len(w.bufs))
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go readChunks(r, w.off, w.capacity, free, full, stop, done)
-
-	var err error
-	for err == nil {
-		select {
-		case <-w.ctx.Done():
-			err = w.cancelled(w.ctx.Err())
+	ra := iostage.NewAlignedReadAhead(io.LimitReader(r, w.capacity-w.off+1), chunkSize, poolSize, alignment)
+	// Every chunk but the last is full (ReadChunk fills them whole): a
+	// short one is held until the read-ahead says whether the source ended
+	// or failed after it.
+	var last []byte
+	for {
+		b, err := ra.NextContext(w.ctx)
+		switch {
+		case err == io.EOF: //nolint:errorlint // exact: a wrapped EOF is a failure of the source (iostage.ReadChunk)
+			if last != nil {
+				// The goroutine has ended: the short chunk keeps its bytes
+				// and becomes the stage, topped up by a later Write.
+				accept(len(last))
+				w.stage, w.stageLen = last[:cap(last)], len(last)
+			}
+			return total, nil
+		case err != nil:
+			ra.Close()
+			if cerr := w.ctx.Err(); cerr != nil {
+				// Do not wait for a source that ignores cancellation; the
+				// Writer is dead anyway.
+				return total, w.fail(w.cancelled(cerr))
+			}
+			return total, w.fail(w.sourceErr(err, w.off+int64(len(last))))
+		case w.off+int64(len(b)) > w.capacity:
+			ra.Close()
+			ra.Wait() // it read its last byte: the limit ended the source
+			return total, w.fail(w.tooSmall(w.off + int64(len(b))))
+		case len(b) < chunkSize:
+			last = b
 			continue
-		case f := <-full:
-			if f.err != nil {
-				err = w.sourceErr(f.err, w.off+int64(f.n))
-				free <- f.buf
-				continue
+		}
+		accept(len(b))
+		err = w.processChunk(w.off-int64(len(b)), b)
+		if err == nil && w.ctx.Err() != nil {
+			err = w.cancelled(w.ctx.Err())
+		}
+		if err != nil {
+			ra.Close()
+			if w.ctx.Err() == nil {
+				// The goroutine is at most one Read away from noticing
+				// the Close; the source is the caller's again after it.
+				ra.Wait()
 			}
-			accept(f.n)
-			if f.eof {
-				if f.n > 0 {
-					w.stage, w.stageLen = f.buf, f.n
-				} else {
-					free <- f.buf
-				}
-				close(stop)
-				<-done
-				w.reclaim(free, full)
-				return total, nil
-			}
-			err = w.processChunk(w.off-int64(f.n), f.buf[:f.n])
-			free <- f.buf
-			if err == nil && w.ctx.Err() != nil {
-				err = w.cancelled(w.ctx.Err())
-			}
-		}
-	}
-	close(stop)
-	if w.ctx.Err() == nil {
-		// The reader is at most one Read away from noticing stop.
-		<-done
-		w.reclaim(free, full)
-	} // else: do not block on a source that ignores cancellation; the Writer is dead anyway.
-	return total, w.fail(err)
-}
-
-// readChunks is the reader goroutine of ReadFrom.
-func readChunks(r io.Reader, off, capacity int64, free chan []byte, full chan<- filled, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	for {
-		var buf []byte
-		select {
-		case buf = <-free:
-		case <-stop:
-			return
-		}
-		n, eof, err := fillChunk(r, buf, 0, off, capacity)
-		select {
-		case full <- filled{buf: buf, n: n, eof: eof, err: err}:
-		case <-stop:
-			free <- buf
-			return
-		}
-		if eof || err != nil {
-			return
-		}
-		off += int64(n)
-	}
-}
-
-// reclaim puts every buffer back into w.bufs once the reader has exited.
-func (w *Writer) reclaim(free chan []byte, full chan filled) {
-	for {
-		select {
-		case b := <-free:
-			w.putBuf(b)
-		case f := <-full:
-			w.putBuf(f.buf)
-		default:
-			return
+			return total, w.fail(err)
 		}
 	}
 }
@@ -487,5 +424,5 @@ func (w *Writer) release() {
 		w.out.Close()
 	}
 	w.buffered, w.out = nil, nil
-	w.bufs, w.stage, w.stageLen = nil, nil, 0
+	w.spare, w.stage, w.stageLen = nil, nil, 0
 }
