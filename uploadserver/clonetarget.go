@@ -13,9 +13,9 @@ import (
 )
 
 // sparseTarget is the engine import a sparse-v2 session writes into: the
-// source's records given over as runs (datasource.NewRuns, runHandoff),
-// a few ahead of the one the import applies; offset counts every run
-// given, which the import applies in order or fails. Zero records stay
+// source's records handed over as runs (datasource.NewRuns), one at a
+// time, each applied by the import before the request takes the next
+// record, so offset is always what the import holds. Zero records stay
 // lengths (zeroed ranges on a device, holes in a file) and every byte is
 // hashed once, by the import, which compares the End record's digest with
 // the disk it wrote before Commit. The engine owns the target: its size
@@ -23,7 +23,7 @@ import (
 // first MiB of a device, Commit and the Result.
 type sparseTarget struct {
 	runs   *runHandoff
-	offset int64 // bytes given to the import, in source order
+	offset int64 // bytes applied, in source order
 	size   int64
 	ready  chan struct{} // closed once the import took the target (Info passed)
 	done   chan struct{}
@@ -86,10 +86,9 @@ func (t *sparseTarget) failed(err error) error {
 	return cmp.Or(t.err, err)
 }
 
-// write gives the source's bytes at the current offset to the import; p
-// is the import's from then on.
+// write hands the source's bytes at the current offset to the import.
 func (t *sparseTarget) write(ctx context.Context, p []byte) error {
-	if err := t.runs.give(ctx, run{off: t.offset, data: p}); err != nil {
+	if err := t.runs.hand(ctx, run{off: t.offset, data: p}); err != nil {
 		return t.handErr(err)
 	}
 	t.offset += int64(len(p))
@@ -99,7 +98,7 @@ func (t *sparseTarget) write(ctx context.Context, p []byte) error {
 // zero hands n zero bytes at the current offset to the import as their
 // count: nothing crossed the wire, nothing is expanded or hashed here.
 func (t *sparseTarget) zero(ctx context.Context, n int64) error {
-	if err := t.runs.give(ctx, run{off: t.offset, zeros: n}); err != nil {
+	if err := t.runs.hand(ctx, run{off: t.offset, zeros: n}); err != nil {
 		return t.handErr(err)
 	}
 	t.offset += n

@@ -35,7 +35,7 @@ type deltaSession struct {
 	sig  *importer.DeltaSignature
 	size int64
 	// offset is where a resumed session goes on: every run before it
-	// was given to the import, which applies them in order or fails.
+	// was applied.
 	offset atomic.Int64
 	// ask is the signature request that opened the session (its size and
 	// base, the manifest's digest): one asked again must be the same.
@@ -265,7 +265,6 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 			return d.res, nil
 		case rec.IsData():
 			err = d.apply(ctx, run{off: rec.Offset, data: rec.Data}, int64(len(rec.Data)))
-			dec.Reuse(d.runs.buffer()) // the import owns the record's data now
 		case rec.IsZero():
 			err = d.apply(ctx, run{off: rec.Offset, zeros: rec.Length}, rec.Length)
 		default:
@@ -277,10 +276,10 @@ func (h *Handler) receiveDelta(ctx context.Context, sess *cloneSession, dec *clo
 	}
 }
 
-// apply gives the import one run of n bytes and moves the session's
-// offset past it (the import applies what it was given, or fails).
+// apply hands the import one run of n bytes and, once it was applied,
+// moves the session's offset past it.
 func (d *deltaSession) apply(ctx context.Context, r run, n int64) error {
-	if err := d.runs.give(ctx, r); err != nil {
+	if err := d.runs.hand(ctx, r); err != nil {
 		return err
 	}
 	d.offset.Store(r.off + n)

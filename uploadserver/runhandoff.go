@@ -20,47 +20,35 @@ type run struct {
 }
 
 // runHandoff is datasource.Runs fed by a session's requests, as io.Pipe
-// is an io.Reader fed by writes, with room for handoffDepth runs between
-// them: give queues a run and returns, so the request decodes the next
-// records (TLS, s2) while the import hashes and writes the last ones. A
-// given run belongs to the import: the session's offset counts it (the
-// import applies every run it was given, in order, or fails), and its
-// data buffer comes back through buffer once the import asked for the
-// next run.
+// is an io.Reader fed by writes: hand gives the import one run and
+// returns once the import has applied it (it asked for the next) or
+// ended, so the session's offset is always what the import holds and a
+// run's data is never kept past its record.
 type runHandoff struct {
-	runs   chan run
-	free   chan []byte // data buffers the import is done with
-	ended  <-chan struct{}
-	closed chan struct{}
-	close1 sync.Once
-	cause  error // close's, read once closed is closed
+	runs    chan run
+	applied chan struct{} // one token per run taken, given when the next is asked for
+	ended   <-chan struct{}
+	closed  chan struct{}
+	close1  sync.Once
+	cause   error // close's, read once closed is closed
 
 	// The import's goroutine only:
-	taken  []byte // the data of the run NextRun returned last
+	taken  bool
 	digest string
 }
-
-// handoffDepth is how many runs a request may give ahead of the import.
-// Measured on a 2 GiB block clone of random data (2 cores): with each
-// record waited for until applied, the request and the import took turns
-// (1.07 of 2 cores busy).
-const handoffDepth = 4
 
 // newRunHandoff is a hand-over to an import that closes ended when it
 // returns.
 func newRunHandoff(ended <-chan struct{}) *runHandoff {
-	return &runHandoff{runs: make(chan run, handoffDepth), free: make(chan []byte, handoffDepth+2), ended: ended, closed: make(chan struct{})}
+	return &runHandoff{runs: make(chan run), applied: make(chan struct{}, 1), ended: ended, closed: make(chan struct{})}
 }
 
-// NextRun is datasource.Runs's: the import takes the next run, handing
-// back the data buffer of the last.
+// NextRun is datasource.Runs's: the import takes the next run, telling
+// the hand-over that the last one was applied.
 func (h *runHandoff) NextRun(ctx context.Context) (int64, []byte, int64, error) {
-	if h.taken != nil {
-		select {
-		case h.free <- h.taken:
-		default: // enough buffers wait already
-		}
-		h.taken = nil
+	if h.taken {
+		h.taken = false
+		h.applied <- struct{}{}
 	}
 	select {
 	case r := <-h.runs:
@@ -68,7 +56,7 @@ func (h *runHandoff) NextRun(ctx context.Context) (int64, []byte, int64, error) 
 			h.digest = r.digest
 			return 0, nil, 0, io.EOF
 		}
-		h.taken = r.data
+		h.taken = true
 		return r.off, r.data, r.zeros, nil
 	case <-h.closed:
 		return 0, nil, 0, h.cause
@@ -80,28 +68,23 @@ func (h *runHandoff) NextRun(ctx context.Context) (int64, []byte, int64, error) 
 // Digest is the End record's, once NextRun returned io.EOF.
 func (h *runHandoff) Digest() string { return h.digest }
 
-// give hands r to the import, its data with it. A request that ends
-// before r was queued gets its context's error (r was not given);
-// errImportEnded: the import returned.
-func (h *runHandoff) give(ctx context.Context, r run) error {
+// hand gives the import r and waits until it was applied. A request that
+// ends before the import took r gets its context's error (r was not
+// applied); once taken, r is waited for whatever the request does, since
+// the offset must count it. errImportEnded: the import returned.
+func (h *runHandoff) hand(ctx context.Context, r run) error {
 	select {
 	case h.runs <- r:
-		return nil
 	case <-h.ended:
 		return errImportEnded
 	case <-ctx.Done():
 		return fmt.Errorf("receiving the clone: %w: %w", errdefs.ErrCancelled, ctx.Err())
 	}
-}
-
-// buffer is a data buffer for the next record to be read into: one the
-// import is done with, or nil (the decoder makes one) while none is.
-func (h *runHandoff) buffer() []byte {
 	select {
-	case b := <-h.free:
-		return b
-	default:
+	case <-h.applied:
 		return nil
+	case <-h.ended:
+		return errImportEnded
 	}
 }
 

@@ -218,10 +218,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			// of 2^63-1 bytes at 64 KiB would have been taken as in bounds).
 			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, tgt.size, errdefs.ErrInvalidImage)
 		case rec.IsData():
-			// The import owns the record's data now: the next record is
-			// read into a buffer it is done with.
 			err = tgt.write(ctx, rec.Data)
-			dec.Reuse(tgt.runs.buffer())
 		case rec.IsZero():
 			err = tgt.zero(ctx, rec.Length)
 		default:
@@ -229,7 +226,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				// The request ended before the run was given: a
+				// The request ended before the import took the run: a
 				// transport failure, resumed from tgt.offset.
 				return nil, fmt.Errorf("receiving the clone: %w", err)
 			}

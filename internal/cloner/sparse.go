@@ -41,36 +41,21 @@ type sourceHash struct {
 	final string
 }
 
-// addZeros digests the part of the zero run p at off beyond what was
-// digested.
-func (s *sourceHash) addZeros(off int64, p []byte) {
-	if p = s.beyond(off, p); p != nil {
-		s.h.Zero(int64(len(p)))
-	}
-}
-
-// start digests the part of the data run at off beyond what was digested
-// on the hash's workers, while the caller sends the run; wait is called
-// before the next add or start, and before p changes.
-func (s *sourceHash) start(off int64, p []byte) (wait func()) {
-	if p = s.beyond(off, p); p == nil {
-		return func() {}
-	}
-	return s.h.Start(p)
-}
-
-// beyond is the part of the run at off past what was digested (nil for
-// none), which it counts as digested.
-func (s *sourceHash) beyond(off int64, p []byte) []byte {
+// add digests the part of the run at off beyond what was digested.
+func (s *sourceHash) add(off int64, p []byte, zero bool) {
 	end := off + int64(len(p))
 	if end <= s.upTo {
-		return nil
+		return
 	}
 	if off < s.upTo {
 		p = p[s.upTo-off:]
 	}
+	if zero {
+		s.h.Zero(int64(len(p)))
+	} else {
+		_, _ = s.h.Write(p)
+	}
 	s.upTo = end
-	return p
 }
 
 // sendSparse runs the sparse-v2 clone: requests from the offset the server
@@ -209,7 +194,7 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset
 		for g := 0; g < len(chunk); {
 			end := min(g+sparseGranule, len(chunk))
 			if iostage.IsZero(chunk[g:end]) {
-				sum.addZeros(off+int64(g), chunk[g:end])
+				sum.add(off+int64(g), chunk[g:end], true)
 				if zeroLen == 0 {
 					zeroFrom = off + int64(g)
 				}
@@ -226,15 +211,11 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset
 				}
 				dataEnd = next
 			}
-			// The run is hashed on the hash's workers while it is
-			// encoded and sent.
-			hashed := sum.start(off+int64(g), chunk[g:dataEnd])
-			err := flushZero()
-			if err == nil {
-				err = enc.Data(off+int64(g), chunk[g:dataEnd])
+			sum.add(off+int64(g), chunk[g:dataEnd], false)
+			if err := flushZero(); err != nil {
+				return err
 			}
-			hashed()
-			if err != nil {
+			if err := enc.Data(off+int64(g), chunk[g:dataEnd]); err != nil {
 				return err
 			}
 			g = dataEnd

@@ -232,11 +232,6 @@ func (d *Decoder) Next() (*Record, error) {
 	return &d.rec, nil
 }
 
-// Reuse gives the decoder b to read the next data record into (nil: it
-// makes a buffer): the caller keeps a record's data past the next Next
-// by giving the decoder another buffer first.
-func (d *Decoder) Reuse(b []byte) { d.buf = b }
-
 func unexpected(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
