@@ -1,17 +1,15 @@
 package cdi
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/mountinfo"
 )
 
 // useScratchVolume applies the scratch policy of a pod to o: scratch space
@@ -68,16 +66,12 @@ func ScratchReason(res *importer.Result) string {
 	return f + " image arrives as a stream that cannot be read at random (no byte ranges, or inside a container-image layer); qemu-img must, so it is copied to a scratch file first"
 }
 
-// mountInfoPath is the mount table of the calling thread's mount namespace;
-// in a pod every thread shares one, and a test can give one thread its own.
-const mountInfoPath = "/proc/thread-self/mountinfo"
-
 // isMountPoint reports whether dir is the root of a mount: a line of the
-// mount table has it as its mount point (the fifth field, relative to the
-// process's root, so a chroot or a container sees its own paths). Comparing
+// mount table (mountinfo.Self) has it as its mount point, relative to the
+// process's root, so a chroot or a container sees its own paths. Comparing
 // st_dev with the parent's does not tell: a bind mount of a directory of
-// the same filesystem, which is how podman and the kubelet mount a hostPath
-// or local volume, has its parent's st_dev.
+// the same filesystem, which is how podman and the kubelet mount a
+// hostPath or local volume, has its parent's st_dev.
 func isMountPoint(dir string) (bool, error) {
 	resolved, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -86,44 +80,14 @@ func isMountPoint(dir string) (bool, error) {
 	if resolved, err = filepath.Abs(resolved); err != nil {
 		return false, err
 	}
-	f, err := os.Open(mountInfoPath)
+	mounts, err := mountinfo.Read(mountinfo.Self)
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
-	// Lines can be long (an overlay's lowerdir lists every layer): read
-	// them whole rather than through a Scanner's bounded token.
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadString('\n')
-		if fields := strings.Fields(line); len(fields) >= 5 && unescapeMountField(fields[4]) == resolved {
+	for _, m := range mounts {
+		if m.Point == resolved {
 			return true, nil
 		}
-		if errors.Is(err, io.EOF) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("reading %s: %w", mountInfoPath, err)
-		}
 	}
-}
-
-// unescapeMountField undoes the kernel's octal escapes of the mount table
-// (\040 for a space, \011 tab, \012 newline, \134 backslash).
-func unescapeMountField(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return false, nil
 }

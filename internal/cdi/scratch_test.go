@@ -132,9 +132,3 @@ func TestScratchIsOnlyAMountedVolume(t *testing.T) {
 		})
 	}
 }
-
-func TestUnescapeMountField(t *testing.T) {
-	assert.Equal(t, "/a b\tc\\d", unescapeMountField(`/a\040b\011c\134d`))
-	assert.Equal(t, "/plain", unescapeMountField("/plain"))
-	assert.Equal(t, `/odd\04`, unescapeMountField(`/odd\04`), "a cut escape is kept as it is")
-}

@@ -15,6 +15,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/diskimport/engine/internal/mountinfo"
 )
 
 // Cores is the CPU time this process may use, in CPUs: the smaller of the
@@ -45,7 +47,7 @@ func cgroupLimit(root string) (float64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	mounts, err := os.ReadFile(path.Join(root, "proc/self/mountinfo"))
+	mounts, err := mountinfo.Read(path.Join(root, "proc/self/mountinfo"))
 	if err != nil {
 		return 0, false
 	}
@@ -66,7 +68,7 @@ func cgroupLimit(root string) (float64, bool) {
 			continue
 		}
 		if hasItem(controllers, "cpu") {
-			dir, ok := cgroupDir(string(mounts), "cgroup", p)
+			dir, ok := cgroupDir(mounts, "cgroup", p)
 			if !ok {
 				return 0, false
 			}
@@ -76,7 +78,7 @@ func cgroupLimit(root string) (float64, bool) {
 	if !haveV2 {
 		return 0, false
 	}
-	dir, ok := cgroupDir(string(mounts), "cgroup2", v2Path)
+	dir, ok := cgroupDir(mounts, "cgroup2", v2Path)
 	if !ok {
 		return 0, false
 	}
@@ -91,37 +93,24 @@ type hierarchyDir struct{ dir, mount string }
 // mount of fstype (cgroup: the one whose options name the cpu
 // controller; cgroup2). A mount of part of the hierarchy (its root field
 // is not "/", as in a container) holds the paths below its root.
-func cgroupDir(mountinfo, fstype, p string) (hierarchyDir, bool) {
-	for _, line := range strings.Split(mountinfo, "\n") {
-		// id parent major:minor root mount-point options [optional...] - fstype source super-options
-		fields := strings.Fields(line)
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 5 || len(fields) < sep+4 || fields[sep+1] != fstype {
+func cgroupDir(mounts []mountinfo.Mount, fstype, p string) (hierarchyDir, bool) {
+	for _, m := range mounts {
+		if m.FSType != fstype || fstype == "cgroup" && !m.HasOption("cpu") {
 			continue
 		}
-		if fstype == "cgroup" && !hasItem(fields[sep+3], "cpu") {
-			continue
-		}
-		mroot, mpoint := unescape(fields[3]), unescape(fields[4])
 		rel := p
 		switch {
-		case mroot == "/":
-		case rel == mroot:
+		case m.Root == "/":
+		case rel == m.Root:
 			rel = "/"
-		case strings.HasPrefix(rel, mroot+"/"):
-			rel = strings.TrimPrefix(rel, mroot)
+		case strings.HasPrefix(rel, m.Root+"/"):
+			rel = strings.TrimPrefix(rel, m.Root)
 		default:
 			// The cgroup lies outside what is mounted: read the
 			// mount's own limits, the closest there are.
 			rel = "/"
 		}
-		return hierarchyDir{dir: path.Join(mpoint, rel), mount: mpoint}, true
+		return hierarchyDir{dir: path.Join(m.Point, rel), mount: m.Point}, true
 	}
 	return hierarchyDir{}, false
 }
@@ -191,20 +180,4 @@ func hasItem(list, item string) bool {
 		}
 	}
 	return false
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
