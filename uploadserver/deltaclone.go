@@ -173,6 +173,12 @@ func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession) {
 func (h *Handler) startDelta(ctx context.Context, manifest []byte, size int64, base string) (*deltaSession, error) {
 	var target string
 	if manifest != nil {
+		// A filesystem volume's pass lays out a directory, removing what
+		// its manifest does not list: never the directory a block target
+		// lies in (/dev).
+		if isBlockDevice(h.opts.Import.Target) {
+			return nil, fmt.Errorf("the target %s is a block device, not a filesystem volume's directory: %w", h.opts.Import.Target, errdefs.ErrNoDeltaBase)
+		}
 		target = archiveDir(h.opts.Import.Target)
 		if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("the target %s is not a filesystem volume's directory: %w", target, errdefs.ErrNoDeltaBase)

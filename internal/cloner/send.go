@@ -122,6 +122,12 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 		}
 		proto = ProtocolSnappy
 	}
+	return sendFull(ctx, o, proto)
+}
+
+// sendFull clones the source whole in proto (ProtocolAuto: what the
+// server offers).
+func sendFull(ctx context.Context, o Options, proto string) (*Result, error) {
 	// A filesystem volume that holds only its disk image goes as that
 	// file's sparse-v2 records where the server takes them: its zero runs
 	// as lengths, not a tar of every byte.

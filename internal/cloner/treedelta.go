@@ -23,7 +23,10 @@ const DeltaTree = "tree"
 // disk.img), every other file is sent whole, and the runs go in one
 // session that resumes as sparse-v2's does, ending with the volume's
 // digest, which the server's must equal before it puts anything in place.
-// A server that takes no filesystem pass (412) gets CDI's tar stream.
+// A server that takes no filesystem pass (412: its target is a block
+// device, or holds no copy) gets the volume whole, as a clone without a
+// delta pass would send it (the disk image's records where the volume
+// holds only that and the server takes them, else CDI's tar stream).
 func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 	src, err := delta.OpenTreeSource(ctx, o.Source)
 	if err != nil {
@@ -61,8 +64,9 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 	})
 	serr := <-signed
 	if errors.Is(err, errdefs.ErrNoDeltaBase) {
-		o.Logger.Info("The server takes no filesystem delta pass; sending the volume as a tar", "reason", err)
-		res, err := sendSnappy(ctx, o)
+		o.Logger.Info("The server takes no filesystem delta pass; sending the volume whole", "reason", err)
+		o.Delta = false
+		res, err := sendFull(ctx, o, o.Protocol)
 		if res != nil {
 			res.WireBytes += sigWire
 		}
