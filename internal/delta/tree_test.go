@@ -298,3 +298,47 @@ func smallBytes(n int) int64 {
 	}
 	return b
 }
+
+// TestTreePassRefusesADirectoryThatIsNoVolume: a pass lays its directory
+// out as the manifest says, removing what it does not list, so a
+// directory no volume looks like (it holds a device node, a fifo or a
+// socket, or another file system is mounted below it: /dev, taken once
+// for the volume of a device's node) is refused as no base before
+// anything in it is read or removed.
+func TestTreePassRefusesADirectoryThatIsNoVolume(t *testing.T) {
+	m := &delta.Manifest{Entries: []delta.Entry{{Path: "disk.img", Kind: delta.KindFile, Mode: 0o644, Size: 1 << 20}}}
+	cases := map[string]func(t *testing.T, dir string){
+		"a device node": func(t *testing.T, dir string) {
+			require.NoError(t, unix.Mknod(filepath.Join(dir, "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+		},
+		"a fifo": func(t *testing.T, dir string) {
+			require.NoError(t, unix.Mkfifo(filepath.Join(dir, "sub", "pipe"), 0o600))
+		},
+		"a mount below": func(t *testing.T, dir string) {
+			testimg.Need(t, "mount")
+			mnt := filepath.Join(dir, "sub")
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+				t.Skipf("mount tmpfs: %v %s", err, out)
+			}
+			t.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+		},
+	}
+	for name, make := range cases {
+		t.Run(name, func(t *testing.T) {
+			if os.Geteuid() != 0 {
+				t.Skip("device nodes and mounts need root")
+			}
+			dir := t.TempDir()
+			require.NoError(t, os.Mkdir(filepath.Join(dir, "sub"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "keep.txt"), []byte("kept"), 0o600))
+			make(t, dir)
+			_, err := delta.OpenTree(context.Background(), dir, m, "")
+			require.Error(t, err)
+			t.Logf("%v", err)
+			assert.ErrorIs(t, err, errdefs.ErrNoDeltaBase)
+			b, err := os.ReadFile(filepath.Join(dir, "keep.txt"))
+			require.NoError(t, err)
+			assert.Equal(t, "kept", string(b))
+		})
+	}
+}
