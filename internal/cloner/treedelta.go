@@ -38,8 +38,12 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 	if err := src.SignSmall(ctx); err != nil {
 		return nil, err
 	}
+	// The source is signed while the server answers; a server that takes
+	// no pass stops the signing at once.
+	signCtx, stopSigning := context.WithCancel(ctx)
+	defer stopSigning()
 	signed := make(chan error, 1)
-	go func() { signed <- src.Sign(ctx) }()
+	go func() { signed <- src.Sign(signCtx) }()
 	var manifest bytes.Buffer
 	sw := s2.NewWriter(&manifest)
 	if _, err := src.Manifest().WriteTo(sw); err != nil {
@@ -62,8 +66,12 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 		})
 		return ans, n, err
 	})
-	serr := <-signed
-	if errors.Is(err, errdefs.ErrNoDeltaBase) {
+	if err != nil {
+		stopSigning()
+		<-signed
+		if !errors.Is(err, errdefs.ErrNoDeltaBase) {
+			return nil, err
+		}
 		o.Logger.Info("The server takes no filesystem delta pass; sending the volume whole", "reason", err)
 		o.Delta = false
 		res, err := sendFull(ctx, o, o.Protocol)
@@ -72,11 +80,8 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 		}
 		return res, err
 	}
-	if err != nil {
+	if err := <-signed; err != nil {
 		return nil, err
-	}
-	if serr != nil {
-		return nil, serr
 	}
 	pass := &delta.Pass{Stats: src.Plan(got.sigs, got.a.Kept), BaseDigest: got.a.BaseDigest, SignatureBytes: sigWire, Full: !got.a.Base}
 	o.Logger.Info("Filesystem delta pass", "entries", len(src.Manifest().Entries), "inPlace", len(got.sigs), "kept", len(got.a.Kept), "blocks", pass.Blocks,
