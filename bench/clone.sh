@@ -20,8 +20,9 @@
 # BENCH_CLONE_LIMITS "cdi" a 75 ms / 100 ms CFS quota (750m), with "none"
 # no CPU limit. Every target is compared with its source (sha256).
 #
-# Rows: BENCH_CLONE_KINDS ("block fs": block → block, a filesystem
-# volume's disk.img → filesystem), BENCH_CLONE_DATA ("35 100": percent of
+# Rows: BENCH_CLONE_KINDS ("block fs fs-block": block → block, a
+# filesystem volume's disk.img → filesystem, and → block, the storage
+# migration of a VM disk from a filesystem class to a block one), BENCH_CLONE_DATA ("35 100": percent of
 # the BENCH_CLONE_SIZE (2G) source in random 1 MiB blocks, the rest
 # zeros), BENCH_CLONE_LINKS ("fast": loopback; "1gbit": through
 # `benchtool relay` paced to 125 MB/s each way), BENCH_CLONE_LIMITS
@@ -47,7 +48,10 @@ cd "$(dirname "$0")/.."
 root=$PWD
 size=${BENCH_CLONE_SIZE:-2G}
 runs=${BENCH_RUNS:-3}
-kinds=${BENCH_CLONE_KINDS:-block fs}
+kinds=${BENCH_CLONE_KINDS:-block fs fs-block}
+# src_block KIND / dst_block KIND: whether that side of KIND is a device.
+src_block() { [[ $1 == block ]]; }
+dst_block() { [[ $1 == block || $1 == fs-block ]]; }
 datas=${BENCH_CLONE_DATA:-35 100}
 links=${BENCH_CLONE_LINKS:-fast}
 limits=${BENCH_CLONE_LIMITS:-cdi none}
@@ -208,11 +212,12 @@ clone() {
 		delta_env=IMPORTER_DELTA=true
 		make_stale "$kind" "$dst"
 	fi
-	if [[ $kind == block ]]; then
-		src_mount=/dev/cdi-block-volume dst_mount=/dev/cdi-block-volume dest=/dev/cdi-block-volume
+	if src_block "$kind"; then src_mount=/dev/cdi-block-volume; else src_mount=/var/run/cdi/clone/source; fi
+	if dst_block "$kind"; then
+		dst_mount=/dev/cdi-block-volume dest=/dev/cdi-block-volume
 	else
 		[[ $copier == delta ]] || { rm -rf "$dst"; mkdir "$dst"; }
-		src_mount=/var/run/cdi/clone/source dst_mount=/data dest=/data/disk.img
+		dst_mount=/data dest=/data/disk.img
 	fi
 	srv_pre=$(pod_cgroups server "$limit")
 	cl_pre=$(pod_cgroups cloner "$limit")
@@ -229,7 +234,7 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 	[[ $copier == cdi ]] && extra_mount="/cdi-cloner $cdi_cloner"
 	sh -c "${cl_pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 CLIENT_KEY=\"\$(cat $pki/client.key)\" CLIENT_CERT=\"\$(cat $pki/client.crt)\" SERVER_CA_CERT=\"\$(cat $pki/ca.crt)\" \
-UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false IMPORTER_METRICS_LISTEN=127.0.0.1:$(free_port) $delta_env ${BENCH_CLONER_ENV:-} VOLUME_MODE=$([[ $kind == block ]] && echo block || echo filesystem) MOUNT_POINT=$src_mount \
+UPLOAD_URL=$url OWNER_UID=bench PREALLOCATION=false IMPORTER_METRICS_LISTEN=127.0.0.1:$(free_port) $delta_env ${BENCH_CLONER_ENV:-} VOLUME_MODE=$(src_block "$kind" && echo block || echo filesystem) MOUNT_POINT=$src_mount \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/root-cloner 0 \
 $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work/cloner.err" &
 	cpid=$!; pids+=("$cpid")
@@ -259,7 +264,7 @@ $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work
 # finds it.
 make_stale() {
 	local f=$2 blocks=$((vsize / 1048576)) i
-	[[ $1 == block ]] || f=$2/disk.img
+	dst_block "$1" || f=$2/disk.img
 	for i in $(seq 0 $((blocks / 100 - 1))); do
 		dd if=/dev/urandom of="$f" bs=1M count=1 seek=$((i * 100 + 37)) conv=notrunc status=none
 	done
@@ -272,6 +277,8 @@ local_copy() {
 	start=$(now)
 	if [[ $kind == block ]]; then
 		dd if="$src" of="$dst" bs=4M iflag=direct oflag=direct status=none
+	elif [[ $kind == fs-block ]]; then
+		dd if="$src/disk.img" of="$dst" bs=4M iflag=direct oflag=direct status=none
 	else
 		rm -rf "$dst"; mkdir "$dst"
 		cp --sparse=always "$src/disk.img" "$dst/disk.img"
@@ -286,7 +293,7 @@ local_copy() {
 # check WHO KIND DST: the target holds the source's bytes.
 check() {
 	local sum f=$3
-	[[ $2 == block ]] || f=$3/disk.img
+	dst_block "$2" || f=$3/disk.img
 	sum=$(head -c "$vsize" "$f" | sha256sum | cut -d' ' -f1)
 	[[ $sum == "$src_sum" ]] || { echo "bench clone: $1 left a target that differs from the source ($f)" >&2; exit 1; }
 }
@@ -296,12 +303,15 @@ for pct in $datas; do
 	src_file=$(source_file "$pct")
 	src_sum=$(sha256sum <"$src_file" | cut -d' ' -f1)
 	for kind in $kinds; do
-		if [[ $kind == block ]]; then
+		if src_block "$kind"; then
 			src=$(losetup -f --show -r "$src_file"); loops+=("$src")
+		else
+			src=$work/src-fs; rm -rf "$src"; mkdir "$src"; ln "$src_file" "$src/disk.img"
+		fi
+		if dst_block "$kind"; then
 			cp --sparse=never "$old" "$work/dst.img" # a used volume
 			dst=$(losetup -f --show "$work/dst.img"); loops+=("$dst")
 		else
-			src=$work/src-fs; rm -rf "$src"; mkdir "$src"; ln "$src_file" "$src/disk.img"
 			dst=$work/dst-fs
 		fi
 		cat "$src_file" >/dev/null # the page cache holds the source for every copier alike
@@ -316,12 +326,9 @@ for pct in $datas; do
 			done
 			local_copy "$kind" "$src" "$dst"
 		done
-		if [[ $kind == block ]]; then
-			losetup -d "$src" "$dst"; loops=()
-			rm -f "$work/dst.img"
-		else
-			rm -rf "$src" "$dst"
-		fi
+		for l in "${loops[@]}"; do losetup -d "$l"; done
+		loops=()
+		rm -rf "$work/dst.img" "$work/src-fs" "$work/dst-fs"
 	done
 done
 

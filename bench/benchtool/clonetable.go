@@ -20,7 +20,7 @@ const (
 // cloneRun is one run of bench/clone.sh.
 type cloneRun struct {
 	Copier        string  `json:"copier"` // cdi, ours, local
-	Kind          string  `json:"kind"`   // block, fs
+	Kind          string  `json:"kind"`   // block, fs, fs-block
 	DataPct       int     `json:"data_pct"`
 	Link          string  `json:"link"`  // fast, 1gbit, local
 	Limit         string  `json:"limit"` // cdi, none
@@ -122,8 +122,11 @@ func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string) {
 }
 
 func cloneKind(k string) string {
-	if k == "fs" {
+	switch k {
+	case "fs":
 		return "filesystem → filesystem"
+	case "fs-block":
+		return "filesystem → block"
 	}
 	return "block → block"
 }
