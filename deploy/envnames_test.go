@@ -12,7 +12,9 @@ import (
 
 // binaryEnvPackages are where the importer binary reads its environment
 // (datasource: the cloud credential chains' AWS_* and GOOGLE_*).
-func binaryEnvPackages() []string { return []string{"../internal/cdi", "../cmd/importer", "../datasource"} }
+func binaryEnvPackages() []string {
+	return []string{"../internal/cdi", "../cmd/importer", "../datasource"}
+}
 
 // envNamesInSource collects the string literals of the binary's
 // environment readers: a name the manifests set must be one of them, or

@@ -62,6 +62,15 @@ var skipAtRoot = map[string]bool{"lost+found": true}
 // and symlinks (sockets, fifos and devices are no volume content), in
 // lexical order; lost+found at the root is left out.
 func ScanTree(ctx context.Context, dir string) (*Manifest, error) {
+	return scanTree(ctx, dir, false)
+}
+
+// scanTree is ScanTree; strict refuses, as no base, a directory no volume
+// looks like: one holding a device node, a fifo or a socket, or with
+// another file system mounted below it. A pass lays its directory out as
+// the manifest says, removing what it does not list: taken for the
+// directory of a block device's node (/dev), it emptied /dev/shm.
+func scanTree(ctx context.Context, dir string, strict bool) (*Manifest, error) {
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem volume %s: %w", dir, err)
@@ -91,6 +100,11 @@ func ScanTree(ctx context.Context, dir string) (*Manifest, error) {
 		if err != nil {
 			return err
 		}
+		if strict {
+			if err := volumeContent(p, info, fi); err != nil {
+				return err
+			}
+		}
 		e, ok, err := entryOf(filepath.ToSlash(rel), p, info)
 		if err == nil && ok {
 			m.Entries = append(m.Entries, e)
@@ -101,6 +115,34 @@ func ScanTree(ctx context.Context, dir string) (*Manifest, error) {
 		return nil, fmt.Errorf("scanning filesystem volume %s: %w", dir, err)
 	}
 	return m, nil
+}
+
+// volumeContent refuses an entry no volume holds (see scanTree): a
+// device, fifo or socket, or a directory of another file system than the
+// volume's top.
+func volumeContent(p string, fi, top fs.FileInfo) error {
+	t := fi.Mode().Type()
+	if t&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeSocket|fs.ModeNamedPipe) != 0 {
+		return fmt.Errorf("%s is a %s, which no filesystem volume holds: %w", p, kindWord(t), errdefs.ErrNoDeltaBase)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	topSt, topOK := top.Sys().(*syscall.Stat_t)
+	if fi.IsDir() && ok && topOK && st.Dev != topSt.Dev {
+		return fmt.Errorf("another file system is mounted at %s: %w", p, errdefs.ErrNoDeltaBase)
+	}
+	return nil
+}
+
+func kindWord(t fs.FileMode) string {
+	switch {
+	case t&fs.ModeCharDevice != 0:
+		return "character device"
+	case t&fs.ModeDevice != 0:
+		return "block device"
+	case t&fs.ModeSocket != 0:
+		return "socket"
+	}
+	return "fifo"
 }
 
 // entryOf describes the entry at path p (rel in the volume); ok is false

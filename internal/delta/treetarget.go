@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,9 +89,6 @@ func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (_ *Tre
 	if err != nil {
 		return nil, err
 	}
-	if err := refuseNonVolume(ctx, dir); err != nil {
-		return nil, err
-	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem delta target %s: %w: %w", dir, err, errdefs.ErrNoDeltaBase)
@@ -118,7 +114,9 @@ func OpenTree(ctx context.Context, dir string, m *Manifest, base string) (_ *Tre
 	if capacity := int64(st.Blocks) * st.Bsize; tt.layout.Size > capacity {
 		return nil, fmt.Errorf("the volume's files take %d bytes, the filesystem of %s holds %d: %w", tt.layout.Size, dir, capacity, errdefs.ErrTargetTooSmall)
 	}
-	have, err := ScanTree(ctx, dir)
+	// Before anything in it is read or removed, a directory no volume
+	// looks like is refused.
+	have, err := scanTree(ctx, dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -713,54 +711,4 @@ func (tt *TreeTarget) Close() error {
 		tt.lock.Close()
 	}
 	return tt.root.Close()
-}
-
-// refuseNonVolume refuses, before anything is read or removed, a directory
-// that is no filesystem volume's: one that holds device nodes, sockets or
-// fifos (a volume's content is directories, files and symlinks), or
-// another file system mounted below it. A pass lays the directory out as
-// its manifest says, removing what the manifest does not list: taken for
-// the directory of a block device's node (/dev), it emptied /dev/shm.
-func refuseNonVolume(ctx context.Context, dir string) error {
-	var top unix.Stat_t
-	if err := unix.Stat(dir, &top); err != nil {
-		return fmt.Errorf("filesystem delta target %s: %w: %w", dir, err, errdefs.ErrNoDeltaBase)
-	}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-		}
-		switch t := d.Type(); {
-		case t&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeSocket|fs.ModeNamedPipe) != 0:
-			return fmt.Errorf("%s is a %s, which no filesystem volume holds: %w", p, kindWord(t), errdefs.ErrNoDeltaBase)
-		case t.IsDir() && p != dir:
-			var st unix.Stat_t
-			if err := unix.Lstat(p, &st); err != nil {
-				return err
-			}
-			if st.Dev != top.Dev {
-				return fmt.Errorf("another file system is mounted at %s: %w", p, errdefs.ErrNoDeltaBase)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("filesystem delta target %s is no volume's directory: %w", dir, err)
-	}
-	return nil
-}
-
-func kindWord(t fs.FileMode) string {
-	switch {
-	case t&fs.ModeCharDevice != 0:
-		return "character device"
-	case t&fs.ModeDevice != 0:
-		return "block device"
-	case t&fs.ModeSocket != 0:
-		return "socket"
-	}
-	return "fifo"
 }
