@@ -13,7 +13,7 @@ import (
 // binaryEnvPackages are where the importer binary reads its environment
 // (datasource: the cloud credential chains' AWS_* and GOOGLE_*).
 func binaryEnvPackages() []string {
-	return []string{"../internal/cdi", "../cmd/importer", "../datasource"}
+	return []string{"../cmd/importer/internal/cdi", "../cmd/importer", "../datasource"}
 }
 
 // envNamesInSource collects the string literals of the binary's

@@ -175,7 +175,7 @@ func checkEnv(t *testing.T, c corev1.Container, source string, envNames map[stri
 		}
 		seen[v.Name] = true
 		if !readByBinary(envNames, v.Name) {
-			t.Errorf("env %s is not a variable the importer reads (internal/cdi, cmd/importer)", v.Name)
+			t.Errorf("env %s is not a variable the importer reads (cmd/importer and its internal/cdi)", v.Name)
 		}
 		if v.Name == "IMPORTER_SOURCE" && v.Value != source {
 			t.Errorf("IMPORTER_SOURCE=%q, want %q", v.Value, source)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/diskimport/engine/importer"
 	"github.com/diskimport/engine/internal/blockdev"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
@@ -66,7 +65,7 @@ func TestCloneFileToFileVerifiedAndSparse(t *testing.T) {
 	assert.Equal(t, "sha256", res.VerifyMethod)
 	assert.Equal(t, want, res.SourceDigest)
 	assert.Equal(t, want, res.TargetDigest)
-	m := cdi.NewTerminationMessage(res, nil)
+	m := res.JSONFields()
 	assert.True(t, m.Verified)
 	assert.Equal(t, want, m.SourceDigest)
 	assert.Equal(t, want, m.TargetDigest)
@@ -326,7 +325,7 @@ func TestCloneVerifyMismatchFails(t *testing.T) {
 	assert.False(t, res.Verified)
 	assert.Equal(t, "sha256:"+testimg.Digest(t, raw, -1), res.SourceDigest)
 	assert.NotEqual(t, res.SourceDigest, res.TargetDigest)
-	assert.Contains(t, cdi.NewTerminationMessage(res, err).Message, "verification failed")
+	assert.Contains(t, err.Error(), "verification failed")
 }
 
 func TestCloneVerifyNeedsLocalSource(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/testkit/testtar"
 )
@@ -379,7 +378,7 @@ func TestNotADiskImageRefused(t *testing.T) {
 				err := importFails(t, importer.Options{Source: src}, c.kind)
 				assert.ErrorIs(t, err, importer.ErrUnsupportedFormat)
 				assert.Contains(t, err.Error(), c.message)
-				assert.Equal(t, c.reason, cdi.Reason(err))
+				assert.Equal(t, c.reason, importer.Reason(err))
 			}
 			target := filepath.Join(t.TempDir(), "disk.img")
 			res, err := importer.Import(context.Background(), importer.Options{Source: base + c.file, Target: target, TargetOptions: importer.TargetOptions{FormatIn: "raw"}, Logger: testimg.Logger(t)})

@@ -14,7 +14,6 @@ import (
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/regtest"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
@@ -178,7 +177,9 @@ func TestRegistryLabelsAndTerminationMessage(t *testing.T) {
 	var msg struct {
 		Labels map[string]string `json:"labels"`
 	}
-	require.NoError(t, json.Unmarshal(cdi.NewTerminationMessage(res, nil).JSON(), &msg))
+	b, err := json.Marshal(res)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &msg))
 	assert.Equal(t, want, msg.Labels)
 	assertSameDisk(t, d.raw, target)
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/internal/errtable"
 	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/streamdecode"
 	"github.com/diskimport/engine/internal/testkit/hostileimg"
@@ -96,9 +96,7 @@ func TestStreamDecodeOverflowWithoutScratch(t *testing.T) {
 			require.ErrorIs(t, err, errdefs.ErrScratchSpaceRequired)
 			assert.False(t, res.Complete)
 			// CDI's handshake: the controller adds a scratch volume.
-			m := cdi.NewTerminationMessage(res, err)
-			assert.True(t, m.ScratchSpaceRequired)
-			assert.Equal(t, cdi.ExitOK, cdi.ExitCode(err))
+			assert.Equal(t, errtable.ScratchSpaceRequired, errtable.Classify(err))
 			if srcName == "http" {
 				assert.Contains(t, logs.String(), "cannot be decoded in one pass; starting the import over")
 				assert.Contains(t, res.Phases, importer.PhaseTransferScratch)

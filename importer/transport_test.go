@@ -24,7 +24,6 @@ import (
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
@@ -257,7 +256,9 @@ func TestImportResumesAfterServerDies(t *testing.T) {
 			require.Len(t, reqs, 4)
 			assert.Equal(t, "bytes="+strconv.Itoa(s.cut)+"-", reqs[1])
 			var m map[string]any
-			require.NoError(t, json.Unmarshal(cdi.NewTerminationMessage(res, nil).JSON(), &m))
+			b, err := json.Marshal(res)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &m))
 			assert.EqualValues(t, 3, m["retries"])
 		})
 	}

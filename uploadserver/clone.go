@@ -14,7 +14,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/cloner"
 )
 
@@ -179,7 +178,7 @@ func (h *Handler) respondClone(w http.ResponseWriter, res *importer.Result, err 
 	h.log.Info("Clone complete", "target", res.Target, "bytes", res.BytesWritten, "dataBytes", res.DataBytes, "digest", res.TargetDigest)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(cdi.UploadTerminationMessage(cdi.NewTerminationMessage(res, nil), true).JSON(), '\n'))
+	_, _ = w.Write(append(answerJSON(res, true), '\n'))
 }
 
 // describeClone, in a HEAD answer, offers our clone format and, for the

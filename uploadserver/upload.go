@@ -14,7 +14,6 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/errtable"
 )
 
@@ -231,7 +230,7 @@ func (h *Handler) respond(w http.ResponseWriter, res *importer.Result, err error
 	h.log.Info("Upload import complete", "target", res.Target, "format", res.SourceFormat, "bytesRead", res.BytesRead)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(append(cdi.UploadTerminationMessage(cdi.NewTerminationMessage(res, nil), false).JSON(), '\n'))
+	_, _ = w.Write(append(answerJSON(res, false), '\n'))
 }
 
 // archiveDir is where an archive upload is extracted: the target when it

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/testkit/testtar"
 	"github.com/diskimport/engine/uploadserver"
@@ -129,9 +128,9 @@ func TestUploadToken(t *testing.T) {
 
 	code, body := post(t, base+uploadserver.PathUpload, im.raw, "s3cret", false)
 	require.Equal(t, http.StatusOK, code, body)
-	var msg cdi.TerminationMessage
+	var msg uploadserver.Answer
 	require.NoError(t, json.Unmarshal([]byte(body), &msg))
-	assert.Equal(t, cdi.MessageUploadComplete, msg.Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, msg.Message)
 	assert.Equal(t, im.digest, testimg.Digest(t, o.Target, diskSize))
 	assert.Equal(t, "Complete", getStatus(t, base, "s3cret").Phase)
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/units"
 )
 

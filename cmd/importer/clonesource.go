@@ -16,9 +16,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/delta"
+	"github.com/diskimport/engine/uploadserver"
 )
 
 // cloneSourceFlags are clone-source's flags: CDI's cloner's three
@@ -235,7 +236,7 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 	}
 	if f.terminationLog != "" {
 		// CDI's cloner writes this text; the upload server's message has the rest.
-		if err := os.WriteFile(f.terminationLog, []byte(cdi.MessageCloneComplete), 0o600); err != nil {
+		if err := os.WriteFile(f.terminationLog, []byte(uploadserver.MessageCloneComplete), 0o600); err != nil {
 			return fail(cdi.ExitFailed, fmt.Errorf("writing termination log: %w", err))
 		}
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 )
 
 // newDigestCommand is `importer digest SOURCE`: print the manifest digest

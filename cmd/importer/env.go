@@ -6,8 +6,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/errtable"
 )
 

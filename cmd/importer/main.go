@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 )
 
 // Exit codes of a run stopped by a signal, as the shell gives them (128 +

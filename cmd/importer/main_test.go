@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 

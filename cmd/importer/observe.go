@@ -4,8 +4,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 )
 
 // progressOutputs are the readers of an import's progress: the tracker

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
@@ -379,7 +379,7 @@ func TestPodNodePullReadyFileTimeout(t *testing.T) {
 	assert.Equal(t, cdi.ExitFailed, code)
 	assert.Equal(t, "Timeout waiting for file /shared/ready", failureText(t, log))
 	// A lower bound on a real process (no slowness can fail it); the wait's
-	// exact timeouts are internal/cdi's synctest tests.
+	// exact timeouts are the cdi package's synctest tests.
 	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
 	assert.Empty(t, testimg.DirNames(t, data))
 }

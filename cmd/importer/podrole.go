@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 )
 
 // runPodRole is the image's entrypoint started as CDI starts its pods:

@@ -12,8 +12,8 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/units"
 )
 

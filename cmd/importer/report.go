@@ -7,9 +7,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/units"
 )
 

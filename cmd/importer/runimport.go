@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 )
 
 // runImport runs one import from the command line and reports it. The

@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/objtest"
 	"github.com/diskimport/engine/internal/testkit/regtest"
 	"github.com/diskimport/engine/internal/testkit/testimg"

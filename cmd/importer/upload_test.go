@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/internal/cloner"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/testkit/testpki"
@@ -121,7 +121,7 @@ func TestCLIUploadServerTLSToken(t *testing.T) {
 	b, err := os.ReadFile(tl)
 	require.NoError(t, err)
 	m := decode(t, b)
-	assert.Equal(t, cdi.MessageUploadComplete, m.Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, m.Message)
 	assert.Equal(t, "gz", m.Compression)
 }
 
@@ -255,7 +255,7 @@ func TestEnvUploadServerSuccessEndsAsCDIs(t *testing.T) {
 	assert.Contains(t, lastLine(stderr.String()), cdi.UploadServerSucceeded)
 	b, err := os.ReadFile(filepath.Join(root, "dev/termination-log"))
 	require.NoError(t, err)
-	assert.Equal(t, cdi.MessageUploadComplete, decode(t, b).Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, decode(t, b).Message)
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, filepath.Join(root, "data/disk.img"), -1))
 }
 
@@ -354,7 +354,7 @@ func TestUploadServerPod(t *testing.T) {
 	assert.Equal(t, 0, rp.wait(t))
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, filepath.Join(data, "disk.img"), -1))
 	m := decodeUploadPod(t, rp.terminationLog(t))
-	assert.Equal(t, cdi.MessageUploadComplete, m.Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, m.Message)
 	require.NotNil(t, m.PreallocationApplied)
 	assert.False(t, *m.PreallocationApplied)
 }
@@ -373,7 +373,7 @@ func TestUploadServerPodArchive(t *testing.T) {
 	assert.Equal(t, http.StatusOK, uploadFile(t, c, "https://"+addr+uploadserver.PathUploadArchive, tarPath, ""))
 	assert.Equal(t, 0, rp.wait(t))
 	testtar.Verify(t, data, tree)
-	assert.Equal(t, cdi.MessageUploadComplete, decodeUploadPod(t, rp.terminationLog(t)).Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, decodeUploadPod(t, rp.terminationLog(t)).Message)
 }
 
 // TestUploadServerPodDeadline: with no upload before DEADLINE the pod exits
@@ -415,9 +415,9 @@ func TestClonePods(t *testing.T) {
 	assert.Equal(t, 0, code)
 	assertFirstLine(t, out, `msg="Running as CDI's clone-source pod" role=clone-source chosenBy=UPLOAD_URL,VOLUME_MODE,MOUNT_POINT,CLIENT_CERT,CLIENT_KEY,SERVER_CA_CERT`)
 	assertFirstLine(t, server.stderr.String(), `msg="Running as CDI's upload-server pod" role=upload-server chosenBy=TLS_CERT_FILE,TLS_KEY_FILE,CLIENT_CERT_FILE,CLIENT_NAME`)
-	assert.Equal(t, cdi.MessageCloneComplete, string(termLog))
+	assert.Equal(t, uploadserver.MessageCloneComplete, string(termLog))
 	assert.Equal(t, 0, server.wait(t))
-	assert.Equal(t, cdi.MessageCloneComplete, decodeUploadPod(t, server.terminationLog(t)).Message)
+	assert.Equal(t, uploadserver.MessageCloneComplete, decodeUploadPod(t, server.terminationLog(t)).Message)
 	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, filepath.Join(target, "disk.img"), -1))
 	b, err := os.ReadFile(filepath.Join(target, "other.txt"))
 	require.NoError(t, err)
@@ -444,7 +444,7 @@ func TestCloneIntoUploadPodBlock(t *testing.T) {
 	assert.Equal(t, cloner.ProtocolSparseV2, res.Protocol)
 	assert.Equal(t, 0, server.wait(t))
 	m := decodeUploadPod(t, server.terminationLog(t))
-	assert.Equal(t, cdi.MessageCloneComplete, m.Message)
+	assert.Equal(t, uploadserver.MessageCloneComplete, m.Message)
 	assert.True(t, m.Verified)
 	assert.Equal(t, res.Digest, m.SourceDigest)
 	assert.Equal(t, testimg.ContentDigest(t, img), m.SourceDigest)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/units"
 	"github.com/diskimport/engine/uploadserver"
@@ -587,7 +587,7 @@ func (up *uploadRequest) readStatus(ctx context.Context, u *url.URL) (uploadserv
 func uploadSummary(up *uploadRequest, out *uploadOutcome) string {
 	line := fmt.Sprintf("Upload complete: %s to %s, %s sent in %.1f s, %s", up.file, up.url.Redacted(),
 		units.Bytes(out.sent), out.duration.Seconds(), units.Rate(averageRate(out.sent, out.duration)))
-	var m cdi.TerminationMessage
+	var m uploadserver.Answer
 	if !up.async && json.Unmarshal(out.answer, &m) == nil && m.Message != "" {
 		line += fmt.Sprintf("; the server says %s: %s", m.Message, units.Bytes(m.VirtualSize))
 		if m.SourceFormat != "" {

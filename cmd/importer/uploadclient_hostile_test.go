@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/diskimport/engine/internal/cdi"
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/uploadserver"
 )

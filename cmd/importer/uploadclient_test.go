@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/diskimport/engine/cmd/importer/internal/cdi"
 	"github.com/diskimport/engine/importer"
-	"github.com/diskimport/engine/internal/cdi"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/testkit/testpki"
 	"github.com/diskimport/engine/uploadserver"
@@ -93,7 +93,7 @@ func TestUploadClientSendsQcow2AndRawXZOverMutualTLS(t *testing.T) {
 	assert.Equal(t, testimg.Digest(t, qemuRaw(t, qcow2), -1), testimg.Digest(t, dest, -1))
 	var m cdi.TerminationMessage
 	require.NoError(t, json.Unmarshal([]byte(stdout), &m), stdout)
-	assert.Equal(t, cdi.MessageUploadComplete, m.Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, m.Message)
 	assert.Equal(t, "qcow2", m.SourceFormat)
 	assert.Contains(t, stderr, "Upload complete: "+qcow2+" to "+base+uploadserver.PathUpload)
 	assert.Contains(t, stderr, "the server says Upload Complete: 6.0 MiB (qcow2)")

@@ -2,7 +2,7 @@
 // its volume, the way CDI does: INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE
 // =fedora becomes instancetype.kubevirt.io/default-preference: fedora. The
 // container-image source labels its volume with them (datasource's
-// Labeler), and so does the node-pull server's GET /info (internal/cdi).
+// Labeler), and so does the node-pull server's GET /info (the binary's cdi package).
 package envlabels
 
 import "strings"

@@ -82,3 +82,52 @@ func main() {
 	}
 	t.Logf("%d modules", strings.Count(modules, "\n"))
 }
+
+// The packages under internal/ are mechanisms and test kits below the
+// public packages: none imports a public package but errdefs (the
+// sentinels, which import no other public package), so no arrow runs from
+// internal/ up to what a user imports. The CDI contract, which must import
+// importer, is the binary's own package (cmd/importer/internal/cdi). A
+// package's tests may drive it through the public API (go list without
+// -test lists the packages' own imports).
+func TestInternalPackagesImportNoPublicPackage(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const module = "github.com/diskimport/engine/"
+	cmd := exec.Command(goBin, "list", "-f", `{{.ImportPath}}|{{join .Imports " "}}`, "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var internal int
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, imports, _ := strings.Cut(line, "|")
+		pkg := strings.TrimPrefix(path, module)
+		below := strings.HasPrefix(pkg, "internal/")
+		if below {
+			internal++
+		}
+		if !below && pkg != "errdefs" {
+			continue
+		}
+		for _, imp := range strings.Fields(imports) {
+			dep, ours := strings.CutPrefix(imp, module)
+			if !ours || strings.HasPrefix(dep, "internal/") {
+				continue
+			}
+			if pkg == "errdefs" || dep != "errdefs" {
+				t.Errorf("%s imports the public package %s", pkg, dep)
+			}
+		}
+	}
+	if internal < 10 {
+		t.Fatalf("only %d internal packages listed:\n%s", internal, out)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/uploadserver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -123,9 +124,9 @@ const (
 	// defaults for LISTEN_ADDRESS and LISTEN_PORT.
 	DefaultUploadListenAddress = "0.0.0.0"
 	DefaultUploadListenPort    = 8443
-	// Termination messages of the upload server.
-	MessageUploadComplete = "Upload Complete"
-	MessageCloneComplete  = "Clone Complete"
+	// MessageDeadlinePassed is the upload server's termination message
+	// when its DEADLINE passed (the completed ones are package
+	// uploadserver's, which answers with them too).
 	MessageDeadlinePassed = "Deadline Passed"
 )
 
@@ -225,9 +226,9 @@ func UploadServerFromEnv(getenv func(string) string) (UploadServerConfig, error)
 // UploadTerminationMessage is the upload server's termination message:
 // Upload Complete or Clone Complete with the import's fields.
 func UploadTerminationMessage(m TerminationMessage, clone bool) TerminationMessage {
-	m.Message = MessageUploadComplete
+	m.Message = uploadserver.MessageUploadComplete
 	if clone {
-		m.Message = MessageCloneComplete
+		m.Message = uploadserver.MessageCloneComplete
 	}
 	return m
 }

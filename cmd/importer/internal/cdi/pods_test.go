@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/uploadserver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -75,9 +76,9 @@ func TestUploadServerFromEnvRefusals(t *testing.T) {
 func TestUploadTerminationMessages(t *testing.T) {
 	assert.Equal(t, `{"deadlinePassed":true,"message":"Deadline Passed"}`, string(DeadlineMessage()))
 	m := UploadTerminationMessage(NewTerminationMessage(nil, nil), true)
-	assert.Equal(t, MessageCloneComplete, m.Message)
+	assert.Equal(t, uploadserver.MessageCloneComplete, m.Message)
 	assert.Contains(t, string(m.JSON()), `"preallocationApplied":false`)
-	assert.Equal(t, MessageUploadComplete, UploadTerminationMessage(m, false).Message)
+	assert.Equal(t, uploadserver.MessageUploadComplete, UploadTerminationMessage(m, false).Message)
 }
 
 func TestClonerFromEnv(t *testing.T) {
