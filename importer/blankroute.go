@@ -75,11 +75,9 @@ func (a *attempt) blankFile(ctx context.Context) error {
 	}
 	res.VirtualSize, res.TargetSize = size, size
 	if r.Format == "qcow2" {
-		res.Sandbox = a.qemu.Sandbox()
-		a.log.Info("qemu-img sandbox", "sandbox", res.Sandbox)
 		// qemu-img create replaces the (empty) temporary file; Commit reopens
 		// it by name.
-		if err := a.qemu.Create(ctx, tgt.WritePath(), "qcow2", size, r.Preallocation); err != nil {
+		if err := a.qemuImg().Create(ctx, tgt.WritePath(), "qcow2", size, r.Preallocation); err != nil {
 			return fmt.Errorf("creating qcow2 image %s: %w", tgt.Path(), err)
 		}
 		res.SourceFormat = "qcow2"

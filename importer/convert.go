@@ -43,7 +43,7 @@ func (c *conversion) run(ctx context.Context) error {
 	if a.plan.Route == routeInPlace {
 		a.meter.inPlaceSize.Store(localAllocatedSize(in.path))
 	}
-	applied, err := a.qemu.Convert(ctx, in.path, dst, qemu.ConvertOptions{
+	applied, err := a.qemuImg().Convert(ctx, in.path, dst, qemu.ConvertOptions{
 		SrcFormat:    in.format.QemuName(),
 		DstFormat:    a.plan.OutputFormat,
 		CacheMode:    a.target.QemuCacheMode(a.req.CacheMode),

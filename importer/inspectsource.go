@@ -53,17 +53,8 @@ func inspectSource(ctx context.Context, r request) (*Inspection, error) {
 	plan := a.choosePlan(a.gatherFacts(ctx, a.sourceFacts()))
 	in.Route, in.Phases, in.ScratchNeeded = plan.Route.String(), plan.Phases, plan.Route == routeScratch
 	if plan.Route == routeInPlace {
-		if err := format.CheckStructureFile(img.Format, a.caps.LocalPath); err != nil {
-			return in, refusal(in, err)
-		}
-		info, err := a.qemu.Info(ctx, a.caps.LocalPath, img.Format.QemuName())
+		info, err := a.checkImage(ctx, &imageInput{path: a.caps.LocalPath, format: img.Format})
 		if err != nil {
-			return in, refusal(in, errors.Join(errdefs.ErrInvalidImage, err))
-		}
-		if err := info.CheckSelfContained(selfNames(a.caps.LocalPath, nil)...); err != nil {
-			return in, refusal(in, err)
-		}
-		if err := a.qemu.Check(ctx, a.caps.LocalPath, img.Format.QemuName()); err != nil {
 			return in, refusal(in, err)
 		}
 		in.VirtualSize = info.VirtualSize

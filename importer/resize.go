@@ -30,7 +30,7 @@ func (a *attempt) resize(ctx context.Context) error {
 	}
 	if a.plan.OutputFormat == "qcow2" {
 		if size > a.result.VirtualSize {
-			if err := a.qemu.Resize(ctx, path, "qcow2", size, a.req.Preallocation); err != nil {
+			if err := a.qemuImg().Resize(ctx, path, "qcow2", size, a.req.Preallocation); err != nil {
 				return fmt.Errorf("resizing %s to %d bytes: %w", a.target.Path(), size, err)
 			}
 			a.log.Info("Resized image", "size", size)

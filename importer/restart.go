@@ -64,11 +64,6 @@ func newAttempt(r request) *attempt {
 	if runner == nil {
 		runner = &qemu.Runner{Logger: log}
 	}
-	var confinement string
-	if !r.Blank { // a blank disk runs qemu-img for a qcow2 file only
-		confinement = runner.Sandbox()
-		log.Info("qemu-img sandbox", "sandbox", confinement)
-	}
 	if r.ScratchDir == "" && !r.NoScratch {
 		r.ScratchDir = os.TempDir()
 	}
@@ -76,10 +71,22 @@ func newAttempt(r request) *attempt {
 		req:    r,
 		log:    log,
 		qemu:   runner,
-		result: Result{Target: r.Target, Sandbox: confinement},
+		result: Result{Target: r.Target},
 	}
 	a.meter.phase.Store(string(PhaseInfo))
 	return a
+}
+
+// qemuImg is the runner of qemu-img for a phase about to run it: the
+// first call of an attempt names the confinement in the result and the
+// log, so an import whose route never runs qemu-img (a stream, a clone, a
+// raw blank disk) reports no sandbox it did not use.
+func (a *attempt) qemuImg() *qemu.Runner {
+	if a.result.Sandbox == "" {
+		a.result.Sandbox = a.qemu.Sandbox()
+		a.log.Info("qemu-img sandbox", "sandbox", a.result.Sandbox)
+	}
+	return a.qemu
 }
 
 // classify makes sure a failure caused by cancellation says so, and that

@@ -43,7 +43,7 @@ type Result struct {
 	Retries int
 	// Sandbox names the confinement qemu-img runs under: "landlock vN"
 	// (confined to the image and the target) or "rlimits only" (a kernel
-	// without Landlock).
+	// without Landlock); empty when the route ran no qemu-img.
 	Sandbox string
 
 	// Verification (Options.Verify): Verified is true once the target read

@@ -9,6 +9,7 @@ import (
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/format"
 	"github.com/diskimport/engine/internal/nbdserver"
+	"github.com/diskimport/engine/qemu"
 )
 
 // validation is Validate: it checks the image qemu-img is about to read
@@ -35,34 +36,46 @@ func (v *validation) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if a.plan.Route != routeRanged { // a remote image was checked, on its HTTP bytes, as its export started
-		if err := format.CheckStructureFile(in.format, in.path); err != nil {
-			return err
-		}
-	}
-	info, err := a.qemu.Info(ctx, in.path, in.format.QemuName())
+	info, err := a.checkImage(ctx, in)
 	if err != nil {
-		if rerr := in.export.Cause(err); rerr != err {
-			return rerr // the HTTP side failed, not the image
-		}
-		if errors.Is(err, errdefs.ErrToolMissing) {
-			return err // a setup error, not a verdict on the image
-		}
-		return fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
-	}
-	// What qemu-img itself opened, on every path alike: the very source
-	// it will convert must be nothing but the image.
-	if err := info.CheckSelfContained(selfNames(in.path, in.export)...); err != nil {
 		return err
-	}
-	if err := a.qemu.Check(ctx, in.path, in.format.QemuName()); err != nil {
-		return in.export.Cause(err)
 	}
 	a.result.VirtualSize = info.VirtualSize
 	if capacity := a.target.Capacity(); info.VirtualSize > capacity {
 		return a.target.TooSmall(info.VirtualSize, errdefs.VirtualImageSize)
 	}
 	return a.checkExactSize(info.VirtualSize)
+}
+
+// checkImage is the verdict on the image qemu-img is about to read, in:
+// its structure (a remote image's was checked on its HTTP bytes as its
+// export started), what qemu-img itself opened (the very source it will
+// convert must be nothing but the image) and qemu-img's own check.
+// Validate runs it before Convert; Inspect gives the same verdict on a
+// local image without importing it.
+func (a *attempt) checkImage(ctx context.Context, in *imageInput) (*qemu.ImageInfo, error) {
+	if in.export == nil {
+		if err := format.CheckStructureFile(in.format, in.path); err != nil {
+			return nil, err
+		}
+	}
+	info, err := a.qemuImg().Info(ctx, in.path, in.format.QemuName())
+	if err != nil {
+		if rerr := in.export.Cause(err); rerr != err {
+			return nil, rerr // the HTTP side failed, not the image
+		}
+		if errors.Is(err, errdefs.ErrToolMissing) {
+			return nil, err // a setup error, not a verdict on the image
+		}
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidImage, err)
+	}
+	if err := info.CheckSelfContained(selfNames(in.path, in.export)...); err != nil {
+		return nil, err
+	}
+	if err := a.qemuImg().Check(ctx, in.path, in.format.QemuName()); err != nil {
+		return nil, in.export.Cause(err)
+	}
+	return info, nil
 }
 
 // selfNames lists the names qemu-img may report for the image it opened

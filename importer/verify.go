@@ -131,7 +131,7 @@ func (v *verification) compare(ctx context.Context, n int64) error {
 // runCompare runs qemu-img compare through the Runner (sandboxed, with
 // limits). Identical: nil; different: a VerifyError; else qemu-img failed.
 func (v *verification) runCompare(ctx context.Context, src, dst qemu.CompareImage) (string, error) {
-	out, err := v.a.qemu.Compare(ctx, src, dst)
+	out, err := v.a.qemuImg().Compare(ctx, src, dst)
 	if err == nil {
 		return out, nil
 	}
