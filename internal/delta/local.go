@@ -18,31 +18,22 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// Pass reports one delta pass.
+// Pass is one pass's counts as the machinery keeps them, sender's and
+// receiver's alike; importer.DeltaPass documents each for users, and
+// clone-source prints the sender's under the same JSON names
+// (importer's TestDeltaPassReportsThePassAsItWas holds the two to one
+// JSON).
 type Pass struct {
 	Stats
-	// BaseDigest is the target's content digest before the pass; Digest
-	// the source's as sent, which the target has after it.
-	BaseDigest string `json:"baseDigest"`
-	Digest     string `json:"digest"`
-	// Final: the source was signed again after the pass and had not
-	// changed, so the target is a consistent copy of a quiesced source.
-	// A pass of a source in use is a warm pass: its target is the source
-	// as read, blocks of different moments, to be followed by another.
-	Final bool `json:"final"`
-	// Full: the target was no base (a filesystem volume whose digest is
-	// not the base named): every file was sent whole.
-	Full bool `json:"full,omitempty"`
-	// Received marks the receiving end's report of a pass over the wire:
-	// whether it was final only the sender can tell (Final is false).
-	Received bool `json:"received,omitempty"`
-	// WireBytes counts what crossed the wire (signature and runs; 0 for a
-	// local pass), SignatureBytes the signature's part of it.
-	WireBytes      int64 `json:"wireBytes"`
-	SignatureBytes int64 `json:"signatureBytes,omitempty"`
-	// Resumes counts requests that resumed a dropped one.
-	Resumes  int           `json:"resumes,omitempty"`
-	Duration time.Duration `json:"-"`
+	BaseDigest     string        `json:"baseDigest"`
+	Digest         string        `json:"digest"`
+	Final          bool          `json:"final"`
+	Full           bool          `json:"full,omitempty"`
+	Received       bool          `json:"received,omitempty"`
+	WireBytes      int64         `json:"wireBytes"`
+	SignatureBytes int64         `json:"signatureBytes,omitempty"`
+	Resumes        int           `json:"resumes,omitempty"`
+	Duration       time.Duration `json:"-"`
 }
 
 // OpenSource opens a clone source (a file or a device) for reading and
