@@ -7,7 +7,12 @@
 // x-cdi-content-type header /v1beta1/upload receives a host-assisted
 // clone (serveClone: CDI's snappy stream; serveSparseClone: our resumable,
 // verified sparse-v2). Clients may be held to a client certificate
-// (Server.ClientCAFile) and a bearer token.
+// (Server.ClientCAFile) and a bearer token. A completed upload or clone is
+// answered with an Answer (JSON), a failure with a plain-text status.
+//
+// It is for programs that take disks over HTTP themselves: a controller
+// or service that mounts Handler in its own server, or runs Server (the
+// importer binary's upload-server command and CDI's upload-server pod do).
 package uploadserver
 
 import (
