@@ -36,7 +36,8 @@ type Sum = [Size]byte
 // ZeroBlockSum is the hash of a whole block of zeros.
 func ZeroBlockSum() Sum { return zeroBlockSum }
 
-// New returns a Hash that hashes on workers goroutines (0: GOMAXPROCS).
+// New returns a Hash that hashes on workers goroutines (0: GOMAXPROCS, 2
+// under a 750m quota too: one measured slower, see cpulimit.Workers).
 func New(workers int) *Hash {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)

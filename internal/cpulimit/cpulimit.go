@@ -29,6 +29,30 @@ func Cores() float64 {
 	return coresUnder("/", runtime.NumCPU())
 }
 
+// Workers is how many threads of work this process may keep busy at
+// once: Cores rounded to the nearest whole CPU, at least 1 (a 750m pod,
+// CDI's default limit, gets 1; an unlimited 2-core machine 2). It is the
+// count for what Go's scheduler does not bound, where GOMAXPROCS (rounded
+// up, 2 at least) would give a 750m pod two: the threads of a decoder
+// child (xz -T), and whether a stream is read ahead on a goroutine of its
+// own (with one CPU nothing runs sooner for it; see importer's
+// decodeStream).
+//
+// Go's own worker pools (the stream decoder's inflaters, the content
+// hash) stay at GOMAXPROCS: Go runs no more of them at once than that, and
+// one worker measured worse under a 750m quota (1 GiB bench disk over one
+// GET onto a file, medians of 5 interleaved runs: compressed qcow2 2.83
+// -> 3.16 CPU-s, 3.97 -> 4.21 s; raw, one hash worker, 0.75 -> 0.80 CPU-s,
+// 1.26 -> 1.76 s).
+func Workers() int {
+	return workersOf(Cores())
+}
+
+// workersOf is Workers for cores CPUs.
+func workersOf(cores float64) int {
+	return max(int(math.Round(cores)), 1)
+}
+
 // coresUnder is Cores with /proc and the cgroup mounts read under root
 // (a test's tree) and ncpu CPUs to run on.
 func coresUnder(root string, ncpu int) float64 {

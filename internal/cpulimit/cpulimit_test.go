@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -159,4 +160,36 @@ func TestCoresInARealCgroupQuota(t *testing.T) {
 	}
 	assert.Equal(t, "0.75", cores(cgrouptest.RunTest(t, dir, t.Name())), "inside the 750m cgroup")
 	assert.Equal(t, fmt.Sprintf("%g", Cores()), cores(cgrouptest.RunTest(t, "", t.Name())), "outside it, as this process")
+}
+
+// TestWorkersAreTheCoresRoundedAtLeastOne: a pool is sized by the CPUs
+// rounded to the nearest whole one, never 0: a 750m pod gets one worker,
+// where GOMAXPROCS gives it two.
+func TestWorkersAreTheCoresRoundedAtLeastOne(t *testing.T) {
+	for cores, want := range map[float64]int{0.1: 1, 0.5: 1, 0.75: 1, 1: 1, 1.4: 1, 1.5: 2, 2: 2, 2.5: 3, 16: 16} {
+		assert.Equal(t, want, workersOf(cores), "%g CPUs", cores)
+	}
+}
+
+// TestWorkersInARealCgroupQuota: this test's binary run again inside a
+// fresh cgroup with CDI's 750m quota (75 ms / 100 ms) sizes its pools at
+// one worker, and inside one without a quota at the host's CPUs.
+func TestWorkersInARealCgroupQuota(t *testing.T) {
+	if cgrouptest.InChild() {
+		fmt.Printf("workers=%d\n", Workers())
+		return
+	}
+	workers := func(out string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(line, "workers="); ok {
+				return v
+			}
+		}
+		t.Fatalf("no workers= line in %s", out)
+		return ""
+	}
+	limited := cgrouptest.NewQuota(t, 75000, 100000)
+	unlimited := cgrouptest.NewQuota(t, -1, 100000)
+	assert.Equal(t, "1", workers(cgrouptest.RunTest(t, limited, t.Name())), "inside the 750m cgroup")
+	assert.Equal(t, fmt.Sprint(runtime.NumCPU()), workers(cgrouptest.RunTest(t, unlimited, t.Name())), "inside a cgroup without a quota")
 }

@@ -8,9 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/diskimport/engine/internal/cpulimit"
 )
 
 // xzMaxPerThread bounds the xz child's multi-threaded budget per thread
@@ -47,13 +48,13 @@ func xzThreads(limit, available int64, cores int) (threads int, budget int64) {
 // read the answer is conservative: the budget of the previous fixed
 // setting, which gives one or two threads on common files.
 //
-// The cores are the CPUs the process may use, GOMAXPROCS: Go sets it from
-// the cgroup's CPU limit (CFS quota or cpu.max, rounded up, at least 2) as
-// well as the affinity mask, and the stream decoder's inflaters and the
-// content hash size their workers by it too. NumCPU counted the node: a
-// 750m pod on a 16-core node ran xz -T16.
+// The cores are the workers the process may keep busy, cpulimit.Workers
+// (the cgroup's CPU limit rounded, the affinity mask, at least 1), as for
+// every pool of the import. NumCPU counted the node (a 750m pod on a
+// 16-core node ran xz -T16); GOMAXPROCS rounds a limit up to 2 at least,
+// so a 750m pod ran xz -T2.
 func xzThreadsHere() (threads int, budget int64, err error) {
-	cores := runtime.GOMAXPROCS(0)
+	cores := cpulimit.Workers()
 	limit, lerr := cgroupMemoryLimit("/proc/self/cgroup", "/sys/fs/cgroup")
 	avail, aerr := memAvailable("/proc/meminfo")
 	if err := errors.Join(lerr, aerr); err != nil {

@@ -1,6 +1,7 @@
 package format
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/diskimport/engine/internal/testkit/cgrouptest"
 )
 
 func TestXZThreads(t *testing.T) {
@@ -199,12 +202,51 @@ func TestXZThreadsInCgroup(t *testing.T) {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// TestXZThreadsFollowTheCPUsTheProcessHas: xz's thread count is the CPUs
-// Go may run on (GOMAXPROCS, which follows a cgroup's CPU limit), not the
-// node's cores: with GOMAXPROCS 1 xz gets -T1 on this 2-core machine
-// (it got -T2 from NumCPU).
-func TestXZThreadsFollowTheCPUsTheProcessHas(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	threads, _, _ := xzThreadsHere()
-	assert.Equal(t, 1, threads)
+// TestXZChildThreadsFollowTheCgroupsCPUQuota: the xz child is started
+// with -T1 inside a cgroup with CDI's 750m quota (where GOMAXPROCS is 2 on
+// this 2-core machine, and xz got -T2), and with the host's CPUs inside
+// one without a quota: the arguments of the running child, read from
+// /proc, while it decodes a multi-block file whose bytes come out whole.
+func TestXZChildThreadsFollowTheCgroupsCPUQuota(t *testing.T) {
+	if cgrouptest.InChild() {
+		bin := needTool(t, "xz")
+		raw := variedContent(8<<20, 43)
+		p := filepath.Join(t.TempDir(), "d")
+		writeRaw(t, p, raw)
+		// Blocks of 1 MiB: a file xz would decode on several threads.
+		z, err := exec.Command(bin, "-1", "-T2", "--block-size=1MiB", "-c", p).Output()
+		require.NoError(t, err)
+		d, err := NewDecompressor(context.Background(), XZ, bytes.NewReader(z), Options{ExternalXZ: bin}.withDefaults())
+		require.NoError(t, err)
+		defer d.Close()
+		got := make([]byte, len(raw))
+		_, err = io.ReadFull(d, got[:1<<20])
+		require.NoError(t, err)
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.(*decoder).r.(*childProc).child.Pid()))
+		require.NoError(t, err)
+		_, err = io.ReadFull(d, got[1<<20:])
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(raw, got), "decoded bytes differ")
+		for _, arg := range strings.Split(string(cmdline), "\x00") {
+			if strings.HasPrefix(arg, "-T") {
+				fmt.Printf("xz-threads=%s\n", arg)
+			}
+		}
+		return
+	}
+	needTool(t, "xz")
+	threads := func(out string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(line, "xz-threads="); ok {
+				return v
+			}
+		}
+		t.Fatalf("no xz-threads= line in %s", out)
+		return ""
+	}
+	limited := cgrouptest.NewQuota(t, 75000, 100000)
+	unlimited := cgrouptest.NewQuota(t, -1, 100000)
+	assert.Equal(t, "-T1", threads(cgrouptest.RunTest(t, limited, t.Name())), "inside the 750m cgroup")
+	assert.Equal(t, fmt.Sprintf("-T%d", runtime.NumCPU()), threads(cgrouptest.RunTest(t, unlimited, t.Name())),
+		"inside a cgroup without a quota")
 }

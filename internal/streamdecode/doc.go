@@ -85,7 +85,8 @@ type Options struct {
 	// set): past either the decoder stops with a *SpillLimitError
 	// (errdefs.ErrNotStreamable).
 	MaxSpill int64
-	// Workers inflate compressed clusters or grains (default GOMAXPROCS).
+	// Workers inflate compressed clusters or grains (default GOMAXPROCS,
+	// 2 under a 750m quota too: one measured slower, see cpulimit.Workers).
 	Workers int
 	// MaxVirtualSize refuses larger disks (default: format's limit).
 	MaxVirtualSize int64
