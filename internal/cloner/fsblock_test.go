@@ -132,7 +132,7 @@ func TestFilesystemToBlockDeltaOntoALargerDeviceLeavesWhatAFullCloneLeaves(t *te
 			fres, err := send(t, p, s.url(""), cloner.ContentTypeFilesystem, dir, cloner.ProtocolAuto)
 			require.NoError(t, err)
 			require.Nil(t, fres.Delta)
-			_, err = s.wait(t)
+			fgot, err := s.wait(t)
 			require.NoError(t, err)
 
 			s = startServer(t, p, importer.Options{Target: dev})
@@ -145,6 +145,9 @@ func TestFilesystemToBlockDeltaOntoALargerDeviceLeavesWhatAFullCloneLeaves(t *te
 			got, err := s.wait(t)
 			require.NoError(t, err)
 			assert.Equal(t, testimg.ContentDigest(t, img), got.ContentDigest)
+			assert.EqualValues(t, size, got.VirtualSize)
+			assert.EqualValues(t, devSize, fgot.TargetSize)
+			assert.EqualValues(t, fgot.TargetSize, got.TargetSize, "the device's size, as the full clone reports it")
 
 			assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dev, size), "the device starts with disk.img")
 			assert.Equal(t, testimg.Digest(t, full, -1), testimg.Digest(t, dev, -1), "the device reads as after a full clone")

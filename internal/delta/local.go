@@ -36,6 +36,9 @@ type Pass struct {
 	// Received marks the receiving end's report of a pass over the wire:
 	// whether it was final only the sender can tell (Final is false).
 	Received bool `json:"received,omitempty"`
+	// TargetSize is the device's size where it is larger than the
+	// volume (DevicePrefix), else 0.
+	TargetSize int64 `json:"targetSize,omitempty"`
 	// WireBytes counts what crossed the wire (signature and runs; 0 for a
 	// local pass), SignatureBytes the signature's part of it.
 	WireBytes      int64 `json:"wireBytes"`

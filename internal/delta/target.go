@@ -203,7 +203,7 @@ func (t *Target) sign(ctx context.Context, covered *atomic.Int64) (*Signature, e
 		return nil, fmt.Errorf("signing delta target %s: %w: %w", t.path, err, errdefs.ErrNoDeltaBase)
 	}
 	t.sig = &Signature{Size: s.Size, Sums: append([]blkhash.Sum(nil), s.Sums...), Digest: s.Digest}
-	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
+	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String(), TargetSize: t.beyond()}
 	return s, nil
 }
 
@@ -211,7 +211,7 @@ func (t *Target) sign(ctx context.Context, covered *atomic.Int64) (*Signature, e
 // the caller just made, of zeros).
 func (t *Target) adopt(s *Signature) {
 	t.sig = s
-	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
+	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String(), TargetSize: t.beyond()}
 }
 
 // Signed is the target's signature while no run was applied (a
@@ -253,6 +253,14 @@ func (t *Target) hold() error {
 	}
 	t.held = ends
 	return nil
+}
+
+// beyond is the device's size where it is larger than the volume, else 0.
+func (t *Target) beyond() int64 {
+	if t.capacity > t.size {
+		return t.capacity
+	}
+	return 0
 }
 
 // clearBeyond makes the device past the volume (a DevicePrefix target
