@@ -249,3 +249,27 @@ func TestFilesystemToBlockDeltaOntoAnExactSizeServerIsRefused(t *testing.T) {
 	}
 	assert.Equal(t, before, testimg.Digest(t, dev, -1), "the device was written")
 }
+
+// TestFilesystemToBlockDeltaPassResumesAfterADrop: the connection carrying
+// the disk.img pass's runs is cut; the pass resumes where the server
+// stands, as a device's does, and the device ends up equal to disk.img.
+func TestFilesystemToBlockDeltaPassResumesAfterADrop(t *testing.T) {
+	// 60 blocks of random bytes, which do not compress: 3.75 MiB of runs.
+	dir, img, dev, changed := fsBlockVolume(t, deltaSize, deltaSize, 97, 60, nil)
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dev})
+	proxy := startCuttingProxy(t, s.addr, 3*mib)
+
+	res, err := sendTree(t, p, s.url(proxy.addr()), dir, "", 10)
+	require.NoError(t, err)
+	assert.True(t, proxy.cutted.Load(), "the proxy never cut")
+	require.NotNil(t, res.Delta)
+	assert.GreaterOrEqual(t, res.Resumes, 1)
+	require.NotEmpty(t, res.ResumedAt)
+	assert.Positive(t, res.ResumedAt[0], "resumed where the server stood, not from the start")
+	assert.Equal(t, changed, res.Delta.BlocksChanged)
+	got, err := s.wait(t)
+	require.NoError(t, err)
+	assert.Equal(t, res.Digest, got.ContentDigest)
+	assert.Equal(t, testimg.Digest(t, img, -1), testimg.Digest(t, dev, -1))
+}
