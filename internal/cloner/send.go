@@ -118,11 +118,7 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	if o.ContentType == ContentTypeFilesystem && o.Delta && proto != ProtocolSnappy {
 		if offersSparse(ctx, o) {
 			if offers, ok := offersDelta(ctx, o); ok {
-				// Onto a block device (the server says so) a volume
-				// that holds only its raw disk image takes the block pass
-				// of that file, as a device's does; any other volume, or
-				// onto a directory, the volume's pass.
-				if image := rawDiskImageOnly(o.Source); image != "" && offers.Get(DeltaOfHeader) == DeltaOfDiskImage {
+				if image := diskImagePass(o, offers); image != "" {
 					o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaOfDiskImage, "image", image)
 					o.Source = image
 					return sendDelta(ctx, o)
@@ -134,6 +130,19 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 		proto = ProtocolSnappy
 	}
 	return sendFull(ctx, o, proto)
+}
+
+// diskImagePass is the file a filesystem volume's delta pass goes as,
+// the block pass of its disk image, as a device's: where the server's
+// target is a block device (offers, its HEAD answer, say so:
+// DeltaOfDiskImage), which takes no volume's pass, and the volume holds
+// only its raw disk image. Else "": the volume's pass (onto a device:
+// refused, then the volume whole).
+func diskImagePass(o Options, offers http.Header) string {
+	if offers.Get(DeltaOfHeader) != DeltaOfDiskImage {
+		return ""
+	}
+	return rawDiskImageOnly(o.Source)
 }
 
 // sendFull clones the source whole in proto (ProtocolAuto: what the
