@@ -62,7 +62,11 @@ func deltaPassOf(p *delta.Pass) *DeltaPass {
 // for ReceiveDelta.
 type ReceivedDelta struct {
 	// Size is the source volume's size in bytes; the target must be of
-	// that size. Base, when set, is the content digest the target must
+	// that size, or a block device larger than it (unless
+	// Options.ExactSize): the pass is then of its first Size bytes, and
+	// the rest reads as after a full clone (as it lies, but for an old
+	// image's GPT backup header in the last sector: its last MiB
+	// zeroed). Base, when set, is the content digest the target must
 	// have to be the pass's base (the last pass's Result.ContentDigest).
 	Size int64
 	Base string
@@ -102,8 +106,9 @@ func (s *DeltaSignature) Send(w io.Writer) (bool, error) { return s.answer(w) }
 // hands the signature to pass.Signed; TransferDelta applies pass.Runs;
 // Verify checks the target's content digest against pass.Runs.Digest;
 // Commit writes the held ends; with o's events, progress and logger, and
-// one Result. A target that is no base (another size, not pass.Base)
-// fails Info with errdefs.ErrNoDeltaBase: the sender then clones in full.
+// one Result. A target that is no base (another size, a device smaller
+// than the source, not pass.Base) fails Info with errdefs.ErrNoDeltaBase:
+// the sender then clones in full.
 // o names the target, and the source for the log (empty: "a delta pass
 // received"); its other options do not apply.
 func ReceiveDelta(ctx context.Context, o Options, pass ReceivedDelta) (*Result, error) {
@@ -125,7 +130,14 @@ func ReceiveDelta(ctx context.Context, o Options, pass ReceivedDelta) (*Result, 
 			return failed, err
 		}
 	} else {
-		r.DeltaReceived = delta.ReceiveVolume(delta.TargetPath(o.Target), pass.Size, pass.Base, pass.Runs)
+		// A block device larger than the source takes the pass over its
+		// first Size bytes, as it takes a full clone, unless the exact
+		// size was asked for.
+		fit := delta.DevicePrefix
+		if o.ExactSize {
+			fit = delta.SameSize
+		}
+		r.DeltaReceived = delta.ReceiveVolume(delta.TargetPath(o.Target), pass.Size, fit, pass.Base, pass.Runs)
 	}
 	r.deltaSigned = pass.Signed
 	res, err := importWithRestarts(ctx, r)

@@ -124,7 +124,7 @@ func noDeltaBase(err error) error {
 // size as written, the data bytes the pass wrote, and the content digest
 // both sides' block hashes gave, verified.
 func (r *Result) takeDeltaPass(p *delta.Pass) {
-	r.VirtualSize, r.TargetSize, r.BytesWritten = p.Size, p.Size, p.Size
+	r.VirtualSize, r.TargetSize, r.BytesWritten = p.Size, max(p.Size, p.TargetSize), p.Size
 	r.DataBytes = p.DataBytes
 	r.ContentDigest, r.SourceDigest, r.TargetDigest = p.Digest, p.Digest, p.Digest
 	r.Verified, r.VerifyMethod = true, string(verifyBlockHashes)

@@ -187,6 +187,9 @@ func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
 	w.Header().Set(cloner.FilesystemHeader, cloner.FilesystemDiskImage)
 	w.Header().Set(cloner.DeltaHeader, cloner.DeltaV1)
+	if isBlockDevice(h.opts.Import.Target) {
+		w.Header().Set(cloner.DeltaOfHeader, cloner.DeltaOfDiskImage)
+	}
 	id := r.Header.Get(cloner.SessionHeader)
 	if id == "" {
 		return

@@ -80,8 +80,9 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		return
 	}
 	var manifest []byte
-	ask := ct + " " + strconv.FormatInt(size, 10) + " " + r.Header.Get(cloner.BaseHeader)
-	if ct == ContentTypeFilesystemClone {
+	diskImage := ct == ContentTypeFilesystemClone && r.Header.Get(cloner.DeltaOfHeader) == cloner.DeltaOfDiskImage
+	ask := ct + " " + strconv.FormatInt(size, 10) + " " + r.Header.Get(cloner.BaseHeader) + " " + r.Header.Get(cloner.DeltaOfHeader)
+	if ct == ContentTypeFilesystemClone && !diskImage {
 		b, err := io.ReadAll(io.LimitReader(s2.NewReader(r.Body), maxManifestWire))
 		var m *delta.Manifest
 		if err == nil {
@@ -118,7 +119,7 @@ func (h *Handler) serveDeltaSignature(w http.ResponseWriter, r *http.Request, id
 		return
 	}
 	h.setPhase(string(importer.PhaseInfo))
-	d, err := h.startDelta(r.Context(), manifest, size, r.Header.Get(cloner.BaseHeader))
+	d, err := h.startDelta(r.Context(), manifest, diskImage, size, r.Header.Get(cloner.BaseHeader))
 	if err != nil {
 		h.releaseClaim()
 		status := http.StatusInternalServerError
@@ -169,9 +170,15 @@ func (h *Handler) sendSignature(w http.ResponseWriter, sess *cloneSession) {
 // runs under the server's context, not the request's: the session
 // outlives its requests. A server that grows its file to a requested size
 // holds no copy of the source's size: no base; a block target takes no
-// filesystem volume's pass (the sender then sends CDI's tar).
-func (h *Handler) startDelta(ctx context.Context, manifest []byte, size int64, base string) (*deltaSession, error) {
+// filesystem volume's pass (the sender then sends the volume whole) but
+// the pass of a volume's disk image (diskImage: the block pass, onto the
+// device, where its records would go in full), which only a block target
+// takes (a filesystem volume's directory takes the volume's pass).
+func (h *Handler) startDelta(ctx context.Context, manifest []byte, diskImage bool, size int64, base string) (*deltaSession, error) {
 	var target string
+	if diskImage && !isBlockDevice(h.opts.Import.Target) {
+		return nil, fmt.Errorf("the target %s is no block device: a filesystem volume's disk image takes the volume's pass here: %w", h.opts.Import.Target, errdefs.ErrNoDeltaBase)
+	}
 	if manifest != nil {
 		// A filesystem volume's pass lays out a directory, removing what
 		// its manifest does not list: never the directory a block target

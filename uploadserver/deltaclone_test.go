@@ -188,3 +188,46 @@ func TestReceivedDeltaPassWithAWrongEndDigestIsNeverComplete(t *testing.T) {
 	copy(middle[4<<20-1<<20:], run)
 	assert.True(t, bytes.Equal(middle, got), "between the ends: the base with the run applied")
 }
+
+// TestDiskImagePassIsOfferedAndTakenOnlyOntoADevice: the server offers a
+// filesystem volume's disk-image pass (the block pass of its disk.img) in
+// its HEAD answer only when its target is a block device, and refuses one
+// asked for onto a filesystem volume's disk.img (412: that volume takes
+// the volume's pass), leaving the file as it was.
+func TestDiskImagePassIsOfferedAndTakenOnlyOntoADevice(t *testing.T) {
+	offer := func(t *testing.T, target string) (string, string) {
+		_, url := serve(t, uploadserver.Options{Import: importer.Options{Target: target}})
+		resp, err := http.Head(url + uploadserver.PathUpload)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, cloner.DeltaV1, resp.Header.Get(cloner.DeltaHeader))
+		return resp.Header.Get(cloner.DeltaOfHeader), url
+	}
+	t.Run("a device", func(t *testing.T) {
+		dev := testimg.LoopDevice(t, t.TempDir(), deltaVolume)
+		of, _ := offer(t, dev)
+		assert.Equal(t, cloner.DeltaOfDiskImage, of)
+	})
+	t.Run("a filesystem volume's disk.img", func(t *testing.T) {
+		dst := testimg.Raw(t, t.TempDir(), "disk.img", deltaVolume, 11)
+		before := testimg.Digest(t, dst, -1)
+		of, url := offer(t, dst)
+		assert.Empty(t, of)
+		req, err := http.NewRequest(http.MethodPost, url+uploadserver.PathUpload, http.NoBody)
+		require.NoError(t, err)
+		for k, v := range map[string]string{
+			uploadserver.HeaderContentType: uploadserver.ContentTypeFilesystemClone, cloner.ProtocolHeader: cloner.ProtocolSparseV2,
+			cloner.SessionHeader: "0123456789abcdef", cloner.DeltaHeader: cloner.DeltaSignature,
+			cloner.DeltaOfHeader: cloner.DeltaOfDiskImage, cloner.SizeHeader: strconv.Itoa(deltaVolume),
+		} {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusPreconditionFailed, resp.StatusCode, string(b))
+		assert.Contains(t, string(b), "no block device")
+		assert.Equal(t, before, testimg.Digest(t, dst, -1))
+	})
+}

@@ -136,7 +136,7 @@ func cloneSourceFlagSet(fs *pflag.FlagSet, f *cloneSourceFlags) {
 	fs.BoolVar(&f.json, "json", false, "print the result JSON on standard output")
 	fs.IntVar(&f.verbose, "v", 0, "log verbosity (klog's -v=N is accepted)")
 	fs.BoolVar(&f.quiet, "q", false, "only warnings and errors")
-	fs.BoolVar(&f.delta, "delta", false, "a delta pass when the server's target holds an earlier copy: only the blocks that differ are sent (a device of the same size; a filesystem volume's files of the same size, its small files whole; env IMPORTER_DELTA=true)")
+	fs.BoolVar(&f.delta, "delta", false, "a delta pass when the server's target holds an earlier copy: only the blocks that differ are sent (a device of the source's size or larger; a filesystem volume's files of the same size, its small files whole; onto a device, a volume holding only its raw disk.img as that file; env IMPORTER_DELTA=true)")
 	fs.StringVar(&f.deltaBase, "delta-base", "", "with --delta: the digest the target must have to be the base (the last pass's digest: blk-sha256:… or a volume's tree-blk-sha256:…; env IMPORTER_DELTA_BASE)")
 	fs.Bool("alsologtostderr", false, "accepted for CDI's command line; ignored")
 	_ = fs.MarkHidden("alsologtostderr")

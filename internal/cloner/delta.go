@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,7 +24,9 @@ import (
 // that differ are sent in one session that resumes as sparse-v2's does,
 // and the End record carries the source's content digest as sent, which
 // the server's digest of its block hashes must equal before it answers.
-// A target the server finds no base gets a full sparse-v2 clone.
+// A target the server finds no base gets a full sparse-v2 clone. The
+// source is a device or a file: a filesystem volume's raw disk image,
+// onto a block device (DeltaOfDiskImage), passes as a device does.
 func sendDelta(ctx context.Context, o Options) (*Result, error) {
 	f, size, err := openDevice(o.Source)
 	if err != nil {
@@ -142,18 +145,25 @@ func retryableSignature(err error) bool {
 // errdefs.ErrNoDeltaBase.
 func requestSignature(ctx context.Context, o Options, session string, size int64) (*delta.Signature, int64, error) {
 	var sig *delta.Signature
-	n, err := askSignature(ctx, o, session, size, http.NoBody, func(r io.Reader) (err error) {
+	var of map[string]string
+	if o.ContentType == ContentTypeFilesystem {
+		// A filesystem volume's block pass is its disk image's.
+		of = map[string]string{DeltaOfHeader: DeltaOfDiskImage}
+	}
+	n, err := askSignature(ctx, o, session, size, http.NoBody, of, func(r io.Reader) (err error) {
 		sig, err = delta.ReadSignature(r, size)
 		return err
 	})
 	return sig, n, err
 }
 
-// askSignature sends a signature request with body and hands the
-// decompressed answer to read; it returns the answer's bytes on the wire.
-// An answer that breaks off is a transport error (asked again).
-func askSignature(ctx context.Context, o Options, session string, size int64, body io.Reader, read func(io.Reader) error) (int64, error) {
+// askSignature sends a signature request with body (and the headers
+// extra) and hands the decompressed answer to read; it returns the
+// answer's bytes on the wire. An answer that breaks off is a transport
+// error (asked again).
+func askSignature(ctx context.Context, o Options, session string, size int64, body io.Reader, extra map[string]string, read func(io.Reader) error) (int64, error) {
 	headers := map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaSignature, SizeHeader: strconv.FormatInt(size, 10)}
+	maps.Copy(headers, extra)
 	if o.DeltaBase != "" {
 		headers[BaseHeader] = o.DeltaBase
 	}

@@ -116,13 +116,33 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	}
 	proto := o.Protocol
 	if o.ContentType == ContentTypeFilesystem && o.Delta && proto != ProtocolSnappy {
-		if offersSparse(ctx, o) && offersDelta(ctx, o) {
-			o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaTree)
-			return sendTreeDelta(ctx, o)
+		if offersSparse(ctx, o) {
+			if offers, ok := offersDelta(ctx, o); ok {
+				if image := diskImagePass(o, offers); image != "" {
+					o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaOfDiskImage, "image", image)
+					o.Source = image
+					return sendDelta(ctx, o)
+				}
+				o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaTree)
+				return sendTreeDelta(ctx, o)
+			}
 		}
 		proto = ProtocolSnappy
 	}
 	return sendFull(ctx, o, proto)
+}
+
+// diskImagePass is the file a filesystem volume's delta pass goes as,
+// the block pass of its disk image, as a device's: where the server's
+// target is a block device (offers, its HEAD answer, say so:
+// DeltaOfDiskImage), which takes no volume's pass, and the volume holds
+// only its raw disk image. Else "": the volume's pass (onto a device:
+// refused, then the volume whole).
+func diskImagePass(o Options, offers http.Header) string {
+	if offers.Get(DeltaOfHeader) != DeltaOfDiskImage {
+		return ""
+	}
+	return rawDiskImageOnly(o.Source)
 }
 
 // sendFull clones the source whole in proto (ProtocolAuto: what the
@@ -158,8 +178,10 @@ func sendFull(ctx context.Context, o Options, proto string) (*Result, error) {
 			o.Source = image
 			return sendSparse(ctx, o)
 		}
-		if o.Delta && offersDelta(ctx, o) {
-			return sendDelta(ctx, o)
+		if o.Delta {
+			if _, ok := offersDelta(ctx, o); ok {
+				return sendDelta(ctx, o)
+			}
 		}
 		return sendSparse(ctx, o)
 	}
@@ -183,14 +205,15 @@ func serverOffers(ctx context.Context, o Options) http.Header {
 	return resp.Header
 }
 
-// offersDelta asks the server whether it takes delta passes.
-func offersDelta(ctx context.Context, o Options) bool {
+// offersDelta asks the server whether it takes delta passes, and returns
+// its answer (what kind of pass its target takes: DeltaOfHeader).
+func offersDelta(ctx context.Context, o Options) (http.Header, bool) {
 	resp, err := head(ctx, o, "")
 	if err == nil && resp.Header.Get(DeltaHeader) == DeltaV1 {
-		return true
+		return resp.Header, true
 	}
 	o.Logger.Info("The upload server takes no delta passes; cloning in full", "err", err)
-	return false
+	return nil, false
 }
 
 func head(ctx context.Context, o Options, session string) (*http.Response, error) {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // Content types, CDI's x-cdi-content-type values.
@@ -43,6 +44,31 @@ func diskImageOnly(dir string) string {
 		default:
 			return ""
 		}
+	}
+	return image
+}
+
+// rawDiskImageOnly is diskImageOnly's disk.img when its bytes are a raw
+// disk (no image format's or compression's magic in its head: what a
+// delta pass takes, as the import's delta route does), else "": a qcow2
+// in a filesystem volume is sent whole.
+func rawDiskImageOnly(dir string) string {
+	image := diskImageOnly(dir)
+	if image == "" {
+		return ""
+	}
+	f, err := os.Open(image)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, format.DefaultPeekSize)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return ""
+	}
+	if c, kind, err := format.Detect(head[:n]); err != nil || c != format.None || kind != format.Raw {
+		return ""
 	}
 	return image
 }

@@ -60,7 +60,7 @@ func sendTreeDelta(ctx context.Context, o Options) (*Result, error) {
 	}
 	got, sigWire, retries, err := fetchSignature(ctx, o, budget, func() (answer, int64, error) {
 		var ans answer
-		n, err := askSignature(ctx, o, session, src.Size(), bytes.NewReader(manifest.Bytes()), func(r io.Reader) (err error) {
+		n, err := askSignature(ctx, o, session, src.Size(), bytes.NewReader(manifest.Bytes()), nil, func(r io.Reader) (err error) {
 			ans.a, ans.sigs, err = delta.ReadTreeAnswer(r, src.Manifest())
 			return err
 		})

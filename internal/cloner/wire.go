@@ -49,6 +49,14 @@ const (
 	// filesystem clone's disk.img goes: the target file or device).
 	FilesystemHeader    = "X-Diskimport-Clone-Filesystem"
 	FilesystemDiskImage = "disk-image"
+	// DeltaOfHeader: in a HEAD answer, DeltaOfDiskImage when the server's
+	// target is a block device, which takes no filesystem volume's pass (it
+	// lays out a directory) but the block delta pass of a volume's raw
+	// disk image, as it takes that file's records in full; on a filesystem
+	// clone's signature request, DeltaOfDiskImage asks for that pass (no
+	// manifest: the runs are the disk image's).
+	DeltaOfHeader    = "X-Diskimport-Clone-Delta-Of"
+	DeltaOfDiskImage = "disk-image"
 )
 
 // Record kinds.

@@ -33,7 +33,9 @@
 // A target that is not a base (another size, not readable, or not the
 // content digest the sender names as its base) is not passed at all: the
 // caller makes a full clone instead, so a result is never a silent mix of
-// two volumes.
+// two volumes. A block device larger than the source is a base where a
+// full clone onto it would be taken (DevicePrefix): the pass is of its
+// first size bytes, and the rest reads as that full clone leaves it.
 //
 // The target is written in place: a device cannot be staged, and a file
 // is treated the same way (a staged copy would cost the full write a delta

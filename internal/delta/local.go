@@ -30,6 +30,7 @@ type Pass struct {
 	Final          bool          `json:"final"`
 	Full           bool          `json:"full,omitempty"`
 	Received       bool          `json:"received,omitempty"`
+	TargetSize     int64         `json:"-"` // the device's, when larger (Result.TargetSize)
 	WireBytes      int64         `json:"wireBytes"`
 	SignatureBytes int64         `json:"signatureBytes,omitempty"`
 	Resumes        int           `json:"resumes,omitempty"`

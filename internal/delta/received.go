@@ -60,12 +60,12 @@ type ReceivedPass struct {
 }
 
 // ReceiveVolume is a pass to be received onto the volume at path (a
-// device, claimed exclusively, or a file, locked; OpenTarget's rules) from
-// a source of size bytes whose content digest is base ("" names none),
-// its runs taken from runs.
-func ReceiveVolume(path string, size int64, base string, runs Runs) *ReceivedPass {
+// device, claimed exclusively, or a file, locked; OpenTargetFit's rules
+// with fit) from a source of size bytes whose content digest is base (""
+// names none), its runs taken from runs.
+func ReceiveVolume(path string, size int64, fit Fit, base string, runs Runs) *ReceivedPass {
 	return newReceived(path, size, runs, func(ctx context.Context) (Receiver, func(io.Writer) (bool, error), error) {
-		t, err := OpenTarget(path, size)
+		t, err := OpenTargetFit(path, size, fit)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -76,7 +76,7 @@ func TestReceivedPassStepsMakeTheCopy(t *testing.T) {
 	runs := &recorded{end: io.EOF, digest: sig.Digest.String()}
 	_, err := delta.Send(ctx, sf, sig, delta.Changes(sig, base), 0, runs)
 	require.NoError(t, err)
-	rp := delta.ReceiveVolume(dst, volSize, base.Digest.String(), runs)
+	rp := delta.ReceiveVolume(dst, volSize, delta.SameSize, base.Digest.String(), runs)
 	require.NoError(t, rp.Open(ctx))
 	defer rp.Close()
 	require.NoError(t, rp.Transfer(ctx))
@@ -106,7 +106,7 @@ func TestReceivedPassAbortedLeavesTheEndsZeroed(t *testing.T) {
 	runs := &recorded{end: cause}
 	_, err := delta.Send(ctx, sf, sig, changes[:1], 0, runs)
 	require.NoError(t, err)
-	rp := delta.ReceiveVolume(dst, volSize, "", runs)
+	rp := delta.ReceiveVolume(dst, volSize, delta.SameSize, "", runs)
 	require.NoError(t, rp.Open(ctx))
 	require.ErrorIs(t, rp.Transfer(ctx), cause)
 	assert.Equal(t, changes[0].Off+changes[0].Len, rp.Compared(), "the runs applied before the end")
@@ -122,8 +122,8 @@ func TestReceivedPassAbortedLeavesTheEndsZeroed(t *testing.T) {
 func TestReceivedPassOntoNoBase(t *testing.T) {
 	_, dst, _ := changedCopy(t, 7)
 	for _, rp := range []*delta.ReceivedPass{
-		delta.ReceiveVolume(dst, volSize+delta.BlockSize, "", &recorded{}),
-		delta.ReceiveVolume(dst, volSize, "blk-sha256:"+strings.Repeat("0", 64), &recorded{}),
+		delta.ReceiveVolume(dst, volSize+delta.BlockSize, delta.SameSize, "", &recorded{}),
+		delta.ReceiveVolume(dst, volSize, delta.SameSize, "blk-sha256:"+strings.Repeat("0", 64), &recorded{}),
 	} {
 		require.ErrorIs(t, rp.Open(context.Background()), errdefs.ErrNoDeltaBase)
 		rp.Close()

@@ -34,7 +34,12 @@ type Target struct {
 	path  string
 	block bool
 	size  int64
-	sig   *Signature
+	// capacity is a device's size when it is larger than the volume (a
+	// DevicePrefix target), else size; beyondCleared: the part past the
+	// volume was made what a full clone leaves there (clearBeyond).
+	capacity      int64
+	beyondCleared bool
+	sig           *Signature
 	// held are the target's two ends, in memory from the first write to
 	// Finish, while the target holds zeros there.
 	held []held
@@ -54,11 +59,35 @@ type held struct {
 	buf []byte
 }
 
+// Fit is how a volume target's size must match its source's.
+type Fit int
+
+const (
+	// SameSize: the target has the source's size (a local pass, or a
+	// server asked for the exact size).
+	SameSize Fit = iota
+	// DevicePrefix: a block device may be larger than the source, as a
+	// full clone onto it may be (a filesystem volume's disk.img onto the
+	// block volume of a storage migration, which the storage rounds up).
+	// The pass is of its first size bytes; the rest reads as a full
+	// clone leaves it: as it lies, but for an old image's GPT backup
+	// header in the device's last sector, whose last MiB is zeroed before
+	// the first write (volume.BackupGPTAtEnd, as the import's writers of
+	// a device do). A file must still have the source's size.
+	DevicePrefix
+)
+
 // OpenTarget opens the existing volume at path (a device, claimed
 // exclusively, or a file, locked) to take a delta pass of a source of
 // size bytes. A target of another size, or none, is no base
 // (errdefs.ErrNoDeltaBase).
 func OpenTarget(path string, size int64) (*Target, error) {
+	return OpenTargetFit(path, size, SameSize)
+}
+
+// OpenTargetFit is OpenTarget with the size rule fit: with DevicePrefix
+// a block device of at least size bytes is a base too.
+func OpenTargetFit(path string, size int64, fit Fit) (*Target, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("delta target %s: %w: %w", path, err, errdefs.ErrNoDeltaBase)
@@ -77,7 +106,7 @@ func OpenTarget(path string, size int64) (*Target, error) {
 		return nil, fmt.Errorf("opening delta target %s: %w: %w", path, err, errdefs.ErrNoDeltaBase)
 	}
 	if block {
-		return newTarget(f, path, true, size)
+		return newTarget(f, path, true, size, fit)
 	}
 	return OpenTargetFile(f, path, size)
 }
@@ -90,12 +119,16 @@ func OpenTargetFile(f *os.File, name string, size int64) (*Target, error) {
 		f.Close()
 		return nil, fmt.Errorf("delta target %s is being written by another pass: %w", name, errdefs.ErrTargetBusy)
 	}
-	return newTarget(f, name, false, size)
+	return newTarget(f, name, false, size, SameSize)
 }
 
-func newTarget(f *os.File, name string, block bool, size int64) (*Target, error) {
+func newTarget(f *os.File, name string, block bool, size int64, fit Fit) (*Target, error) {
 	have, err := f.Seek(0, io.SeekEnd)
-	if err == nil && have != size {
+	switch {
+	case err != nil:
+	case fit == DevicePrefix && block && have < size:
+		err = fmt.Errorf("delta target %s has %d bytes, less than the source's %d: %w", name, have, size, errdefs.ErrNoDeltaBase)
+	case (fit != DevicePrefix || !block) && have != size:
 		err = fmt.Errorf("delta target %s has %d bytes, the source %d: %w", name, have, size, errdefs.ErrNoDeltaBase)
 	}
 	if err != nil {
@@ -105,7 +138,7 @@ func newTarget(f *os.File, name string, block bool, size int64) (*Target, error)
 		}
 		return nil, err
 	}
-	t := &Target{f: f, path: name, block: block, size: size}
+	t := &Target{f: f, path: name, block: block, size: size, capacity: have}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
 		t.ino, t.dev = st.Ino, st.Dev
@@ -170,7 +203,7 @@ func (t *Target) sign(ctx context.Context, covered *atomic.Int64) (*Signature, e
 		return nil, fmt.Errorf("signing delta target %s: %w: %w", t.path, err, errdefs.ErrNoDeltaBase)
 	}
 	t.sig = &Signature{Size: s.Size, Sums: append([]blkhash.Sum(nil), s.Sums...), Digest: s.Digest}
-	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
+	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String(), TargetSize: t.beyond()}
 	return s, nil
 }
 
@@ -178,7 +211,7 @@ func (t *Target) sign(ctx context.Context, covered *atomic.Int64) (*Signature, e
 // the caller just made, of zeros).
 func (t *Target) adopt(s *Signature) {
 	t.sig = s
-	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String()}
+	t.pass = Pass{Stats: Stats{Size: t.size, Blocks: Blocks(t.size)}, BaseDigest: s.Digest.String(), TargetSize: t.beyond()}
 }
 
 // Signed is the target's signature while no run was applied (a
@@ -212,10 +245,45 @@ func (t *Target) hold() error {
 			return err
 		}
 	}
+	if err := t.clearBeyond(); err != nil {
+		return err
+	}
 	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
 		return fmt.Errorf("fsync delta target %s after zeroing its ends: %w", t.path, err)
 	}
 	t.held = ends
+	return nil
+}
+
+// beyond is the device's size where it is larger than the volume, else 0.
+func (t *Target) beyond() int64 {
+	if t.capacity > t.size {
+		return t.capacity
+	}
+	return 0
+}
+
+// clearBeyond makes the device past the volume (a DevicePrefix target
+// larger than its source) what a full clone onto it leaves: when its last
+// sector holds a GPT backup header, an old image's, its last MiB is
+// zeroed (the part of it inside the volume is the held tail's, in
+// memory); the rest stays as it lies. It runs once, before the first
+// write or, when no run changed anything, at Commit; the caller syncs.
+func (t *Target) clearBeyond() error {
+	if t.beyondCleared || t.capacity <= t.size {
+		return nil
+	}
+	backup, err := volume.BackupGPTAtEnd(t.f, t.capacity)
+	if err != nil {
+		return fmt.Errorf("delta target %s: %w", t.path, err)
+	}
+	if backup && t.capacity > heldSize {
+		from := max(t.size, t.capacity-heldSize)
+		if err := t.zeroRange(from, t.capacity-from); err != nil {
+			return err
+		}
+	}
+	t.beyondCleared = true
 	return nil
 }
 
@@ -366,7 +434,18 @@ func (t *Target) Commit() error {
 	t.finished = true
 	t.pass.Digest = got.String()
 	if t.held == nil {
-		return nil // nothing written
+		// Nothing written in the volume; past it, a device may still
+		// hold what a full clone would have zeroed.
+		if t.beyondCleared || t.capacity <= t.size {
+			return nil
+		}
+		if err := t.clearBeyond(); err != nil {
+			return err
+		}
+		if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
+			return fmt.Errorf("fsync delta target %s: %w", t.path, err)
+		}
+		return nil
 	}
 	if err := unix.Fdatasync(int(t.f.Fd())); err != nil {
 		return fmt.Errorf("fsync delta target %s: %w", t.path, err)

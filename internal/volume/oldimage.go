@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,21 +72,34 @@ func (t *Target) wipeOldImageLocked() error {
 }
 
 // backupGPTAtEnd reports whether the device's last sector is a GPT
-// backup header, for 512- or 4096-byte sectors: the signature and a MyLBA
-// that names that last sector.
+// backup header (BackupGPTAtEnd).
 func (t *Target) backupGPTAtEnd() (bool, error) {
+	backup, err := BackupGPTAtEnd(t.f, t.capacity)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", t.path, err)
+	}
+	return backup, nil
+}
+
+// BackupGPTAtEnd reports whether the last sector of a device of capacity
+// bytes, read through r, is a GPT backup header, for 512- or 4096-byte
+// sectors: the signature and a MyLBA that names that last sector. An
+// old image's backup header there is what a writer of a new image zeroes
+// (with the rest of the device's last MiB) before its first write. r may
+// be opened with O_DIRECT: the read is 4 KiB, aligned.
+func BackupGPTAtEnd(r io.ReaderAt, capacity int64) (bool, error) {
 	const span = 4096
-	if t.capacity < span {
+	if capacity < span {
 		return false, nil
 	}
 	buf := alignedBuf(span)
-	if _, err := t.f.ReadAt(buf, t.capacity-span); err != nil {
-		return false, fmt.Errorf("reading the last %d bytes of %s: %w", span, t.path, err)
+	if _, err := r.ReadAt(buf, capacity-span); err != nil {
+		return false, fmt.Errorf("reading the last %d bytes: %w", span, err)
 	}
 	for _, sector := range []int64{512, 4096} {
 		hdr := buf[span-sector:]
 		if bytes.HasPrefix(hdr, []byte(gptSignature)) &&
-			binary.LittleEndian.Uint64(hdr[24:32]) == uint64(t.capacity/sector-1) {
+			binary.LittleEndian.Uint64(hdr[24:32]) == uint64(capacity/sector-1) {
 			return true, nil
 		}
 	}
