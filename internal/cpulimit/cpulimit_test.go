@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -149,17 +148,8 @@ func TestCoresInARealCgroupQuota(t *testing.T) {
 		return
 	}
 	dir := cgrouptest.NewQuota(t, 75000, 100000)
-	cores := func(out string) string {
-		for _, line := range strings.Split(out, "\n") {
-			if v, ok := strings.CutPrefix(line, "cores="); ok {
-				return v
-			}
-		}
-		t.Fatalf("no cores= line in %s", out)
-		return ""
-	}
-	assert.Equal(t, "0.75", cores(cgrouptest.RunTest(t, dir, t.Name())), "inside the 750m cgroup")
-	assert.Equal(t, fmt.Sprintf("%g", Cores()), cores(cgrouptest.RunTest(t, "", t.Name())), "outside it, as this process")
+	assert.Equal(t, "0.75", cgrouptest.RunTestValue(t, dir, t.Name(), "cores"), "inside the 750m cgroup")
+	assert.Equal(t, fmt.Sprintf("%g", Cores()), cgrouptest.RunTestValue(t, "", t.Name(), "cores"), "outside it, as this process")
 }
 
 // TestWorkersAreTheCoresRoundedAtLeastOne: a pool is sized by the CPUs
@@ -179,17 +169,8 @@ func TestWorkersInARealCgroupQuota(t *testing.T) {
 		fmt.Printf("workers=%d\n", Workers())
 		return
 	}
-	workers := func(out string) string {
-		for _, line := range strings.Split(out, "\n") {
-			if v, ok := strings.CutPrefix(line, "workers="); ok {
-				return v
-			}
-		}
-		t.Fatalf("no workers= line in %s", out)
-		return ""
-	}
 	limited := cgrouptest.NewQuota(t, 75000, 100000)
 	unlimited := cgrouptest.NewQuota(t, -1, 100000)
-	assert.Equal(t, "1", workers(cgrouptest.RunTest(t, limited, t.Name())), "inside the 750m cgroup")
-	assert.Equal(t, fmt.Sprint(runtime.NumCPU()), workers(cgrouptest.RunTest(t, unlimited, t.Name())), "inside a cgroup without a quota")
+	assert.Equal(t, "1", cgrouptest.RunTestValue(t, limited, t.Name(), "workers"), "inside the 750m cgroup")
+	assert.Equal(t, fmt.Sprint(runtime.NumCPU()), cgrouptest.RunTestValue(t, unlimited, t.Name(), "workers"), "inside a cgroup without a quota")
 }

@@ -235,18 +235,9 @@ func TestXZChildThreadsFollowTheCgroupsCPUQuota(t *testing.T) {
 		return
 	}
 	needTool(t, "xz")
-	threads := func(out string) string {
-		for _, line := range strings.Split(out, "\n") {
-			if v, ok := strings.CutPrefix(line, "xz-threads="); ok {
-				return v
-			}
-		}
-		t.Fatalf("no xz-threads= line in %s", out)
-		return ""
-	}
 	limited := cgrouptest.NewQuota(t, 75000, 100000)
 	unlimited := cgrouptest.NewQuota(t, -1, 100000)
-	assert.Equal(t, "-T1", threads(cgrouptest.RunTest(t, limited, t.Name())), "inside the 750m cgroup")
-	assert.Equal(t, fmt.Sprintf("-T%d", runtime.NumCPU()), threads(cgrouptest.RunTest(t, unlimited, t.Name())),
+	assert.Equal(t, "-T1", cgrouptest.RunTestValue(t, limited, t.Name(), "xz-threads"), "inside the 750m cgroup")
+	assert.Equal(t, fmt.Sprintf("-T%d", runtime.NumCPU()), cgrouptest.RunTestValue(t, unlimited, t.Name(), "xz-threads"),
 		"inside a cgroup without a quota")
 }

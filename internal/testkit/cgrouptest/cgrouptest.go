@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -63,4 +64,19 @@ func RunTest(t *testing.T, dir, name string) string {
 		t.Fatalf("%s as a child: %v\n%s", name, err, out)
 	}
 	return string(out)
+}
+
+// RunTestValue runs the test named name again as RunTest does and returns
+// the value the child printed on a line "key=value"; it fails the test
+// when the child printed none.
+func RunTestValue(t *testing.T, dir, name, key string) string {
+	t.Helper()
+	out := RunTest(t, dir, name)
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), key+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%s as a child printed no %s= line:\n%s", name, key, out)
+	return ""
 }
