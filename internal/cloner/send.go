@@ -116,16 +116,15 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	}
 	proto := o.Protocol
 	if o.ContentType == ContentTypeFilesystem && o.Delta && proto != ProtocolSnappy {
-		if offersSparse(ctx, o) {
-			if offers, ok := offersDelta(ctx, o); ok {
-				if image := diskImagePass(o, offers); image != "" {
-					o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaOfDiskImage, "image", image)
-					o.Source = image
-					return sendDelta(ctx, o)
-				}
-				o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaTree)
-				return sendTreeDelta(ctx, o)
+		// One HEAD answers both: sparse-v2, and what pass its target takes.
+		if offers := serverOffers(ctx, o); offers.Get(ProtocolHeader) == ProtocolSparseV2 && takesDelta(o, offers) {
+			if image := diskImagePass(o, offers); image != "" {
+				o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaOfDiskImage, "image", image)
+				o.Source = image
+				return sendDelta(ctx, o)
 			}
+			o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaTree)
+			return sendTreeDelta(ctx, o)
 		}
 		proto = ProtocolSnappy
 	}
@@ -155,9 +154,10 @@ func sendFull(ctx context.Context, o Options, proto string) (*Result, error) {
 	if o.ContentType == ContentTypeFilesystem && proto != ProtocolSnappy {
 		image = diskImageOnly(o.Source)
 	}
+	var offers http.Header // the server's HEAD answer, asked for once
 	if proto == ProtocolAuto {
 		proto = ProtocolSnappy
-		offers := serverOffers(ctx, o)
+		offers = serverOffers(ctx, o)
 		switch {
 		case o.ContentType == ContentTypeBlock && offers.Get(ProtocolHeader) == ProtocolSparseV2:
 			proto = ProtocolSparseV2
@@ -179,19 +179,16 @@ func sendFull(ctx context.Context, o Options, proto string) (*Result, error) {
 			return sendSparse(ctx, o)
 		}
 		if o.Delta {
-			if _, ok := offersDelta(ctx, o); ok {
+			if offers == nil {
+				offers = serverOffers(ctx, o)
+			}
+			if takesDelta(o, offers) {
 				return sendDelta(ctx, o)
 			}
 		}
 		return sendSparse(ctx, o)
 	}
 	return nil, fmt.Errorf("clone protocol %q: want %s or %s: %w", proto, ProtocolSnappy, ProtocolSparseV2, errdefs.ErrInvalidOptions)
-}
-
-// offersSparse asks the server (HEAD on the upload path) whether it takes
-// sparse-v2; CDI's answers 200 without our header.
-func offersSparse(ctx context.Context, o Options) bool {
-	return serverOffers(ctx, o).Get(ProtocolHeader) == ProtocolSparseV2
 }
 
 // serverOffers is the answer to HEAD on the upload path (none when it
@@ -205,15 +202,14 @@ func serverOffers(ctx context.Context, o Options) http.Header {
 	return resp.Header
 }
 
-// offersDelta asks the server whether it takes delta passes, and returns
-// its answer (what kind of pass its target takes: DeltaOfHeader).
-func offersDelta(ctx context.Context, o Options) (http.Header, bool) {
-	resp, err := head(ctx, o, "")
-	if err == nil && resp.Header.Get(DeltaHeader) == DeltaV1 {
-		return resp.Header, true
+// takesDelta tells whether the server's HEAD answer (offers) takes delta
+// passes (CDI's answers 200 without our headers).
+func takesDelta(o Options, offers http.Header) bool {
+	if offers.Get(DeltaHeader) == DeltaV1 {
+		return true
 	}
-	o.Logger.Info("The upload server takes no delta passes; cloning in full", "err", err)
-	return nil, false
+	o.Logger.Info("The upload server takes no delta passes; cloning in full")
+	return false
 }
 
 func head(ctx context.Context, o Options, session string) (*http.Response, error) {

@@ -263,6 +263,10 @@ func (t *Target) beyond() int64 {
 	return 0
 }
 
+// beyondPending: the device is larger than the volume and clearBeyond
+// has not run yet.
+func (t *Target) beyondPending() bool { return !t.beyondCleared && t.capacity > t.size }
+
 // clearBeyond makes the device past the volume (a DevicePrefix target
 // larger than its source) what a full clone onto it leaves: when its last
 // sector holds a GPT backup header, an old image's, its last MiB is
@@ -270,7 +274,7 @@ func (t *Target) beyond() int64 {
 // memory); the rest stays as it lies. It runs once, before the first
 // write or, when no run changed anything, at Commit; the caller syncs.
 func (t *Target) clearBeyond() error {
-	if t.beyondCleared || t.capacity <= t.size {
+	if !t.beyondPending() {
 		return nil
 	}
 	backup, err := volume.BackupGPTAtEnd(t.f, t.capacity)
@@ -436,7 +440,7 @@ func (t *Target) Commit() error {
 	if t.held == nil {
 		// Nothing written in the volume; past it, a device may still
 		// hold what a full clone would have zeroed.
-		if t.beyondCleared || t.capacity <= t.size {
+		if !t.beyondPending() {
 			return nil
 		}
 		if err := t.clearBeyond(); err != nil {

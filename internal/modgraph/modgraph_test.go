@@ -13,18 +13,26 @@ import (
 // one), lists the library and no k8s.io or sigs.k8s.io module in
 // `go list -m all`: the Kubernetes API is deploy/'s (a module of its own),
 // and neither bench/ nor deploy/ is a requirement of the library.
-func TestProgramImportingTheLibraryHasNoKubernetesModule(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go mod tidy in a module of its own")
-	}
+// goAndRoot returns the go command (the test skips without one) and the
+// repository's root.
+func goAndRoot(t *testing.T) (goBin, root string) {
+	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("no go command on PATH")
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err = filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return goBin, root
+}
+
+func TestProgramImportingTheLibraryHasNoKubernetesModule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy in a module of its own")
+	}
+	goBin, root := goAndRoot(t)
 	dir := t.TempDir()
 	write := func(name, text string) {
 		t.Helper()
@@ -91,14 +99,7 @@ func main() {
 // package's tests may drive it through the public API (go list without
 // -test lists the packages' own imports).
 func TestInternalPackagesImportNoPublicPackage(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	goBin, root := goAndRoot(t)
 	const module = "github.com/diskimport/engine/"
 	cmd := exec.Command(goBin, "list", "-f", `{{.ImportPath}}|{{join .Imports " "}}`, "./...")
 	cmd.Dir = root
