@@ -130,16 +130,19 @@ func ReceiveDelta(ctx context.Context, o Options, pass ReceivedDelta) (*Result, 
 			return failed, err
 		}
 	} else {
-		// A block device larger than the source takes the pass over its
-		// first Size bytes, as it takes a full clone, unless the exact
-		// size was asked for.
-		fit := delta.DevicePrefix
-		if o.ExactSize {
-			fit = delta.SameSize
-		}
-		r.DeltaReceived = delta.ReceiveVolume(delta.TargetPath(o.Target), pass.Size, fit, pass.Base, pass.Runs)
+		r.DeltaReceived = delta.ReceiveVolume(delta.TargetPath(o.Target), pass.Size, deltaFit(o.ExactSize), pass.Base, pass.Runs)
 	}
 	r.deltaSigned = pass.Signed
 	res, err := importWithRestarts(ctx, r)
 	return res, cancelled(ctx, err)
+}
+
+// deltaFit is the size rule of a pass's target, local or received: a
+// block device larger than the source takes the pass over its first
+// bytes, as it takes a full clone, unless the exact size was asked for.
+func deltaFit(exactSize bool) delta.Fit {
+	if exactSize {
+		return delta.SameSize
+	}
+	return delta.DevicePrefix
 }

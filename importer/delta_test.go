@@ -243,3 +243,70 @@ func TestDeltaPassProgressGoesByTheBytesCompared(t *testing.T) {
 	assert.Equal(t, changed*64<<10, seen.BytesWritten)
 	assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, tg.Path, -1))
 }
+
+// TestLocalDeltaOntoALargerDeviceLeavesWhatAFullCloneLeaves: a block
+// device larger than the source (a volume the storage rounded up) takes a
+// local delta pass over its first bytes, as it takes a full clone, and
+// then reads exactly as a twin device after a full clone: the source, the
+// old bytes past it, and, where the device's last sector held an old GPT
+// backup header, its last MiB zeroed, also after a pass that changed no
+// block. With ExactSize the device is no base: the clone is refused, the
+// device untouched.
+func TestLocalDeltaOntoALargerDeviceLeavesWhatAFullCloneLeaves(t *testing.T) {
+	const size, devSize = 8 << 20, 16 << 20
+	gpt := func(dev string) { testimg.BootableGPT(t, dev, 512) }
+	for _, tc := range []struct {
+		name    string
+		changes int
+		prepare func(dev string)
+	}{
+		{"old bytes past the source", 3, nil},
+		{"an old GPT backup header at the device's end", 3, gpt},
+		{"an old GPT backup header at the device's end, the source unchanged", 0, gpt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			dev := testimg.LoopDevice(t, dir, devSize)
+			if tc.prepare != nil {
+				tc.prepare(dev)
+			}
+			src := testimg.Raw(t, dir, "src.raw", size, 71)
+			testimg.CopyOnto(t, src, dev)
+			base := testimg.ContentDigest(t, src)
+			var changed int64
+			if tc.changes > 0 {
+				changed = testimg.WriteRandomAt(t, src, 72, 4096, 0, 5<<20+100, size-4096)
+			}
+			full := testimg.LoopDevice(t, dir, devSize)
+			testimg.CopyOnto(t, dev, full)
+			require.Equal(t, tc.prepare != nil, testimg.HasBackupGPT(t, dev))
+			before := testimg.Digest(t, dev, -1)
+
+			opts := importer.Options{Source: src, Target: dev, Delta: true, DeltaBase: base, Logger: testimg.Logger(t)}
+			opts.ExactSize = true
+			_, err := importer.Import(context.Background(), opts)
+			require.ErrorIs(t, err, errdefs.ErrInvalidOptions, "an exact copy needs a device of the source's size")
+			assert.Equal(t, before, testimg.Digest(t, dev, -1), "refused before writing")
+
+			fres, err := importer.Import(context.Background(), importer.Options{Source: src, Target: full, Logger: testimg.Logger(t)})
+			require.NoError(t, err)
+			opts.ExactSize = false
+			res, err := importer.Import(context.Background(), opts)
+			require.NoError(t, err)
+			require.NotNil(t, res.Delta, "a delta pass onto the larger device")
+			assert.Equal(t, changed, res.Delta.BlocksChanged)
+			assert.True(t, res.Complete)
+			assert.Equal(t, testimg.ContentDigest(t, src), res.ContentDigest)
+			assert.EqualValues(t, size, res.VirtualSize)
+			assert.EqualValues(t, devSize, fres.TargetSize)
+			assert.EqualValues(t, fres.TargetSize, res.TargetSize, "the device's size, as the full clone reports it")
+
+			assert.Equal(t, testimg.Digest(t, src, -1), testimg.Digest(t, dev, size), "the device starts with the source")
+			assert.Equal(t, testimg.Digest(t, full, -1), testimg.Digest(t, dev, -1), "the device reads as after a full clone")
+			if tc.prepare != nil {
+				assert.False(t, testimg.HasBackupGPT(t, dev))
+				testimg.AssertZeros(t, dev, devSize-1<<20, 1<<20)
+			}
+		})
+	}
+}

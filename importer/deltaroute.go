@@ -39,7 +39,7 @@ func (a *attempt) deltaInfo(f *importFacts) (*importPlan, error) {
 	a.result.Target = path
 	a.result.VirtualSize = f.sourceSize
 	a.log.Info("Image detected", "format", f.format, "sourceSize", f.sourceSize, "target", path, "targetSize", f.deltaTarget.Size)
-	pass, err := delta.OpenLocal(a.caps.LocalPath, path, delta.LocalOptions{Base: a.req.DeltaBase, Logger: a.log})
+	pass, err := delta.OpenLocal(a.caps.LocalPath, path, delta.LocalOptions{Base: a.req.DeltaBase, Fit: deltaFit(a.req.ExactSize), Logger: a.log})
 	if err != nil {
 		return nil, noDeltaBase(err)
 	}

@@ -72,10 +72,13 @@ type Options struct {
 	TargetOptions
 
 	// Delta makes the clone a delta pass when Target already holds an
-	// earlier copy of Source (same size; a file or device source of raw
-	// bytes): only the 64 KiB blocks that differ are written, in place,
-	// and Result.Delta reports the pass. A target that is no base (none,
-	// another size, unreadable, not DeltaBase) gets a full clone instead.
+	// earlier copy of Source (a file or device source of raw bytes; a
+	// target of the same size, or a block device larger than the source,
+	// unless ExactSize, as a full clone takes one): only the 64 KiB
+	// blocks that differ are written, in place, and Result.Delta reports
+	// the pass. A larger device's bytes past the source are left as a
+	// full clone leaves them. A target that is no base (none, another
+	// size, unreadable, not DeltaBase) gets a full clone instead.
 	Delta bool
 	// DeltaBase, when set, is the content digest the target must have to
 	// be the base of a delta pass: the last pass's Result.ContentDigest.

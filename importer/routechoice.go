@@ -83,7 +83,8 @@ func deltaPlan(f *importFacts) *importPlan {
 // deltaClosed is why a delta pass may not take this import, "" when it
 // may. It copies raw bytes from a local file or device (a compressed or
 // converted image is written in full, as without Delta) onto a target
-// that exists and holds raw bytes of the source's size (no archive, no
+// that exists and holds raw bytes of the source's size, or is a block
+// device larger than it (unless ExactSize; deltaFit) (no archive, no
 // qcow2, no growing to a requested size). Whether the target is the base
 // named only its signature tells: the pass restarts the import without
 // Delta when it is not (routeClosedError).
@@ -105,7 +106,7 @@ func deltaClosed(f *importFacts, req request) string {
 		return "the target does not exist yet"
 	case !f.deltaTarget.Volume:
 		return "the target is neither a regular file nor a block device"
-	case f.deltaTarget.Size != f.sourceSize:
+	case !f.deltaTarget.Takes(f.sourceSize, deltaFit(req.ExactSize)):
 		return fmt.Sprintf("the target has %d bytes, the source %d", f.deltaTarget.Size, f.sourceSize)
 	}
 	return ""

@@ -143,7 +143,7 @@ reports to /dev/termination-log.`,
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve progress metrics over HTTPS (self-signed) at ADDR, e.g. :8443: CDI's "+cdi.ProgressMetricName+" and diskimport_*")
 	fl.StringVar(&f.ownerUID, "owner-uid", "", "the ownerUID label of "+cdi.ProgressMetricName+" (CDI: the DataVolume's UID)")
 	fl.BoolVar(&f.zeroTarget, "zero-target", false, "zero a block DEST first (BLKZEROOUT) so zero blocks of SOURCE need not be written")
-	fl.BoolVar(&f.delta, "delta", false, "clone: when DEST already holds an earlier copy of SOURCE (same size), write only the 64 KiB blocks that differ, in place (a full clone otherwise)")
+	fl.BoolVar(&f.delta, "delta", false, "clone: when DEST already holds an earlier copy of SOURCE (same size, or a larger block device unless --exact-size), write only the 64 KiB blocks that differ, in place (a full clone otherwise)")
 	fl.StringVar(&f.deltaBase, "delta-base", "", "with --delta: the content digest DEST must have to be the base (the last pass's contentDigest); another gets a full clone")
 	cmd.AddCommand(newBlankCommand(ctx, stdout, stderr, &code))
 	cmd.AddCommand(newUploadCommand(ctx, getenv, stdout, stderr, &code), newCloneSourceCommand(ctx, getenv, stdout, stderr, &code))

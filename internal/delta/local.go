@@ -77,6 +77,10 @@ type LocalOptions struct {
 	// Expect, when set, is the content digest the source must have: the
 	// pass fails before the target is finished otherwise.
 	Expect string
+	// Fit is how the target's size must match the source's: SameSize
+	// (the zero value), or DevicePrefix for a block device as large or
+	// larger, whose first bytes take the pass as a full clone's would.
+	Fit    Fit
 	Logger *slog.Logger
 }
 
@@ -127,8 +131,8 @@ type LocalPass struct {
 }
 
 // OpenLocal opens a local pass from src onto dst: the source for reading,
-// the target claimed in place (OpenTarget: a target of another size, or
-// none, is no base).
+// the target claimed in place (OpenTargetFit with o.Fit: a target of
+// another size, or none, is no base).
 func OpenLocal(src, dst string, o LocalOptions) (*LocalPass, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -142,7 +146,7 @@ func OpenLocal(src, dst string, o LocalOptions) (*LocalPass, error) {
 		sf.Close()
 		return nil, fmt.Errorf("delta clone: %w", err)
 	}
-	t, err := OpenTarget(dst, size)
+	t, err := OpenTargetFit(dst, size, o.Fit)
 	if err != nil {
 		sf.Close()
 		return nil, err
@@ -179,7 +183,7 @@ func (lp *LocalPass) Transfer(ctx context.Context) error {
 		return err
 	}
 	runs := Changes(srcSig, tr.s)
-	lp.pass = Pass{Stats: Count(lp.size, runs), BaseDigest: tr.s.Digest.String()}
+	lp.pass = Pass{Stats: Count(lp.size, runs), BaseDigest: tr.s.Digest.String(), TargetSize: lp.target.beyond()}
 	lp.o.Logger.Info("Delta pass", "source", lp.src.Name(), "target", lp.target.path, "blocks", lp.pass.Blocks,
 		"changed", lp.pass.BlocksChanged, "dataBytes", lp.pass.DataBytes, "zeroBytes", lp.pass.ZeroBytes)
 	lp.unchanged, lp.stop = Recheck(ctx, lp.src, srcSig, lp.stamp)

@@ -77,6 +77,15 @@ const (
 	DevicePrefix
 )
 
+// takes is the size rule: whether a volume of have bytes (block: a block
+// device) may take a pass of a source of size bytes.
+func (fit Fit) takes(block bool, have, size int64) bool {
+	if fit == DevicePrefix && block {
+		return have >= size
+	}
+	return have == size
+}
+
 // OpenTarget opens the existing volume at path (a device, claimed
 // exclusively, or a file, locked) to take a delta pass of a source of
 // size bytes. A target of another size, or none, is no base
@@ -126,9 +135,10 @@ func newTarget(f *os.File, name string, block bool, size int64, fit Fit) (*Targe
 	have, err := f.Seek(0, io.SeekEnd)
 	switch {
 	case err != nil:
-	case fit == DevicePrefix && block && have < size:
+	case fit.takes(block, have, size):
+	case have < size:
 		err = fmt.Errorf("delta target %s has %d bytes, less than the source's %d: %w", name, have, size, errdefs.ErrNoDeltaBase)
-	case (fit != DevicePrefix || !block) && have != size:
+	default:
 		err = fmt.Errorf("delta target %s has %d bytes, the source %d: %w", name, have, size, errdefs.ErrNoDeltaBase)
 	}
 	if err != nil {
@@ -474,10 +484,17 @@ func (t *Target) Close() error { return t.detach() }
 
 // TargetState is what a pass's target holds as it lies, read without
 // claiming it: whether it exists, whether it is a volume a pass writes in
-// place (a block device or a regular file), and its size.
+// place (a block device or a regular file), whether it is a block device,
+// and its size.
 type TargetState struct {
-	Exists, Volume bool
-	Size           int64
+	Exists, Volume, Block bool
+	Size                  int64
+}
+
+// Takes is whether the volume may take a pass of a source of size bytes
+// under the size rule fit (OpenTargetFit's).
+func (s TargetState) Takes(size int64, fit Fit) bool {
+	return s.Volume && fit.takes(s.Block, s.Size, size)
 }
 
 // StatTarget reads the state of the volume at path (TargetPath's). A
@@ -498,7 +515,7 @@ func StatTarget(path string) TargetState {
 		}
 		defer f.Close()
 		if s.Size, err = f.Seek(0, io.SeekEnd); err == nil {
-			s.Volume = true
+			s.Volume, s.Block = true, true
 		}
 	}
 	return s
