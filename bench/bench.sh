@@ -65,6 +65,11 @@ echo "bench: building" >&2
 $go build -trimpath -o bin/importer ./cmd/importer
 # Time a private copy: others may rebuild bin/importer while this runs.
 cp bin/importer "$work/importer"
+# The gzip decoder child, as the image carries it: our pods find it at
+# /native (pods.sh), where a compiler and ISA-L's headers built it.
+make -s native >&2
+mkdir -p "$work/native"
+cp -r bin/native/. "$work/native/" 2>/dev/null || true
 # The tools too, private to the run: a concurrent run may rebuild them
 # from a tree that changed meanwhile.
 $go -C bench build -o "$work/benchtool" ./benchtool

@@ -54,6 +54,11 @@ if [[ -z $imp ]]; then
 	imp=$work/importer
 fi
 go build -o "$work/demoserve" ./scripts/demoserve
+# The gzip decoder child, as the image carries it, at /native in the pod
+# (BENCH_ENV's PATH=… without /native leaves it out).
+make -s native >&2
+mkdir -p "$work/native"
+cp -r bin/native/. "$work/native/" 2>/dev/null || true
 "$work/demoserve" "$img" >"$work/url" 2>/dev/null &
 srv=$!
 for _ in $(seq 50); do [[ -s $work/url ]] && break; sleep 0.1; done
@@ -91,11 +96,11 @@ incg() {
 # pod_cmd CASE [BINARY [ENV]]
 pod_cmd() {
 	local bin=${2:-$imp} env=${3-${BENCH_ENV:-}}
-	echo "exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	echo "exec env -i PATH=/native:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/disk.$1 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize \
 PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench $env \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/podroot 0 \
-/dev/cdi-block-volume $loop /importer $bin /scratch $work/scratch"
+/dev/cdi-block-volume $loop /importer $bin /scratch $work/scratch /native $work/native"
 }
 decoder_cmd() {
 	case $1 in

@@ -127,10 +127,10 @@ pod_import() {
 	mkdir -p "$work/podroot"
 	# The measured shell joins the cgroups, then becomes the pod.
 	with_scratch_peak "$label" "$prep" "${cg:+echo \$\$ >$cg/cgroup.procs && }${ca:+echo \$\$ >$ca/cgroup.procs && }${cq:+echo \$\$ >$cq/cgroup.procs && }exec env -i \
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/$file \
+PATH=/native:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/$file \
 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/podroot 0 \
-/dev/cdi-block-volume $loop /importer $bin /scratch $scratch"
+/dev/cdi-block-volume $loop /importer $bin /scratch $scratch /native $work/native"
 	if [[ $last_rc != 0 ]]; then
 		# The error line (klog's E..., slog's level=ERROR), not the stack
 		# trace CDI prints after it; tabs would split the runs file's fields.

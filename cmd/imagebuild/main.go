@@ -28,14 +28,15 @@ import (
 )
 
 type options struct {
-	recipe        imagebuild.Recipe
-	repository    string
-	outDir        string
-	createdUnix   int64
-	maxCompressed int64
-	programs      []string
-	hostPrograms  []string
-	applets       string
+	recipe         imagebuild.Recipe
+	repository     string
+	outDir         string
+	createdUnix    int64
+	maxCompressed  int64
+	programs       []string
+	nativePrograms []string
+	hostPrograms   []string
+	applets        string
 }
 
 func main() {
@@ -94,6 +95,10 @@ func parseFlags(args []string) (options, error) {
 		o.programs = append(o.programs, v)
 		return nil
 	})
+	fs.Func("native-program", "SRC=PATH: a program of the project built from C against this machine's libraries (native/), installed at PATH with its shared libraries (repeatable)", func(v string) error {
+		o.nativePrograms = append(o.nativePrograms, v)
+		return nil
+	})
 	fs.Func("host-program", "a program of this machine copied with its shared libraries (repeatable; default /usr/bin/qemu-img, /usr/bin/xz and /usr/bin/igzip)", func(v string) error {
 		o.hostPrograms = append(o.hostPrograms, v)
 		return nil
@@ -133,12 +138,18 @@ func parseFlags(args []string) (options, error) {
 	if o.applets != "" {
 		o.recipe.Applets = strings.Split(o.applets, ",")
 	}
-	for _, p := range o.programs {
-		src, dst, ok := strings.Cut(p, "=")
-		if !ok || src == "" || !strings.HasPrefix(dst, "/") {
-			return o, fmt.Errorf("-program %q: want SRC=/ABSOLUTE/PATH", p)
+	for _, list := range []struct {
+		flag    string
+		values  []string
+		dynamic bool
+	}{{"-program", o.programs, false}, {"-native-program", o.nativePrograms, true}} {
+		for _, p := range list.values {
+			src, dst, ok := strings.Cut(p, "=")
+			if !ok || src == "" || !strings.HasPrefix(dst, "/") {
+				return o, fmt.Errorf("%s %q: want SRC=/ABSOLUTE/PATH", list.flag, p)
+			}
+			o.recipe.Programs = append(o.recipe.Programs, imagebuild.Program{Source: src, Path: dst, Dynamic: list.dynamic})
 		}
-		o.recipe.Programs = append(o.recipe.Programs, imagebuild.Program{Source: src, Path: dst})
 	}
 	return o, os.MkdirAll(o.outDir, 0o755)
 }

@@ -32,7 +32,8 @@ func procLimit(t *testing.T, pid int, name string) string {
 	return ""
 }
 
-// TestDecompressorChildIsConfined looks at a running xz or igzip child from
+// TestDecompressorChildIsConfined looks at a running xz, igzip or
+// diskimport-inflate child from
 // outside: the decompressor itself (exec'd in place by the launcher), in a
 // process group of its own, restricted (no_new_privs, set only to take on
 // the Landlock ruleset), with its limits. What the ruleset denies is shown
@@ -51,12 +52,21 @@ func TestDecompressorChildIsConfined(t *testing.T) {
 		threads bool
 	}{
 		"xz": {XZ, func(bin string) Options { return Options{ExternalXZ: bin} }, "xz", 0, "", true},
-		"igzip": {Gzip, func(bin string) Options { return Options{ExternalGzip: bin} }, "igzip",
+		"igzip": {Gzip, func(bin string) Options { return Options{ExternalGzip: bin, GzipRing: "-"} }, "igzip",
 			igzipAddressSpace, "1", false},
+		"diskimport-inflate": {Gzip, func(bin string) Options { return Options{GzipRing: bin} }, "diskimport-inflate",
+			inflateRingAddressSpace + ringSlotBytes*ringSlots, "1", false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			bin := needTool(t, tc.tool)
+			var bin string
+			if tc.tool == "diskimport-inflate" {
+				if bin = inflateRingForTest(t); bin == "" {
+					t.Skip("diskimport-inflate is not here (see the log above)")
+				}
+			} else {
+				bin = needTool(t, tc.tool)
+			}
 			z, err := os.ReadFile(wrap(t, p, tc.c))
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(context.Background())

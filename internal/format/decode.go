@@ -116,9 +116,14 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 	d := &decoder{codec: c, ctx: ctx, src: src}
 	switch c {
 	case Gzip:
-		if bin := o.gzipBinary(); bin != "" {
-			o.Logger.Debug("decoding gzip with an external process", "igzip", bin)
-			p, err := startIgzip(ctx, bin, src, o)
+		// The ring child, else igzip's pipe, else Go.
+		start, bin := startInflateRing, o.inflateRingBinary()
+		if bin == "" {
+			start, bin = startIgzip, o.gzipBinary()
+		}
+		if bin != "" {
+			o.Logger.Debug("decoding gzip with an external process", "program", bin)
+			p, err := start(ctx, bin, src, o)
 			if err != nil {
 				return nil, err
 			}

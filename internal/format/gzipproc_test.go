@@ -16,16 +16,6 @@ import (
 	"github.com/diskimport/engine/errdefs"
 )
 
-// needIgzip skips igzip-specific tests where ISA-L's igzip is missing.
-func needIgzip(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("igzip")
-	if err != nil {
-		t.Skipf("igzip (Debian package isal) not installed, the external gzip decoder is not tested: %v", err)
-	}
-	return p
-}
-
 func gzipMember(t *testing.T, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -36,22 +26,81 @@ func gzipMember(t *testing.T, b []byte) []byte {
 	return buf.Bytes()
 }
 
-// decodeGzip decodes z with the decoder bin selects ("-" is Go) and
-// checks that the decoder is the one asked for.
-func decodeGzip(t *testing.T, bin string, z []byte) ([]byte, error) {
+// gzipChild is an external gzip decoder under test: igzip through its
+// pipe, or diskimport-inflate through its ring.
+type gzipChild struct {
+	name string
+	o    Options
+	ring bool
+}
+
+// gzipChildren are the external gzip decoders this machine has, each
+// chosen alone (the other turned off); each one missing is skipped with
+// its reason, and with neither the test skips.
+func gzipChildren(t *testing.T) []gzipChild {
 	t.Helper()
-	d, err := NewDecompressor(context.Background(), Gzip, bytes.NewReader(z), Options{ExternalGzip: bin})
+	var cs []gzipChild
+	if p, err := exec.LookPath("igzip"); err == nil {
+		cs = append(cs, gzipChild{"igzip", Options{ExternalGzip: p, GzipRing: "-"}, false})
+	} else {
+		t.Logf("igzip (Debian package isal) not installed, its pipe is not tested: %v", err)
+	}
+	if p := inflateRingForTest(t); p != "" {
+		cs = append(cs, gzipChild{"diskimport-inflate", Options{ExternalGzip: "-", GzipRing: p}, true})
+	}
+	if len(cs) == 0 {
+		t.Skip("neither igzip nor diskimport-inflate is here: the external gzip decoders are not tested")
+	}
+	return cs
+}
+
+// inflateRingForTest is diskimport-inflate: the one on PATH (make test
+// builds it), else built from native/inflate into a temporary directory
+// when a C compiler and ISA-L's headers are here (apt-get install gcc
+// libisal-dev), else "" with the reason logged.
+func inflateRingForTest(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("diskimport-inflate"); err == nil {
+		return p
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Logf("diskimport-inflate is not on PATH and there is no C compiler to build it: %v", err)
+		return ""
+	}
+	if _, err := os.Stat("/usr/include/isa-l.h"); err != nil {
+		t.Logf("diskimport-inflate is not on PATH and ISA-L's headers are missing (apt-get install libisal-dev): %v", err)
+		return ""
+	}
+	out := filepath.Join(t.TempDir(), "diskimport-inflate")
+	run(t, cc, "-O2", "-Wall", "-Werror", "-o", out, "../../native/inflate/diskimport-inflate.c", "-lisal")
+	return out
+}
+
+// decodeGzip decodes z with the decoder o selects and checks that it is
+// the one asked for: the child c, or Go's when c is nil.
+func decodeGzip(t *testing.T, c *gzipChild, z []byte) ([]byte, error) {
+	t.Helper()
+	o := Options{ExternalGzip: "-", GzipRing: "-"}
+	if c != nil {
+		o = c.o
+	}
+	d, err := NewDecompressor(context.Background(), Gzip, bytes.NewReader(z), o)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	_, isChild := d.(*decoder).r.(*childProc)
-	require.Equal(t, bin != "-", isChild, "decoder for ExternalGzip=%q", bin)
+	p, isChild := d.(*decoder).r.(*childProc)
+	require.Equal(t, c != nil, isChild, "decoder for %+v", o)
+	if c != nil {
+		_, isRing := p.stdout.(*ringReader)
+		require.Equal(t, c.ring, isRing, "%s reads a ring", c.name)
+	}
 	return io.ReadAll(d)
 }
 
-func TestIgzipMatchesGoDecoder(t *testing.T) {
-	bin := needIgzip(t)
+func TestGzipChildrenMatchGoDecoder(t *testing.T) {
+	children := gzipChildren(t)
 	a, b := variedContent(6<<20, 31), variedContent(3<<20, 32)
 	cases := map[string]struct {
 		z    []byte
@@ -61,6 +110,8 @@ func TestIgzipMatchesGoDecoder(t *testing.T) {
 		"two members":   {append(gzipMember(t, a), gzipMember(t, b)...), append(append([]byte{}, a...), b...)},
 		"empty member":  {gzipMember(t, nil), []byte{}},
 		"empty between": {append(append(gzipMember(t, a), gzipMember(t, nil)...), gzipMember(t, b)...), append(append([]byte{}, a...), b...)},
+		// Exactly the ring's slots: the last slot full, nothing after it.
+		"a whole ring": {gzipMember(t, variedContent(ringSlots*ringSlotBytes, 37)), variedContent(ringSlots*ringSlotBytes, 37)},
 	}
 	if pigz, err := exec.LookPath("pigz"); err == nil {
 		// pigz compresses blocks in parallel into one member; two runs
@@ -76,17 +127,19 @@ func TestIgzipMatchesGoDecoder(t *testing.T) {
 		t.Logf("pigz not installed, its multi-member case is not tested: %v", err)
 	}
 	for name, c := range cases {
-		goOut, err := decodeGzip(t, "-", c.z)
+		goOut, err := decodeGzip(t, nil, c.z)
 		require.NoError(t, err, "%s: Go decoder", name)
 		require.True(t, bytes.Equal(c.want, goOut), "%s: Go decoder output differs", name)
-		out, err := decodeGzip(t, bin, c.z)
-		require.NoError(t, err, "%s: igzip", name)
-		require.True(t, bytes.Equal(goOut, out), "%s: igzip output (%d bytes) differs from Go's (%d)", name, len(out), len(goOut))
+		for _, ch := range children {
+			out, err := decodeGzip(t, &ch, c.z)
+			require.NoError(t, err, "%s: %s", name, ch.name)
+			require.True(t, bytes.Equal(goOut, out), "%s: %s output (%d bytes) differs from Go's (%d)", name, ch.name, len(out), len(goOut))
+		}
 	}
 }
 
-func TestIgzipCorruptAndTruncated(t *testing.T) {
-	bin := needIgzip(t)
+func TestGzipChildrenRefuseCorruptAndTruncated(t *testing.T) {
+	children := gzipChildren(t)
 	a := variedContent(4<<20, 33)
 	good := gzipMember(t, a)
 	crc := bytes.Clone(good)
@@ -96,38 +149,44 @@ func TestIgzipCorruptAndTruncated(t *testing.T) {
 	// A second member with a bad CRC after a good one: every member is checked.
 	second := append(bytes.Clone(good), crc...)
 	for name, z := range map[string][]byte{"crc": crc, "isize": size, "second member crc": second} {
-		for _, b := range []string{"-", bin} {
-			_, err := decodeGzip(t, b, z)
-			require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%s with %s", name, b)
-			if b == bin {
-				require.ErrorContains(t, err, "checksum", name)
-			}
+		_, err := decodeGzip(t, nil, z)
+		require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%s with Go", name)
+		for _, ch := range children {
+			_, err := decodeGzip(t, &ch, z)
+			require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%s with %s", name, ch.name)
+			require.ErrorContains(t, err, "checksum", "%s with %s", name, ch.name)
 		}
 	}
 	for _, cut := range []int{len(good) / 2, len(good) - 4, 12} {
-		for _, b := range []string{"-", bin} {
-			_, err := decodeGzip(t, b, good[:cut])
-			require.ErrorIs(t, err, errdefs.ErrInvalidImage, "cut at %d with %s", cut, b)
-			require.ErrorContains(t, err, "truncated", "cut at %d with %s", cut, b)
+		_, err := decodeGzip(t, nil, good[:cut])
+		require.ErrorIs(t, err, errdefs.ErrInvalidImage, "cut at %d with Go", cut)
+		require.ErrorContains(t, err, "truncated", "cut at %d with Go", cut)
+		for _, ch := range children {
+			_, err := decodeGzip(t, &ch, good[:cut])
+			require.ErrorIs(t, err, errdefs.ErrInvalidImage, "cut at %d with %s", cut, ch.name)
+			require.ErrorContains(t, err, "truncated", "cut at %d with %s", cut, ch.name)
 		}
 	}
 }
 
-// TestIgzipTrailingBytes pins where the two decoders differ: bytes after
-// the last member that do not start another one fail the Go decoder and
-// are ignored by igzip, whose output is still the whole, checked data.
-func TestIgzipTrailingBytes(t *testing.T) {
-	bin := needIgzip(t)
+// TestGzipChildrenIgnoreTrailingBytes pins where the decoders differ:
+// bytes after the last member that do not start another one fail the Go
+// decoder and are ignored by igzip and diskimport-inflate, whose output
+// is still the whole, checked data.
+func TestGzipChildrenIgnoreTrailingBytes(t *testing.T) {
+	children := gzipChildren(t)
 	a := variedContent(1<<20, 34)
 	z := append(gzipMember(t, a), "trailing garbage"...)
-	_, err := decodeGzip(t, "-", z)
+	_, err := decodeGzip(t, nil, z)
 	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
-	out, err := decodeGzip(t, bin, z)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(a, out))
-	// Trailing bytes that look like another member are decoded as one.
-	_, err = decodeGzip(t, bin, append(gzipMember(t, a), 0x1f, 0x8b, 8, 0))
-	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
+	for _, ch := range children {
+		out, err := decodeGzip(t, &ch, z)
+		require.NoError(t, err, ch.name)
+		require.True(t, bytes.Equal(a, out), ch.name)
+		// Trailing bytes that look like another member are decoded as one.
+		_, err = decodeGzip(t, &ch, append(gzipMember(t, a), 0x1f, 0x8b, 8, 0))
+		require.ErrorIs(t, err, errdefs.ErrInvalidImage, ch.name)
+	}
 }
 
 // blockingReader yields r, then blocks until ctx ends (a slow source).
@@ -144,45 +203,48 @@ func (b *blockingReader) Read(p []byte) (int, error) {
 	return 0, b.ctx.Err()
 }
 
-func TestIgzipCancelAndClose(t *testing.T) {
-	bin := needIgzip(t)
-	z := gzipMember(t, variedContent(16<<20, 35))
-	o := Options{ExternalGzip: bin}
-	base := runtime.NumGoroutine()
-	before := len(childPIDs(t))
+func TestGzipChildrenCancelAndClose(t *testing.T) {
+	for _, ch := range gzipChildren(t) {
+		t.Run(ch.name, func(t *testing.T) {
+			z := gzipMember(t, variedContent(16<<20, 35))
+			base := runtime.NumGoroutine()
+			before := len(childPIDs(t))
 
-	// Cancelled while the source stalls halfway: the read fails with
-	// ErrCancelled, the child is killed and reaped.
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := NewDecompressor(ctx, Gzip, &blockingReader{ctx: ctx, r: bytes.NewReader(z[:len(z)/2])}, o)
-	require.NoError(t, err)
-	p := d.(*decoder).r.(*childProc)
-	_, err = io.CopyN(io.Discard, d, 1<<20)
-	require.NoError(t, err)
-	require.Greater(t, len(childPIDs(t)), before, "igzip child should be running")
-	cancel()
-	_, err = io.Copy(io.Discard, d)
-	require.ErrorIs(t, err, errdefs.ErrCancelled)
-	require.NoError(t, d.Close())
-	require.True(t, p.child.Reaped(), "child reaped")
-	require.Len(t, childPIDs(t), before)
-	waitGoroutines(t, base)
+			// Cancelled while the source stalls halfway: the read fails with
+			// ErrCancelled, the child is killed and reaped.
+			ctx, cancel := context.WithCancel(context.Background())
+			d, err := NewDecompressor(ctx, Gzip, &blockingReader{ctx: ctx, r: bytes.NewReader(z[:len(z)/2])}, ch.o)
+			require.NoError(t, err)
+			p := d.(*decoder).r.(*childProc)
+			_, err = io.CopyN(io.Discard, d, 1<<20)
+			require.NoError(t, err)
+			require.Greater(t, len(childPIDs(t)), before, "the child should be running")
+			cancel()
+			_, err = io.Copy(io.Discard, d)
+			require.ErrorIs(t, err, errdefs.ErrCancelled)
+			require.NoError(t, d.Close())
+			require.True(t, p.child.Reaped(), "child reaped")
+			require.Len(t, childPIDs(t), before)
+			waitGoroutines(t, base)
 
-	// Closed early by the caller: no error, child gone.
-	d, err = NewDecompressor(context.Background(), Gzip, bytes.NewReader(z), o)
-	require.NoError(t, err)
-	p = d.(*decoder).r.(*childProc)
-	_, err = io.CopyN(io.Discard, d, 1<<20)
-	require.NoError(t, err)
-	require.NoError(t, d.Close())
-	require.True(t, p.child.Reaped(), "child reaped")
-	require.Len(t, childPIDs(t), before)
-	waitGoroutines(t, base)
+			// Closed early by the caller: no error, child gone.
+			d, err = NewDecompressor(context.Background(), Gzip, bytes.NewReader(z), ch.o)
+			require.NoError(t, err)
+			p = d.(*decoder).r.(*childProc)
+			_, err = io.CopyN(io.Discard, d, 1<<20)
+			require.NoError(t, err)
+			require.NoError(t, d.Close())
+			require.True(t, p.child.Reaped(), "child reaped")
+			require.Len(t, childPIDs(t), before)
+			waitGoroutines(t, base)
+		})
+	}
 }
 
 func TestGzipWithoutIgzipUsesGo(t *testing.T) {
-	t.Setenv("PATH", t.TempDir()) // no igzip here
+	t.Setenv("PATH", t.TempDir()) // no igzip, no diskimport-inflate here
 	require.Equal(t, "", Options{}.gzipBinary())
+	require.Equal(t, "", Options{}.inflateRingBinary())
 	a := variedContent(2<<20, 36)
 	d, err := NewDecompressor(context.Background(), Gzip, bytes.NewReader(gzipMember(t, a)), Options{})
 	require.NoError(t, err)
@@ -194,4 +256,5 @@ func TestGzipWithoutIgzipUsesGo(t *testing.T) {
 	require.True(t, bytes.Equal(a, out))
 	// An explicit "-" also keeps the Go decoder whatever PATH holds.
 	require.Equal(t, "", Options{ExternalGzip: "-"}.gzipBinary())
+	require.Equal(t, "", Options{GzipRing: "-"}.inflateRingBinary())
 }

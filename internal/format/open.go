@@ -29,6 +29,11 @@ type Options struct {
 	// ExternalGzip is the igzip (ISA-L) binary used to decode gzip: ""
 	// looks up "igzip" on PATH, "-" never uses one (klauspost's gzip).
 	ExternalGzip string
+	// GzipRing is the diskimport-inflate binary (native/inflate), which
+	// decodes gzip into shared memory instead of a pipe and is preferred
+	// to igzip: "" looks up "diskimport-inflate" on PATH, "-" never uses
+	// one.
+	GzipRing string
 	// MaxNesting is how many compression layers are peeled at most
 	// (default 3); more is refused as unsafe.
 	MaxNesting int

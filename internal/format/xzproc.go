@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,9 @@ type childSpec struct {
 	// onto a loop device, where the decoder is not what binds, took the
 	// same either way: mean 1.37 s and 1.36 s, 23 interleaved runs).
 	paced bool
+	// ring: the child decodes into a shared memory ring (ringReader)
+	// instead of writing to its stdout.
+	ring bool
 }
 
 // startChild runs the tool sp describes as the decoder of src, confined
@@ -145,25 +149,28 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	outR, outW, err := blockingPipe()
+	inSize := growPipe(inW, xzPipeSize)
+	stdin := newPacedPipeWriter(inW, inSize)
+	if !sp.paced {
+		stdin.half = 0
+	}
+	stdout, childOut, extra, err := sp.output()
 	if err != nil {
 		inR.Close()
 		inW.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	inSize, outSize := growPipe(inW, xzPipeSize), growPipe(outR, xzPipeSize)
-	o.Logger.Debug(name+" child", "stdin_bytes", inSize, "stdout_bytes", outSize,
+	o.Logger.Debug(name+" child", "stdin_bytes", inSize, "ring", sp.ring,
 		"sandbox", sandbox.Describe(), "as", policy.AddressSpace, "nproc", policy.Processes)
-	stdin, stdout := newPacedPipeWriter(inW, inSize), newPacedPipeReader(outR, outSize)
-	if !sp.paced {
-		stdin.half, stdout.target = 0, 0
-	}
 	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: sandbox.NewStderrBuffer(4096, 0),
 		src: src, fed: make(chan struct{}), failed: sp.failed}
-	p.child, err = sandbox.Start(ctx, policy, sandbox.Stdio{Stdin: inR, Stdout: outW, Stderr: p.stderr})
+	p.child, err = sandbox.Start(ctx, policy, sandbox.Stdio{Stdin: inR, Stdout: childOut, Stderr: p.stderr, Extra: extra})
 	// The child has its own copies of its ends now (or never will).
 	inR.Close()
-	outW.Close()
+	childOut.Close()
+	for _, f := range extra {
+		f.Close()
+	}
 	if err != nil {
 		stdin.Close()
 		stdout.Close()
@@ -171,6 +178,25 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	}
 	go p.feed(stdin)
 	return p, nil
+}
+
+// output makes where the child's decoded bytes go and how they are read:
+// the reader, the child's stdout and its descriptors from 3 on.
+func (sp childSpec) output() (io.ReadCloser, *os.File, []*os.File, error) {
+	if sp.ring {
+		return newRingReader(ringSlotBytes, ringSlots)
+	}
+	// Our own pipe rather than exec's, so it can be grown, kept out of
+	// the poller and paced (pacedPipeReader).
+	outR, outW, err := blockingPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stdout := newPacedPipeReader(outR, growPipe(outR, xzPipeSize))
+	if !sp.paced {
+		stdout.target = 0
+	}
+	return stdout, outW, nil, nil
 }
 
 // feed copies the compressed input into the child. It returns when the

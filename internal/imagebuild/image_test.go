@@ -10,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/diskimport/engine/internal/sandbox"
 	"github.com/diskimport/engine/internal/testkit/testimg"
@@ -115,29 +118,7 @@ func TestImageContents(t *testing.T) {
 	if !cfg.Created.Time.Equal(r.Created) {
 		t.Errorf("created %v, want %v", cfg.Created, r.Created)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]*tar.Header{}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			files["/"+h.Name] = h
-		}
-		rc.Close()
-	}
+	files := imageFiles(t, img)
 	for _, p := range []string{"/usr/bin/importer", "/usr/bin/qemu-img", "/usr/bin/xz", "/usr/bin/busybox", "/usr/bin/sh", "/usr/bin/cp", "/bin", "/tmp/", "/data/", "/scratch/", "/etc/passwd", "/usr/share/doc/qemu-utils/copyright"} {
 		if files[p] == nil {
 			t.Errorf("%s is missing from the image", p)
@@ -161,6 +142,79 @@ func TestImageContents(t *testing.T) {
 		if files[resolved] == nil {
 			t.Errorf("qemu-img's %s (%s) is missing", lib, resolved)
 		}
+	}
+}
+
+// imageFiles are the tar headers of every layer of img, by absolute path.
+func imageFiles(t *testing.T, img v1.Image) map[string]*tar.Header {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*tar.Header{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			files["/"+h.Name] = h
+		}
+		rc.Close()
+	}
+	return files
+}
+
+// TestDynamicProgramBringsItsLibraries: a program of the project built
+// from C (native/) goes in with every library its loader maps, as a host
+// program's; without Dynamic a program that is not static is refused.
+func TestDynamicProgramBringsItsLibraries(t *testing.T) {
+	ctx := context.Background()
+	// igzip stands in for diskimport-inflate: both link ISA-L.
+	igzip, err := exec.LookPath("igzip")
+	if err != nil {
+		t.Skipf("igzip (Debian package isal) is not installed: %v", err)
+	}
+	r := hostRecipe(t, copyStatic(t, t.TempDir(), "importer", 0o755, time.Now()))
+	r.Programs = []Program{{Source: igzip, Path: "/usr/bin/own-inflate"}}
+	if _, err := r.Image(ctx); err == nil || !strings.Contains(err.Error(), "is not static") {
+		t.Fatalf("a dynamic program not marked Dynamic: %v, want refused as not static", err)
+	}
+	r.Programs[0].Dynamic = true
+	img, err := r.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := imageFiles(t, img)
+	if files["/usr/bin/own-inflate"] == nil {
+		t.Error("/usr/bin/own-inflate is missing from the image")
+	}
+	libs, err := sandbox.SharedLibraries(ctx, igzip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isal := false
+	for _, lib := range libs {
+		resolved, _, err := resolveHostPath(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files[resolved] == nil {
+			t.Errorf("the program's %s (%s) is missing", lib, resolved)
+		}
+		isal = isal || strings.Contains(lib, "libisal")
+	}
+	if !isal {
+		t.Errorf("igzip's libraries %v name no libisal: the test shows nothing", libs)
 	}
 }
 

@@ -40,10 +40,14 @@ type Recipe struct {
 	Licenses bool
 }
 
-// Program is one of the project's static binaries and where it goes.
+// Program is one of the project's binaries and where it goes.
 type Program struct {
 	Source string // on the build machine
 	Path   string // in the image
+	// Dynamic marks a program of the project built from C (native/)
+	// against the build machine's libraries: its shared libraries go into
+	// the system layer, as a host program's do. Others must be static.
+	Dynamic bool
 }
 
 // The layers, in the order they are stacked: what the build machine
@@ -59,18 +63,35 @@ const (
 func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
 	t := NewTree()
 	var hostPaths []string
+	add := func(files []string) error {
+		for _, f := range files {
+			resolved, links, err := t.AddHostFile(f)
+			if err != nil {
+				return err
+			}
+			hostPaths = append(hostPaths, f, resolved)
+			hostPaths = append(hostPaths, links...)
+		}
+		return nil
+	}
+	// The host programs with their libraries; of the project's dynamic
+	// programs only the libraries (the programs go in the project layer).
 	for _, p := range r.HostPrograms {
 		libs, err := sandbox.SharedLibraries(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range append([]string{p}, libs...) {
-			resolved, links, err := t.AddHostFile(f)
-			if err != nil {
-				return nil, err
-			}
-			hostPaths = append(hostPaths, f, resolved)
-			hostPaths = append(hostPaths, links...)
+		if err := add(append([]string{p}, libs...)); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range dynamicSources(r.Programs) {
+		libs, err := sandbox.SharedLibraries(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if err := add(libs); err != nil {
+			return nil, err
 		}
 	}
 	if err := r.addBusybox(t, &hostPaths); err != nil {
@@ -85,6 +106,17 @@ func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
 		}
 	}
 	return t, nil
+}
+
+// dynamicSources are the build machine's paths of the dynamic programs.
+func dynamicSources(ps []Program) []string {
+	var out []string
+	for _, p := range ps {
+		if p.Dynamic {
+			out = append(out, p.Source)
+		}
+	}
+	return out
 }
 
 func (r Recipe) addBusybox(t *Tree, hostPaths *[]string) error {
@@ -151,7 +183,7 @@ func (r Recipe) ProjectTree() (*Tree, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !static {
+		if !static && !p.Dynamic {
 			return nil, fmt.Errorf("imagebuild: %s is not static (build it with CGO_ENABLED=0)", p.Source)
 		}
 		if err := t.File(p.Path, p.Source, 0o755); err != nil {

@@ -29,6 +29,9 @@ const waitDelay = 5 * time.Second
 type Stdio struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// Extra are the program's descriptors 3, 4, … (a decoder's shared
+	// memory and its control pipe), handed to it as they are.
+	Extra []*os.File
 }
 
 // Child is a program started by Start.
@@ -71,6 +74,7 @@ func Start(ctx context.Context, p *Policy, stdio Stdio) (*Child, error) {
 	cmd.Args = []string{"diskimport-sandbox " + p.Program}
 	cmd.Env = []string{policyEnv + "=" + enc}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	cmd.ExtraFiles = stdio.Extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = c.Kill
 	cmd.WaitDelay = waitDelay
