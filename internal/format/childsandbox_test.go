@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/internal/sandbox"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 // procLimit reads one soft limit ("Max open files") of pid from
@@ -52,16 +53,16 @@ func TestDecompressorChildIsConfined(t *testing.T) {
 		threads bool
 	}{
 		"xz": {XZ, func(bin string) Options { return Options{ExternalXZ: bin} }, "xz", 0, "", true},
-		"igzip": {Gzip, func(bin string) Options { return Options{ExternalGzip: bin, GzipRing: "-"} }, "igzip",
+		"igzip": {Gzip, func(bin string) Options { return Options{ExternalGzip: bin, InflateChild: "-"} }, "igzip",
 			igzipAddressSpace, "1", false},
-		"diskimport-inflate": {Gzip, func(bin string) Options { return Options{GzipRing: bin} }, "diskimport-inflate",
+		"diskimport-inflate": {Gzip, func(bin string) Options { return Options{InflateChild: bin} }, "diskimport-inflate",
 			inflateRingAddressSpace + ringSlotBytes*ringSlots, "1", false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var bin string
 			if tc.tool == "diskimport-inflate" {
-				if bin = inflateRingForTest(t); bin == "" {
+				if bin = testimg.InflateChild(t); bin == "" {
 					t.Skip("diskimport-inflate is not here (see the log above)")
 				}
 			} else {

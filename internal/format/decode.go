@@ -39,6 +39,9 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 }
 
 func (s *sourceReader) failure() error {
+	if s == nil {
+		return nil // no source: the caller writes the child's input
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.err

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
 func gzipMember(t *testing.T, b []byte) []byte {
@@ -41,12 +42,12 @@ func gzipChildren(t *testing.T) []gzipChild {
 	t.Helper()
 	var cs []gzipChild
 	if p, err := exec.LookPath("igzip"); err == nil {
-		cs = append(cs, gzipChild{"igzip", Options{ExternalGzip: p, GzipRing: "-"}, false})
+		cs = append(cs, gzipChild{"igzip", Options{ExternalGzip: p, InflateChild: "-"}, false})
 	} else {
 		t.Logf("igzip (Debian package isal) not installed, its pipe is not tested: %v", err)
 	}
-	if p := inflateRingForTest(t); p != "" {
-		cs = append(cs, gzipChild{"diskimport-inflate", Options{ExternalGzip: "-", GzipRing: p}, true})
+	if p := testimg.InflateChild(t); p != "" {
+		cs = append(cs, gzipChild{"diskimport-inflate", Options{ExternalGzip: "-", InflateChild: p}, true})
 	}
 	if len(cs) == 0 {
 		t.Skip("neither igzip nor diskimport-inflate is here: the external gzip decoders are not tested")
@@ -54,34 +55,11 @@ func gzipChildren(t *testing.T) []gzipChild {
 	return cs
 }
 
-// inflateRingForTest is diskimport-inflate: the one on PATH (make test
-// builds it), else built from native/inflate into a temporary directory
-// when a C compiler and ISA-L's headers are here (apt-get install gcc
-// libisal-dev), else "" with the reason logged.
-func inflateRingForTest(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("diskimport-inflate"); err == nil {
-		return p
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Logf("diskimport-inflate is not on PATH and there is no C compiler to build it: %v", err)
-		return ""
-	}
-	if _, err := os.Stat("/usr/include/isa-l.h"); err != nil {
-		t.Logf("diskimport-inflate is not on PATH and ISA-L's headers are missing (apt-get install libisal-dev): %v", err)
-		return ""
-	}
-	out := filepath.Join(t.TempDir(), "diskimport-inflate")
-	run(t, cc, "-O2", "-Wall", "-Werror", "-o", out, "../../native/inflate/diskimport-inflate.c", "-lisal")
-	return out
-}
-
 // decodeGzip decodes z with the decoder o selects and checks that it is
 // the one asked for: the child c, or Go's when c is nil.
 func decodeGzip(t *testing.T, c *gzipChild, z []byte) ([]byte, error) {
 	t.Helper()
-	o := Options{ExternalGzip: "-", GzipRing: "-"}
+	o := Options{ExternalGzip: "-", InflateChild: "-"}
 	if c != nil {
 		o = c.o
 	}
@@ -256,5 +234,5 @@ func TestGzipWithoutIgzipUsesGo(t *testing.T) {
 	require.True(t, bytes.Equal(a, out))
 	// An explicit "-" also keeps the Go decoder whatever PATH holds.
 	require.Equal(t, "", Options{ExternalGzip: "-"}.gzipBinary())
-	require.Equal(t, "", Options{GzipRing: "-"}.inflateRingBinary())
+	require.Equal(t, "", Options{InflateChild: "-"}.inflateRingBinary())
 }

@@ -29,11 +29,12 @@ type Options struct {
 	// ExternalGzip is the igzip (ISA-L) binary used to decode gzip: ""
 	// looks up "igzip" on PATH, "-" never uses one (klauspost's gzip).
 	ExternalGzip string
-	// GzipRing is the diskimport-inflate binary (native/inflate), which
-	// decodes gzip into shared memory instead of a pipe and is preferred
-	// to igzip: "" looks up "diskimport-inflate" on PATH, "-" never uses
-	// one.
-	GzipRing string
+	// InflateChild is the diskimport-inflate binary (native/inflate),
+	// which decodes gzip into shared memory instead of a pipe and is
+	// preferred to igzip, and inflates a stream decoder's compressed
+	// grains and clusters (StartBlockInflater): "" looks up
+	// "diskimport-inflate" on PATH, "-" never uses one.
+	InflateChild string
 	// MaxNesting is how many compression layers are peeled at most
 	// (default 3); more is refused as unsafe.
 	MaxNesting int

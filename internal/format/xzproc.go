@@ -29,7 +29,10 @@ type childProc struct {
 	stderr *sandbox.StderrBuffer
 	src    *sourceReader
 	fed    chan struct{} // closed when the feeder goroutine has returned
-	eof    bool          // the child finished cleanly and all output was read
+	// stdin is the child's input when the caller writes it (src nil: a
+	// BlockInflater), nil when the feeder copies src.
+	stdin io.WriteCloser
+	eof   bool // the child finished cleanly and all output was read
 	// failed maps a failed exit (not cancellation, not a source failure)
 	// to an error from the child's stderr message and its exit error.
 	failed func(msg string, err error) error
@@ -120,8 +123,10 @@ type childSpec struct {
 	// same either way: mean 1.37 s and 1.36 s, 23 interleaved runs).
 	paced bool
 	// ring: the child decodes into a shared memory ring (ringReader)
-	// instead of writing to its stdout.
-	ring bool
+	// instead of writing to its stdout; of ringSlots slots of
+	// ringSlotBytes (0: the gzip child's, ringSlots and ringSlotBytes).
+	ring                     bool
+	ringSlots, ringSlotBytes int
 }
 
 // startChild runs the tool sp describes as the decoder of src, confined
@@ -176,7 +181,12 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		stdout.Close()
 		return nil, fmt.Errorf("%s: %w: %w", name, errdefs.ErrInvalidOptions, err)
 	}
-	go p.feed(stdin)
+	if src == nil {
+		p.stdin = stdin
+		close(p.fed)
+	} else {
+		go p.feed(stdin)
+	}
 	return p, nil
 }
 
@@ -184,7 +194,11 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 // the reader, the child's stdout and its descriptors from 3 on.
 func (sp childSpec) output() (io.ReadCloser, *os.File, []*os.File, error) {
 	if sp.ring {
-		return newRingReader(ringSlotBytes, ringSlots)
+		slots, slotBytes := ringSlots, ringSlotBytes
+		if sp.ringSlots > 0 {
+			slots, slotBytes = sp.ringSlots, sp.ringSlotBytes
+		}
+		return newRingReader(slotBytes, slots)
 	}
 	// Our own pipe rather than exec's, so it can be grown, kept out of
 	// the poller and paced (pacedPipeReader).

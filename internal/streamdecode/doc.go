@@ -88,6 +88,10 @@ type Options struct {
 	// Workers inflate compressed clusters or grains (default GOMAXPROCS,
 	// 2 under a 750m quota too: one measured slower, see cpulimit.Workers).
 	Workers int
+	// InflateChild is the diskimport-inflate binary that inflates zlib
+	// grains and deflate clusters instead of the workers (ISA-L's inflate):
+	// "" looks it up on PATH, "-" never uses one (format.Options').
+	InflateChild string
 	// MaxVirtualSize refuses larger disks (default: format's limit).
 	MaxVirtualSize int64
 	// TargetSize, when not 0, is the target's capacity: an image whose

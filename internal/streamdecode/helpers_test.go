@@ -203,7 +203,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// readWhileTheFirstWriteWaits decodes img (2 workers) into a sink that
+// readWhileTheFirstWriteWaits decodes img (2 Go workers) into a sink that
 // holds its first write until the decoder stops reading, and returns how
 // many bytes of img it read by then; the decode must then finish with the
 // disk want. The decode runs in a synctest bubble: synctest.Wait returns
@@ -221,7 +221,9 @@ func readWhileTheFirstWriteWaits(t *testing.T, dec decodeFunc, img string, want 
 		sink := &stalledSink{memSink: &memSink{t: t, b: make([]byte, len(want))}, stalled: make(chan struct{}), release: make(chan struct{})}
 		done := make(chan error, 1)
 		go func() {
-			_, err := dec(context.Background(), in, sink, Options{Workers: 2})
+			// Go's workers: a child's pipes are blocked in system calls,
+			// which synctest.Wait does not count as blocked.
+			_, err := dec(context.Background(), in, sink, Options{Workers: 2, InflateChild: "-"})
 			done <- err
 		}()
 		<-sink.stalled

@@ -2,6 +2,7 @@ package streamdecode
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/buffers"
+	"github.com/diskimport/engine/internal/format"
 )
 
 // codec is how a compressed cluster or grain is stored.
@@ -39,26 +41,81 @@ type inflateJob struct {
 	what   string // for errors: "cluster 12", "grain 3"
 }
 
-// inflaters is a bounded pool of workers, each with its own decoder
-// state; jobs run in any order, the output queue restores it.
+// inflaters inflate the jobs: a bounded pool of workers, each with its
+// own decoder state, whose jobs run in any order (the output queue
+// restores it); or, for zlib grains and deflate clusters where the
+// diskimport-inflate child is (format.StartBlockInflater), that child,
+// fed in order by one goroutine while another takes its results.
 type inflaters struct {
 	codec codec
 	jobs  chan inflateJob
 	wg    sync.WaitGroup
+	child *format.BlockInflater
 }
 
-func newInflaters(c codec, workers int) *inflaters {
+// newInflaters starts the inflaters of codec c for outputs of at most
+// maxOut bytes; child is Options.InflateChild.
+func newInflaters(ctx context.Context, c codec, workers, maxOut int, child string) (*inflaters, error) {
 	p := &inflaters{codec: c, jobs: make(chan inflateJob, workers)}
+	if c != codecZstd {
+		bc := format.BlockDeflate
+		if c == codecZlib {
+			bc = format.BlockZlib
+		}
+		bi, err := format.StartBlockInflater(ctx, bc, maxOut, format.Options{InflateChild: child})
+		if err != nil {
+			return nil, err
+		}
+		if bi != nil {
+			p.child = bi
+			sent := make(chan inflateJob, cap(p.jobs)+8)
+			p.wg.Add(2)
+			go p.send(sent)
+			go p.receive(sent)
+			return p, nil
+		}
+	}
 	for range workers {
 		p.wg.Add(1)
 		go p.work()
 	}
-	return p
+	return p, nil
 }
 
 func (p *inflaters) stop() {
 	close(p.jobs)
 	p.wg.Wait()
+	if p.child != nil {
+		p.child.Close()
+	}
+}
+
+// send gives each job's input to the child, in order, and queues the job
+// for receive. Once the child refuses input (it failed or was stopped),
+// the jobs still go to receive, which fails them with the child's error.
+func (p *inflaters) send(sent chan<- inflateJob) {
+	defer p.wg.Done()
+	defer close(sent)
+	var failed bool
+	for j := range p.jobs {
+		sent <- j
+		if !failed {
+			failed = p.child.Send(j.in, len(j.out)) != nil
+		}
+		if j.inPool != nil {
+			j.inPool.Put(j.in)
+		}
+	}
+	p.child.CloseSend()
+}
+
+// receive takes the child's results in the order the jobs were sent.
+func (p *inflaters) receive(sent <-chan inflateJob) {
+	defer p.wg.Done()
+	for j := range sent {
+		n, err := p.child.Receive(j.out)
+		p.done(j, n, err)
+	}
 }
 
 func (p *inflaters) work() {
@@ -70,16 +127,22 @@ func (p *inflaters) work() {
 		if j.inPool != nil {
 			j.inPool.Put(j.in)
 		}
-		switch {
-		case err != nil:
-			j.op.err = fmt.Errorf("streamdecode: inflate %s: %w: %w", j.what, errdefs.ErrInvalidImage, err)
-		case n < j.want:
-			j.op.err = fmt.Errorf("streamdecode: %s inflates to %d bytes, want %d: %w", j.what, n, j.want, errdefs.ErrInvalidImage)
-		default:
-			j.op.p = j.out[:j.keep]
-		}
-		close(j.op.ready)
+		p.done(j, n, err)
 	}
+}
+
+// done ends job j, inflated to n bytes or failed with err, and releases
+// its op to the output stage.
+func (p *inflaters) done(j inflateJob, n int, err error) {
+	switch {
+	case err != nil:
+		j.op.err = fmt.Errorf("streamdecode: inflate %s: %w: %w", j.what, errdefs.ErrInvalidImage, err)
+	case n < j.want:
+		j.op.err = fmt.Errorf("streamdecode: %s inflates to %d bytes, want %d: %w", j.what, n, j.want, errdefs.ErrInvalidImage)
+	default:
+		j.op.p = j.out[:j.keep]
+	}
+	close(j.op.ready)
 }
 
 // decoder holds one worker's reusable decompressors.

@@ -109,14 +109,16 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 	// both cores) 2.79 against 2.83. The chunks and the inflate buffers
 	// bound the memory.
 	depth := max(4*o.Workers, chunkCount*chunkSize/int(d.cs))
-	d.out = newOutput(ctx, sink, depth)
 	codec := codecDeflate
 	if d.h.Compressed == "zstd" {
 		codec = codecZstd
 	}
+	if d.inf, err = newInflaters(ctx, codec, o.Workers, int(d.cs), o.InflateChild); err != nil {
+		return st, err
+	}
+	d.out = newOutput(ctx, sink, depth)
 	// Compressed clusters may claim up to two clusters of input.
 	nbuf := max(2, min(2*o.Workers+2, int((32<<20)/(3*d.cs))))
-	d.inf = newInflaters(codec, o.Workers)
 	d.outFree = buffers.Circulating(nbuf, int(d.cs), 1)
 	d.inPool = buffers.NewPool(int(2*d.cs), nbuf, 1)
 	defer func() {

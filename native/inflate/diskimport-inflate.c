@@ -1,20 +1,33 @@
 /*
- * diskimport-inflate: decodes a gzip stream (one or more members, each
- * member's CRC32 and ISIZE checked) from standard input into a ring of
- * slots in shared memory, so the decoded bytes reach the importer without
- * a pipe: the decoder writes each byte once, where the importer reads it.
+ * diskimport-inflate: inflates into a ring of slots in shared memory, so
+ * the decoded bytes reach the importer without a pipe: the decoder writes
+ * each byte once, where the importer reads it. ISA-L's inflate.
  *
- *   diskimport-inflate SLOT_BYTES SLOTS
+ *   diskimport-inflate gzip SLOT_BYTES SLOTS
+ *     decodes a gzip stream (one or more members, each member's CRC32 and
+ *     ISIZE checked) from standard input into the slots, in order. Bytes
+ *     after the last member that do not start another one are ignored,
+ *     as igzip ignores them.
+ *   diskimport-inflate zlib|deflate SLOT_BYTES SLOTS
+ *     inflates independent blocks (a vmdk grain: one zlib stream; a qcow2
+ *     compressed cluster: raw deflate), each into a slot of its own. Each
+ *     block comes on standard input as a record, native order: uint32
+ *     input length, uint32 output length (at most SLOT_BYTES), then the
+ *     input. A zlib block must be one complete stream (no preset
+ *     dictionary) of at most its output length, its Adler-32 right; a
+ *     deflate block gives the first output-length bytes of its stream, or
+ *     fewer, whatever follows.
  *
  * fd 3: the ring, a shared memory file of SLOTS * SLOT_BYTES bytes.
- * fd 1: "filled" records to the importer, 8 bytes each, native order:
- *       uint32 slot, uint32 length (a slot holds length decoded bytes).
+ * fd 1: result records to the importer, 8 bytes each, native order:
+ *       uint32 slot, uint32 length (a slot holds length decoded bytes); in
+ *       the block modes, a block that cannot be inflated is uint32
+ *       0xffffffff, uint32 a reason (BAD_* below) and takes no slot.
  * fd 4: "free" records from the importer, 4 bytes each: uint32 slot, a
  *       slot the importer is done with. Every slot starts free.
- * The decoder exits 0 once the input ended after a complete member and
- * every decoded byte was handed over; on bad input it names the cause on
- * fd 2 and exits 1. Bytes after the last member that do not start another
- * one are ignored, as igzip ignores them.
+ * It exits 0 once the input ended (in gzip mode after a complete member)
+ * and every result was handed over; on bad gzip input or a record out of
+ * bounds it names the cause on fd 2 and exits 1.
  *
  * It opens nothing: the importer runs it in its sandbox, as it runs igzip.
  */
@@ -111,24 +124,122 @@ static const char *inflate_error(int ret)
 	return "corrupt data";
 }
 
+/* Why a block cannot be inflated, in its result record. */
+enum {
+	BAD_ZLIB_HEADER = 1,
+	BAD_ZLIB_DICTIONARY,
+	BAD_DATA,
+	BAD_CHECKSUM,
+	BAD_TRUNCATED,
+	BAD_TOO_LONG,
+};
+
+#define NO_SLOT 0xffffffffu
+
+/* inflate_block inflates one block into out (out_len bytes at most) and
+ * returns 0 with *n set, or a BAD_* reason. */
+static int inflate_block(struct inflate_state *st, int zlib, uint8_t *in, uint32_t in_len,
+			 uint8_t *out, uint32_t out_len, uint32_t *n)
+{
+	isal_inflate_init(st);
+	if (zlib) {
+		if (in_len < 2)
+			return BAD_TRUNCATED;
+		/* deflate, a window of at most 32 KiB, the check bits right */
+		if ((in[0] & 0x0f) != 8 || (in[0] >> 4) > 7 || ((in[0] << 8) | in[1]) % 31 != 0)
+			return BAD_ZLIB_HEADER;
+		if (in[1] & 0x20)
+			return BAD_ZLIB_DICTIONARY;
+		st->crc_flag = ISAL_ZLIB_NO_HDR_VER; /* the Adler-32 after the data, checked */
+		in += 2;
+		in_len -= 2;
+	} else {
+		st->crc_flag = ISAL_DEFLATE;
+	}
+	st->next_in = in;
+	st->avail_in = in_len;
+	st->next_out = out;
+	st->avail_out = out_len;
+	int ret = isal_inflate(st);
+	*n = out_len - st->avail_out;
+	if (ret == ISAL_INCORRECT_CHECKSUM)
+		return BAD_CHECKSUM;
+	if (ret < 0)
+		return BAD_DATA;
+	if (!zlib || st->block_state == ISAL_BLOCK_FINISH)
+		return 0;
+	if (st->avail_out == 0) {
+		/* Exactly full, or longer: one more byte tells. */
+		uint8_t one;
+		st->next_out = &one;
+		st->avail_out = 1;
+		ret = isal_inflate(st);
+		if (ret == ISAL_INCORRECT_CHECKSUM)
+			return BAD_CHECKSUM;
+		if (ret < 0)
+			return BAD_DATA;
+		if (st->avail_out == 0)
+			return BAD_TOO_LONG;
+		if (st->block_state == ISAL_BLOCK_FINISH)
+			return 0;
+	}
+	return BAD_TRUNCATED;
+}
+
+static int run_blocks(struct inflate_state *st, int zlib)
+{
+	/* A block's input: a grain is at most twice its output (the decoder
+	 * refuses longer), a compressed cluster at most its cluster. */
+	uint32_t in_max = 2 * slot_bytes + 4096;
+	uint8_t *in = malloc(in_max);
+	if (!in)
+		fail("out of memory");
+	for (;;) {
+		uint32_t hdr[2];
+		int got = full_read(0, hdr, sizeof hdr);
+		if (got == 0)
+			return 0;
+		if (got != sizeof hdr)
+			fail("a cut block record");
+		if (hdr[0] > in_max || hdr[1] > slot_bytes || hdr[1] == 0)
+			fail("a block record out of bounds");
+		if (full_read(0, in, hdr[0]) != (int)hdr[0])
+			fail("a cut block");
+		uint32_t slot = take_slot(), n = 0;
+		int bad = inflate_block(st, zlib, in, hdr[0], ring + (size_t)slot * slot_bytes, hdr[1], &n);
+		if (bad) {
+			free_slots[nfree++] = slot;
+			hand_over(NO_SLOT, (uint32_t)bad);
+		} else {
+			hand_over(slot, n);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 3)
-		fail("usage: diskimport-inflate SLOT_BYTES SLOTS");
-	slot_bytes = (uint32_t)strtoul(argv[1], NULL, 10);
-	slots = (uint32_t)strtoul(argv[2], NULL, 10);
-	if (slot_bytes < 65536 || slots < 2 || slots > 1024)
+	if (argc != 4)
+		fail("usage: diskimport-inflate gzip|zlib|deflate SLOT_BYTES SLOTS");
+	slot_bytes = (uint32_t)strtoul(argv[2], NULL, 10);
+	slots = (uint32_t)strtoul(argv[3], NULL, 10);
+	if (slot_bytes < 4096 || slot_bytes > (64u << 20) || slots < 2 || slots > 1024)
 		fail("slot size or count out of range");
 	ring = mmap(NULL, (size_t)slot_bytes * slots, PROT_READ | PROT_WRITE, MAP_SHARED, 3, 0);
 	if (ring == MAP_FAILED)
 		fail("mapping the ring (fd 3) failed");
 	free_slots = malloc(sizeof *free_slots * slots);
-	uint8_t *in = malloc(IN_BYTES);
 	struct inflate_state *st = malloc(sizeof *st);
-	if (!free_slots || !in || !st)
+	if (!free_slots || !st)
 		fail("out of memory");
 	for (uint32_t i = 0; i < slots; i++)
 		free_slots[nfree++] = slots - 1 - i;
+	if (strcmp(argv[1], "zlib") == 0 || strcmp(argv[1], "deflate") == 0)
+		return run_blocks(st, argv[1][0] == 'z');
+	if (strcmp(argv[1], "gzip") != 0)
+		fail("unknown mode (gzip, zlib or deflate)");
+	uint8_t *in = malloc(IN_BYTES);
+	if (!in)
+		fail("out of memory");
 
 	isal_inflate_init(st);
 	st->crc_flag = ISAL_GZIP;
