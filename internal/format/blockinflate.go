@@ -46,10 +46,9 @@ type BlockInflater struct {
 
 // StartBlockInflater starts the child for blocks of codec c inflating to
 // at most maxOut bytes each, or returns nil (and no error) when there is
-// no child (o.InflateChild "-", or none on PATH): the caller inflates in
-// Go then.
+// no child (InflateChildPath): the caller inflates in Go then.
 func StartBlockInflater(ctx context.Context, c BlockCodec, maxOut int, o Options) (*BlockInflater, error) {
-	bin := o.inflateRingBinary()
+	bin := o.InflateChildPath()
 	if bin == "" {
 		return nil, nil
 	}

@@ -120,7 +120,7 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 	switch c {
 	case Gzip:
 		// The ring child, else igzip's pipe, else Go.
-		start, bin := startInflateRing, o.inflateRingBinary()
+		start, bin := startInflateRing, o.InflateChildPath()
 		if bin == "" {
 			start, bin = startIgzip, o.gzipBinary()
 		}

@@ -222,7 +222,7 @@ func TestGzipChildrenCancelAndClose(t *testing.T) {
 func TestGzipWithoutIgzipUsesGo(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // no igzip, no diskimport-inflate here
 	require.Equal(t, "", Options{}.gzipBinary())
-	require.Equal(t, "", Options{}.inflateRingBinary())
+	require.Equal(t, "", Options{}.InflateChildPath())
 	a := variedContent(2<<20, 36)
 	d, err := NewDecompressor(context.Background(), Gzip, bytes.NewReader(gzipMember(t, a)), Options{})
 	require.NoError(t, err)
@@ -234,5 +234,5 @@ func TestGzipWithoutIgzipUsesGo(t *testing.T) {
 	require.True(t, bytes.Equal(a, out))
 	// An explicit "-" also keeps the Go decoder whatever PATH holds.
 	require.Equal(t, "", Options{ExternalGzip: "-"}.gzipBinary())
-	require.Equal(t, "", Options{InflateChild: "-"}.inflateRingBinary())
+	require.Equal(t, "", Options{InflateChild: "-"}.InflateChildPath())
 }

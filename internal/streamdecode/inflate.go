@@ -45,41 +45,41 @@ type inflateJob struct {
 // own decoder state, whose jobs run in any order (the output queue
 // restores it); or, for zlib grains and deflate clusters where the
 // diskimport-inflate child is (format.StartBlockInflater), that child,
-// fed in order by one goroutine while another takes its results.
+// started at the first job (an image without compressed clusters starts
+// none), fed in order by one goroutine while another takes its results.
 type inflaters struct {
 	codec codec
 	jobs  chan inflateJob
 	wg    sync.WaitGroup
-	child *format.BlockInflater
+	// The child's: how it starts, and once started (by send, before its
+	// first job reaches receive) the child or why it did not start.
+	start    func() (*format.BlockInflater, error)
+	child    *format.BlockInflater
+	startErr error
 }
 
-// newInflaters starts the inflaters of codec c for outputs of at most
+// newInflaters makes the inflaters of codec c for outputs of at most
 // maxOut bytes; child is Options.InflateChild.
-func newInflaters(ctx context.Context, c codec, workers, maxOut int, child string) (*inflaters, error) {
+func newInflaters(ctx context.Context, c codec, workers, maxOut int, child string) *inflaters {
 	p := &inflaters{codec: c, jobs: make(chan inflateJob, workers)}
-	if c != codecZstd {
+	o := format.Options{InflateChild: child}
+	if c != codecZstd && o.InflateChildPath() != "" {
 		bc := format.BlockDeflate
 		if c == codecZlib {
 			bc = format.BlockZlib
 		}
-		bi, err := format.StartBlockInflater(ctx, bc, maxOut, format.Options{InflateChild: child})
-		if err != nil {
-			return nil, err
-		}
-		if bi != nil {
-			p.child = bi
-			sent := make(chan inflateJob, cap(p.jobs)+8)
-			p.wg.Add(2)
-			go p.send(sent)
-			go p.receive(sent)
-			return p, nil
-		}
+		p.start = func() (*format.BlockInflater, error) { return format.StartBlockInflater(ctx, bc, maxOut, o) }
+		sent := make(chan inflateJob, cap(p.jobs)+8)
+		p.wg.Add(2)
+		go p.send(sent)
+		go p.receive(sent)
+		return p
 	}
 	for range workers {
 		p.wg.Add(1)
 		go p.work()
 	}
-	return p, nil
+	return p
 }
 
 func (p *inflaters) stop() {
@@ -90,14 +90,23 @@ func (p *inflaters) stop() {
 	}
 }
 
-// send gives each job's input to the child, in order, and queues the job
-// for receive. Once the child refuses input (it failed or was stopped),
-// the jobs still go to receive, which fails them with the child's error.
+// send starts the child at the first job, gives each job's input to it,
+// in order, and queues the job for receive. Once the child refuses input
+// (it failed or was stopped) or could not start, the jobs still go to
+// receive, which fails them with the child's error.
 func (p *inflaters) send(sent chan<- inflateJob) {
 	defer p.wg.Done()
 	defer close(sent)
-	var failed bool
+	started, failed := false, false
 	for j := range p.jobs {
+		if !started {
+			started = true
+			p.child, p.startErr = p.start()
+			if p.child == nil && p.startErr == nil {
+				p.startErr = errors.New("the inflate child is gone from PATH")
+			}
+			failed = p.startErr != nil
+		}
 		sent <- j
 		if !failed {
 			failed = p.child.Send(j.in, len(j.out)) != nil
@@ -106,13 +115,19 @@ func (p *inflaters) send(sent chan<- inflateJob) {
 			j.inPool.Put(j.in)
 		}
 	}
-	p.child.CloseSend()
+	if p.child != nil {
+		p.child.CloseSend()
+	}
 }
 
 // receive takes the child's results in the order the jobs were sent.
 func (p *inflaters) receive(sent <-chan inflateJob) {
 	defer p.wg.Done()
 	for j := range sent {
+		if p.startErr != nil {
+			p.done(j, 0, p.startErr)
+			continue
+		}
 		n, err := p.child.Receive(j.out)
 		p.done(j, n, err)
 	}

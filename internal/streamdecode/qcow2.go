@@ -113,9 +113,7 @@ func (d *qcow2Decoder) run(ctx context.Context, r io.Reader, sink Sink, o Option
 	if d.h.Compressed == "zstd" {
 		codec = codecZstd
 	}
-	if d.inf, err = newInflaters(ctx, codec, o.Workers, int(d.cs), o.InflateChild); err != nil {
-		return st, err
-	}
+	d.inf = newInflaters(ctx, codec, o.Workers, int(d.cs), o.InflateChild)
 	d.out = newOutput(ctx, sink, depth)
 	// Compressed clusters may claim up to two clusters of input.
 	nbuf := max(2, min(2*o.Workers+2, int((32<<20)/(3*d.cs))))
