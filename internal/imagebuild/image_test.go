@@ -10,8 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/diskimport/engine/internal/sandbox"
 	"github.com/diskimport/engine/internal/testkit/testimg"
@@ -115,29 +119,7 @@ func TestImageContents(t *testing.T) {
 	if !cfg.Created.Time.Equal(r.Created) {
 		t.Errorf("created %v, want %v", cfg.Created, r.Created)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]*tar.Header{}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			files["/"+h.Name] = h
-		}
-		rc.Close()
-	}
+	files := imageFiles(t, img)
 	for _, p := range []string{"/usr/bin/importer", "/usr/bin/qemu-img", "/usr/bin/xz", "/usr/bin/busybox", "/usr/bin/sh", "/usr/bin/cp", "/bin", "/tmp/", "/data/", "/scratch/", "/etc/passwd", "/usr/share/doc/qemu-utils/copyright"} {
 		if files[p] == nil {
 			t.Errorf("%s is missing from the image", p)
@@ -161,6 +143,111 @@ func TestImageContents(t *testing.T) {
 		if files[resolved] == nil {
 			t.Errorf("qemu-img's %s (%s) is missing", lib, resolved)
 		}
+	}
+}
+
+// imageFiles is every path of img's layers, with its tar header.
+func imageFiles(t *testing.T, img v1.Image) map[string]*tar.Header {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*tar.Header{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			files["/"+h.Name] = h
+		}
+		rc.Close()
+	}
+	return files
+}
+
+// CDI's own images for the e2e timing run: no importer, CDI's programs,
+// its cloner script, its entrypoint, and nbdkit's curl plugin (which
+// nbdkit opens with dlopen) with the libraries it needs.
+func TestImageOfOtherProgramsWithADlopenedPlugin(t *testing.T) {
+	const nbdkit, curl = "/usr/bin/nbdkit", "/usr/lib/x86_64-linux-gnu/nbdkit/plugins/nbdkit-curl-plugin.so"
+	for _, p := range []string{nbdkit, curl} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("apt-get install nbdkit: %v", err)
+		}
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	r := hostRecipe(t, "")
+	r.Programs = []Program{{Source: copyStatic(t, dir, "cdi-importer", 0o755, time.Now()), Path: "/usr/bin/cdi-importer"}}
+	script := filepath.Join(dir, "cloner_startup.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/bash\necho cloner\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.Scripts = []Program{{Source: script, Path: "/usr/bin/cloner_startup.sh"}}
+	r.HostPrograms = append(r.HostPrograms, nbdkit)
+	r.HostLibraries = []string{curl}
+	r.Entrypoint = []string{"/usr/bin/cdi-importer", "-alsologtostderr"}
+	r.Path = "/usr/sbin:/usr/bin:/bin"
+	img, err := r.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Config.Entrypoint; !slices.Equal(got, r.Entrypoint) {
+		t.Errorf("entrypoint %q, want %q", got, r.Entrypoint)
+	}
+	if got := cfg.Config.Env; !slices.Contains(got, "PATH=/usr/sbin:/usr/bin:/bin") {
+		t.Errorf("env %q, want PATH=/usr/sbin:/usr/bin:/bin", got)
+	}
+	files := imageFiles(t, img)
+	for _, p := range []string{"/usr/bin/importer", "/usr/bin/cdi-uploadserver", "/usr/bin/cloner_startup.sh/"} {
+		if files[p] != nil {
+			t.Errorf("%s is in an image without the importer", p)
+		}
+	}
+	if h := files["/usr/bin/cloner_startup.sh"]; h == nil || h.Mode != 0o755 || h.Size != int64(len("#!/bin/bash\necho cloner\n")) {
+		t.Errorf("the script: %+v, want the file, mode 755", h)
+	}
+	if files["/usr/bin/cdi-importer"] == nil || files["/usr/bin/nbdkit"] == nil || files[curl] == nil {
+		t.Error("cdi-importer, nbdkit or its curl plugin is missing")
+	}
+	loader, err := sandbox.Interpreter(nbdkit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, err := sandbox.LoadedLibraries(ctx, loader, curl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var curlLib bool
+	for _, lib := range libs {
+		resolved, _, err := resolveHostPath(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files[resolved] == nil {
+			t.Errorf("the curl plugin's %s (%s) is missing", lib, resolved)
+		}
+		curlLib = curlLib || strings.HasPrefix(filepath.Base(lib), "libcurl")
+	}
+	if !curlLib {
+		t.Errorf("no libcurl among the plugin's libraries %q", libs)
+	}
+	if files["/usr/share/doc/nbdkit-plugin-libcurl/copyright"] == nil && files["/usr/share/doc/libcurl3-gnutls/copyright"] == nil {
+		t.Error("no copyright file for the plugin's packages")
 	}
 }
 
