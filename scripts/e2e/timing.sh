@@ -40,12 +40,20 @@ for i in "$E2E_IMAGE" localhost/cdi/{importer,cloner,uploadserver}:$CDI_VERSION;
 	grep -qx "$i" <<<"$images" || { echo "timing: $i not in containerd" >&2; exit 1; }
 done
 
-# The disk: MB MiB of random data (nothing to gain from zeros), as qcow2.xz,
+# The disk: MB MiB of random data (E2E_TIMING_DATA=random: the decoders
+# have nothing to do, gzip -1 and xz -1 store it) or the bench's test disk
+# (bench: benchtool gen, 35 % data: binaries, text, zeros), as qcow2.xz,
 # qcow2 and raw.gz; the registry's containerdisk is the qcow2 (the c-qcow2
 # tag, which this run does not use, is the same file).
 MB=${E2E_DISK_MB:-1000}
 BYTES=$((MB << 20))
+DATA=${E2E_TIMING_DATA:-random}
 t=$(date +%s)
+case $DATA in
+random) ;;
+bench) "$E2E_BIN/benchtool" gen "${MB}M" "$W/disk.raw" >/dev/null || exit 1 ;;
+*) echo "timing: E2E_TIMING_DATA=$DATA: random or bench" >&2; exit 1 ;;
+esac
 make_disk "$W" "$MB"
 gzip -1 -k -c "$W/disk.raw" > "$W/disk.raw.gz"
 ln "$W/disk.qcow2" "$W/disk.c.qcow2"
@@ -56,7 +64,7 @@ REG_PID=$!
 for ((i = 0; i < 900; i++)); do grep -q '^qcow2 ' "$W/registry.out" 2>/dev/null && break; sleep 0.2; done
 REG_HOST=$(head -1 "$W/registry.out")
 grep -q '^qcow2 ' "$W/registry.out" || { echo "timing: registry did not start: $(cat "$W/registry.err")" >&2; exit 1; }
-echo "timing: test disk of $MB MiB, its forms and the registry in $(($(date +%s) - t)) s"
+echo "timing: test disk of $MB MiB ($DATA; qcow2.xz $(stat -c %s "$W/disk.qcow2.xz") bytes, raw.gz $(stat -c %s "$W/disk.raw.gz")), its forms and the registry in $(($(date +%s) - t)) s"
 
 cdi_prepare "$REG_HOST"
 
@@ -167,7 +175,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			run_kind "$k" "$k-$f-$r" "$f"
 			SEC[$k,$f,$r]=$SECS
 			[ "$OK" = yes ] || CHECK[$k]="${CHECK[$k]:-}$f round $r: $OK. "
-			echo "timing: round $r $f $k ${SECS} s, bytes: $OK"
+			echo "timing: round $r $f $k ${SECS} s, bytes: $OK; load average $(cut -d' ' -f1 /proc/loadavg)"
 		done
 		# The targets go (with the controller running); their volumes are
 		# emptied for the next flavor.
@@ -195,7 +203,9 @@ median() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ v[NR] = $1 } END { if
 		echo "| $k | $mc | $mo | $(awk -v a="$mc" -v b="$mo" 'BEGIN { printf "%.2f×", a / b }') |$c |$o | ${CHECK[$k]:-equal} |"
 	done
 	echo
-	echo "Pods (first container) as they ran:"
+	echo "Pods (first container) as they ran, by flavor and role:"
 	echo
-	sort -u "$W/pods" | sed 's/^/- /'
+	awk '{ role = $2 ~ /^importer-/ ? "importer" : $2 ~ /^cdi-upload-/ ? "upload server" : $2 ~ /source-pod$/ ? "clone source" : $2
+		$2 = ""; n[$1 " " role ":" substr($0, length($1) + 2)]++ }
+		END { for (k in n) printf "- %s (%d pods)\n", k, n[k] }' "$W/pods" | sort
 } | tee "$OUT"
