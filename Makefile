@@ -3,7 +3,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 export CGO_ENABLED ?= 0
 
-.PHONY: build native install test test-short demo deps bench fuzz vet tidy-check clean image image-test man docs e2e-build e2e-cdi-build e2e-cluster e2e-down e2e e2e-netfilter-test
+.PHONY: build native install test test-short demo deps bench fuzz vet tidy-check clean image image-test man docs e2e-build e2e-cdi-build e2e-cluster e2e-down e2e e2e-netfilter-test e2e-cdi-image e2e-timing
 
 # Stamped into `importer --version` and the image's tag and labels. The
 # commit's time is every image file's mtime, so two builds of one commit
@@ -145,6 +145,17 @@ e2e:
 
 e2e-down:
 	./scripts/e2e/down.sh
+
+# Issue 37's e2e timing table (not part of make e2e or CI): CDI's own
+# importer, cloner and upload server images built from CDI's source with
+# Debian's qemu-img and nbdkit (e2e-cdi-image), then CDI's controller
+# driving them and ours, interleaved, one DataVolume per kind; table in
+# bin/e2e/timing.md. Needs make e2e-cluster and make e2e-cdi-build.
+e2e-cdi-image:
+	GO=$(GO) ./scripts/e2e/cdi-image.sh
+
+e2e-timing:
+	./scripts/e2e/timing.sh
 
 # up.sh's and down.sh's netfilter bookkeeping in a network namespace of its
 # own, which has no rule, as a fresh machine (root).

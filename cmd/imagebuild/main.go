@@ -35,7 +35,9 @@ type options struct {
 	maxCompressed  int64
 	programs       []string
 	nativePrograms []string
+	scripts        []string
 	hostPrograms   []string
+	entrypoint     string
 	applets        string
 }
 
@@ -90,13 +92,23 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("imagebuild", flag.ContinueOnError)
-	fs.StringVar(&o.recipe.Importer, "importer", "bin/importer", "the static importer binary: /usr/bin/importer, the entrypoint")
+	fs.StringVar(&o.recipe.Importer, "importer", "bin/importer", "the static importer binary: /usr/bin/importer, the entrypoint; empty: an image of the other programs only (CDI's, for the e2e timing run), with -entrypoint")
+	fs.StringVar(&o.recipe.Path, "path", "", "the image's PATH (default /usr/bin:/bin)")
+	fs.StringVar(&o.entrypoint, "entrypoint", "", "the entrypoint, comma-separated (default /usr/bin/importer)")
 	fs.Func("program", "SRC=PATH: another static program of the project, installed at PATH (repeatable)", func(v string) error {
 		o.programs = append(o.programs, v)
 		return nil
 	})
 	fs.Func("native-program", "SRC=PATH: a program of the project built from C against this machine's libraries (native/), installed at PATH with its shared libraries (repeatable)", func(v string) error {
 		o.nativePrograms = append(o.nativePrograms, v)
+		return nil
+	})
+	fs.Func("script", "SRC=PATH: a file installed at PATH as it is, executable (repeatable)", func(v string) error {
+		o.scripts = append(o.scripts, v)
+		return nil
+	})
+	fs.Func("host-library", "a shared object of this machine a host program opens with dlopen (nbdkit's plugins), copied with its shared libraries (repeatable)", func(v string) error {
+		o.recipe.HostLibraries = append(o.recipe.HostLibraries, v)
 		return nil
 	})
 	fs.Func("host-program", "a program of this machine copied with its shared libraries (repeatable; default /usr/bin/qemu-img, /usr/bin/xz and /usr/bin/igzip)", func(v string) error {
@@ -114,7 +126,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.repository, "repository", "localhost/diskimport/importer", "the repository the archive's tags name")
 	fs.StringVar(&o.outDir, "out-dir", "bin", "where importer-image.tar, importer-image-oci/ and importer-image.json go")
 	fs.Int64Var(&o.maxCompressed, "max-compressed-size", 40_000_000, "fail when the compressed image is larger (bytes)")
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -138,20 +151,40 @@ func parseFlags(args []string) (options, error) {
 	if o.applets != "" {
 		o.recipe.Applets = strings.Split(o.applets, ",")
 	}
-	for _, list := range []struct {
-		flag    string
-		values  []string
-		dynamic bool
-	}{{"-program", o.programs, false}, {"-native-program", o.nativePrograms, true}} {
-		for _, p := range list.values {
-			src, dst, ok := strings.Cut(p, "=")
-			if !ok || src == "" || !strings.HasPrefix(dst, "/") {
-				return o, fmt.Errorf("%s %q: want SRC=/ABSOLUTE/PATH", list.flag, p)
-			}
-			o.recipe.Programs = append(o.recipe.Programs, imagebuild.Program{Source: src, Path: dst, Dynamic: list.dynamic})
-		}
+	if o.entrypoint != "" {
+		o.recipe.Entrypoint = strings.Split(o.entrypoint, ",")
+	}
+	if o.recipe.Importer == "" && len(o.recipe.Entrypoint) == 0 {
+		return o, errors.New("an image without -importer needs -entrypoint")
+	}
+	if o.recipe.Programs, err = sourcePaths("-program", o.programs); err != nil {
+		return o, err
+	}
+	native, err := sourcePaths("-native-program", o.nativePrograms)
+	if err != nil {
+		return o, err
+	}
+	for _, p := range native {
+		p.Dynamic = true
+		o.recipe.Programs = append(o.recipe.Programs, p)
+	}
+	if o.recipe.Scripts, err = sourcePaths("-script", o.scripts); err != nil {
+		return o, err
 	}
 	return o, os.MkdirAll(o.outDir, 0o755)
+}
+
+// sourcePaths reads the SRC=/PATH values of flag.
+func sourcePaths(flag string, values []string) ([]imagebuild.Program, error) {
+	var out []imagebuild.Program
+	for _, p := range values {
+		src, dst, ok := strings.Cut(p, "=")
+		if !ok || src == "" || !strings.HasPrefix(dst, "/") {
+			return nil, fmt.Errorf("%s %q: want SRC=/ABSOLUTE/PATH", flag, p)
+		}
+		out = append(out, imagebuild.Program{Source: src, Path: dst})
+	}
+	return out, nil
 }
 
 func megabytes(n int64) float64 { return float64(n) / 1e6 }

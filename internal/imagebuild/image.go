@@ -65,15 +65,23 @@ func (r Recipe) Image(ctx context.Context) (v1.Image, error) {
 
 func (r Recipe) configFile() *v1.ConfigFile {
 	user := strconv.Itoa(r.UID)
+	entrypoint := r.Entrypoint
+	if len(entrypoint) == 0 {
+		entrypoint = []string{EntrypointPath}
+	}
+	search := r.Path
+	if search == "" {
+		search = "/usr/bin:/bin"
+	}
 	return &v1.ConfigFile{
 		Architecture: runtime.GOARCH,
 		OS:           "linux",
 		Created:      v1.Time{Time: r.Created.UTC()},
 		RootFS:       v1.RootFS{Type: "layers"},
 		Config: v1.Config{
-			Entrypoint:   []string{EntrypointPath},
+			Entrypoint:   entrypoint,
 			User:         user + ":" + user,
-			Env:          []string{"PATH=/usr/bin:/bin"},
+			Env:          []string{"PATH=" + search},
 			WorkingDir:   "/",
 			ExposedPorts: map[string]struct{}{MetricsPort: {}},
 			Labels: map[string]string{

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestImageContents(t *testing.T) {
 	}
 }
 
-// imageFiles are the tar headers of every layer of img, by absolute path.
+// imageFiles is every path of img's layers, with its tar header.
 func imageFiles(t *testing.T, img v1.Image) map[string]*tar.Header {
 	t.Helper()
 	layers, err := img.Layers()
@@ -172,6 +173,109 @@ func imageFiles(t *testing.T, img v1.Image) map[string]*tar.Header {
 		rc.Close()
 	}
 	return files
+}
+
+// CDI's own images for the e2e timing run: no importer, CDI's programs,
+// its cloner script, its entrypoint, and nbdkit's curl plugin (which
+// nbdkit opens with dlopen) with the libraries it needs.
+func TestImageOfOtherProgramsWithADlopenedPlugin(t *testing.T) {
+	const nbdkit, curl = "/usr/bin/nbdkit", "/usr/lib/x86_64-linux-gnu/nbdkit/plugins/nbdkit-curl-plugin.so"
+	for _, p := range []string{nbdkit, curl} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("apt-get install nbdkit: %v", err)
+		}
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	r := hostRecipe(t, "")
+	r.Programs = []Program{{Source: copyStatic(t, dir, "cdi-importer", 0o755, time.Now()), Path: "/usr/bin/cdi-importer"}}
+	script := filepath.Join(dir, "cloner_startup.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/bash\necho cloner\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.Scripts = []Program{{Source: script, Path: "/usr/bin/cloner_startup.sh"}}
+	r.HostPrograms = append(r.HostPrograms, nbdkit)
+	r.HostLibraries = []string{curl}
+	r.Entrypoint = []string{"/usr/bin/cdi-importer", "-alsologtostderr"}
+	r.Path = "/usr/sbin:/usr/bin:/bin"
+	img, err := r.Image(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Config.Entrypoint; !slices.Equal(got, r.Entrypoint) {
+		t.Errorf("entrypoint %q, want %q", got, r.Entrypoint)
+	}
+	if got := cfg.Config.Env; !slices.Contains(got, "PATH=/usr/sbin:/usr/bin:/bin") {
+		t.Errorf("env %q, want PATH=/usr/sbin:/usr/bin:/bin", got)
+	}
+	files := imageFiles(t, img)
+	for _, p := range []string{"/usr/bin/importer", "/usr/bin/cdi-uploadserver", "/usr/bin/cloner_startup.sh/"} {
+		if files[p] != nil {
+			t.Errorf("%s is in an image without the importer", p)
+		}
+	}
+	if h := files["/usr/bin/cloner_startup.sh"]; h == nil || h.Mode != 0o755 || h.Size != int64(len("#!/bin/bash\necho cloner\n")) {
+		t.Errorf("the script: %+v, want the file, mode 755", h)
+	}
+	if files["/usr/bin/cdi-importer"] == nil || files["/usr/bin/nbdkit"] == nil || files[curl] == nil {
+		t.Error("cdi-importer, nbdkit or its curl plugin is missing")
+	}
+	loader, err := sandbox.Interpreter(nbdkit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, err := sandbox.LoadedLibraries(ctx, loader, curl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var curlLib bool
+	for _, lib := range libs {
+		resolved, _, err := resolveHostPath(lib)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files[resolved] == nil {
+			t.Errorf("the curl plugin's %s (%s) is missing", lib, resolved)
+		}
+		curlLib = curlLib || strings.HasPrefix(filepath.Base(lib), "libcurl")
+	}
+	if !curlLib {
+		t.Errorf("no libcurl among the plugin's libraries %q", libs)
+	}
+	if files["/usr/share/doc/nbdkit-plugin-libcurl/copyright"] == nil && files["/usr/share/doc/libcurl3-gnutls/copyright"] == nil {
+		t.Error("no copyright file for the plugin's packages")
+	}
+}
+
+func TestLayersAreGzipOnce(t *testing.T) {
+	tr := NewTree()
+	if err := tr.Bytes("/etc/hostname", []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Recipe{Created: time.Unix(0, 0)}.layer(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	zr, err := gzip.NewReader(rc)
+	if err != nil {
+		t.Fatalf("the compressed blob is not gzip: %v", err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte("etc/hostname")) {
+		t.Error("the blob is not the tar, compressed once")
+	}
 }
 
 // TestDynamicProgramBringsItsLibraries: a program of the project built
@@ -215,32 +319,5 @@ func TestDynamicProgramBringsItsLibraries(t *testing.T) {
 	}
 	if !isal {
 		t.Errorf("igzip's libraries %v name no libisal: the test shows nothing", libs)
-	}
-}
-
-func TestLayersAreGzipOnce(t *testing.T) {
-	tr := NewTree()
-	if err := tr.Bytes("/etc/hostname", []byte("x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Recipe{Created: time.Unix(0, 0)}.layer(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	zr, err := gzip.NewReader(rc)
-	if err != nil {
-		t.Fatalf("the compressed blob is not gzip: %v", err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(raw, []byte("etc/hostname")) {
-		t.Error("the blob is not the tar, compressed once")
 	}
 }

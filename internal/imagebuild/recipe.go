@@ -13,15 +13,30 @@ import (
 // Recipe says what goes into the image. Paths are on the build machine.
 type Recipe struct {
 	// Importer is the static importer binary, installed as
-	// /usr/bin/importer: the entrypoint.
+	// /usr/bin/importer: the entrypoint, with CDI's program names
+	// starting its roles (cdiLaunchers). Empty for an image of other
+	// programs only (CDI's own, for the e2e timing run), which then names
+	// its Entrypoint.
 	Importer string
+	// Entrypoint is the image's entrypoint; empty: the importer.
+	Entrypoint []string
+	// Path is the image's PATH; empty: /usr/bin:/bin.
+	Path string
 	// Programs are more of the project's static programs, for instance
 	// bin/cdi-containerimage-server at /usr/bin/cdi-containerimage-server.
 	Programs []Program
+	// Scripts are files installed as they are, executable (CDI's
+	// cloner_startup.sh); their interpreter comes from HostPrograms.
+	Scripts []Program
 	// HostPrograms are programs of the build machine (qemu-img, xz),
 	// copied to their own paths with every library the loader maps for
 	// them.
 	HostPrograms []string
+	// HostLibraries are shared objects of the build machine that a host
+	// program opens with dlopen (nbdkit's plugins and filters), copied to
+	// their own paths with the libraries they need, as the loader of the
+	// first dynamic host program lists them.
+	HostLibraries []string
 	// Busybox is a static busybox; Applets are linked to it beside it
 	// (sh and cp, which CDI's node-pull init container runs).
 	Busybox string
@@ -63,17 +78,6 @@ const (
 func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
 	t := NewTree()
 	var hostPaths []string
-	add := func(files []string) error {
-		for _, f := range files {
-			resolved, links, err := t.AddHostFile(f)
-			if err != nil {
-				return err
-			}
-			hostPaths = append(hostPaths, f, resolved)
-			hostPaths = append(hostPaths, links...)
-		}
-		return nil
-	}
 	// The host programs with their libraries; of the project's dynamic
 	// programs only the libraries (the programs go in the project layer).
 	for _, p := range r.HostPrograms {
@@ -81,7 +85,7 @@ func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := add(append([]string{p}, libs...)); err != nil {
+		if err := addHostFiles(t, append([]string{p}, libs...), &hostPaths); err != nil {
 			return nil, err
 		}
 	}
@@ -90,9 +94,12 @@ func (r Recipe) SystemTree(ctx context.Context) (*Tree, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := add(libs); err != nil {
+		if err := addHostFiles(t, libs, &hostPaths); err != nil {
 			return nil, err
 		}
+	}
+	if err := r.addHostLibraries(ctx, t, &hostPaths); err != nil {
+		return nil, err
 	}
 	if err := r.addBusybox(t, &hostPaths); err != nil {
 		return nil, err
@@ -117,6 +124,49 @@ func dynamicSources(ps []Program) []string {
 		}
 	}
 	return out
+}
+
+func (r Recipe) addHostLibraries(ctx context.Context, t *Tree, hostPaths *[]string) error {
+	if len(r.HostLibraries) == 0 {
+		return nil
+	}
+	loader := ""
+	for _, p := range r.HostPrograms {
+		interp, err := sandbox.Interpreter(p)
+		if err != nil {
+			return err
+		}
+		if loader = interp; loader != "" {
+			break
+		}
+	}
+	if loader == "" {
+		return fmt.Errorf("imagebuild: host libraries %q need a dynamic host program whose loader lists them", r.HostLibraries)
+	}
+	for _, lib := range r.HostLibraries {
+		needed, err := sandbox.LoadedLibraries(ctx, loader, lib)
+		if err != nil {
+			return err
+		}
+		if err := addHostFiles(t, append([]string{lib}, needed...), hostPaths); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addHostFiles adds the host files and notes every host path they went
+// through (the copyright files are found from them).
+func addHostFiles(t *Tree, files []string, hostPaths *[]string) error {
+	for _, f := range files {
+		resolved, links, err := t.AddHostFile(f)
+		if err != nil {
+			return err
+		}
+		*hostPaths = append(*hostPaths, f, resolved)
+		*hostPaths = append(*hostPaths, links...)
+	}
+	return nil
 }
 
 func (r Recipe) addBusybox(t *Tree, hostPaths *[]string) error {
@@ -174,10 +224,13 @@ func (r Recipe) addUsersAndDirs(t *Tree) error {
 }
 
 // ProjectTree is the second layer: the importer and the other static
-// programs of the project.
+// programs of the project, and the scripts.
 func (r Recipe) ProjectTree() (*Tree, error) {
 	t := NewTree()
-	programs := append([]Program{{Source: r.Importer, Path: EntrypointPath}}, r.Programs...)
+	programs := r.Programs
+	if r.Importer != "" {
+		programs = append([]Program{{Source: r.Importer, Path: EntrypointPath}}, programs...)
+	}
 	for _, p := range programs {
 		static, err := sandbox.IsStatic(p.Source)
 		if err != nil {
@@ -189,6 +242,14 @@ func (r Recipe) ProjectTree() (*Tree, error) {
 		if err := t.File(p.Path, p.Source, 0o755); err != nil {
 			return nil, err
 		}
+	}
+	for _, s := range r.Scripts {
+		if err := t.File(s.Path, s.Source, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if r.Importer == "" {
+		return t, nil
 	}
 	for _, l := range cdiLaunchers() {
 		script := "#!/bin/sh\n# " + l.why + "\nexec " + EntrypointPath + l.args + ` "$@"` + "\n"

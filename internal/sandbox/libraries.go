@@ -21,27 +21,35 @@ import (
 // the loader's own, glibc-hwcaps subdirectories and the cache included.
 // The loader maps the libraries without running any of their code.
 func SharedLibraries(ctx context.Context, p string) ([]string, error) {
-	interp, err := interpreter(p)
+	interp, err := Interpreter(p)
 	if err != nil {
 		return nil, err
 	}
 	if interp == "" {
 		return nil, nil
 	}
-	cmd := exec.CommandContext(ctx, interp, p)
+	return LoadedLibraries(ctx, interp, p)
+}
+
+// LoadedLibraries lists what the dynamic loader at loader maps for the
+// ELF file at p, as SharedLibraries does; p may be a shared object with no
+// interpreter of its own, such as a plugin a program opens with dlopen
+// (nbdkit's), listed by the loader of that program.
+func LoadedLibraries(ctx context.Context, loader, p string) ([]string, error) {
+	cmd := exec.CommandContext(ctx, loader, p)
 	cmd.Env = []string{"LD_TRACE_LOADED_OBJECTS=1", "LC_ALL=C"}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("listing the shared libraries of %s with %s: %w: %s", p, interp, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("listing the shared libraries of %s with %s: %w: %s", p, loader, err, strings.TrimSpace(stderr.String()))
 	}
 	return parseLoaderTrace(out)
 }
 
-// interpreter is the ELF interpreter the program at p names, "" for a
+// Interpreter is the ELF interpreter the program at p names, "" for a
 // static program.
-func interpreter(p string) (string, error) {
+func Interpreter(p string) (string, error) {
 	f, err := elf.Open(p)
 	if err != nil {
 		return "", fmt.Errorf("reading the program %s: %w", p, err)
@@ -62,7 +70,7 @@ func interpreter(p string) (string, error) {
 
 // IsStatic reports whether the ELF file at p has no interpreter.
 func IsStatic(p string) (bool, error) {
-	interp, err := interpreter(p)
+	interp, err := Interpreter(p)
 	return interp == "", err
 }
 

@@ -29,7 +29,7 @@ func TestSharedLibrariesOfARealProgram(t *testing.T) {
 	libs, err := SharedLibraries(context.Background(), sh)
 	require.NoError(t, err)
 	require.NotEmpty(t, libs)
-	interp, err := interpreter(sh)
+	interp, err := Interpreter(sh)
 	require.NoError(t, err)
 	assert.True(t, slices.Contains(libs, interp), "the interpreter %s is among %q", interp, libs)
 	assert.True(t, slices.ContainsFunc(libs, func(l string) bool { return filepath.Base(l) == "libc.so.6" }), "libc among %q", libs)
@@ -46,4 +46,24 @@ func TestSharedLibrariesOfARealProgram(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, libs)
 	}
+}
+
+func TestLoadedLibrariesOfASharedObjectWithoutInterpreter(t *testing.T) {
+	sh := program(t, "sh")
+	loader, err := Interpreter(sh)
+	require.NoError(t, err)
+	const lib = "/lib/x86_64-linux-gnu/libz.so.1" // Debian's zlib1g, needed by apt: on every machine here
+	if _, err := os.Stat(lib); err != nil {
+		t.Skipf("%s: %v", lib, err)
+	}
+	static, err := IsStatic(lib)
+	require.NoError(t, err)
+	require.True(t, static, "%s has no interpreter of its own", lib)
+	none, err := SharedLibraries(context.Background(), lib)
+	require.NoError(t, err)
+	assert.Empty(t, none, "SharedLibraries asks the file's own interpreter only")
+
+	libs, err := LoadedLibraries(context.Background(), loader, lib)
+	require.NoError(t, err)
+	assert.True(t, slices.ContainsFunc(libs, func(l string) bool { return filepath.Base(l) == "libc.so.6" }), "libc among %q", libs)
 }

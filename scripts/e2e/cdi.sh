@@ -15,6 +15,7 @@
 # names match (clone needs http-qcow2xz).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/cdictl.sh"
 NS=e2e-cdi
 W=$(mktemp -d)
 CDI_PID= REG_PID= PROXY_PID= REG2_PID= REGPROXY_PID=
@@ -84,41 +85,8 @@ RP_HOST=$(head -1 "$W/regproxy.out")
 [ -n "$RP_HOST" ] || { echo "cdi: regproxy.py did not start: $(cat "$E2E_STATE/log/regproxy.log")" >&2; exit 1; }
 hosts_toml "$RP_HOST"
 
-# --- CDI's controller, outside the cluster, as cdi-deployment would run it
-C=$E2E_STATE/cdi
-if [ ! -f "$C/proxy.crt" ]; then
-	mkdir -p "$C"
-	for s in server-signer client-signer; do
-		openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=cdi-uploadserver-$s" \
-			-keyout "$C/$s.key" -out "$C/$s.crt" 2>/dev/null
-	done
-	openssl req -newkey rsa:2048 -nodes -subj /CN=client.upload-server.cdi.kubevirt.io -keyout "$C/client.key" -out "$C/client.csr" 2>/dev/null
-	openssl x509 -req -in "$C/client.csr" -CA "$C/client-signer.crt" -CAkey "$C/client-signer.key" -CAcreateserial -days 1 -out "$C/client.crt" 2>/dev/null
-	# The upload proxy's own: the key upload tokens are signed with (cdi-apiserver's) and its serving certificate.
-	openssl genrsa -out "$C/token-signer.key" 2048 2>/dev/null
-	openssl rsa -in "$C/token-signer.key" -pubout -out "$C/token-signer.pub" 2>/dev/null
-	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=cdi-uploadproxy \
-		-addext "subjectAltName=DNS:cdi-uploadproxy,DNS:cdi-uploadproxy.cdi.svc" -keyout "$C/proxy.key" -out "$C/proxy.crt" 2>/dev/null
-fi
-# The clone controller's token keys are at a fixed path; down.sh removes it.
-[ -f /var/run/cdi/token/keys/id_rsa ] || {
-	[ -e /var/run/cdi ] || touch "$E2E_RUN/cdi-keys"
-	mkdir -p /var/run/cdi/token/keys
-	openssl genrsa -out /var/run/cdi/token/keys/id_rsa 2048 2>/dev/null
-	openssl rsa -in /var/run/cdi/token/keys/id_rsa -pubout -out /var/run/cdi/token/keys/id_rsa.pub 2>/dev/null
-}
-for f in "$E2E_BIN"/cdi-crds/*.yaml; do kubectl apply --server-side -f "$f" >/dev/null || exit 1; done
-kubectl wait --for=condition=established crd --all --timeout=60s >/dev/null
-kubectl create namespace cdi --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n cdi create configmap cdi-uploadserver-signer-bundle --from-file=ca-bundle.crt="$C/server-signer.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n cdi create configmap cdi-uploadserver-client-signer-bundle --from-file=ca-bundle.crt="$C/client-signer.crt" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl apply -f - >/dev/null <<YAML
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: CDI
-# CDI's config controller copies spec.config into the CDIConfig only when the CR has this annotation.
-metadata: {name: cdi, annotations: {cdi.kubevirt.io/configAuthority: ""}}
-spec: {config: {insecureRegistries: ["$REG_HOST", "$RP_HOST"]}}
-YAML
+# --- CDI's controller, outside the cluster (cdictl.sh)
+cdi_prepare "$REG_HOST" "$RP_HOST"
 # What CDI's operator makes for DataImportCrons (pkg/operator/resources:
 # namespaced/cronjob.go, cluster/cronjob.go): the poller's ServiceAccount
 # in CDI's namespace and its right to patch DataImportCrons. Without the
@@ -139,13 +107,7 @@ metadata: {name: cdi-cronjob}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cdi-cronjob}
 subjects: [{kind: ServiceAccount, name: cdi-cronjob, namespace: cdi}]
 YAML
-(cd "$C" && exec env IMPORTER_IMAGE=$E2E_IMAGE CLONER_IMAGE=$E2E_IMAGE UPLOADSERVER_IMAGE=$E2E_IMAGE \
-	OVIRT_POPULATOR_IMAGE=$E2E_IMAGE UPLOADPROXY_SERVICE=cdi-uploadproxy PULL_POLICY=IfNotPresent \
-	UPLOAD_SERVER_KEY_FILE="$C/server-signer.key" UPLOAD_SERVER_CERT_FILE="$C/server-signer.crt" \
-	UPLOAD_CLIENT_KEY_FILE="$C/client-signer.key" UPLOAD_CLIENT_CERT_FILE="$C/client-signer.crt" \
-	"$E2E_BIN/cdi-controller" -kubeconfig "$KUBECONFIG" -v=3 >"$E2E_STATE/log/cdi-controller.log" 2>&1) &
-CDI_PID=$!
-echo "cdi-controller $CDI_PID" >> "$E2E_RUN/pids"
+cdi_start "$E2E_IMAGE" "$E2E_IMAGE" "$E2E_IMAGE"
 kubectl delete namespace $NS --ignore-not-found --wait=true >/dev/null
 recycle_pvs
 kubectl create namespace $NS >/dev/null
@@ -155,45 +117,6 @@ for ((i = 0; i < 60; i++)); do
 done
 ((i < 60)) || { echo "cdi: CDIConfig has no insecureRegistries $REG_HOST after 60 s: $(kubectl get cdiconfig config -o jsonpath='{.spec}')" >&2; exit 1; }
 
-dv() { # name class source-yaml [volumeMode]
-	kubectl -n $NS apply -f - >/dev/null <<YAML
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata: {name: $1}
-spec:
-  source: $3
-  pvc:
-    accessModes: [ReadWriteOnce]
-    volumeMode: ${4:-Filesystem}
-    storageClassName: $2
-    resources: {requests: {storage: 1Gi}}
-YAML
-}
-# watch_dv name seconds: waits for Succeeded (or Failed), recording every
-# progress value and whether a scratch PVC appeared; sets PHASE, PROGRESS, SCRATCH.
-watch_dv() {
-	PHASE= PROGRESS= SCRATCH=no
-	local p s
-	for ((i = 0; i < $2 * 2; i++)); do
-		read -r p s < <(kubectl -n $NS get dv "$1" -o jsonpath='{.status.phase} {.status.progress}' 2>/dev/null)
-		PHASE=$p
-		[ -n "${s:-}" ] && [ "${PROGRESS##* }" != "$s" ] && PROGRESS="$PROGRESS $s"
-		kubectl -n $NS get pvc "$1-scratch" >/dev/null 2>&1 && SCRATCH=yes
-		case $p in Succeeded | Failed) return 0 ;; esac
-		sleep 0.5
-	done
-}
-disk_ok() { # claim: disk.img's (or the block device's) first BYTES bytes are the raw disk
-	local d; d=$(pv_path $NS "$1") || return 1
-	[ -b "$d" ] || d=$d/disk.img
-	[ "$(prefix_sha "$d" $BYTES)" = "$WANT" ]
-}
-
-succeeded() { [ "$PHASE" = Succeeded ]; }
-zero_disk() { # claim: disk.img is all zeros and at least 64 MiB
-	local d; d=$(pv_path $NS "$1") || return 1
-	[ "$(stat -c %s "$d/disk.img")" -ge $((64 << 20)) ] && zero_after "$d/disk.img" 0
-}
 dv_message() { kubectl -n $NS get dv "$1" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}'; }
 
 if want http-qcow2xz; then
@@ -286,19 +209,8 @@ fi
 # Upload: to the upload pod's Service as CDI's upload proxy sends it (mutual TLS, the proxy's client name).
 if want upload; then
 	dv upload e2e-local "{upload: {}}"
-	for ((i = 0; i < 240; i++)); do
-		[ "$(kubectl -n $NS get dv upload -o jsonpath='{.status.phase}')" = UploadReady ] && break; sleep 0.5
-	done
-	# CDI's upload Service is headless on 8443: the proxy dials the pod's address by the Service's name.
-	H=cdi-upload-upload.$NS.svc
-	for ((i = 0; i < 100; i++)); do
-		IP=$(kubectl -n $NS get endpointslices -l kubernetes.io/service-name=cdi-upload-upload -o jsonpath='{.items[0].endpoints[0].addresses[0]}' 2>/dev/null)
-		[ -n "$IP" ] && curl -fs -o /dev/null --cacert "$C/server-signer.crt" --cert "$C/client.crt" --key "$C/client.key" \
-			--resolve "$H:8443:$IP" "https://$H:8443/healthz" && break
-		sleep 0.3
-	done
-	code=$(curl -sS -o "$W/upload.out" -w '%{http_code}' --cacert "$C/server-signer.crt" --cert "$C/client.crt" --key "$C/client.key" \
-		--resolve "$H:8443:${IP:-0.0.0.0}" -T "$W/disk.qcow2.xz" "https://$H:8443/v1beta1/upload" 2>"$W/curl.err")
+	upload_direct upload "$W/disk.qcow2.xz"
+	code=$CODE
 	watch_dv upload 300
 	check "CDI DataVolume upload" "HTTP $code $(head -c 200 "$W/curl.err") to https://$H:8443 (pod ${IP:-none}) with the client signer's certificate; phase $PHASE" \
 		eval 'succeeded && [ "$code" = 200 ] && disk_ok upload'

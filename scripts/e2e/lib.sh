@@ -56,9 +56,10 @@ PY
 	for ((i = 0; i < 50; i++)); do curl -fs -o /dev/null "$SERVE_URL/" && return 0; sleep 0.1; done
 	return 1
 }
-# make_disk DIR MB: DIR/disk.raw (random data, MB MiB) and disk.qcow2.xz.
+# make_disk DIR MB: DIR/disk.raw (random data, MB MiB, unless DIR/disk.raw
+# is there already) and disk.qcow2.xz.
 make_disk() {
-	head -c "$(($2 << 20))" /dev/urandom > "$1/disk.raw"
+	[ -f "$1/disk.raw" ] || head -c "$(($2 << 20))" /dev/urandom > "$1/disk.raw"
 	qemu-img convert -f raw -O qcow2 "$1/disk.raw" "$1/disk.qcow2"
 	xz -T2 -1 -k -f "$1/disk.qcow2"
 }
