@@ -119,22 +119,33 @@ func (b *BlockInflater) Close() error {
 	return b.p.Close()
 }
 
+// Why the child could not inflate a block: native/inflate's BAD_*, in
+// the order of its enum.
+const (
+	badZlibHeader = iota + 1
+	badZlibDictionary
+	badData
+	badChecksum
+	badTruncated
+	badTooLong
+)
+
 // blockFailure is the error of a block the child could not inflate, by
-// its reason (native/inflate's BAD_*), worded as Go's decoders word it.
+// its reason, worded as Go's decoders word it.
 func blockFailure(reason int) error {
 	var why string
 	switch reason {
-	case 1:
+	case badZlibHeader:
 		why = "zlib: invalid header"
-	case 2:
+	case badZlibDictionary:
 		why = "zlib: invalid dictionary"
-	case 3:
+	case badData:
 		why = "flate: corrupt input"
-	case 4:
+	case badChecksum:
 		why = "zlib: invalid checksum"
-	case 5:
+	case badTruncated:
 		why = io.ErrUnexpectedEOF.Error()
-	case 6:
+	case badTooLong:
 		why = "stream inflates to more than its output"
 	default:
 		why = fmt.Sprintf("reason %d", reason)
