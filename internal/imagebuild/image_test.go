@@ -135,13 +135,20 @@ func TestImageContents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, lib := range libs {
-		resolved, _, err := resolveHostPath(lib)
+	assertHostFilesIn(t, files, "qemu-img's", libs)
+}
+
+// assertHostFilesIn fails for each host file of paths (whose, for the
+// message) that is not in files at the path it resolves to.
+func assertHostFilesIn(t *testing.T, files map[string]*tar.Header, whose string, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		resolved, _, err := resolveHostPath(p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if files[resolved] == nil {
-			t.Errorf("qemu-img's %s (%s) is missing", lib, resolved)
+			t.Errorf("%s %s (%s) is missing", whose, p, resolved)
 		}
 	}
 }
@@ -232,18 +239,8 @@ func TestImageOfOtherProgramsWithADlopenedPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var curlLib bool
-	for _, lib := range libs {
-		resolved, _, err := resolveHostPath(lib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if files[resolved] == nil {
-			t.Errorf("the curl plugin's %s (%s) is missing", lib, resolved)
-		}
-		curlLib = curlLib || strings.HasPrefix(filepath.Base(lib), "libcurl")
-	}
-	if !curlLib {
+	assertHostFilesIn(t, files, "the curl plugin's", libs)
+	if !slices.ContainsFunc(libs, func(lib string) bool { return strings.HasPrefix(filepath.Base(lib), "libcurl") }) {
 		t.Errorf("no libcurl among the plugin's libraries %q", libs)
 	}
 	if files["/usr/share/doc/nbdkit-plugin-libcurl/copyright"] == nil && files["/usr/share/doc/libcurl3-gnutls/copyright"] == nil {
@@ -306,18 +303,8 @@ func TestDynamicProgramBringsItsLibraries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	isal := false
-	for _, lib := range libs {
-		resolved, _, err := resolveHostPath(lib)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if files[resolved] == nil {
-			t.Errorf("the program's %s (%s) is missing", lib, resolved)
-		}
-		isal = isal || strings.Contains(lib, "libisal")
-	}
-	if !isal {
+	assertHostFilesIn(t, files, "the program's", libs)
+	if !slices.ContainsFunc(libs, func(lib string) bool { return strings.Contains(lib, "libisal") }) {
 		t.Errorf("igzip's libraries %v name no libisal: the test shows nothing", libs)
 	}
 }
