@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Assembler takes a disk's bytes at offsets, in any order, as a decoder
@@ -31,6 +32,17 @@ type Assembler struct {
 	end     int64 // end of the furthest write
 	sums    [][Size]byte
 	peak    int64 // most of Held at once
+	// batch holds copies of whole blocks written a few at a time (a
+	// decoder's clusters and grains) until 16 can be hashed at once in
+	// lanes; nil until the first such write, and when lanes are not used.
+	batch *laneBatch
+}
+
+// laneBatch is blocks waiting for their hash, in the order written.
+type laneBatch struct {
+	buf    []byte // lanes blocks
+	blocks [lanes]int64
+	n      int
 }
 
 // pageBlocks is how many block hashes one page holds: 64 MiB of guest
@@ -87,6 +99,7 @@ func (a *Assembler) StartAt(p []byte, off int64) (wait func(), err error) {
 	if err := a.notFolded(off); err != nil {
 		return nil, err
 	}
+	a.flushOverlap(off, off+int64(len(p)))
 	a.end = max(a.end, off+int64(len(p)))
 	// The pieces of blocks p begins or ends inside.
 	if r := off % BlockSize; r != 0 {
@@ -110,6 +123,9 @@ func (a *Assembler) StartAt(p []byte, off int64) (wait func(), err error) {
 	for b := first; b < first+int64(full); b++ {
 		a.dropPiece(b) // a whole write wins over earlier pieces
 	}
+	if full < minLanes && useLanes() {
+		return a.addToBatch(p[:full*BlockSize], first), nil
+	}
 	if cap(a.sums) < full {
 		a.sums = make([][Size]byte, full)
 	}
@@ -122,6 +138,85 @@ func (a *Assembler) StartAt(p []byte, off int64) (wait func(), err error) {
 		}
 		a.advance()
 	}, nil
+}
+
+// addToBatch copies the whole blocks p (block first on) into the batch:
+// a zero block takes its hash at once, and the batch is hashed in lanes
+// once it holds 16, on a worker while the caller writes p.
+func (a *Assembler) addToBatch(p []byte, first int64) (wait func()) {
+	if a.batch == nil {
+		a.batch = &laneBatch{buf: make([]byte, lanes*BlockSize)}
+		a.peak = max(a.peak, a.Held())
+	}
+	bt := a.batch
+	for i := range len(p) / BlockSize {
+		block := p[i*BlockSize : (i+1)*BlockSize]
+		if iostage.IsZero(block) {
+			a.store(first+int64(i), zeroBlockSum)
+			continue
+		}
+		if bt.n == lanes {
+			a.flushBatch()
+		}
+		copy(bt.buf[bt.n*BlockSize:], block)
+		bt.blocks[bt.n] = first + int64(i)
+		bt.n++
+	}
+	if bt.n < lanes {
+		a.advance()
+		return func() {}
+	}
+	var sums [lanes]Sum
+	done := make(chan struct{})
+	go func() {
+		sumInLanes(bt.buf, laneIndices[:], sums[:])
+		close(done)
+	}()
+	return func() {
+		<-done
+		for i, b := range bt.blocks {
+			a.store(b, sums[i])
+		}
+		bt.n = 0
+		a.advance()
+	}
+}
+
+// laneIndices numbers the blocks of a full batch's buffer.
+var laneIndices = func() (ix [lanes]int) {
+	for i := range ix {
+		ix[i] = i
+	}
+	return ix
+}()
+
+// flushBatch hashes and stores the blocks waiting in the batch, in the
+// order they were written (a later write of one block wins).
+func (a *Assembler) flushBatch() {
+	bt := a.batch
+	if bt == nil || bt.n == 0 {
+		return
+	}
+	sums := make([]Sum, bt.n)
+	sumShare(bt.buf[:bt.n*BlockSize], nil, sums, 0, bt.n, true)
+	for i, b := range bt.blocks[:bt.n] {
+		a.store(b, sums[i])
+	}
+	bt.n = 0
+}
+
+// flushOverlap flushes the batch when a block in it lies in [lo, hi):
+// what comes next for that block must land after it.
+func (a *Assembler) flushOverlap(lo, hi int64) {
+	if a.batch == nil {
+		return
+	}
+	for _, b := range a.batch.blocks[:a.batch.n] {
+		if b*BlockSize < hi && (b+1)*BlockSize > lo {
+			a.flushBatch()
+			return
+		}
+	}
 }
 
 // notFolded refuses a write into blocks already folded into the outer
@@ -146,6 +241,7 @@ func (a *Assembler) ZeroAt(off, n int64) error {
 	if err := a.notFolded(off); err != nil {
 		return err
 	}
+	a.flushOverlap(off, off+n)
 	a.end = max(a.end, off+n)
 	if r := off % BlockSize; r != 0 {
 		c := min(n, BlockSize-r)
@@ -299,7 +395,11 @@ func (a *Assembler) advance() {
 // Held is the memory the Assembler holds for blocks it cannot fold yet,
 // and PeakHeld the most it held at once.
 func (a *Assembler) Held() int64 {
-	return int64(len(a.pages))*int64(pageBlocks*Size) + int64(len(a.partial)+len(a.free))*BlockSize
+	held := int64(len(a.pages))*int64(pageBlocks*Size) + int64(len(a.partial)+len(a.free))*BlockSize
+	if a.batch != nil {
+		held += int64(len(a.batch.buf))
+	}
+	return held
 }
 
 func (a *Assembler) PeakHeld() int64 { return a.peak }
@@ -307,6 +407,7 @@ func (a *Assembler) PeakHeld() int64 { return a.peak }
 // Sum finishes the digest of a disk of size bytes: every byte never written
 // is a zero. Writes past size fail it. Call it once.
 func (a *Assembler) Sum(size int64) (Digest, error) {
+	a.flushBatch()
 	var d Digest
 	if a.end > size {
 		return d, fmt.Errorf("blkhash: bytes written up to offset %d, past the disk's %d bytes: %w", a.end, size, errdefs.ErrInvalidImage)

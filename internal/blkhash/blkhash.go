@@ -86,13 +86,7 @@ var zeroBlockSum = sha256.Sum256(zeroBlock)
 // hash (iostage.IsZero scans at about 18 GB/s, over ten times SHA-256's
 // speed).
 func blockSum(p []byte) Sum {
-	return knownBlockSum(p, len(p) == BlockSize && iostage.IsZero(p))
-}
-
-// knownBlockSum hashes one block whose zeroness the caller has already
-// found: a whole zero block takes the precomputed hash.
-func knownBlockSum(p []byte, zero bool) Sum {
-	if zero && len(p) == BlockSize {
+	if len(p) == BlockSize && iostage.IsZero(p) {
 		return zeroBlockSum
 	}
 	return sha256.Sum256(p)

@@ -124,25 +124,59 @@ func (h *Hash) StartScanned(p []byte, zero []bool) (wait func()) {
 
 // sumBlocks hashes the whole blocks of p into sums on up to workers
 // goroutines, each taking a contiguous share; zero, when not nil, tells
-// which blocks hold only zeros.
+// which blocks hold only zeros. Hashing in lanes, a share is at least 16
+// blocks: two half-full batches cost twice the CPU of one full one.
 func sumBlocks(p []byte, zero []bool, sums [][Size]byte, workers int) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	n := len(sums)
+	inLanes := useLanes()
 	w := min(workers, n)
+	if inLanes {
+		w = max(1, min(workers, n/lanes))
+	}
 	for i := range w {
 		lo, hi := i*n/w, (i+1)*n/w
-		wg.Go(func() {
-			for b := lo; b < hi; b++ {
-				block := p[b*BlockSize : (b+1)*BlockSize]
-				if zero != nil {
-					sums[b] = knownBlockSum(block, zero[b])
-				} else {
-					sums[b] = blockSum(block)
-				}
-			}
-		})
+		wg.Go(func() { sumShare(p, zero, sums, lo, hi, inLanes) })
 	}
 	return &wg
+}
+
+// sumShare hashes blocks lo to hi-1 of p into sums: a zero block takes
+// the precomputed hash, data blocks go in batches of 16 when inLanes
+// (sumInLanes), each on its own otherwise.
+func sumShare(p []byte, zero []bool, sums []Sum, lo, hi int, inLanes bool) {
+	var batch [lanes]int
+	k := 0
+	flush := func() {
+		if k >= minLanes {
+			sumInLanes(p, batch[:k], sums)
+		} else {
+			for _, b := range batch[:k] {
+				sums[b] = sha256.Sum256(p[b*BlockSize : (b+1)*BlockSize])
+			}
+		}
+		k = 0
+	}
+	for b := lo; b < hi; b++ {
+		block := p[b*BlockSize : (b+1)*BlockSize]
+		if zero != nil && zero[b] || zero == nil && iostage.IsZero(block) {
+			sums[b] = zeroBlockSum
+			continue
+		}
+		if !inLanes {
+			sums[b] = sha256.Sum256(block)
+			continue
+		}
+		if k > 0 && b-batch[0] > maxLaneSpan {
+			flush()
+		}
+		batch[k] = b
+		k++
+		if k == lanes {
+			flush()
+		}
+	}
+	flush()
 }
 
 // Zero hashes n zero bytes without reading or hashing any: whole blocks
