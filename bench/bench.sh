@@ -23,7 +23,7 @@
 # vhd vdi vhd.gz vdi.gz registry-raw-gz registry-qcow2 registry-c-qcow2),
 # BENCH_GOXZ (1: also time the pure-Go xz decoder, in the first run only:
 # ~20 s at 2G), BENCH_GO (1: also run the go test -bench stage benchmarks),
-# BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh),
+# BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh), BENCH_UPLOAD (1: then bench/upload.sh),
 # BENCH_TIMEOUT (300: seconds before one measured command is killed),
 # BENCH_POD_LIMITS (cdi: the pods under CDI's default pod limits, 750m CPU
 # as a CFS quota and 600M memory, issue 37's table of record; default: a
@@ -440,3 +440,5 @@ echo "bench: data in the image $(grep -o '"data_bytes":[0-9]*' "$img/layout.json
 
 # The host-assisted clone case (bench/clone.sh); BENCH_CLONE=0 leaves it out.
 if [[ ${BENCH_CLONE:-1} == 1 ]]; then GO=$go bench/clone.sh; fi
+# The upload-server role (bench/upload.sh); BENCH_UPLOAD=0 leaves it out.
+if [[ ${BENCH_UPLOAD:-1} == 1 ]]; then GO=$go bench/upload.sh; fi
