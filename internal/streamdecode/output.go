@@ -72,23 +72,77 @@ func (o *output) close() error {
 
 func (o *output) run() {
 	defer close(o.done)
-	for x := range o.queue {
+	var next *op // taken from the queue while coalescing, not merged
+	var merged []*op
+	for {
+		x := next
+		next = nil
+		if x == nil {
+			var ok bool
+			if x, ok = <-o.queue; !ok {
+				return
+			}
+		}
 		if x.ready != nil {
 			<-x.ready
 		}
+		merged, next = o.coalesce(x, merged[:0])
 		if o.err == nil {
 			if err := o.apply(x); err != nil {
 				o.err = err
 				o.failed.Store(true)
 			}
 		}
-		if x.chunk != nil {
-			x.chunk.unref()
-		}
-		if x.outBuf != nil {
-			x.free <- x.outBuf
+		for _, y := range append(merged, x) {
+			if y.chunk != nil {
+				y.chunk.unref()
+			}
+			if y.outBuf != nil {
+				y.free <- y.outBuf
+			}
 		}
 	}
+}
+
+// maxCoalesced bounds one write made of queued writes.
+const maxCoalesced = 8 << 20
+
+// coalesce grows x, a write out of a stream chunk, by the writes queued
+// right behind it that continue it both on the guest and in the chunk
+// (a qcow2's clusters, a vhd's blocks, laid out in order), taking only
+// what is queued already: one large write instead of one per cluster, and
+// whole batches of blocks for the content digest's lanes with no copy. On
+// a plain sink a write of zeros is not merged: it stays a hole. It
+// returns the writes merged into x and the first one taken but not
+// merged, which comes next.
+func (o *output) coalesce(x *op, merged []*op) ([]*op, *op) {
+	if x.p == nil || x.chunk == nil || x.err != nil || x.ready != nil || len(x.p) == 0 {
+		return merged, nil
+	}
+	if o.zeroer == nil && iostage.IsZero(x.p) {
+		return merged, nil
+	}
+	for len(x.p) < maxCoalesced {
+		var y *op
+		select {
+		case q, ok := <-o.queue:
+			if !ok {
+				return merged, nil
+			}
+			y = q
+		default:
+			return merged, nil
+		}
+		whole := x.p[:cap(x.p)]
+		if y.p == nil || y.chunk != x.chunk || y.err != nil || y.ready != nil || len(y.p) == 0 ||
+			y.off != x.off+int64(len(x.p)) || len(whole) < len(x.p)+len(y.p) || &whole[len(x.p)] != &y.p[0] ||
+			len(x.p)+len(y.p) > maxCoalesced || (o.zeroer == nil && iostage.IsZero(y.p)) {
+			return merged, y
+		}
+		x.p = whole[:len(x.p)+len(y.p)]
+		merged = append(merged, y)
+	}
+	return merged, nil
 }
 
 func (o *output) apply(x *op) error {
