@@ -75,6 +75,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 source bench/cgroup.sh # cg_remove
+source bench/pki.sh    # bench_pki
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
 $go -C bench build -trimpath -o "$work/benchtool" ./benchtool
@@ -128,14 +129,7 @@ vsize=$(numfmt --from=iec "$size")
 
 # A CA, the server's certificate for 127.0.0.1, the cloner's as cdi-cloner.
 pki=$work/pki
-mkdir "$pki"
-ossl() { openssl "$@" 2>>"$work/openssl.log"; }
-ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 1 -subj /CN=bench-ca
-for who in server client; do
-	ossl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$pki/$who.key" -out "$pki/$who.csr" -subj "/CN=$([[ $who == server ]] && echo upload-server || echo cdi-cloner)"
-	ext="subjectAltName=IP:127.0.0.1"; [[ $who == client ]] && ext="extendedKeyUsage=clientAuth"
-	ossl x509 -req -in "$pki/$who.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -out "$pki/$who.crt" -days 1 -extfile <(echo "$ext")
-done
+bench_pki "$pki" cdi-cloner
 
 # CDI's cloner as cloner_startup.sh starts it, for each volume mode.
 cat >"$work/cdi-cloner.sh" <<'EOF'

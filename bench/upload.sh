@@ -46,6 +46,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 source bench/cgroup.sh # cg_remove
+source bench/pki.sh    # bench_pki
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
 ours=$work/importer before=""
@@ -73,14 +74,7 @@ qemu-img convert -f raw -O qcow2 "$work/disk.raw" "$work/disk.qcow2"
 
 # A CA, the server's certificate for 127.0.0.1, the proxy's as cdi-uploadproxy.
 pki=$work/pki
-mkdir "$pki"
-ossl() { openssl "$@" 2>>"$work/openssl.log"; }
-ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 1 -subj /CN=bench-ca
-for who in server client; do
-	ossl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$pki/$who.key" -out "$pki/$who.csr" -subj "/CN=$([[ $who == server ]] && echo upload-server || echo cdi-uploadproxy)"
-	ext="subjectAltName=IP:127.0.0.1"; [[ $who == client ]] && ext="extendedKeyUsage=clientAuth"
-	ossl x509 -req -in "$pki/$who.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -out "$pki/$who.crt" -days 1 -extfile <(echo "$ext")
-done
+bench_pki "$pki" cdi-uploadproxy
 # CDI's controller gives the upload server the CDIConfig's TLS profile
 # (Intermediate by default), as OpenSSL cipher names.
 tls_ciphers=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_SHA256,ECDHE-ECDSA-AES128-GCM-SHA256,ECDHE-RSA-AES128-GCM-SHA256,ECDHE-ECDSA-AES256-GCM-SHA384,ECDHE-RSA-AES256-GCM-SHA384,ECDHE-ECDSA-CHACHA20-POLY1305,ECDHE-RSA-CHACHA20-POLY1305
