@@ -63,18 +63,19 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 cache=$root/bench/cache
 mkdir -p "$cache/bin" "$root/bench/results"
 work=$(mktemp -d "$cache/clone-$stamp-XXXX")
-loops=() pids=() cgs=()
+loops=() pids=()
+pod_cg=diskimport-clone-$stamp
 cleanup() {
 	set +e # every step must run, whatever failed before
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-	for c in "${cgs[@]}"; do cg_remove "$c"; done
+	pod_cgroups_remove
 	for l in "${loops[@]}"; do losetup -d "$l" || echo "bench clone: could not detach $l" >&2; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-source bench/cgroup.sh # cg_remove
+source bench/cgroup.sh # cg_remove, pod_cgroups, pod_usage
 source bench/pki.sh    # bench_pki
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
@@ -149,37 +150,6 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 now() { date +%s.%N; }
 runs_file=$work/runs.jsonl
 : >"$runs_file"
-
-# pod_cgroups NAME LIMIT: the cgroups of one pod (memory, cpuacct, and
-# with LIMIT cdi the CPU quota); prints the shell prefix that joins them.
-pod_cgroups() {
-	local name=$1 limit=$2 d prefix=""
-	d=/sys/fs/cgroup/memory/diskimport-clone-$stamp-$name
-	mkdir "$d"; cgs+=("$d")
-	echo "$mem_limit" >"$d/memory.limit_in_bytes"
-	prefix+="echo \$\$ >$d/cgroup.procs && "
-	d=/sys/fs/cgroup/cpuacct/diskimport-clone-$stamp-$name
-	mkdir "$d"; cgs+=("$d")
-	prefix+="echo \$\$ >$d/cgroup.procs && "
-	if [[ $limit == cdi ]]; then
-		d=/sys/fs/cgroup/cpu/diskimport-clone-$stamp-$name
-		mkdir "$d"; cgs+=("$d")
-		echo 100000 >"$d/cpu.cfs_period_us"
-		echo "$cpu_quota" >"$d/cpu.cfs_quota_us"
-		prefix+="echo \$\$ >$d/cgroup.procs && "
-	fi
-	echo "$prefix"
-}
-# pod_usage NAME: its cgroups' CPU seconds and memory peak (MiB), then
-# removes them.
-pod_usage() {
-	local name=$1 m c q
-	m=/sys/fs/cgroup/memory/diskimport-clone-$stamp-$name
-	c=/sys/fs/cgroup/cpuacct/diskimport-clone-$stamp-$name
-	q=/sys/fs/cgroup/cpu/diskimport-clone-$stamp-$name
-	printf '%s %s\n' "$(awk '{printf "%.3f", $1 / 1e9}' "$c/cpuacct.usage")" "$(awk '{printf "%.0f", $1 / 1048576}' "$m/memory.max_usage_in_bytes")"
-	cg_remove "$m"; cg_remove "$c"; cg_remove "$q"
-}
 
 # clone COPIER KIND SRC DST LINK LIMIT: one clone by COPIER (cdi, ours)
 # of SRC (a loop device, or a directory holding disk.img) onto DST in

@@ -16,7 +16,7 @@
 # "bench" (benchtool gen: 35 % data); BENCH_UPLOAD_FORMATS ("qcow2.xz
 # qcow2": the e2e upload row's qcow2.xz, xz -T2 -1, and the plain qcow2
 # virtctl sends most). Seconds run from the POST to its response. Every
-# target's first MiB are compared with the disk (sha256).
+# target's first BENCH_UPLOAD_MB MiB are compared with the disk (sha256).
 # BENCH_OURS_BEFORE=/path/to/importer adds that build, interleaved, as
 # "before". Prints one line per row; every run goes to
 # bench/results/upload-<timestamp>.jsonl.
@@ -36,16 +36,17 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 cache=$root/bench/cache
 mkdir -p "$cache/bin" "$root/bench/results"
 work=$(mktemp -d "$cache/upload-$stamp-XXXX")
-pids=() cgs=()
+pids=()
+pod_cg=diskimport-upload-$stamp
 cleanup() {
 	set +e
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-	for c in "${cgs[@]}"; do cg_remove "$c"; done
+	pod_cgroups_remove
 	rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-source bench/cgroup.sh # cg_remove
+source bench/cgroup.sh # cg_remove, pod_cgroups, pod_usage
 source bench/pki.sh    # bench_pki
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
@@ -85,21 +86,12 @@ out=$root/bench/results/upload-$stamp.jsonl
 
 # upload WHO FORMAT LIMIT: one upload to WHO's server (cdi, ours, before).
 upload() {
-	local who=$1 format=$2 limit=$3 bin port d pre="" spid t0 t1 code rc=0 name=$1-$RANDOM
+	local who=$1 format=$2 limit=$3 bin port pre spid t0 t1 code rc=0 usage
 	case $who in cdi) bin=$cdi_server ;; before) bin=$before ;; *) bin=$ours ;; esac
 	port=$(free_port)
 	rm -rf "$work/data" "$work/scratch"
 	mkdir -p "$work/data" "$work/scratch" "$work/root"
-	for c in memory cpuacct $([[ $limit == cdi ]] && echo cpu); do
-		d=/sys/fs/cgroup/$c/diskimport-upload-$stamp-$name
-		mkdir "$d"; cgs+=("$d")
-		pre+="echo \$\$ >$d/cgroup.procs && "
-	done
-	echo "$mem_limit" >"/sys/fs/cgroup/memory/diskimport-upload-$stamp-$name/memory.limit_in_bytes"
-	if [[ $limit == cdi ]]; then
-		echo 100000 >"/sys/fs/cgroup/cpu/diskimport-upload-$stamp-$name/cpu.cfs_period_us"
-		echo "$cpu_quota" >"/sys/fs/cgroup/cpu/diskimport-upload-$stamp-$name/cpu.cfs_quota_us"
-	fi
+	pre=$(pod_cgroups server "$limit")
 	sh -c "${pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 TLS_KEY_FILE=/pki/server.key TLS_CERT_FILE=/pki/server.crt CLIENT_CERT_FILE=/pki/ca.crt CLIENT_NAME=cdi-uploadproxy \
 TLS_CIPHERS=$tls_ciphers TLS_MIN_VERSION=VersionTLS12 LISTEN_ADDRESS=127.0.0.1 LISTEN_PORT=$port DESTINATION=/data/disk.img \
@@ -108,6 +100,7 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 /pki $pki /data $work/data /scratch $work/scratch /importer $bin" >"$work/server.out" 2>"$work/server.err" &
 	spid=$!; pids+=("$spid")
 	for _ in $(seq 200); do curl -s -o /dev/null "${curl_tls[@]}" "https://127.0.0.1:$port/healthz" && break; sleep 0.05; done
+	rm -f "$work/response" # a failure must not quote the last upload's answer
 	t0=$(date +%s.%N)
 	code=$(curl -sS --http1.1 -X POST -o "$work/response" -w '%{http_code}' "${curl_tls[@]}" -T "$work/disk.$format" "https://127.0.0.1:$port/v1beta1/upload" 2>"$work/curl.err") || rc=$?
 	t1=$(date +%s.%N)
@@ -115,11 +108,7 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 	kill "$spid" 2>/dev/null || true # gone already, as it should be
 	wait "$spid" 2>/dev/null || true
 	pids=()
-	local m=/sys/fs/cgroup/memory/diskimport-upload-$stamp-$name a=/sys/fs/cgroup/cpuacct/diskimport-upload-$stamp-$name cpu peak
-	cpu=$(awk '{printf "%.3f", $1 / 1e9}' "$a/cpuacct.usage")
-	peak=$(awk '{printf "%.0f", $1 / 1048576}' "$m/memory.max_usage_in_bytes")
-	for d in "${cgs[@]}"; do cg_remove "$d"; done
-	cgs=()
+	usage=$(pod_usage server)
 	if [[ $rc != 0 || $code != 200 ]]; then
 		echo "bench upload: $who $format $limit: HTTP $code (curl exit $rc): $(head -c 300 "$work/curl.err") $(head -c 300 "$work/response"); the server said: $(tail -3 "$work/server.err" | cut -c1-300)" >&2
 		exit 1
@@ -127,7 +116,7 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 	[[ $(head -c "$((mb << 20))" "$work/data/disk.img" | sha256sum | cut -d' ' -f1) == "$want" ]] ||
 		{ echo "bench upload: $who $format $limit left a disk that differs from the image" >&2; exit 1; }
 	jq -nc --arg who "$who" --arg format "$format" --arg limit "$limit" --arg data "$data" --argjson mb "$mb" \
-		--argjson s "$(echo "$t1 - $t0" | bc)" --argjson cpu "$cpu" --argjson peak "$peak" \
+		--argjson s "$(echo "$t1 - $t0" | bc)" --argjson cpu "${usage% *}" --argjson peak "${usage#* }" \
 		'{who: $who, format: $format, limit: $limit, data: $data, mib: $mb, seconds: $s, cpu_s: $cpu, peak_mib: $peak}' >>"$out"
 }
 
