@@ -23,6 +23,8 @@ type op struct {
 	free   chan []byte // where outBuf goes back
 	ready  chan struct{}
 	err    error
+	// scanned and zero cache holeOnPlainSink's scan of p.
+	scanned, zero bool
 }
 
 // output is the stage that owns the sink: one goroutine, so a Sink needs
@@ -116,10 +118,10 @@ const maxCoalesced = 8 << 20
 // returns the writes merged into x and the first one taken but not
 // merged, which comes next.
 func (o *output) coalesce(x *op, merged []*op) ([]*op, *op) {
-	if x.p == nil || x.chunk == nil || x.err != nil || x.ready != nil || len(x.p) == 0 {
+	if x.ready != nil || x.p == nil || x.chunk == nil || x.err != nil || len(x.p) == 0 {
 		return merged, nil
 	}
-	if o.zeroer == nil && iostage.IsZero(x.p) {
+	if o.holeOnPlainSink(x) {
 		return merged, nil
 	}
 	for len(x.p) < maxCoalesced {
@@ -133,16 +135,34 @@ func (o *output) coalesce(x *op, merged []*op) ([]*op, *op) {
 		default:
 			return merged, nil
 		}
+		// An inflated write (ready) is its worker's until ready closes:
+		// nothing else of it may be read here.
+		if y.ready != nil {
+			return merged, y
+		}
 		whole := x.p[:cap(x.p)]
-		if y.p == nil || y.chunk != x.chunk || y.err != nil || y.ready != nil || len(y.p) == 0 ||
+		if y.p == nil || y.chunk != x.chunk || y.err != nil || len(y.p) == 0 ||
 			y.off != x.off+int64(len(x.p)) || len(whole) < len(x.p)+len(y.p) || &whole[len(x.p)] != &y.p[0] ||
-			len(x.p)+len(y.p) > maxCoalesced || (o.zeroer == nil && iostage.IsZero(y.p)) {
+			len(x.p)+len(y.p) > maxCoalesced || o.holeOnPlainSink(y) {
 			return merged, y
 		}
 		x.p = whole[:len(x.p)+len(y.p)]
 		merged = append(merged, y)
 	}
 	return merged, nil
+}
+
+// holeOnPlainSink says whether x's data is all zeros going to a plain
+// sink, which then skips it (the target reads zeros there already). A
+// write is scanned once, though coalesce and apply both ask.
+func (o *output) holeOnPlainSink(x *op) bool {
+	if o.zeroer != nil {
+		return false
+	}
+	if !x.scanned {
+		x.scanned, x.zero = true, iostage.IsZero(x.p)
+	}
+	return x.zero
 }
 
 func (o *output) apply(x *op) error {
@@ -162,7 +182,7 @@ func (o *output) apply(x *op) error {
 		}
 		return nil
 	}
-	if o.zeroer == nil && iostage.IsZero(x.p) {
+	if o.holeOnPlainSink(x) {
 		if o.holes != nil {
 			o.holes.Hole(x.off, int64(len(x.p)))
 		}
