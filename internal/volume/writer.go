@@ -79,6 +79,11 @@ type Writer struct {
 	spare    []byte // a chunk buffer for the next stage, kept between chunks
 	stage    []byte // chunk partly filled by Write or a short ReadFrom
 	stageLen int
+	// A chunk Write filled, being zero-scanned, hashed and written on its
+	// own goroutine while Write fills the next (nil: none). Everything
+	// else that touches what processChunk does waits for it first (settle).
+	inflight    chan error
+	inflightBuf []byte
 	head     []byte
 	headLen  int
 	zeros    []byte // aligned, read-only zeros for the writes that zero a range
@@ -206,8 +211,12 @@ func (w *Writer) takeBuf() []byte {
 	return alignedBuf(chunkSize)
 }
 
-// Write copies p into 4 MiB chunks and writes every full chunk. Data that
-// would pass Capacity is refused as a whole with errdefs.ErrTargetTooSmall.
+// Write copies p into 4 MiB chunks and writes every full chunk, on
+// another goroutine while it fills the next: a source of many small
+// writes (a clone's runs, each handed over only once the last was
+// applied) is read on while the device writes. An error of that write
+// is returned by a later call. Data that would pass Capacity is refused
+// as a whole with errdefs.ErrTargetTooSmall.
 func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.check(); err != nil {
 		return 0, err
@@ -227,7 +236,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.off += int64(c)
 		w.written.Add(int64(c))
 		if w.stageLen == chunkSize {
-			if err := w.flushStage(); err != nil {
+			if err := w.handOffStage(); err != nil {
 				return n, err
 			}
 		}
@@ -235,8 +244,42 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// flushStage writes the staged chunk (full, or the final short one).
+// handOffStage starts writing the full staged chunk on its own goroutine,
+// once the one before it is written.
+func (w *Writer) handOffStage() error {
+	if err := w.settle(); err != nil {
+		return err
+	}
+	buf, n := w.stage, w.stageLen
+	w.stage, w.stageLen = nil, 0
+	off := w.off - int64(n)
+	done := make(chan error, 1)
+	w.inflight, w.inflightBuf = done, buf
+	go func() { done <- w.processChunk(off, buf[:n]) }()
+	return nil
+}
+
+// settle waits for the chunk in flight, if any, and returns its error;
+// its buffer becomes the spare.
+func (w *Writer) settle() error {
+	if w.inflight == nil {
+		return nil
+	}
+	err := <-w.inflight
+	w.inflight = nil
+	w.spare, w.inflightBuf = w.inflightBuf, nil
+	if err != nil {
+		return w.fail(err)
+	}
+	return nil
+}
+
+// flushStage writes the staged chunk (full, or the final short one) after
+// the one in flight.
 func (w *Writer) flushStage() error {
+	if err := w.settle(); err != nil {
+		return err
+	}
 	if w.stage == nil {
 		return nil
 	}
@@ -281,6 +324,9 @@ var errTooBig = errors.New("data passes capacity") // internal marker, never ret
 // goroutine exits as soon as its pending Read returns.
 func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 	if err := w.check(); err != nil {
+		return 0, err
+	}
+	if err := w.settle(); err != nil {
 		return 0, err
 	}
 	var total int64
@@ -416,6 +462,7 @@ func (w *Writer) release() {
 	if w.released {
 		return
 	}
+	_ = w.settle() // its write is done before the descriptors close
 	w.released = true
 	if w.t.kind == Block && w.buffered != nil {
 		w.buffered.Close()
