@@ -80,7 +80,11 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request, ct st
 	if sess.delta != nil {
 		receive = h.receiveDelta
 	}
-	res, err := receive(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body)))
+	// s2's CRC of each block is not checked: the End record's content
+	// digest, compared with the one of the disk written before Commit,
+	// covers every byte end to end (and TLS the wire). It was 4.6 % of
+	// the server's CPU on a 2 GiB clone.
+	res, err := receive(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body, s2.ReaderIgnoreCRC())))
 	body.close()
 	switch {
 	case err == nil:

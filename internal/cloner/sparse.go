@@ -19,8 +19,11 @@ import (
 // Sparse-v1 reading: the source is read in chunks; granule-sized zero runs
 // become Zero records (a granule is the sparse writer's hole size, so a
 // zero record never splits what the target could store as one hole).
+// Chunks of 4 MiB, a data record's most: the cloner spent 1.33 of a 1.75
+// s clone (2 GiB, 35 % data) blocked in 1 MiB O_DIRECT reads (a runtime
+// trace), and a loop device reads 2 GiB in 0.63 s by 4 MiB, 0.83 s by 1 MiB.
 const (
-	sparseChunk   = 1 << 20
+	sparseChunk   = 4 << 20
 	sparseGranule = 64 << 10
 	// readAheadChunks are read ahead of the encoder.
 	readAheadChunks = 4
