@@ -79,15 +79,16 @@ type Writer struct {
 	spare    []byte // a chunk buffer for the next stage, kept between chunks
 	stage    []byte // chunk partly filled by Write or a short ReadFrom
 	stageLen int
+	head     []byte
+	headLen  int
+	zeros    []byte // aligned, read-only zeros for the writes that zero a range
+	zeroMap  []bool // scanZeros' result, reused chunk after chunk
+
 	// A chunk Write filled, being zero-scanned, hashed and written on its
 	// own goroutine while Write fills the next (nil: none). Everything
 	// else that touches what processChunk does waits for it first (settle).
 	inflight    chan error
 	inflightBuf []byte
-	head     []byte
-	headLen  int
-	zeros    []byte // aligned, read-only zeros for the writes that zero a range
-	zeroMap  []bool // scanZeros' result, reused chunk after chunk
 
 	off     int64 // bytes accepted; owned by the calling goroutine
 	written atomic.Int64
