@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestIsZeroFindsAnyNonZeroByte(t *testing.T) {
@@ -21,6 +22,25 @@ func TestIsZeroFindsAnyNonZeroByte(t *testing.T) {
 	}
 }
 
+// Every byte of buffers around the 256-byte blocks of the AVX-512 path,
+// aligned or not, is looked at: one non-zero byte anywhere is found.
+func TestIsZeroFindsAByteAnywhereInTheBlocks(t *testing.T) {
+	for _, n := range []int{255, 256, 257, 511, 512, 1024 + 17} {
+		for _, shift := range []int{0, 3} {
+			buf := make([]byte, n+shift)
+			p := buf[shift:]
+			require.True(t, IsZero(p), "%d zeros at offset %d", n, shift)
+			for at := range p {
+				p[at] = 1
+				if IsZero(p) {
+					t.Fatalf("%d bytes at offset %d: the byte at %d went unseen", n, shift, at)
+				}
+				p[at] = 0
+			}
+		}
+	}
+}
+
 // BenchmarkIsZero measures IsZero against the strategies it replaced, over
 // all-zero buffers (the worst case: every byte compared).
 func BenchmarkIsZero(b *testing.B) {
@@ -29,7 +49,8 @@ func BenchmarkIsZero(b *testing.B) {
 		name string
 		f    func([]byte) bool
 	}{
-		{"shifted", IsZero},
+		{"IsZero", IsZero},
+		{"shifted", isZeroShifted},
 		{"zeroPage", func(p []byte) bool { return isZeroAgainst(p, page) }},
 		{"words8", isZeroWords},
 		{"byteLoop", isZeroByteLoop},
