@@ -77,6 +77,7 @@ trap 'exit 130' INT TERM
 
 source bench/cgroup.sh # cg_remove, pod_cgroups, pod_usage
 source bench/pki.sh    # bench_pki
+source bench/cdibin.sh # cdi_program
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
 $go -C bench build -trimpath -o "$work/benchtool" ./benchtool
@@ -87,20 +88,7 @@ cdi_cloner="" cdi_server="" cdi_note=""
 # cdi_resolve: CDI's two programs, built once into bench/cache/bin.
 cdi_resolve() {
 	if [[ ${BENCH_CDI:-1} == 0 ]]; then cdi_note="BENCH_CDI=0"; return; fi
-	local what var b
-	for what in cloner uploadserver; do
-		var=BENCH_CDI_${what^^}
-		b=${!var:-$cache/bin/cdi-$what-$cdi_version}
-		if [[ ! -x $b ]]; then
-			echo "bench clone: building CDI's $what $cdi_version (scripts/e2e/cdi-build.sh $what)" >&2
-			if ! E2E_CDI_VERSION=$cdi_version scripts/e2e/cdi-build.sh "$what" "$b.$$" >"$work/cdi-build-$what.log" 2>&1; then
-				cdi_note="could not build CDI's $what: $(tail -c 200 "$work/cdi-build-$what.log" | tr '\n' ' ')"
-				return
-			fi
-			mv "$b.$$" "$b"
-		fi
-		cp "$b" "$work/cdi-$what"
-	done
+	cdi_program cloner "$work/cdi-cloner" && cdi_program uploadserver "$work/cdi-uploadserver" || return 0
 	cdi_cloner=$work/cdi-cloner cdi_server=$work/cdi-uploadserver
 }
 cdi_resolve

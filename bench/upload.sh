@@ -48,19 +48,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 source bench/cgroup.sh # cg_remove, pod_cgroups, pod_usage
 source bench/pki.sh    # bench_pki
+source bench/cdibin.sh # cdi_program
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
 ours=$work/importer before=""
 if [[ -n ${BENCH_OURS_BEFORE:-} ]]; then cp "$BENCH_OURS_BEFORE" "$work/importer-before"; before=$work/importer-before; fi
-cdi_server=""
+cdi_server="" cdi_note=""
 if [[ ${BENCH_CDI:-1} != 0 ]]; then
-	b=${BENCH_CDI_UPLOADSERVER:-$cache/bin/cdi-uploadserver-$cdi_version}
-	if [[ ! -x $b ]]; then
-		echo "bench upload: building CDI's upload server $cdi_version (scripts/e2e/cdi-build.sh uploadserver)" >&2
-		E2E_CDI_VERSION=$cdi_version scripts/e2e/cdi-build.sh uploadserver "$b.$$" >"$work/cdi-build.log" 2>&1 && mv "$b.$$" "$b" ||
-			echo "bench upload: CDI's rows left out: $(tail -c 200 "$work/cdi-build.log" | tr '\n' ' ')" >&2
+	if cdi_program uploadserver "$work/cdi-uploadserver"; then
+		cdi_server=$work/cdi-uploadserver
+	else
+		echo "bench upload: CDI's rows left out: $cdi_note" >&2
 	fi
-	[[ -x $b ]] && cp "$b" "$work/cdi-uploadserver" && cdi_server=$work/cdi-uploadserver
 fi
 
 # The disk and its forms.
