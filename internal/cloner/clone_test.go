@@ -3,6 +3,7 @@ package cloner_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -241,6 +242,41 @@ func TestCloneDigestMismatch(t *testing.T) {
 	assert.GreaterOrEqual(t, resp.StatusCode, 400)
 	assert.Contains(t, string(answer), errdefs.ErrVerifyMismatch.Error())
 	assert.Contains(t, string(answer), hex.EncodeToString(wrong[:]))
+	assert.NoFileExists(t, dst)
+}
+
+// A sparse-v2 stream whose data was changed inside its s2 block (whose
+// CRC the server no longer checks) with the right digest of the data
+// before: the content digest refuses it, nothing committed.
+func TestCloneDamagedInsideACompressedBlockFailsItsDigest(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "disk.img")
+	p := newPKI(t)
+	s := startServer(t, p, importer.Options{Target: dst})
+	data := make([]byte, 256<<10)
+	_, _ = rand.Read(data) // incompressible: s2 stores it as it is
+	h := blkhash.New(0)
+	_, _ = h.Write(data)
+	var buf bytes.Buffer
+	sw := s2.NewWriter(&buf)
+	enc := cloner.NewEncoder(sw)
+	for _, err := range []error{enc.Start(int64(len(data)), 0), enc.Data(0, data), enc.End(h.Sum()), sw.Close()} {
+		require.NoError(t, err)
+	}
+	wire := buf.Bytes()
+	at := bytes.Index(wire, data[1000:1064])
+	require.Positive(t, at, "the data lies in the stream as it is")
+	wire[at] ^= 0x40
+	req, err := http.NewRequest(http.MethodPost, s.url(""), bytes.NewReader(wire))
+	require.NoError(t, err)
+	req.Header.Set("x-cdi-content-type", cloner.ContentTypeBlock)
+	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
+	req.Header.Set(cloner.SessionHeader, "damaged")
+	resp, err := p.clientFor(t, &p.client).Do(req)
+	require.NoError(t, err)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.GreaterOrEqual(t, resp.StatusCode, 400)
+	assert.Contains(t, string(answer), errdefs.ErrVerifyMismatch.Error())
 	assert.NoFileExists(t, dst)
 }
 
