@@ -230,19 +230,27 @@ func TestCloneDigestMismatch(t *testing.T) {
 	p := newPKI(t)
 	s := startServer(t, p, importer.Options{Target: dst})
 	body, wrong := forgedStream(t, []byte("some data that the digest does not describe"))
+	status, answer := postSparseStream(t, p, s, body, "forged")
+	assert.GreaterOrEqual(t, status, 400)
+	assert.Contains(t, answer, errdefs.ErrVerifyMismatch.Error())
+	assert.Contains(t, answer, hex.EncodeToString(wrong[:]))
+	assert.NoFileExists(t, dst)
+}
+
+// postSparseStream POSTs body to s as a block clone's sparse-v2 request of
+// session and returns the answer's status and text.
+func postSparseStream(t *testing.T, p *pki, s *served, body io.Reader, session string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.url(""), body)
 	require.NoError(t, err)
 	req.Header.Set("x-cdi-content-type", cloner.ContentTypeBlock)
 	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
-	req.Header.Set(cloner.SessionHeader, "forged")
+	req.Header.Set(cloner.SessionHeader, session)
 	resp, err := p.clientFor(t, &p.client).Do(req)
 	require.NoError(t, err)
 	answer, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assert.GreaterOrEqual(t, resp.StatusCode, 400)
-	assert.Contains(t, string(answer), errdefs.ErrVerifyMismatch.Error())
-	assert.Contains(t, string(answer), hex.EncodeToString(wrong[:]))
-	assert.NoFileExists(t, dst)
+	return resp.StatusCode, string(answer)
 }
 
 // A sparse-v2 stream whose data was changed inside its s2 block (whose
@@ -266,17 +274,9 @@ func TestCloneDamagedInsideACompressedBlockFailsItsDigest(t *testing.T) {
 	at := bytes.Index(wire, data[1000:1064])
 	require.Positive(t, at, "the data lies in the stream as it is")
 	wire[at] ^= 0x40
-	req, err := http.NewRequest(http.MethodPost, s.url(""), bytes.NewReader(wire))
-	require.NoError(t, err)
-	req.Header.Set("x-cdi-content-type", cloner.ContentTypeBlock)
-	req.Header.Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
-	req.Header.Set(cloner.SessionHeader, "damaged")
-	resp, err := p.clientFor(t, &p.client).Do(req)
-	require.NoError(t, err)
-	answer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	assert.GreaterOrEqual(t, resp.StatusCode, 400)
-	assert.Contains(t, string(answer), errdefs.ErrVerifyMismatch.Error())
+	status, answer := postSparseStream(t, p, s, bytes.NewReader(wire), "damaged")
+	assert.GreaterOrEqual(t, status, 400)
+	assert.Contains(t, answer, errdefs.ErrVerifyMismatch.Error())
 	assert.NoFileExists(t, dst)
 }
 
