@@ -40,6 +40,7 @@ func TestWriteFailureOfAChunkInFlightSurfacesLater(t *testing.T) {
 	assert.ErrorIs(t, w.WriteZeros(1*mib), unix.ENOSPC, "the error is sticky")
 	_, err = w.Finish()
 	assert.ErrorIs(t, err, unix.ENOSPC)
+	assert.Error(t, tg.Commit(ctx), "a target whose writer failed is not committed")
 	_, err = os.Stat(filepath.Join(dir, "disk.img"))
 	assert.True(t, os.IsNotExist(err), "nothing was committed as disk.img")
 }
