@@ -13,9 +13,10 @@ import (
 	"github.com/diskimport/engine/internal/iostage"
 )
 
-// BatchedDeviceWriter gathers small writes at random offsets (the stream
+// BatchedWriter gathers small writes at random offsets (the stream
 // decoder's, one cluster per call, from one goroutine) into large writes
-// of a DeviceWriter, several in flight. Written through as they come, the
+// of a DeviceWriter or of a file target's directFileWriter, several in
+// flight. Written through as they come, the
 // decoder's 64 KiB clusters are one small O_DIRECT pwrite at a time, at
 // queue depth 1, several times slower than the device (measured: 11,458
 // pwrites for a 752 MB qcow2). So contiguous writes are copied into a
@@ -31,9 +32,9 @@ import (
 // disjoint requests may complete in any order.
 //
 // The first error stops the writer: later calls and Flush return it.
-type BatchedDeviceWriter struct {
+type BatchedWriter struct {
 	ctx                    context.Context
-	w                      *DeviceWriter
+	w                      rangeWriter
 	lbs                    int64
 	bufSize                int64
 	free                   chan []byte // the pool: buffers not being filled nor written
@@ -56,6 +57,14 @@ type BatchedDeviceWriter struct {
 	closed   bool
 }
 
+// rangeWriter is what a BatchedWriter writes through: DeviceWriter or
+// directFileWriter, each safe for concurrent requests on disjoint blocks.
+type rangeWriter interface {
+	WriteAt(p []byte, off int64) (int, error)
+	ZeroAt(off, n int64, mayDeallocate, fast bool) error
+	BlockSize() int64
+}
+
 // batchJob is one request to the device: data (buf non-nil, p the part
 // to write) or a zero range.
 type batchJob struct {
@@ -65,7 +74,7 @@ type batchJob struct {
 }
 
 // The default pool shape (24 MiB), measured onto a direct-io loop device
-// with BenchmarkBatchedDeviceWriter (256 MiB of 64 KiB clusters, 3 runs x
+// with BenchmarkBatchedWriter (256 MiB of 64 KiB clusters, 3 runs x
 // 3, MB/s): the DeviceWriter alone 740-980; 1 MiB x 8, 4 writers
 // 1260-2060; 2 MiB x 8, 4 writers 1130-1670; 4 MiB x 6, 4 writers
 // 1830-2190; 4 MiB x 8, 6 writers 1210-2070: no better for more memory.
@@ -75,7 +84,7 @@ const (
 	DefaultBatchWriters = 4
 )
 
-// BatchOptions shape a BatchedDeviceWriter. Zero sizes take the defaults.
+// BatchOptions shape a BatchedWriter. Zero sizes take the defaults.
 type BatchOptions struct {
 	// Zeroing: the device may hold old data, so ZeroAt is honoured and
 	// all-zero data becomes a zero range, as the DeviceWriter itself does
@@ -89,15 +98,19 @@ type BatchOptions struct {
 	BufferSize, Buffers, Writers int
 }
 
-// NewBatchedDeviceWriter starts the writer goroutines over w. Close stops
-// them on every path.
-func NewBatchedDeviceWriter(ctx context.Context, w *DeviceWriter, o BatchOptions) *BatchedDeviceWriter {
+// NewBatchedWriter starts the writer goroutines over a device's
+// writer. Close stops them on every path.
+func NewBatchedWriter(ctx context.Context, w *DeviceWriter, o BatchOptions) *BatchedWriter {
+	return newBatchedWriter(ctx, w, o)
+}
+
+func newBatchedWriter(ctx context.Context, w rangeWriter, o BatchOptions) *BatchedWriter {
 	bufSize := cmp.Or(o.BufferSize, DefaultBatchBuffer)
 	nbuf := cmp.Or(o.Buffers, DefaultBatchBuffers)
 	writers := cmp.Or(o.Writers, DefaultBatchWriters)
 	lbs := max(w.BlockSize(), 512)
 	size := (int64(bufSize) + lbs - 1) / lbs * lbs
-	s := &BatchedDeviceWriter{
+	s := &BatchedWriter{
 		ctx: ctx, w: w, lbs: lbs, zeroing: o.Zeroing, mayDeallocate: o.MayDeallocate,
 		bufSize: size,
 		free:    buffers.Circulating(nbuf, int(size), int(lbs)),
@@ -112,7 +125,7 @@ func NewBatchedDeviceWriter(ctx context.Context, w *DeviceWriter, o BatchOptions
 }
 
 // WriteAt copies p into the extent being gathered.
-func (s *BatchedDeviceWriter) WriteAt(p []byte, off int64) (int, error) {
+func (s *BatchedWriter) WriteAt(p []byte, off int64) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
@@ -152,7 +165,7 @@ func (s *BatchedDeviceWriter) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // ZeroAt extends the zero range being gathered, or starts one.
-func (s *BatchedDeviceWriter) ZeroAt(off, n int64) error {
+func (s *BatchedWriter) ZeroAt(off, n int64) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -179,7 +192,7 @@ func (s *BatchedDeviceWriter) ZeroAt(off, n int64) error {
 
 // Flush writes what is gathered, waits for every request in flight and
 // returns the first error.
-func (s *BatchedDeviceWriter) Flush() error {
+func (s *BatchedWriter) Flush() error {
 	var err error
 	if s.buf != nil {
 		err = s.sendData()
@@ -199,7 +212,7 @@ func (s *BatchedDeviceWriter) Flush() error {
 
 // Close stops the writers after the requests already started; what is
 // still gathered is dropped (Flush first to keep it). Safe to call twice.
-func (s *BatchedDeviceWriter) Close() {
+func (s *BatchedWriter) Close() {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -216,7 +229,7 @@ func (s *BatchedDeviceWriter) Close() {
 }
 
 // check returns the writer's first error, or the context's.
-func (s *BatchedDeviceWriter) check() error {
+func (s *BatchedWriter) check() error {
 	s.mu.Lock()
 	err := s.err
 	if err == nil && s.closed {
@@ -233,7 +246,7 @@ func (s *BatchedDeviceWriter) check() error {
 }
 
 // takeBuffer waits for a free buffer and starts an extent at off in it.
-func (s *BatchedDeviceWriter) takeBuffer(off int64) error {
+func (s *BatchedWriter) takeBuffer(off int64) error {
 	select {
 	case b := <-s.free:
 		s.buf = b
@@ -245,13 +258,13 @@ func (s *BatchedDeviceWriter) takeBuffer(off int64) error {
 	return nil
 }
 
-func (s *BatchedDeviceWriter) sendData() error {
+func (s *BatchedWriter) sendData() error {
 	j := batchJob{off: s.base + s.bufStart, n: s.bufEnd - s.bufStart, p: s.buf[s.bufStart:s.bufEnd], buf: s.buf}
 	s.buf = nil
 	return s.start(j)
 }
 
-func (s *BatchedDeviceWriter) sendZeros() error {
+func (s *BatchedWriter) sendZeros() error {
 	j := batchJob{off: s.zOff, n: s.zLen}
 	s.zLen = 0
 	return s.start(j)
@@ -259,7 +272,7 @@ func (s *BatchedDeviceWriter) sendZeros() error {
 
 // start hands j to the writers once no request in flight shares a block
 // with it.
-func (s *BatchedDeviceWriter) start(j batchJob) error {
+func (s *BatchedWriter) start(j batchJob) error {
 	s.mu.Lock()
 	for s.err == nil && s.overlapsInflight(j) {
 		s.idle.Wait()
@@ -279,7 +292,7 @@ func (s *BatchedDeviceWriter) start(j batchJob) error {
 	return nil
 }
 
-func (s *BatchedDeviceWriter) overlapsInflight(j batchJob) bool {
+func (s *BatchedWriter) overlapsInflight(j batchJob) bool {
 	lo, hi := j.off/s.lbs, (j.off+j.n+s.lbs-1)/s.lbs
 	for _, f := range s.inflight {
 		if flo, fhi := f.off/s.lbs, (f.off+f.n+s.lbs-1)/s.lbs; flo < hi && lo < fhi {
@@ -289,7 +302,7 @@ func (s *BatchedDeviceWriter) overlapsInflight(j batchJob) bool {
 	return false
 }
 
-func (s *BatchedDeviceWriter) writer() {
+func (s *BatchedWriter) writer() {
 	defer s.workers.Done()
 	for j := range s.jobs {
 		s.mu.Lock()
@@ -317,7 +330,7 @@ func (s *BatchedDeviceWriter) writer() {
 	}
 }
 
-func (s *BatchedDeviceWriter) do(j batchJob) error {
+func (s *BatchedWriter) do(j batchJob) error {
 	if err := s.ctx.Err(); err != nil {
 		return fmt.Errorf("writing the decoded image: %w: %w", errdefs.ErrCancelled, err)
 	}

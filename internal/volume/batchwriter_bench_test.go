@@ -13,14 +13,14 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// BenchmarkBatchedDeviceWriter writes 256 MiB as the qcow2 decoder does
+// BenchmarkBatchedWriter writes 256 MiB as the qcow2 decoder does
 // (64 KiB clusters in guest order, every third range a hole) onto a
 // direct-io loop device: straight through the DeviceWriter, and through
-// the BatchedDeviceWriter in a few pool shapes (buffer size x buffers x
+// the BatchedWriter in a few pool shapes (buffer size x buffers x
 // writers). Root only.
 //
-//	go test -run '^$' -bench BatchedDeviceWriter -benchtime 3x ./internal/volume
-func BenchmarkBatchedDeviceWriter(b *testing.B) {
+//	go test -run '^$' -bench BatchedWriter -benchtime 3x ./internal/volume
+func BenchmarkBatchedWriter(b *testing.B) {
 	const size = 256 << 20
 	const cluster = 64 << 10
 	data := make([]byte, cluster)
@@ -46,9 +46,9 @@ func BenchmarkBatchedDeviceWriter(b *testing.B) {
 				ctx := context.Background()
 				_, w := sinkDevice(b, ctx, size)
 				var sink io.WriterAt = w
-				var stage *volume.BatchedDeviceWriter
+				var stage *volume.BatchedWriter
 				if sh.buf > 0 {
-					stage = volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{BufferSize: sh.buf, Buffers: sh.buffers, Writers: sh.writers})
+					stage = volume.NewBatchedWriter(ctx, w, volume.BatchOptions{BufferSize: sh.buf, Buffers: sh.buffers, Writers: sh.writers})
 					sink = stage
 				}
 				b.StartTimer()

@@ -77,7 +77,7 @@ func sinkImage(seed uint64, size int64) ([]byte, []sinkReq) {
 	return img, reqs
 }
 
-func playRequests(t *testing.T, s *volume.BatchedDeviceWriter, img []byte, reqs []sinkReq) {
+func playRequests(t *testing.T, s *volume.BatchedWriter, img []byte, reqs []sinkReq) {
 	t.Helper()
 	for _, r := range reqs {
 		if r.zero {
@@ -95,7 +95,7 @@ func playRequests(t *testing.T, s *volume.BatchedDeviceWriter, img []byte, reqs 
 
 // playAndCompare plays reqs through s, flushes it, finishes w (the held
 // head written across) and compares the whole device with img.
-func playAndCompare(t *testing.T, ctx context.Context, s *volume.BatchedDeviceWriter, w *volume.DeviceWriter, dev string, img []byte, reqs []sinkReq) {
+func playAndCompare(t *testing.T, ctx context.Context, s *volume.BatchedWriter, w *volume.DeviceWriter, dev string, img []byte, reqs []sinkReq) {
 	t.Helper()
 	playRequests(t, s, img, reqs)
 	require.NoError(t, s.Flush())
@@ -118,7 +118,7 @@ var sinkShapes = []struct {
 // In guest order and shuffled, data, zero ranges and all-zero clusters
 // through the stage reach the device byte for byte, the first MiB
 // included (held by the DeviceWriter until Finish, written across).
-func TestBatchedDeviceWriterWritesImage(t *testing.T) {
+func TestBatchedWriterWritesImage(t *testing.T) {
 	const size = 24 * mib
 	for _, shape := range sinkShapes {
 		for _, order := range []string{"guest", "shuffled"} {
@@ -129,7 +129,7 @@ func TestBatchedDeviceWriterWritesImage(t *testing.T) {
 				if order == "shuffled" {
 					rand.New(rand.NewPCG(1, 2)).Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
 				}
-				s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: shape.buf, Buffers: shape.buffers, Writers: shape.writers})
+				s := volume.NewBatchedWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: shape.buf, Buffers: shape.buffers, Writers: shape.writers})
 				defer s.Close()
 				playAndCompare(t, ctx, s, w, dev, img, reqs)
 			})
@@ -139,14 +139,14 @@ func TestBatchedDeviceWriterWritesImage(t *testing.T) {
 
 // A vmdk zeroes the whole disk first and writes its grains over it: each
 // grain must land after the zeroing, though both are in flight at once.
-func TestBatchedDeviceWriterOrdersOverlappingRequests(t *testing.T) {
+func TestBatchedWriterOrdersOverlappingRequests(t *testing.T) {
 	const size = 64 * mib
 	ctx := context.Background()
 	dev, w := sinkDevice(t, ctx, size)
 	img, reqs := sinkImage(11, size)
 	// One-block buffers: each write is started at once, racing the
 	// zeroing unless it waits.
-	s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, BufferSize: 4096, Buffers: 8, Writers: 8})
+	s := volume.NewBatchedWriter(ctx, w, volume.BatchOptions{Zeroing: true, BufferSize: 4096, Buffers: 8, Writers: 8})
 	defer s.Close()
 	require.NoError(t, s.ZeroAt(0, size))
 	var data []sinkReq
@@ -162,11 +162,11 @@ func TestBatchedDeviceWriterOrdersOverlappingRequests(t *testing.T) {
 
 // A write the device refuses (past its end) is gathered without error;
 // Flush returns the failure, and so does every later call.
-func TestBatchedDeviceWriterWriteFailureSurfaces(t *testing.T) {
+func TestBatchedWriterWriteFailureSurfaces(t *testing.T) {
 	const size = 8 * mib
 	ctx := context.Background()
 	_, w := sinkDevice(t, ctx, size)
-	s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true})
+	s := volume.NewBatchedWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true})
 	defer s.Close()
 	p := bytes.Repeat([]byte{1}, 64<<10)
 	for off := int64(size - 128<<10); off < size+128<<10; off += int64(len(p)) {
@@ -184,12 +184,12 @@ func TestBatchedDeviceWriterWriteFailureSurfaces(t *testing.T) {
 
 // Once the context ends, calls fail with ErrCancelled and nothing more
 // reaches the device; Close returns with no writer left.
-func TestBatchedDeviceWriterCancelled(t *testing.T) {
+func TestBatchedWriterCancelled(t *testing.T) {
 	const size = 16 * mib
 	ctx, cancel := context.WithCancel(context.Background())
 	dev, w := sinkDevice(t, ctx, size)
 	before := readDev(t, dev, 0, size)
-	s := volume.NewBatchedDeviceWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: 64 << 10, Buffers: 2, Writers: 2})
+	s := volume.NewBatchedWriter(ctx, w, volume.BatchOptions{Zeroing: true, MayDeallocate: true, BufferSize: 64 << 10, Buffers: 2, Writers: 2})
 	p := bytes.Repeat([]byte{7}, 32<<10)
 	_, err := s.WriteAt(p, 4*mib) // gathered only
 	require.NoError(t, err)

@@ -8,16 +8,18 @@ import (
 )
 
 // GuestWriter takes a decoder's guest writes at random offsets onto a
-// target. On a block device they go through a DeviceWriter (its first MiB
-// held in memory until Finish), gathered into large writes with several
-// in flight (BatchedDeviceWriter); on a file into the target's temporary
-// file, empty and sparse, through a PacedFileWriter, and Finish cuts the
+// target, gathered into large writes with several in flight
+// (BatchedWriter): on a block device through a DeviceWriter (its first
+// MiB held in memory until Finish); on a file into the target's temporary
+// file, empty and sparse, through a directFileWriter (O_DIRECT), or a
+// PacedFileWriter where the file system refuses O_DIRECT; Finish cuts the
 // file to the disk's size. Close releases all of it on every path, so
 // nothing writes the target after the caller returns.
 type GuestWriter struct {
 	t      *Target
 	device *DeviceWriter
-	batch  *BatchedDeviceWriter
+	direct *directFileWriter
+	batch  *BatchedWriter
 	file   *os.File
 	paced  *PacedFileWriter
 }
@@ -40,7 +42,15 @@ func (t *Target) NewGuestWriter(ctx context.Context, o GuestWriterOptions) (*Gue
 		if err != nil {
 			return nil, err
 		}
-		g.file, g.paced = f, NewPacedFileWriter(f)
+		g.file = f
+		d, err := openDirectFile(t.writePath, f)
+		if err != nil {
+			t.log.Debug("O_DIRECT not available on file target, writing through the page cache", "path", t.writePath, "error", err)
+			g.paced = NewPacedFileWriter(f)
+			return g, nil
+		}
+		g.direct = d
+		g.batch = newBatchedWriter(ctx, d, BatchOptions{})
 		return g, nil
 	}
 	w, err := t.NewDeviceWriter(ctx, DeviceWriterOptions{KeepAllocated: o.KeepAllocated})
@@ -49,9 +59,9 @@ func (t *Target) NewGuestWriter(ctx context.Context, o GuestWriterOptions) (*Gue
 	}
 	g.device = w
 	if o.TargetIsZero {
-		g.batch = NewBatchedDeviceWriter(ctx, w, BatchOptions{})
+		g.batch = NewBatchedWriter(ctx, w, BatchOptions{})
 	} else {
-		g.batch = NewBatchedDeviceWriter(ctx, w, BatchOptions{Zeroing: true, MayDeallocate: !o.KeepAllocated})
+		g.batch = NewBatchedWriter(ctx, w, BatchOptions{Zeroing: true, MayDeallocate: !o.KeepAllocated})
 	}
 	return g, nil
 }
@@ -76,14 +86,17 @@ func (g *GuestWriter) Device() *DeviceWriter { return g.device }
 // Written is the bytes written so far, for progress; safe from any
 // goroutine.
 func (g *GuestWriter) Written() int64 {
-	if g.paced != nil {
+	switch {
+	case g.paced != nil:
 		return g.paced.Written()
+	case g.direct != nil:
+		return g.direct.Written()
 	}
 	return g.device.Written()
 }
 
-// Flush puts every gathered write on the device and waits for it (a file
-// has nothing gathered).
+// Flush puts every gathered write on the target and waits for it (a
+// PacedFileWriter has nothing gathered).
 func (g *GuestWriter) Flush() error {
 	if g.batch == nil {
 		return nil
@@ -104,11 +117,14 @@ func (g *GuestWriter) Finish(ctx context.Context, size int64) error {
 	return nil
 }
 
-// Close stops the device's writers after the requests already started, or
-// closes the file. Safe to call more than once.
+// Close stops the batched writers after the requests already started and
+// closes the file's descriptors. Safe to call more than once.
 func (g *GuestWriter) Close() {
 	if g.batch != nil {
 		g.batch.Close()
+	}
+	if g.direct != nil {
+		g.direct.Close() // a second Close is refused by os.File; g.direct stays for Written
 	}
 	if g.file != nil {
 		g.file.Close()

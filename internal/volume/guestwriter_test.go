@@ -6,11 +6,14 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/internal/testkit/testimg"
 	"github.com/diskimport/engine/internal/volume"
@@ -63,12 +66,55 @@ func TestGuestWriterOntoAFile(t *testing.T) {
 			data += r.n
 		}
 	}
-	assert.Equal(t, data, g.Written())
 	require.NoError(t, g.Flush())
+	assert.Equal(t, data, g.Written())
 	require.NoError(t, g.Finish(ctx, size))
 	requireFileHolds(t, tgt.WritePath(), img)
 	g.Close()
 	g.Close()
+	assert.Equal(t, data, g.Written(), "progress reads Written after Close")
+}
+
+// On a file system that takes O_DIRECT, a decoder's whole blocks go around
+// the page cache: once flushed, none of the file's pages is cached (the
+// paced page-cache writer leaves all 16 MiB there).
+func TestGuestWriterOntoAFileBypassesThePageCache(t *testing.T) {
+	const size = 16 * mib
+	ctx := context.Background()
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	require.NoError(t, unix.Statfs(dir, &fs))
+	if fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("SKIP: the temporary directory is tmpfs, whose files live in the page cache")
+	}
+	tgt, err := volume.Open(ctx, volume.Options{Path: filepath.Join(dir, "disk.img"), RequestedSize: size})
+	require.NoError(t, err)
+	t.Cleanup(func() { tgt.Close() })
+	g, err := tgt.NewGuestWriter(ctx, volume.GuestWriterOptions{})
+	require.NoError(t, err)
+	defer g.Close()
+	img := testimg.RandomBytes(size, 12)
+	for off := int64(0); off < size; off += 64 << 10 {
+		_, err := g.Sink().WriteAt(bytes.Clone(img[off:off+64<<10]), off)
+		require.NoError(t, err)
+	}
+	require.NoError(t, g.Flush())
+	require.NoError(t, g.Finish(ctx, size))
+	f, err := os.Open(tgt.WritePath())
+	require.NoError(t, err)
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	require.NoError(t, err)
+	defer unix.Munmap(m)
+	resident := make([]byte, size/os.Getpagesize())
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&resident[0])))
+	require.Zero(t, errno, "mincore")
+	cached := 0
+	for _, r := range resident {
+		cached += int(r & 1)
+	}
+	assert.Zero(t, cached, "pages of the file in the page cache")
+	requireFileHolds(t, tgt.WritePath(), img)
 }
 
 // On a device that may hold old data (0xA5 everywhere) the sink takes
