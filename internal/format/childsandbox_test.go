@@ -56,7 +56,7 @@ func TestDecompressorChildIsConfined(t *testing.T) {
 		"igzip": {Gzip, func(bin string) Options { return Options{ExternalGzip: bin, InflateChild: "-"} }, "igzip",
 			igzipAddressSpace, "1", false},
 		"diskimport-inflate": {Gzip, func(bin string) Options { return Options{InflateChild: bin} }, "diskimport-inflate",
-			inflateRingAddressSpace + ringSlotBytes*ringSlots, "1", false},
+			inflateGzipAddressSpace, "1", false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -236,3 +236,57 @@ func TestGzipWithoutIgzipUsesGo(t *testing.T) {
 	require.Equal(t, "", Options{ExternalGzip: "-"}.gzipBinary())
 	require.Equal(t, "", Options{InflateChild: "-"}.InflateChildPath())
 }
+
+// storedMember is a gzip member (stored, uncompressed blocks) of exactly
+// size bytes, with varied content.
+func storedMember(t *testing.T, size int, seed uint64) (member, data []byte) {
+	t.Helper()
+	for n := size - 64; n > 0; n-- {
+		data = variedContent(n, seed)
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+		require.NoError(t, err)
+		_, err = zw.Write(data)
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		if buf.Len() == size {
+			return buf.Bytes(), data
+		}
+	}
+	t.Fatalf("no stored member of %d bytes", size)
+	return nil, nil
+}
+
+// A member may start on any byte of the diskimport-inflate child's input
+// slots, its magic split across two of them (the first member ending one
+// byte before a slot's end), and what trails the last member is ignored
+// wherever it starts, as before the input ring (igzip, which has no
+// slots, calls one trailing 0x1f a cut member).
+func TestInflateChildFindsMembersAcrossInputSlots(t *testing.T) {
+	var children []gzipChild
+	for _, c := range gzipChildren(t) {
+		if c.ring {
+			children = append(children, c)
+		}
+	}
+	if len(children) == 0 {
+		t.Skip("diskimport-inflate is not here (make native): its input slots are not tested")
+	}
+	b := variedContent(100<<10, 41)
+	second := gzipMember(t, b)
+	for _, before := range []int{0, 1, 2, 3} {
+		first, a := storedMember(t, 2*inRingSlotBytes-before, uint64(42+before))
+		for name, c := range map[string]struct{ z, want []byte }{
+			"two members":      {append(bytes.Clone(first), second...), append(bytes.Clone(a), b...)},
+			"one trailing 1f":  {append(bytes.Clone(first), 0x1f), a},
+			"trailing 1f 00":   {append(bytes.Clone(first), 0x1f, 0x00, 0x8b), a},
+			"trailing garbage": {append(bytes.Clone(first), "garbage"...), a},
+		} {
+			for _, ch := range children {
+				out, err := decodeGzip(t, &ch, c.z)
+				require.NoError(t, err, "%s, the first member ending %d bytes before a slot's end, %s", name, before, ch.name)
+				require.True(t, bytes.Equal(c.want, out), "%s, %d bytes before, %s: output (%d bytes) differs", name, before, ch.name, len(out))
+			}
+		}
+	}
+}

@@ -45,6 +45,8 @@ const (
 	// its binary and libraries, a 1 MiB input buffer and ISA-L's inflate
 	// state (VmPeak 10.5 MiB with the 16 MiB ring mapped).
 	inflateRingAddressSpace = 48 << 20
+	// inflateGzipAddressSpace is the gzip child's, with both rings.
+	inflateGzipAddressSpace = inflateRingAddressSpace + ringSlotBytes*ringSlots + inRingSlotBytes*inRingSlots
 )
 
 // startInflateRing decodes gzip with diskimport-inflate, which checks every
@@ -52,9 +54,10 @@ const (
 // ignores bytes after the last member that do not start another one.
 func startInflateRing(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error) {
 	return startChild(ctx, childSpec{name: "gzip", bin: bin,
-		args:         []string{"gzip", strconv.Itoa(ringSlotBytes), strconv.Itoa(ringSlots)},
-		addressSpace: inflateRingAddressSpace + ringSlotBytes*ringSlots, processes: 1,
-		failed: inflateRingFailed, ring: true}, src, o)
+		args: []string{"gzip", strconv.Itoa(ringSlotBytes), strconv.Itoa(ringSlots),
+			strconv.Itoa(inRingSlotBytes), strconv.Itoa(inRingSlots)},
+		addressSpace: inflateGzipAddressSpace, processes: 1,
+		failed: inflateRingFailed, ring: true, inputRing: true}, src, o)
 }
 
 // inflateRingFailed maps diskimport-inflate's failure messages.

@@ -32,7 +32,11 @@ type childProc struct {
 	// stdin is the child's input when the caller writes it (src nil: a
 	// BlockInflater), nil when the feeder copies src.
 	stdin io.WriteCloser
-	eof   bool // the child finished cleanly and all output was read
+	// inBack is where the child hands input slots back (an input ring),
+	// closed once the child is reaped: the child may hand back its last
+	// slots after the feeder has ended.
+	inBack io.Closer
+	eof    bool // the child finished cleanly and all output was read
 	// failed maps a failed exit (not cancellation, not a source failure)
 	// to an error from the child's stderr message and its exit error.
 	failed func(msg string, err error) error
@@ -127,6 +131,10 @@ type childSpec struct {
 	// ringSlotBytes (0: the gzip child's, ringSlots and ringSlotBytes).
 	ring                     bool
 	ringSlots, ringSlotBytes int
+	// inputRing: src reaches the child through an input ring
+	// (inputRing: inRingSlots of inRingSlotBytes, its descriptors after
+	// the output's), records on its stdin, instead of through the pipe.
+	inputRing bool
 }
 
 // startChild runs the tool sp describes as the decoder of src, confined
@@ -165,6 +173,21 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		inW.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	var in *inputRing
+	if sp.inputRing {
+		var inExtra []*os.File
+		if in, inExtra, err = newInputRing(inRingSlotBytes, inRingSlots, stdin); err != nil {
+			inR.Close()
+			inW.Close()
+			stdout.Close()
+			childOut.Close()
+			for _, f := range extra {
+				f.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		extra = append(extra, inExtra...)
+	}
 	o.Logger.Debug(name+" child", "stdin_bytes", inSize, "ring", sp.ring,
 		"sandbox", sandbox.Describe(), "as", policy.AddressSpace, "nproc", policy.Processes)
 	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: sandbox.NewStderrBuffer(4096, 0),
@@ -177,14 +200,21 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		f.Close()
 	}
 	if err != nil {
+		if in != nil {
+			in.close()
+		}
 		stdin.Close()
 		stdout.Close()
 		return nil, fmt.Errorf("%s: %w: %w", name, errdefs.ErrInvalidOptions, err)
 	}
-	if src == nil {
+	switch {
+	case in != nil:
+		p.inBack = in.back
+		go p.feedRing(in)
+	case src == nil:
 		p.stdin = stdin
 		close(p.fed)
-	} else {
+	default:
 		go p.feed(stdin)
 	}
 	return p, nil
@@ -234,6 +264,20 @@ func (p *childProc) feed(stdin io.WriteCloser) {
 	}
 }
 
+// feedRing passes the compressed input to the child through its input
+// ring. It returns when the input ends or fails, or when the child goes
+// away (it hands no slot back then).
+func (p *childProc) feedRing(in *inputRing) {
+	defer close(p.fed)
+	defer in.close()
+	for {
+		slot, ok := in.take()
+		if !ok || !in.fill(p.src, slot) {
+			return // a source error is in p.src.failure()
+		}
+	}
+}
+
 func (p *childProc) Read(b []byte) (int, error) {
 	if p.eof {
 		return 0, io.EOF
@@ -264,7 +308,7 @@ func (p *childProc) wait() error {
 	}
 	p.waited = true
 	err := p.child.Wait()
-	p.stdout.Close() // the child is gone: nothing more can come
+	p.closeAfterExit() // the child is gone: nothing more can come
 	if err == nil {
 		// The child read its input to the end, so the feeder is done; a
 		// source that failed exactly between two streams still counts.
@@ -288,6 +332,15 @@ func (p *childProc) wait() error {
 	return p.waitErr
 }
 
+// closeAfterExit closes our ends of the child's output and of its input
+// ring's slots handed back, once it was reaped.
+func (p *childProc) closeAfterExit() {
+	p.stdout.Close()
+	if p.inBack != nil {
+		p.inBack.Close()
+	}
+}
+
 // Close stops the child if it still runs and reaps it. Stopping it early is
 // the caller's choice, so that is not reported as an error. The feeder
 // goroutine ends as soon as its pending read of the source returns.
@@ -306,7 +359,7 @@ func (p *childProc) Close() error {
 	if !p.waited {
 		p.waited = true
 		_ = p.child.Wait()
-		p.stdout.Close()
+		p.closeAfterExit()
 		p.waitErr = errors.New(p.name + ": decoder closed")
 	}
 	return nil

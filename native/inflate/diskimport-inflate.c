@@ -3,11 +3,16 @@
  * the decoded bytes reach the importer without a pipe: the decoder writes
  * each byte once, where the importer reads it. ISA-L's inflate.
  *
- *   diskimport-inflate gzip SLOT_BYTES SLOTS
+ *   diskimport-inflate gzip SLOT_BYTES SLOTS [IN_SLOT_BYTES IN_SLOTS]
  *     decodes a gzip stream (one or more members, each member's CRC32 and
  *     ISIZE checked) from standard input into the slots, in order. Bytes
  *     after the last member that do not start another one are ignored,
- *     as igzip ignores them.
+ *     as igzip ignores them. With IN_SLOT_BYTES and IN_SLOTS the stream
+ *     comes through an input ring instead, so no pipe copies it either:
+ *     standard input carries records, native order, uint32 slot, uint32
+ *     length (1 to IN_SLOT_BYTES), each naming the next bytes of the
+ *     stream in that slot of fd 5; the end of standard input ends the
+ *     stream. Each slot decoded is handed back on fd 6 (uint32 slot).
  *   diskimport-inflate zlib|deflate SLOT_BYTES SLOTS
  *     inflates independent blocks (a vmdk grain: one zlib stream; a qcow2
  *     compressed cluster: raw deflate), each into a slot of its own. Each
@@ -25,6 +30,9 @@
  *       0xffffffff, uint32 a reason (BAD_* below) and takes no slot.
  * fd 4: "free" records from the importer, 4 bytes each: uint32 slot, a
  *       slot the importer is done with. Every slot starts free.
+ * fd 5: with an input ring, the ring, IN_SLOTS * IN_SLOT_BYTES bytes,
+ *       mapped read-only (the importer seals it against writers).
+ * fd 6: with an input ring, the input slots handed back.
  * It exits 0 once the input ended (in gzip mode after a complete member)
  * and every result was handed over; on bad gzip input or a record out of
  * bounds it names the cause on fd 2 and exits 1.
@@ -101,6 +109,46 @@ static void hand_over(uint32_t slot, uint32_t len)
 {
 	uint32_t rec[2] = {slot, len};
 	full_write(1, rec, sizeof rec);
+}
+
+/* The gzip stream's input: read from standard input into in_buf, or named
+ * by records in slots of the input ring (in_ring non-NULL). */
+static uint8_t *in_buf;
+static const uint8_t *in_ring;
+static uint32_t in_slot_bytes, in_slots;
+static int64_t in_cur = -1; /* the input slot being decoded, -1 when none */
+
+/* next_input points next_in at the stream's next bytes, handing back the
+ * input slot decoded before; it returns 0 at the end of the stream. */
+static int next_input(struct inflate_state *st)
+{
+	if (in_ring == NULL) {
+		int n = full_read(0, in_buf, IN_BYTES);
+		if (n < 0)
+			fail("reading the input failed");
+		st->next_in = in_buf;
+		st->avail_in = (uint32_t)n;
+		return n > 0;
+	}
+	if (in_cur >= 0) {
+		uint32_t s = (uint32_t)in_cur;
+		full_write(6, &s, sizeof s);
+		in_cur = -1;
+	}
+	uint32_t rec[2];
+	int got = full_read(0, rec, sizeof rec);
+	if (got < 0)
+		fail("reading the input records failed");
+	if (got == 0)
+		return 0;
+	if (got != sizeof rec)
+		fail("a cut input record");
+	if (rec[0] >= in_slots || rec[1] == 0 || rec[1] > in_slot_bytes)
+		fail("an input record out of bounds");
+	in_cur = rec[0];
+	st->next_in = (uint8_t *)in_ring + (size_t)rec[0] * in_slot_bytes;
+	st->avail_in = rec[1];
+	return 1;
 }
 
 static const char *inflate_error(int ret)
@@ -218,8 +266,8 @@ static int run_blocks(struct inflate_state *st, int zlib)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4)
-		fail("usage: diskimport-inflate gzip|zlib|deflate SLOT_BYTES SLOTS");
+	if (argc != 4 && !(argc == 6 && strcmp(argv[1], "gzip") == 0))
+		fail("usage: diskimport-inflate gzip|zlib|deflate SLOT_BYTES SLOTS, or gzip SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS");
 	slot_bytes = (uint32_t)strtoul(argv[2], NULL, 10);
 	slots = (uint32_t)strtoul(argv[3], NULL, 10);
 	if (slot_bytes < 4096 || slot_bytes > (64u << 20) || slots < 2 || slots > 1024)
@@ -237,43 +285,56 @@ int main(int argc, char **argv)
 		return run_blocks(st, argv[1][0] == 'z');
 	if (strcmp(argv[1], "gzip") != 0)
 		fail("unknown mode (gzip, zlib or deflate)");
-	uint8_t *in = malloc(IN_BYTES);
-	if (!in)
+	if (argc == 6) {
+		in_slot_bytes = (uint32_t)strtoul(argv[4], NULL, 10);
+		in_slots = (uint32_t)strtoul(argv[5], NULL, 10);
+		if (in_slot_bytes < 4096 || in_slot_bytes > (64u << 20) || in_slots < 2 || in_slots > 1024)
+			fail("input slot size or count out of range");
+		void *m = mmap(NULL, (size_t)in_slot_bytes * in_slots, PROT_READ, MAP_SHARED, 5, 0);
+		if (m == MAP_FAILED)
+			fail("mapping the input ring (fd 5) failed");
+		in_ring = m;
+	} else if ((in_buf = malloc(IN_BYTES)) == NULL) {
 		fail("out of memory");
+	}
 
 	isal_inflate_init(st);
 	st->crc_flag = ISAL_GZIP;
 	st->avail_in = 0;
 	int in_eof = 0, member_done = 0;
+	/* A member that starts on the last byte of one input chunk: that
+	 * byte is decoded from carry, then the rest from pending. */
+	uint8_t carry;
+	uint8_t *pending = NULL;
+	uint32_t pending_avail = 0;
 	uint32_t slot = take_slot(), pos = 0;
 	for (;;) {
-		if (st->avail_in == 0 && !in_eof) {
-			int n = full_read(0, in, IN_BYTES);
-			if (n < 0)
-				fail("reading the input failed");
-			if (n < IN_BYTES)
-				in_eof = 1;
-			st->next_in = in;
-			st->avail_in = (uint32_t)n;
+		if (st->avail_in == 0 && pending != NULL) {
+			st->next_in = pending;
+			st->avail_in = pending_avail;
+			pending = NULL;
 		}
+		if (st->avail_in == 0 && !in_eof && !next_input(st))
+			in_eof = 1;
 		if (member_done) {
 			/* Another member follows, or the stream ends here. */
 			if (st->avail_in == 0 && in_eof)
 				break;
-			if (st->avail_in < 2 && !in_eof) {
-				/* One byte left and more to come: keep it, read on. */
-				memmove(in, st->next_in, st->avail_in);
-				int n = full_read(0, in + st->avail_in, IN_BYTES - st->avail_in);
-				if (n < 0)
-					fail("reading the input failed");
-				if ((uint32_t)n < IN_BYTES - st->avail_in)
-					in_eof = 1;
-				st->next_in = in;
-				st->avail_in += (uint32_t)n;
-				continue;
-			}
-			if (st->avail_in < 2 || st->next_in[0] != 0x1f || st->next_in[1] != 0x8b)
+			if (st->avail_in == 1 && !in_eof) {
+				/* One byte left and more to come: look at the next. */
+				carry = st->next_in[0];
+				st->avail_in = 0;
+				if (!next_input(st))
+					break; /* one trailing byte: ignored */
+				if (carry != 0x1f || st->next_in[0] != 0x8b)
+					break; /* trailing bytes that start no member: ignored */
+				pending = st->next_in;
+				pending_avail = st->avail_in;
+				st->next_in = &carry;
+				st->avail_in = 1;
+			} else if (st->avail_in < 2 || st->next_in[0] != 0x1f || st->next_in[1] != 0x8b) {
 				break; /* trailing bytes that start no member: ignored */
+			}
 			uint8_t *next = st->next_in;
 			uint32_t avail = st->avail_in;
 			isal_inflate_reset(st);
@@ -294,7 +355,7 @@ int main(int argc, char **argv)
 			hand_over(slot, pos);
 			slot = take_slot();
 			pos = 0;
-		} else if (!member_done && st->avail_in == 0 && in_eof) {
+		} else if (!member_done && st->avail_in == 0 && pending == NULL && in_eof) {
 			fail("unexpected end of input: the stream ends inside a member (truncated?)");
 		}
 	}
