@@ -33,16 +33,31 @@ type Assembler struct {
 	sums    [][Size]byte
 	peak    int64 // most of Held at once
 	// batch holds copies of whole blocks written a few at a time (a
-	// decoder's clusters and grains) until 16 can be hashed at once in
-	// lanes; nil until the first such write, and when lanes are not used.
-	batch *laneBatch
+	// decoder's clusters and grains) until a batch of the machine's
+	// hashing can be hashed at once (16 in lanes, 2 in pairs); nil until
+	// the first such write, and when blocks are hashed one by one.
+	batch *blockBatch
 }
 
-// laneBatch is blocks waiting for their hash, in the order written.
-type laneBatch struct {
-	buf    []byte // lanes blocks
-	blocks [lanes]int64
+// blockBatch is blocks waiting for their hash, in the order written.
+type blockBatch struct {
+	mode   hashing
+	buf    []byte  // mode.batch() blocks
+	blocks []int64 // mode.batch() of them
 	n      int
+}
+
+// batchBelow is how many whole blocks a write must have to be hashed in
+// place: fewer are copied into the batch. In lanes, minLanes; in pairs,
+// 2; one by one nothing is batched.
+func batchBelow(m hashing) int {
+	switch m {
+	case inLanes:
+		return minLanes
+	case inPairs:
+		return 2
+	}
+	return 0
 }
 
 // pageBlocks is how many block hashes one page holds: 64 MiB of guest
@@ -123,8 +138,8 @@ func (a *Assembler) StartAt(p []byte, off int64) (wait func(), err error) {
 	for b := first; b < first+int64(full); b++ {
 		a.dropPiece(b) // a whole write wins over earlier pieces
 	}
-	if full < minLanes && useLanes() {
-		return a.addToBatch(p[:full*BlockSize], first), nil
+	if mode := hashingHere(); full < batchBelow(mode) {
+		return a.addToBatch(p[:full*BlockSize], first, mode), nil
 	}
 	if cap(a.sums) < full {
 		a.sums = make([][Size]byte, full)
@@ -141,11 +156,11 @@ func (a *Assembler) StartAt(p []byte, off int64) (wait func(), err error) {
 }
 
 // addToBatch copies the whole blocks p (block first on) into the batch:
-// a zero block takes its hash at once, and the batch is hashed in lanes
-// once it holds 16, on a worker while the caller writes p.
-func (a *Assembler) addToBatch(p []byte, first int64) (wait func()) {
+// a zero block takes its hash at once, and a full batch is hashed on a
+// worker while the caller writes p.
+func (a *Assembler) addToBatch(p []byte, first int64, mode hashing) (wait func()) {
 	if a.batch == nil {
-		a.batch = &laneBatch{buf: make([]byte, lanes*BlockSize)}
+		a.batch = &blockBatch{mode: mode, buf: make([]byte, mode.batch()*BlockSize), blocks: make([]int64, mode.batch())}
 		a.peak = max(a.peak, a.Held())
 	}
 	bt := a.batch
@@ -155,21 +170,21 @@ func (a *Assembler) addToBatch(p []byte, first int64) (wait func()) {
 			a.store(first+int64(i), zeroBlockSum)
 			continue
 		}
-		if bt.n == lanes {
+		if bt.n == len(bt.blocks) {
 			a.flushBatch()
 		}
 		copy(bt.buf[bt.n*BlockSize:], block)
 		bt.blocks[bt.n] = first + int64(i)
 		bt.n++
 	}
-	if bt.n < lanes {
+	if bt.n < len(bt.blocks) {
 		a.advance()
 		return func() {}
 	}
-	var sums [lanes]Sum
+	sums := make([]Sum, bt.n)
 	done := make(chan struct{})
 	go func() {
-		sumInLanes(bt.buf, laneIndices[:], sums[:])
+		sumShare(bt.buf, batchedNoZeros[:bt.n], sums, 0, bt.n, bt.mode)
 		close(done)
 	}()
 	return func() {
@@ -182,13 +197,9 @@ func (a *Assembler) addToBatch(p []byte, first int64) (wait func()) {
 	}
 }
 
-// laneIndices numbers the blocks of a full batch's buffer.
-var laneIndices = func() (ix [lanes]int) {
-	for i := range ix {
-		ix[i] = i
-	}
-	return ix
-}()
+// batchedNoZeros says of every block in a batch that it is not all
+// zeros: zero blocks never enter it.
+var batchedNoZeros [lanes]bool
 
 // flushBatch hashes and stores the blocks waiting in the batch, in the
 // order they were written (a later write of one block wins).
@@ -198,7 +209,7 @@ func (a *Assembler) flushBatch() {
 		return
 	}
 	sums := make([]Sum, bt.n)
-	sumShare(bt.buf[:bt.n*BlockSize], nil, sums, 0, bt.n, true)
+	sumShare(bt.buf[:bt.n*BlockSize], batchedNoZeros[:bt.n], sums, 0, bt.n, bt.mode)
 	for i, b := range bt.blocks[:bt.n] {
 		a.store(b, sums[i])
 	}

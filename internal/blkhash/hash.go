@@ -124,36 +124,40 @@ func (h *Hash) StartScanned(p []byte, zero []bool) (wait func()) {
 
 // sumBlocks hashes the whole blocks of p into sums on up to workers
 // goroutines, each taking a contiguous share; zero, when not nil, tells
-// which blocks hold only zeros. Hashing in lanes, a share is at least 16
-// blocks: two half-full batches cost twice the CPU of one full one.
+// which blocks hold only zeros. A share is at least one batch of the
+// machine's hashing (16 blocks in lanes, 2 in pairs): two half-full
+// batches cost twice the CPU of one full one.
 func sumBlocks(p []byte, zero []bool, sums [][Size]byte, workers int) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	n := len(sums)
-	inLanes := useLanes()
-	w := min(workers, n)
-	if inLanes {
-		w = max(1, min(workers, n/lanes))
-	}
+	mode := hashingHere()
+	w := max(1, min(workers, n/mode.batch()))
 	for i := range w {
 		lo, hi := i*n/w, (i+1)*n/w
-		wg.Go(func() { sumShare(p, zero, sums, lo, hi, inLanes) })
+		wg.Go(func() { sumShare(p, zero, sums, lo, hi, mode) })
 	}
 	return &wg
 }
 
 // sumShare hashes blocks lo to hi-1 of p into sums: a zero block takes
-// the precomputed hash, data blocks go in batches of 16 when inLanes
-// (sumInLanes), each on its own otherwise.
-func sumShare(p []byte, zero []bool, sums []Sum, lo, hi int, inLanes bool) {
+// the precomputed hash, data blocks go in batches of mode (16 in lanes,
+// 2 in pairs, 1), a batch smaller than its mode takes the next smaller.
+func sumShare(p []byte, zero []bool, sums []Sum, lo, hi int, mode hashing) {
 	var batch [lanes]int
 	k := 0
 	flush := func() {
-		if k >= minLanes {
+		switch {
+		case mode == inLanes && k >= minLanes:
 			sumInLanes(p, batch[:k], sums)
-		} else {
-			for _, b := range batch[:k] {
-				sums[b] = sha256.Sum256(p[b*BlockSize : (b+1)*BlockSize])
+			k = 0
+		case mode != oneByOne && havePairs:
+			for ; k >= 2; k -= 2 {
+				b0, b1 := batch[k-2], batch[k-1]
+				sumPair(p[b0*BlockSize:(b0+1)*BlockSize], p[b1*BlockSize:(b1+1)*BlockSize], &sums[b0], &sums[b1])
 			}
+		}
+		for _, b := range batch[:k] {
+			sums[b] = sha256.Sum256(p[b*BlockSize : (b+1)*BlockSize])
 		}
 		k = 0
 	}
@@ -163,16 +167,12 @@ func sumShare(p []byte, zero []bool, sums []Sum, lo, hi int, inLanes bool) {
 			sums[b] = zeroBlockSum
 			continue
 		}
-		if !inLanes {
-			sums[b] = sha256.Sum256(block)
-			continue
-		}
-		if k > 0 && b-batch[0] > maxLaneSpan {
+		if mode == inLanes && k > 0 && b-batch[0] > maxLaneSpan {
 			flush()
 		}
 		batch[k] = b
 		k++
-		if k == lanes {
+		if k == mode.batch() {
 			flush()
 		}
 	}

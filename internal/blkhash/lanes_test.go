@@ -52,7 +52,7 @@ func TestLanesHashAsSHA256Does(t *testing.T) {
 	for _, span := range [][2]int{{0, n}, {5, 22}, {3, 10}, {17, 50}} {
 		for _, m := range [][]bool{zero, nil} {
 			got := make([]Sum, n)
-			sumShare(p, m, got, span[0], span[1], true)
+			sumShare(p, m, got, span[0], span[1], inLanes)
 			for b := span[0]; b < span[1]; b++ {
 				require.Equal(t, want[b], got[b], "share %v, block %d, zero map %v", span, b, m != nil)
 			}
@@ -83,7 +83,7 @@ func BenchmarkOneByOne(b *testing.B) {
 	sums := make([]Sum, lanes)
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		sumShare(p, nil, sums, 0, lanes, false)
+		sumShare(p, nil, sums, 0, lanes, oneByOne)
 	}
 }
 
