@@ -211,3 +211,21 @@ DATA k256x2<>+244(SB)/4, $0xa4506ceb
 DATA k256x2<>+248(SB)/4, $0xbef9a3f7
 DATA k256x2<>+252(SB)/4, $0xc67178f2
 GLOBL k256x2<>(SB), RODATA|NOPTR, $256
+
+// func cpuidSHA() bool: CPUID leaf 7's EBX bit 29 (the SHA extensions),
+// where the CPU has leaf 7.
+TEXT ·cpuidSHA(SB), NOSPLIT, $0-1
+	MOVL $0, AX
+	CPUID
+	CMPL AX, $7
+	JB no
+	MOVL $7, AX
+	MOVL $0, CX
+	CPUID
+	SHRL $29, BX
+	ANDL $1, BX
+	MOVB BX, ret+0(FP)
+	RET
+no:
+	MOVB $0, ret+0(FP)
+	RET
