@@ -201,9 +201,11 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	}
 	if err != nil {
 		if in != nil {
-			in.close()
+			in.close() // closes stdin too
+			in.back.Close()
+		} else {
+			stdin.Close()
 		}
-		stdin.Close()
 		stdout.Close()
 		return nil, fmt.Errorf("%s: %w: %w", name, errdefs.ErrInvalidOptions, err)
 	}

@@ -16,9 +16,8 @@ import (
 // BatchedWriter gathers small writes at random offsets (the stream
 // decoder's, one cluster per call, from one goroutine) into large writes
 // of a DeviceWriter or of a file target's directFileWriter, several in
-// flight. Written through as they come, the
-// decoder's 64 KiB clusters are one small O_DIRECT pwrite at a time, at
-// queue depth 1, several times slower than the device (measured: 11,458
+// flight. Written through as they come, the decoder's 64 KiB clusters are
+// one small O_DIRECT pwrite at a time, at queue depth 1, several times slower than the device (measured: 11,458
 // pwrites for a 752 MB qcow2). So contiguous writes are copied into a
 // large buffer laid out like the device (a buffer's first byte sits at a
 // block boundary, so the DeviceWriter writes it without bouncing) and a
