@@ -32,3 +32,37 @@ notZero:
 	VZEROUPPER
 	MOVB $0, ret+16(FP)
 	RET
+
+// func zeroBlocks256(p *byte, blocks int) bool
+// zeroBlocks512 in AVX2: each block's eight 32-byte words ORed together.
+TEXT ·zeroBlocks256(SB), NOSPLIT, $0-17
+	MOVQ p+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	TESTQ CX, CX
+	JZ   zero2
+
+loop2:
+	VMOVDQU (SI), Y0
+	VMOVDQU 32(SI), Y1
+	VPOR    64(SI), Y0, Y0
+	VPOR    96(SI), Y1, Y1
+	VPOR    128(SI), Y0, Y0
+	VPOR    160(SI), Y1, Y1
+	VPOR    192(SI), Y0, Y0
+	VPOR    224(SI), Y1, Y1
+	VPOR    Y1, Y0, Y0
+	VPTEST  Y0, Y0
+	JNZ     notZero2
+	ADDQ    $256, SI
+	DECQ    CX
+	JNZ     loop2
+
+zero2:
+	VZEROUPPER
+	MOVB $1, ret+16(FP)
+	RET
+
+notZero2:
+	VZEROUPPER
+	MOVB $0, ret+16(FP)
+	RET

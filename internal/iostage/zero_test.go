@@ -22,20 +22,42 @@ func TestIsZeroFindsAnyNonZeroByte(t *testing.T) {
 	}
 }
 
-// Every byte of buffers around the 256-byte blocks of the AVX-512 path,
-// aligned or not, is looked at: one non-zero byte anywhere is found.
+// zeroKernels are IsZero and each block kernel this CPU has, with the
+// shifted compare for the bytes after its blocks.
+func zeroKernels() map[string]func([]byte) bool {
+	ks := map[string]func([]byte) bool{"IsZero": IsZero}
+	withTail := func(blocks func(*byte, int) bool) func([]byte) bool {
+		return func(p []byte) bool {
+			n := len(p) / 256
+			return (n == 0 || blocks(&p[0], n)) && isZeroShifted(p[n*256:])
+		}
+	}
+	if haveZero512 {
+		ks["AVX-512"] = withTail(zeroBlocks512)
+	}
+	if haveZero256 {
+		ks["AVX2"] = withTail(zeroBlocks256)
+	}
+	return ks
+}
+
+// Every byte of buffers around the 256-byte blocks of the AVX-512 and
+// AVX2 paths, aligned or not, is looked at: one non-zero byte anywhere is
+// found, by each kernel this CPU has.
 func TestIsZeroFindsAByteAnywhereInTheBlocks(t *testing.T) {
-	for _, n := range []int{255, 256, 257, 511, 512, 1024 + 17} {
-		for _, shift := range []int{0, 3} {
-			buf := make([]byte, n+shift)
-			p := buf[shift:]
-			require.True(t, IsZero(p), "%d zeros at offset %d", n, shift)
-			for at := range p {
-				p[at] = 1
-				if IsZero(p) {
-					t.Fatalf("%d bytes at offset %d: the byte at %d went unseen", n, shift, at)
+	for name, isZero := range zeroKernels() {
+		for _, n := range []int{255, 256, 257, 511, 512, 1024 + 17} {
+			for _, shift := range []int{0, 3} {
+				buf := make([]byte, n+shift)
+				p := buf[shift:]
+				require.True(t, isZero(p), "%s: %d zeros at offset %d", name, n, shift)
+				for at := range p {
+					p[at] = 1
+					if isZero(p) {
+						t.Fatalf("%s: %d bytes at offset %d: the byte at %d went unseen", name, n, shift, at)
+					}
+					p[at] = 0
 				}
-				p[at] = 0
 			}
 		}
 	}
@@ -50,6 +72,7 @@ func BenchmarkIsZero(b *testing.B) {
 		f    func([]byte) bool
 	}{
 		{"IsZero", IsZero},
+		{"AVX2", zeroKernels()["AVX2"]}, // nil without AVX2
 		{"shifted", isZeroShifted},
 		{"zeroPage", func(p []byte) bool { return isZeroAgainst(p, page) }},
 		{"words8", isZeroWords},
@@ -61,6 +84,9 @@ func BenchmarkIsZero(b *testing.B) {
 	}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"4MiB", 4 << 20}} {
 		p := make([]byte, size.n)
 		for _, v := range variants {
+			if v.f == nil {
+				continue
+			}
 			b.Run(v.name+"/"+size.name, func(b *testing.B) {
 				b.SetBytes(int64(size.n))
 				for b.Loop() {
