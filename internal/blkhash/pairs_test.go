@@ -2,20 +2,10 @@ package blkhash
 
 import (
 	"crypto/sha256"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
-
-func randomBytes(n int, seed uint64) []byte {
-	p := make([]byte, n)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
-	return p
-}
 
 // Two blocks hashed together have the hashes crypto/sha256 gives each,
 // whatever their bytes: random, zeros, one byte different.
@@ -23,7 +13,7 @@ func TestSumPairMatchesSHA256(t *testing.T) {
 	if !havePairs {
 		t.Skip("SKIP: this CPU has no SHA extensions: blocks are hashed one at a time")
 	}
-	r := randomBytes(4*BlockSize, 7)
+	r := pattern(4*BlockSize, 7)
 	zero := make([]byte, BlockSize)
 	flipped := append([]byte(nil), r[:BlockSize]...)
 	flipped[BlockSize-1] ^= 1
@@ -45,7 +35,7 @@ func BenchmarkSumPair(b *testing.B) {
 	if !havePairs {
 		b.Skip("no SHA extensions")
 	}
-	p := randomBytes(2*BlockSize, 8)
+	p := pattern(2*BlockSize, 8)
 	var sa, sb Sum
 	b.SetBytes(2 * BlockSize)
 	for b.Loop() {
@@ -54,7 +44,7 @@ func BenchmarkSumPair(b *testing.B) {
 }
 
 func BenchmarkSumOneByOne(b *testing.B) {
-	p := randomBytes(2*BlockSize, 8)
+	p := pattern(2*BlockSize, 8)
 	b.SetBytes(2 * BlockSize)
 	for b.Loop() {
 		sha256.Sum256(p[:BlockSize])
@@ -69,7 +59,7 @@ func TestSharesInPairsHashAsSHA256Does(t *testing.T) {
 		t.Skip("SKIP: this CPU has no SHA extensions: blocks are hashed one at a time")
 	}
 	const n = 23
-	p := randomBytes(n*BlockSize, 9)
+	p := pattern(n*BlockSize, 9)
 	zero := make([]bool, n)
 	for _, b := range []int{2, 3, 7, 12, 13, 14, 22} {
 		zero[b] = true

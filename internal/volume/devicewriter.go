@@ -177,7 +177,7 @@ func (w *DeviceWriter) holdHead(p []byte, off int64) ([]byte, int64) {
 // blocks at either end by read-modify-write.
 func (w *DeviceWriter) writeBody(p []byte, off int64) error {
 	end := off + int64(len(p))
-	first, last := roundUp(off, w.lbs), roundDown(end, w.lbs)
+	first, last, mid := wholeBlocks(p, off, w.lbs)
 	if first >= last {
 		return w.mergeBlocks(p, off)
 	}
@@ -185,14 +185,6 @@ func (w *DeviceWriter) writeBody(p []byte, off int64) error {
 		if err := w.mergeBlocks(p[:first-off], off); err != nil {
 			return err
 		}
-	}
-	mid := p[first-off : last-off]
-	if uintptr(unsafe.Pointer(&mid[0]))&uintptr(w.lbs-1) != 0 {
-		// The client sent an unaligned offset, so the payload's blocks do
-		// not start on an aligned address: bounce them.
-		b := alignedBuf(len(mid))
-		copy(b, mid)
-		mid = b
 	}
 	if _, err := w.dev.WriteAt(mid, first); err != nil {
 		return fmt.Errorf("write %d bytes at offset %d to %s: %w", len(mid), first, w.t.path, err)
@@ -202,6 +194,25 @@ func (w *DeviceWriter) writeBody(p []byte, off int64) error {
 		return w.mergeBlocks(p[last-off:], last)
 	}
 	return nil
+}
+
+// wholeBlocks finds the whole blocks of lbs bytes in a write of p at off:
+// they are [first, last) of the target, and mid holds their bytes at an
+// address O_DIRECT takes (bounced when p's blocks do not start on one,
+// after a write at an unaligned offset). first >= last when p covers no
+// whole block; the partial blocks at either end are the caller's.
+func wholeBlocks(p []byte, off, lbs int64) (first, last int64, mid []byte) {
+	first, last = roundUp(off, lbs), roundDown(off+int64(len(p)), lbs)
+	if first >= last {
+		return first, last, nil
+	}
+	mid = p[first-off : last-off]
+	if uintptr(unsafe.Pointer(&mid[0]))&uintptr(lbs-1) != 0 {
+		b := alignedBuf(len(mid))
+		copy(b, mid)
+		mid = b
+	}
+	return first, last, mid
 }
 
 // mergeBlocks writes p at off by reading the blocks it touches, patching

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,14 +27,10 @@ type directFileWriter struct {
 	written atomic.Int64
 }
 
-// openDirectFile opens path with O_DIRECT beside plain; it fails where
-// the file system refuses O_DIRECT (EINVAL).
-func openDirectFile(path string, plain *os.File) (*directFileWriter, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	return &directFileWriter{path: path, direct: f, plain: plain}, nil
+// newDirectFileWriter writes through direct, the target's O_DIRECT
+// descriptor (Target.openDirect), beside plain.
+func newDirectFileWriter(path string, direct, plain *os.File) *directFileWriter {
+	return &directFileWriter{path: path, direct: direct, plain: plain}
 }
 
 // BlockSize is the alignment of the direct writes.
@@ -48,7 +43,7 @@ func (w *directFileWriter) Written() int64 { return w.written.Load() }
 // page cache.
 func (w *directFileWriter) WriteAt(p []byte, off int64) (int, error) {
 	end := off + int64(len(p))
-	first, last := roundUp(off, alignment), roundDown(end, alignment)
+	first, last, mid := wholeBlocks(p, off, alignment)
 	if first >= last {
 		return w.writePlain(p, off)
 	}
@@ -56,12 +51,6 @@ func (w *directFileWriter) WriteAt(p []byte, off int64) (int, error) {
 		if _, err := w.writePlain(p[:first-off], off); err != nil {
 			return 0, err
 		}
-	}
-	mid := p[first-off : last-off]
-	if uintptr(unsafe.Pointer(&mid[0]))&(alignment-1) != 0 {
-		b := alignedBuf(len(mid))
-		copy(b, mid)
-		mid = b
 	}
 	if _, err := w.direct.WriteAt(mid, first); err != nil {
 		return 0, fmt.Errorf("write %d bytes at offset %d to %s: %w", len(mid), first, w.path, err)
@@ -96,3 +85,15 @@ func (w *directFileWriter) ZeroAt(off, n int64, _, _ bool) error {
 
 // Close closes the O_DIRECT descriptor.
 func (w *directFileWriter) Close() error { return w.direct.Close() }
+
+// openDirect opens the target's file a second time with O_DIRECT, for
+// writes that skip the page cache; nil where its file system refuses
+// O_DIRECT (EINVAL), said at debug level.
+func (t *Target) openDirect() *os.File {
+	f, err := os.OpenFile(t.writePath, os.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.log.Debug("O_DIRECT not available on file target, writing through the page cache", "path", t.writePath, "error", err)
+		return nil
+	}
+	return f
+}

@@ -43,14 +43,13 @@ func (t *Target) NewGuestWriter(ctx context.Context, o GuestWriterOptions) (*Gue
 			return nil, err
 		}
 		g.file = f
-		d, err := openDirectFile(t.writePath, f)
-		if err != nil {
-			t.log.Debug("O_DIRECT not available on file target, writing through the page cache", "path", t.writePath, "error", err)
+		direct := t.openDirect()
+		if direct == nil {
 			g.paced = NewPacedFileWriter(f)
 			return g, nil
 		}
-		g.direct = d
-		g.batch = newBatchedWriter(ctx, d, BatchOptions{})
+		g.direct = newDirectFileWriter(t.writePath, direct, f)
+		g.batch = newBatchedWriter(ctx, g.direct, BatchOptions{})
 		return g, nil
 	}
 	w, err := t.NewDeviceWriter(ctx, DeviceWriterOptions{KeepAllocated: o.KeepAllocated})

@@ -153,11 +153,10 @@ func (t *Target) NewWriter(opts ...WriterOption) (*Writer, error) {
 			w.pacer = &writeback{fd: int(t.f.Fd())}
 			break
 		}
-		if f, err := os.OpenFile(t.writePath, os.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0); err == nil {
+		if f := t.openDirect(); f != nil {
 			w.out = f
 			w.ownOut = true
 		} else {
-			t.log.Debug("O_DIRECT not available on file target, writing through the page cache", "path", t.writePath, "error", err)
 			w.out = t.f
 			w.lbs = 1
 		}
