@@ -5,7 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -34,15 +38,35 @@ func (c BlockCodec) mode() string {
 // BlockInflater inflates independent compressed blocks, vmdk grains or
 // qcow2 compressed clusters, in the diskimport-inflate child (ISA-L's
 // inflate, sandboxed as the gzip child), in the order they are sent:
-// Send queues a block, Receive takes the next result. On the 2 GiB bench
-// streamOptimized vmdk, Go's inflate of the grains took 59 % of an
-// import's CPU-seconds.
+// Send queues a block, Receive takes the next result; the two may run
+// on two goroutines. On the 2 GiB bench streamOptimized vmdk, Go's
+// inflate of the grains took 59 % of an import's CPU-seconds.
+//
+// A block reaches the child through an input ring, as the gzip stream
+// does (sealedInput): Send copies it into the next slot and names it in
+// a record, and the slot is Send's again once Receive took that block's
+// result (the child inflates in order), so nothing is handed back. A
+// pipe copied each block twice more, once into the kernel and once out.
 type BlockInflater struct {
 	p    *childProc
 	ring *ringReader
-	hdr  [8]byte
 	max  int
+
+	inSlotBytes, inSlots int
+	// credits holds a token per input slot Send may fill: Receive gives
+	// one back per result.
+	credits chan struct{}
+	sent    int // blocks sent: the next goes into slot sent % inSlots
+	rec     [blockRecordSize]byte
+
+	mu     sync.Mutex // Close against a copy into the input ring
+	in     []byte
+	closed bool
 }
+
+// blockRecordSize is a block's record to the child: uint32 input slot,
+// uint32 input length, uint32 output length, native order.
+const blockRecordSize = 12
 
 // StartBlockInflater starts the child for blocks of codec c inflating to
 // at most maxOut bytes each, or returns nil (and no error) when there is
@@ -56,16 +80,26 @@ func StartBlockInflater(ctx context.Context, c BlockCodec, maxOut int, o Options
 	slotBytes := (maxOut + pageSize - 1) &^ (pageSize - 1)
 	// Enough slots for 4 MiB of results ahead, at least 4.
 	slots := min(max(4, (4<<20)/slotBytes), 256)
+	// A block's input: a grain is at most twice its output (the vmdk
+	// decoder refuses longer), a compressed cluster at most its cluster.
+	// Input slots for 2 MiB of blocks ahead, at least 4.
+	inSlotBytes := (2*slotBytes + 4096 + pageSize - 1) &^ (pageSize - 1)
+	inSlots := max(4, min(16, (2<<20)/inSlotBytes))
 	p, err := startChild(ctx, childSpec{name: "inflate", bin: bin,
-		args: []string{c.mode(), strconv.Itoa(slotBytes), strconv.Itoa(slots)},
-		// Beside the ring, its input buffer (twice a slot) and the rest
-		// of the gzip child's budget.
-		addressSpace: inflateRingAddressSpace + uint64(slotBytes*(slots+2)), processes: 1,
-		failed: inflateRingFailed, ring: true, ringSlots: slots, ringSlotBytes: slotBytes}, nil, o)
+		args: []string{c.mode(), strconv.Itoa(slotBytes), strconv.Itoa(slots), strconv.Itoa(inSlotBytes), strconv.Itoa(inSlots)},
+		// Beside both rings, the rest of the gzip child's budget.
+		addressSpace: inflateRingAddressSpace + uint64(slotBytes*slots+inSlotBytes*inSlots), processes: 1,
+		failed: inflateRingFailed, ring: true, ringSlots: slots, ringSlotBytes: slotBytes,
+		blockInSlots: inSlots, blockInSlotBytes: inSlotBytes}, nil, o)
 	if err != nil {
 		return nil, err
 	}
-	return &BlockInflater{p: p, ring: p.stdout.(*ringReader), max: slotBytes}, nil
+	b := &BlockInflater{p: p, ring: p.stdout.(*ringReader), max: slotBytes,
+		in: p.blockIn, inSlotBytes: inSlotBytes, inSlots: inSlots, credits: make(chan struct{}, inSlots)}
+	for range inSlots {
+		b.credits <- struct{}{}
+	}
+	return b, nil
 }
 
 // Send queues block, which must inflate to at most outLen bytes (no more
@@ -75,14 +109,33 @@ func (b *BlockInflater) Send(block []byte, outLen int) error {
 	if outLen <= 0 || outLen > b.max {
 		return fmt.Errorf("inflate: an output of %d bytes, outside 1..%d: %w", outLen, b.max, errdefs.ErrInvalidOptions)
 	}
-	binary.NativeEndian.PutUint32(b.hdr[:4], uint32(len(block)))
-	binary.NativeEndian.PutUint32(b.hdr[4:], uint32(outLen))
-	// A child that went away makes these fail (its exit status, which
-	// Receive reports, says why).
-	if _, err := b.p.stdin.Write(b.hdr[:]); err != nil {
-		return err
+	if len(block) > b.inSlotBytes {
+		// The decoders send none (their input buffers are twice an
+		// output). The child is stopped, so Receive reports it gone
+		// rather than wait for this block's result.
+		b.p.Close()
+		return fmt.Errorf("inflate: a block of %d bytes, more than %d: %w", len(block), b.inSlotBytes, errdefs.ErrInvalidOptions)
 	}
-	_, err := b.p.stdin.Write(block)
+	select {
+	case <-b.credits:
+	case <-b.p.ctx.Done():
+		return fmt.Errorf("inflate: %w: %w", errdefs.ErrCancelled, b.p.ctx.Err())
+	}
+	slot := b.sent % b.inSlots
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return os.ErrClosed
+	}
+	copy(b.in[slot*b.inSlotBytes:], block)
+	b.mu.Unlock()
+	b.sent++
+	binary.NativeEndian.PutUint32(b.rec[:4], uint32(slot))
+	binary.NativeEndian.PutUint32(b.rec[4:8], uint32(len(block)))
+	binary.NativeEndian.PutUint32(b.rec[8:], uint32(outLen))
+	// A child that went away makes this fail (its exit status, which
+	// Receive reports, says why).
+	_, err := b.p.stdin.Write(b.rec[:])
 	return err
 }
 
@@ -96,6 +149,12 @@ func (b *BlockInflater) CloseSend() error { return b.p.stdin.Close() }
 // child that failed or was cancelled gives its error from then on.
 func (b *BlockInflater) Receive(out []byte) (int, error) {
 	slot, n, err := b.ring.next()
+	// The block's input slot is free again: the child is past it, or
+	// gone (then a Send waiting for it fails on the record's write).
+	select {
+	case b.credits <- struct{}{}:
+	default: // a Receive with no block sent
+	}
 	if err != nil {
 		if werr := b.p.wait(); werr != nil {
 			return 0, werr
@@ -113,10 +172,17 @@ func (b *BlockInflater) Receive(out []byte) (int, error) {
 	return k, err
 }
 
-// Close stops the child and releases the ring.
+// Close stops the child and releases both rings.
 func (b *BlockInflater) Close() error {
 	b.p.stdin.Close()
-	return b.p.Close()
+	err := b.p.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.closed = true
+		_ = unix.Munmap(b.in)
+	}
+	return err
 }
 
 // Why the child could not inflate a block: native/inflate's BAD_*, in

@@ -41,38 +41,49 @@ type inputRing struct {
 // go to stdin, which the caller passes. The caller closes the child's
 // ends once the child holds them.
 func newInputRing(slotBytes, slots int, stdin io.WriteCloser) (*inputRing, []*os.File, error) {
-	size := slotBytes * slots
-	fd, err := unix.MemfdCreate("diskimport-inflate-input", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	mem, memFile, err := sealedInput(slotBytes * slots)
 	if err != nil {
-		return nil, nil, os.NewSyscallError("memfd_create", err)
-	}
-	memFile := os.NewFile(uintptr(fd), "input ring")
-	fail := func(err error) (*inputRing, []*os.File, error) {
-		memFile.Close()
 		return nil, nil, err
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		return fail(os.NewSyscallError("ftruncate", err))
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fail(os.NewSyscallError("mmap", err))
-	}
-	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE | unix.F_SEAL_SEAL
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		_ = unix.Munmap(mem)
-		return fail(os.NewSyscallError("sealing the input ring", err))
 	}
 	backR, backW, err := os.Pipe()
 	if err != nil {
 		_ = unix.Munmap(mem)
-		return fail(err)
+		memFile.Close()
+		return nil, nil, err
 	}
 	r := &inputRing{mem: mem, slotBytes: slotBytes, slots: slots, records: stdin, back: backR}
 	for s := slots - 1; s >= 0; s-- {
 		r.free = append(r.free, s)
 	}
 	return r, []*os.File{memFile, backW}, nil
+}
+
+// sealedInput makes a shared memory file of size bytes for a child's
+// input, maps it writable here, and seals it against every later writer
+// and against resizing: the child can map it read-only only, so a slot's
+// bytes stay what we wrote (and hashed) while the child reads them.
+func sealedInput(size int) ([]byte, *os.File, error) {
+	fd, err := unix.MemfdCreate("diskimport-inflate-input", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("memfd_create", err)
+	}
+	memFile := os.NewFile(uintptr(fd), "input ring")
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		memFile.Close()
+		return nil, nil, os.NewSyscallError("ftruncate", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		memFile.Close()
+		return nil, nil, os.NewSyscallError("mmap", err)
+	}
+	seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE | unix.F_SEAL_SEAL
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		_ = unix.Munmap(mem)
+		memFile.Close()
+		return nil, nil, os.NewSyscallError("sealing the input ring", err)
+	}
+	return mem, memFile, nil
 }
 
 // take returns a slot to fill: one never used, else the next the child

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/sandbox"
@@ -32,6 +34,9 @@ type childProc struct {
 	// stdin is the child's input when the caller writes it (src nil: a
 	// BlockInflater), nil when the feeder copies src.
 	stdin io.WriteCloser
+	// blockIn is the BlockInflater's input ring (childSpec.blockInSlots),
+	// mapped writable here.
+	blockIn []byte
 	// inBack is where the child hands input slots back (an input ring),
 	// closed once the child is reaped: the child may hand back its last
 	// slots after the feeder has ended.
@@ -135,6 +140,10 @@ type childSpec struct {
 	// (inputRing: inRingSlots of inRingSlotBytes, its descriptors after
 	// the output's), records on its stdin, instead of through the pipe.
 	inputRing bool
+	// blockInSlots of blockInSlotBytes: the caller's blocks reach the
+	// child through a sealed input ring (sealedInput, its descriptor 5),
+	// records on its stdin (BlockInflater), instead of through the pipe.
+	blockInSlots, blockInSlotBytes int
 }
 
 // startChild runs the tool sp describes as the decoder of src, confined
@@ -188,6 +197,21 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		}
 		extra = append(extra, inExtra...)
 	}
+	var blockIn []byte
+	if sp.blockInSlots > 0 {
+		var memFile *os.File
+		if blockIn, memFile, err = sealedInput(sp.blockInSlots * sp.blockInSlotBytes); err != nil {
+			inR.Close()
+			inW.Close()
+			stdout.Close()
+			childOut.Close()
+			for _, f := range extra {
+				f.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		extra = append(extra, memFile)
+	}
 	o.Logger.Debug(name+" child", "stdin_bytes", inSize, "ring", sp.ring,
 		"sandbox", sandbox.Describe(), "as", policy.AddressSpace, "nproc", policy.Processes)
 	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: sandbox.NewStderrBuffer(4096, 0),
@@ -206,6 +230,9 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		} else {
 			stdin.Close()
 		}
+		if blockIn != nil {
+			_ = unix.Munmap(blockIn)
+		}
 		stdout.Close()
 		return nil, fmt.Errorf("%s: %w: %w", name, errdefs.ErrInvalidOptions, err)
 	}
@@ -214,7 +241,7 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		p.inBack = in.back
 		go p.feedRing(in)
 	case src == nil:
-		p.stdin = stdin
+		p.stdin, p.blockIn = stdin, blockIn
 		close(p.fed)
 	default:
 		go p.feed(stdin)

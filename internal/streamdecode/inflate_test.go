@@ -114,6 +114,7 @@ func TestInflateChildAgreesWithGo(t *testing.T) {
 			{"one byte", good[:1], len(grain)},
 			{"longer than its output", good, len(grain) - 1},
 			{"exactly its output", good, len(grain)},
+			{"empty", nil, len(grain)},
 		},
 		codecDeflate: {
 			{"whole", deflated, len(grain)},
@@ -122,6 +123,8 @@ func TestInflateChildAgreesWithGo(t *testing.T) {
 			{"cut: short", deflated[:len(deflated)/2], len(grain)},
 			{"garbage", bytes.Repeat([]byte{0xff}, 300), len(grain)},
 			{"good after garbage", deflated, len(grain)},
+			{"empty", nil, len(grain)},
+			{"good after an empty one", deflated, len(grain)},
 		},
 	}
 	for c, blocks := range cases {
@@ -132,10 +135,18 @@ func TestInflateChildAgreesWithGo(t *testing.T) {
 		bi, err := format.StartBlockInflater(context.Background(), bc, len(grain), format.Options{InflateChild: bin})
 		require.NoError(t, err)
 		require.NotNil(t, bi)
-		for _, b := range blocks {
-			require.NoError(t, bi.Send(b.in, b.outLen))
-		}
-		require.NoError(t, bi.CloseSend())
+		// Sent from another goroutine, as the decoders send: Send waits
+		// for an input slot the child is done with.
+		sent := make(chan error, 1)
+		go func() {
+			for _, b := range blocks {
+				if err := bi.Send(b.in, b.outLen); err != nil {
+					sent <- err
+					return
+				}
+			}
+			sent <- bi.CloseSend()
+		}()
 		var d decoder
 		for _, b := range blocks {
 			goOut := make([]byte, b.outLen)
@@ -144,6 +155,11 @@ func TestInflateChildAgreesWithGo(t *testing.T) {
 			n, err := bi.Receive(out)
 			if gerr != nil {
 				require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%v %s: Go refused it (%v)", c, b.name, gerr)
+				continue
+			}
+			if gn == 0 && err != nil {
+				// Nothing at all, which the child refuses outright.
+				require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%v %s", c, b.name)
 				continue
 			}
 			require.NoError(t, err, "%v %s", c, b.name)
@@ -159,6 +175,7 @@ func TestInflateChildAgreesWithGo(t *testing.T) {
 			require.True(t, bytes.Equal(goOut[:gn], out[:n]), "%v %s: the bytes", c, b.name)
 		}
 		d.close()
+		require.NoError(t, <-sent)
 		_, err = bi.Receive(make([]byte, 10))
 		require.Error(t, err, "no block after the last")
 		require.NoError(t, bi.Close())

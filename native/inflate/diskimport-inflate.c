@@ -13,15 +13,17 @@
  *     length (1 to IN_SLOT_BYTES), each naming the next bytes of the
  *     stream in that slot of fd 5; the end of standard input ends the
  *     stream. Each slot decoded is handed back on fd 6 (uint32 slot).
- *   diskimport-inflate zlib|deflate SLOT_BYTES SLOTS
+ *   diskimport-inflate zlib|deflate SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS
  *     inflates independent blocks (a vmdk grain: one zlib stream; a qcow2
  *     compressed cluster: raw deflate), each into a slot of its own. Each
- *     block comes on standard input as a record, native order: uint32
- *     input length, uint32 output length (at most SLOT_BYTES), then the
- *     input. A zlib block must be one complete stream (no preset
- *     dictionary) of at most its output length, its Adler-32 right; a
- *     deflate block gives the first output-length bytes of its stream, or
- *     fewer, whatever follows.
+ *     block lies in a slot of the input ring (fd 5), named by a record on
+ *     standard input, native order: uint32 input slot, uint32 input length
+ *     (at most IN_SLOT_BYTES), uint32 output length (1 to SLOT_BYTES). A
+ *     block's input slot is the importer's again once the block's result
+ *     record is written: nothing is handed back on fd 6. A zlib block must
+ *     be one complete stream (no preset dictionary) of at most its output
+ *     length, its Adler-32 right; a deflate block gives the first
+ *     output-length bytes of its stream, or fewer, whatever follows.
  *
  * fd 3: the ring, a shared memory file of SLOTS * SLOT_BYTES bytes.
  * fd 1: result records to the importer, 8 bytes each, native order:
@@ -32,7 +34,7 @@
  *       slot the importer is done with. Every slot starts free.
  * fd 5: with an input ring, the ring, IN_SLOTS * IN_SLOT_BYTES bytes,
  *       mapped read-only (the importer seals it against writers).
- * fd 6: with an input ring, the input slots handed back.
+ * fd 6: with the gzip input ring, the input slots handed back.
  * It exits 0 once the input ended (in gzip mode after a complete member)
  * and every result was handed over; on bad gzip input or a record out of
  * bounds it names the cause on fd 2 and exits 1.
@@ -143,7 +145,7 @@ static int next_input(struct inflate_state *st)
 		return 0;
 	if (got != sizeof rec)
 		fail("a cut input record");
-	if (rec[0] >= in_slots || rec[1] == 0 || rec[1] > in_slot_bytes)
+	if (rec[0] >= in_slots || rec[1] > in_slot_bytes)
 		fail("an input record out of bounds");
 	in_cur = rec[0];
 	st->next_in = (uint8_t *)in_ring + (size_t)rec[0] * in_slot_bytes;
@@ -234,27 +236,52 @@ static int inflate_block(struct inflate_state *st, int zlib, uint8_t *in, uint32
 	return BAD_TRUNCATED;
 }
 
+/* Block records on standard input, read as many at a time as have come. */
+static uint32_t rec_buf[3 * 256];
+static size_t rec_have, rec_used; /* bytes in rec_buf, bytes consumed */
+
+/* next_block_record sets rec to the next record and returns 1, or returns
+ * 0 at the end of the records. */
+static int next_block_record(uint32_t rec[3])
+{
+	if (rec_used == rec_have) {
+		rec_have = rec_used = 0;
+		for (;;) {
+			ssize_t r = read(0, rec_buf, sizeof rec_buf);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				fail("reading the block records failed");
+			rec_have = (size_t)r;
+			break;
+		}
+		if (rec_have == 0)
+			return 0;
+		size_t part = rec_have % (3 * sizeof(uint32_t));
+		if (part != 0) {
+			/* A record split by the pipe: read its rest. */
+			size_t want = 3 * sizeof(uint32_t) - part;
+			if (full_read(0, (char *)rec_buf + rec_have, want) != (int)want)
+				fail("a cut block record");
+			rec_have += want;
+		}
+	}
+	memcpy(rec, (char *)rec_buf + rec_used, 3 * sizeof(uint32_t));
+	rec_used += 3 * sizeof(uint32_t);
+	return 1;
+}
+
 static int run_blocks(struct inflate_state *st, int zlib)
 {
-	/* A block's input: a grain is at most twice its output (the decoder
-	 * refuses longer), a compressed cluster at most its cluster. */
-	uint32_t in_max = 2 * slot_bytes + 4096;
-	uint8_t *in = malloc(in_max);
-	if (!in)
-		fail("out of memory");
-	for (;;) {
-		uint32_t hdr[2];
-		int got = full_read(0, hdr, sizeof hdr);
-		if (got == 0)
-			return 0;
-		if (got != sizeof hdr)
-			fail("a cut block record");
-		if (hdr[0] > in_max || hdr[1] > slot_bytes || hdr[1] == 0)
+	uint32_t rec[3];
+	while (next_block_record(rec)) {
+		if (rec[0] >= in_slots || rec[1] > in_slot_bytes || rec[2] == 0 || rec[2] > slot_bytes)
 			fail("a block record out of bounds");
-		if (full_read(0, in, hdr[0]) != (int)hdr[0])
-			fail("a cut block");
+		uint8_t *in = (uint8_t *)in_ring + (size_t)rec[0] * in_slot_bytes;
 		uint32_t slot = take_slot(), n = 0;
-		int bad = inflate_block(st, zlib, in, hdr[0], ring + (size_t)slot * slot_bytes, hdr[1], &n);
+		int bad = inflate_block(st, zlib, in, rec[1], ring + (size_t)slot * slot_bytes, rec[2], &n);
+		if (!bad && n == 0)
+			bad = BAD_TRUNCATED; /* a result record names at least a byte */
 		if (bad) {
 			free_slots[nfree++] = slot;
 			hand_over(NO_SLOT, (uint32_t)bad);
@@ -262,12 +289,14 @@ static int run_blocks(struct inflate_state *st, int zlib)
 			hand_over(slot, n);
 		}
 	}
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	if (argc != 4 && !(argc == 6 && strcmp(argv[1], "gzip") == 0))
-		fail("usage: diskimport-inflate gzip|zlib|deflate SLOT_BYTES SLOTS, or gzip SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS");
+	int blocks = argc >= 2 && (strcmp(argv[1], "zlib") == 0 || strcmp(argv[1], "deflate") == 0);
+	if (!(argc == 6 && (blocks || strcmp(argv[1], "gzip") == 0)) && !(argc == 4 && strcmp(argv[1], "gzip") == 0))
+		fail("usage: diskimport-inflate gzip SLOT_BYTES SLOTS [IN_SLOT_BYTES IN_SLOTS], or zlib|deflate SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS");
 	slot_bytes = (uint32_t)strtoul(argv[2], NULL, 10);
 	slots = (uint32_t)strtoul(argv[3], NULL, 10);
 	if (slot_bytes < 4096 || slot_bytes > (64u << 20) || slots < 2 || slots > 1024)
@@ -281,10 +310,6 @@ int main(int argc, char **argv)
 		fail("out of memory");
 	for (uint32_t i = 0; i < slots; i++)
 		free_slots[nfree++] = slots - 1 - i;
-	if (strcmp(argv[1], "zlib") == 0 || strcmp(argv[1], "deflate") == 0)
-		return run_blocks(st, argv[1][0] == 'z');
-	if (strcmp(argv[1], "gzip") != 0)
-		fail("unknown mode (gzip, zlib or deflate)");
 	if (argc == 6) {
 		in_slot_bytes = (uint32_t)strtoul(argv[4], NULL, 10);
 		in_slots = (uint32_t)strtoul(argv[5], NULL, 10);
@@ -297,6 +322,8 @@ int main(int argc, char **argv)
 	} else if ((in_buf = malloc(IN_BYTES)) == NULL) {
 		fail("out of memory");
 	}
+	if (blocks)
+		return run_blocks(st, argv[1][0] == 'z');
 
 	isal_inflate_init(st);
 	st->crc_flag = ISAL_GZIP;
