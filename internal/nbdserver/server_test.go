@@ -165,28 +165,45 @@ func TestQemuImgReadsQcow2Export(t *testing.T) {
 }
 
 // slowReader delays each read so requests overlap, and counts the peak.
+// Until two reads were in flight at once, a read waits (up to 2 s) for
+// another to arrive rather than only sleeping, so a loaded machine that
+// schedules the client late cannot make requests it sent together look
+// sequential.
 type slowReader struct {
 	r         io.ReaderAt
 	cur, peak atomic.Int32
+	once      sync.Once
+	overlap   chan struct{} // closed once two reads were in flight
+}
+
+func newSlowReader(r io.ReaderAt) *slowReader {
+	return &slowReader{r: r, overlap: make(chan struct{})}
 }
 
 func (s *slowReader) ReadAt(p []byte, off int64) (int, error) {
 	n := s.cur.Add(1)
+	defer s.cur.Add(-1)
 	for {
 		pk := s.peak.Load()
 		if n <= pk || s.peak.CompareAndSwap(pk, n) {
 			break
 		}
 	}
+	if n >= 2 {
+		s.once.Do(func() { close(s.overlap) })
+	}
+	select {
+	case <-s.overlap:
+	case <-time.After(2 * time.Second):
+	}
 	time.Sleep(5 * time.Millisecond)
-	defer s.cur.Add(-1)
 	return s.r.ReadAt(p, off)
 }
 
 func TestConcurrentRequests(t *testing.T) {
 	needQemu(t)
 	data := testData(4 << 20)
-	sr := &slowReader{r: bytes.NewReader(data)}
+	sr := newSlowReader(bytes.NewReader(data))
 	sock, s, _ := start(t, sr, int64(len(data)))
 	dst := filepath.Join(t.TempDir(), "out.raw")
 	// Small requests (-S 4k has no effect on reads; the buffer size does).
@@ -411,7 +428,7 @@ func noLeak(t *testing.T, before int) {
 // one round of reads serve the next.
 func TestSmallReadsInFlightHoldSmallBuffers(t *testing.T) {
 	data := testData(4 << 20)
-	sr := &slowReader{r: bytes.NewReader(data)}
+	sr := newSlowReader(bytes.NewReader(data))
 	sock, s, stop := start(t, sr, int64(len(data)))
 	c, err := net.Dial("unix", sock)
 	require.NoError(t, err)
