@@ -163,6 +163,8 @@ clone() {
 	if [[ $copier == delta ]]; then
 		delta_env=IMPORTER_DELTA=true
 		make_stale "$kind" "$dst"
+	elif dst_block "$kind"; then
+		used_target "$dst"
 	fi
 	if src_block "$kind"; then src_mount=/dev/cdi-block-volume; else src_mount=/var/run/cdi/clone/source; fi
 	if dst_block "$kind"; then
@@ -240,6 +242,18 @@ local_copy() {
 	check "local copy" "$kind" "$dst"
 	jq -nc --arg kind "$kind" --argjson pct "$pct" --argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" \
 		'{copier: "local", kind: $kind, data_pct: $pct, link: "local", limit: "none", seconds: $s, virtual_bytes: $v}' >>"$runs_file"
+}
+
+# used_target DST: the block target as the same used volume before every
+# copier: each block of its backing file allocated, nothing of it dirty or
+# cached. Left as the last copier left it, the first copier after the
+# local copy (dd writes the zeros too) had 1.3 GiB of allocated zeros to
+# punch and the next one none: on the 35 % source that one took 3.3-3.9 s
+# where the same build took 2.0-2.3 s right after another punching copier.
+used_target() {
+	fallocate -l "$vsize" "$work/dst.img"
+	sync -f "$work/dst.img"
+	blockdev --flushbufs "$1"
 }
 
 # check WHO KIND DST: the target holds the source's bytes.
