@@ -1,6 +1,7 @@
 package format
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -77,8 +78,9 @@ func inflateRingFailed(msg string, err error) error {
 // any time, so bytes read in place could change between the hash and the
 // write.
 type ringReader struct {
-	records          *os.File // the child's "filled" records
-	free             *os.File // our "free" records to the child
+	records          *os.File      // the child's "filled" records
+	recs             *bufio.Reader // records, as many read at once as have come
+	free             *os.File      // our "free" records to the child
 	rec              [ringRecordSize]byte
 	slotBytes, slots int
 	slot             int    // the slot being read, -1 when none
@@ -129,7 +131,10 @@ func newRingReader(slotBytes, slots int) (r *ringReader, stdout *os.File, extra 
 		recW.Close()
 		return nil, nil, nil, err
 	}
-	return &ringReader{records: recR, free: freeW, slotBytes: slotBytes, slots: slots, slot: -1, ring: ring}, recW, []*os.File{mem, freeR}, nil
+	// Records read as many at a time as the child wrote: a block child
+	// writes one per 64 KiB grain, and a read(2) each was a wakeup each.
+	return &ringReader{records: recR, recs: bufio.NewReaderSize(recR, 512*ringRecordSize), free: freeW,
+		slotBytes: slotBytes, slots: slots, slot: -1, ring: ring}, recW, []*os.File{mem, freeR}, nil
 }
 
 func (r *ringReader) Read(p []byte) (int, error) {
@@ -154,7 +159,7 @@ func (r *ringReader) Read(p []byte) (int, error) {
 // no slot (-1) and the reason a block failed. Everything the child names
 // is checked against the ring.
 func (r *ringReader) next() (slot, n int, err error) {
-	if _, err := io.ReadFull(r.records, r.rec[:]); err != nil {
+	if _, err := io.ReadFull(r.recs, r.rec[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
 			err = fmt.Errorf("a cut record from the decoder: %w", err)
 		}

@@ -94,15 +94,29 @@ static uint8_t *ring;
 static uint32_t slot_bytes, slots;
 static uint32_t *free_slots, nfree;
 
+/* take_slot returns a free slot, waiting for the importer to free one:
+ * every "free" record that has come is read at once (one read, not one
+ * per slot). */
 static uint32_t take_slot(void)
 {
-	if (nfree == 0) {
-		uint32_t s;
-		if (full_read(4, &s, sizeof s) != sizeof s)
+	while (nfree == 0) {
+		ssize_t r = read(4, free_slots, sizeof *free_slots * slots);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
 			exit(2); /* the importer went away */
-		if (s >= slots)
-			fail("the importer freed a slot out of range");
-		return s;
+		size_t part = (size_t)r % sizeof *free_slots;
+		if (part != 0) {
+			/* A record split by the pipe: read its rest. */
+			size_t want = sizeof *free_slots - part;
+			if (full_read(4, (char *)free_slots + r, want) != (int)want)
+				exit(2);
+			r += (ssize_t)want;
+		}
+		nfree = (uint32_t)((size_t)r / sizeof *free_slots);
+		for (uint32_t i = 0; i < nfree; i++)
+			if (free_slots[i] >= slots)
+				fail("the importer freed a slot out of range");
 	}
 	return free_slots[--nfree];
 }
