@@ -182,36 +182,18 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		inW.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	var in *inputRing
-	if sp.inputRing {
-		var inExtra []*os.File
-		if in, inExtra, err = newInputRing(inRingSlotBytes, inRingSlots, stdin); err != nil {
-			inR.Close()
-			inW.Close()
-			stdout.Close()
-			childOut.Close()
-			for _, f := range extra {
-				f.Close()
-			}
-			return nil, fmt.Errorf("%s: %w", name, err)
+	in, blockIn, inExtra, err := sp.input(stdin)
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		stdout.Close()
+		childOut.Close()
+		for _, f := range extra {
+			f.Close()
 		}
-		extra = append(extra, inExtra...)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	var blockIn []byte
-	if sp.blockInSlots > 0 {
-		var memFile *os.File
-		if blockIn, memFile, err = sealedInput(sp.blockInSlots * sp.blockInSlotBytes); err != nil {
-			inR.Close()
-			inW.Close()
-			stdout.Close()
-			childOut.Close()
-			for _, f := range extra {
-				f.Close()
-			}
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		extra = append(extra, memFile)
-	}
+	extra = append(extra, inExtra...)
 	o.Logger.Debug(name+" child", "stdin_bytes", inSize, "ring", sp.ring,
 		"sandbox", sandbox.Describe(), "as", policy.AddressSpace, "nproc", policy.Processes)
 	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: sandbox.NewStderrBuffer(4096, 0),
@@ -247,6 +229,23 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 		go p.feed(stdin)
 	}
 	return p, nil
+}
+
+// input makes the child's input ring when it has one, the gzip feeder's
+// (inputRing, its records to stdin) or a BlockInflater's (blockIn, the
+// mapping it copies blocks into), and returns it with the child's ends of
+// it, its descriptors from 5 on.
+func (sp childSpec) input(stdin io.WriteCloser) (in *inputRing, blockIn []byte, files []*os.File, err error) {
+	switch {
+	case sp.inputRing:
+		in, files, err = newInputRing(inRingSlotBytes, inRingSlots, stdin)
+	case sp.blockInSlots > 0:
+		var mem *os.File
+		if blockIn, mem, err = sealedInput(sp.blockInSlots * sp.blockInSlotBytes); err == nil {
+			files = []*os.File{mem}
+		}
+	}
+	return in, blockIn, files, err
 }
 
 // output makes where the child's decoded bytes go and how they are read:
