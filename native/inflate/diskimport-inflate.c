@@ -94,25 +94,37 @@ static uint8_t *ring;
 static uint32_t slot_bytes, slots;
 static uint32_t *free_slots, nfree;
 
+/* read_records reads into buf (cap bytes, a multiple of rec) as many
+ * whole records of rec bytes as have come on fd, one read for all of them,
+ * the rest of a record the pipe split read too. It returns the bytes
+ * read, 0 at the end of fd, -1 when a read failed or the end cut a
+ * record. */
+static ssize_t read_records(int fd, void *buf, size_t cap, size_t rec)
+{
+	ssize_t r;
+	do
+		r = read(fd, buf, cap);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return r;
+	size_t part = (size_t)r % rec;
+	if (part != 0) {
+		size_t want = rec - part;
+		if (full_read(fd, (char *)buf + r, want) != (int)want)
+			return -1;
+		r += (ssize_t)want;
+	}
+	return r;
+}
+
 /* take_slot returns a free slot, waiting for the importer to free one:
- * every "free" record that has come is read at once (one read, not one
- * per slot). */
+ * every "free" record that has come is read at once. */
 static uint32_t take_slot(void)
 {
 	while (nfree == 0) {
-		ssize_t r = read(4, free_slots, sizeof *free_slots * slots);
-		if (r < 0 && errno == EINTR)
-			continue;
+		ssize_t r = read_records(4, free_slots, sizeof *free_slots * slots, sizeof *free_slots);
 		if (r <= 0)
 			exit(2); /* the importer went away */
-		size_t part = (size_t)r % sizeof *free_slots;
-		if (part != 0) {
-			/* A record split by the pipe: read its rest. */
-			size_t want = sizeof *free_slots - part;
-			if (full_read(4, (char *)free_slots + r, want) != (int)want)
-				exit(2);
-			r += (ssize_t)want;
-		}
 		nfree = (uint32_t)((size_t)r / sizeof *free_slots);
 		for (uint32_t i = 0; i < nfree; i++)
 			if (free_slots[i] >= slots)
@@ -159,7 +171,7 @@ static int next_input(struct inflate_state *st)
 		return 0;
 	if (got != sizeof rec)
 		fail("a cut input record");
-	if (rec[0] >= in_slots || rec[1] > in_slot_bytes)
+	if (rec[0] >= in_slots || rec[1] == 0 || rec[1] > in_slot_bytes)
 		fail("an input record out of bounds");
 	in_cur = rec[0];
 	st->next_in = (uint8_t *)in_ring + (size_t)rec[0] * in_slot_bytes;
@@ -259,26 +271,13 @@ static size_t rec_have, rec_used; /* bytes in rec_buf, bytes consumed */
 static int next_block_record(uint32_t rec[3])
 {
 	if (rec_used == rec_have) {
-		rec_have = rec_used = 0;
-		for (;;) {
-			ssize_t r = read(0, rec_buf, sizeof rec_buf);
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r < 0)
-				fail("reading the block records failed");
-			rec_have = (size_t)r;
-			break;
-		}
+		ssize_t r = read_records(0, rec_buf, sizeof rec_buf, 3 * sizeof(uint32_t));
+		if (r < 0)
+			fail("reading the block records failed, or one was cut");
+		rec_have = (size_t)r;
+		rec_used = 0;
 		if (rec_have == 0)
 			return 0;
-		size_t part = rec_have % (3 * sizeof(uint32_t));
-		if (part != 0) {
-			/* A record split by the pipe: read its rest. */
-			size_t want = 3 * sizeof(uint32_t) - part;
-			if (full_read(0, (char *)rec_buf + rec_have, want) != (int)want)
-				fail("a cut block record");
-			rec_have += want;
-		}
 	}
 	memcpy(rec, (char *)rec_buf + rec_used, 3 * sizeof(uint32_t));
 	rec_used += 3 * sizeof(uint32_t);
