@@ -5,11 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
-	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/errdefs"
 )
@@ -58,10 +54,7 @@ type BlockInflater struct {
 	credits chan struct{}
 	sent    int // blocks sent: the next goes into slot sent % inSlots
 	rec     [blockRecordSize]byte
-
-	mu     sync.Mutex // Close against a copy into the input ring
-	in     []byte
-	closed bool
+	in      sharedMapping // the input ring
 }
 
 // blockRecordSize is a block's record to the child: uint32 input slot,
@@ -95,7 +88,7 @@ func StartBlockInflater(ctx context.Context, c BlockCodec, maxOut int, o Options
 		return nil, err
 	}
 	b := &BlockInflater{p: p, ring: p.stdout.(*ringReader), max: slotBytes,
-		in: p.blockIn, inSlotBytes: inSlotBytes, inSlots: inSlots, credits: make(chan struct{}, inSlots)}
+		in: sharedMapping{mem: p.blockIn}, inSlotBytes: inSlotBytes, inSlots: inSlots, credits: make(chan struct{}, inSlots)}
 	for range inSlots {
 		b.credits <- struct{}{}
 	}
@@ -122,13 +115,9 @@ func (b *BlockInflater) Send(block []byte, outLen int) error {
 		return fmt.Errorf("inflate: %w: %w", errdefs.ErrCancelled, b.p.ctx.Err())
 	}
 	slot := b.sent % b.inSlots
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return os.ErrClosed
+	if err := b.in.copyIn(slot*b.inSlotBytes, block); err != nil {
+		return err
 	}
-	copy(b.in[slot*b.inSlotBytes:], block)
-	b.mu.Unlock()
 	b.sent++
 	binary.NativeEndian.PutUint32(b.rec[:4], uint32(slot))
 	binary.NativeEndian.PutUint32(b.rec[4:8], uint32(len(block)))
@@ -176,12 +165,7 @@ func (b *BlockInflater) Receive(out []byte) (int, error) {
 func (b *BlockInflater) Close() error {
 	b.p.stdin.Close()
 	err := b.p.Close()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.closed {
-		b.closed = true
-		_ = unix.Munmap(b.in)
-	}
+	b.in.unmap()
 	return err
 }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -83,12 +82,9 @@ type ringReader struct {
 	free             *os.File      // our "free" records to the child
 	rec              [ringRecordSize]byte
 	slotBytes, slots int
-	slot             int    // the slot being read, -1 when none
-	data             []byte // its unread bytes
-
-	mu     sync.Mutex // Close against a copy in progress
-	ring   []byte
-	closed bool
+	slot             int // the slot being read, -1 when none
+	dataOff, dataLen int // its unread bytes in ring
+	ring             sharedMapping
 }
 
 // newRingReader makes a ring of slots slots of slotBytes and returns its
@@ -134,11 +130,11 @@ func newRingReader(slotBytes, slots int) (r *ringReader, stdout *os.File, extra 
 	// Records read as many at a time as the child wrote: a block child
 	// writes one per 64 KiB grain, and a read(2) each was a wakeup each.
 	return &ringReader{records: recR, recs: bufio.NewReaderSize(recR, 512*ringRecordSize), free: freeW,
-		slotBytes: slotBytes, slots: slots, slot: -1, ring: ring}, recW, []*os.File{mem, freeR}, nil
+		slotBytes: slotBytes, slots: slots, slot: -1, ring: sharedMapping{mem: ring}}, recW, []*os.File{mem, freeR}, nil
 }
 
 func (r *ringReader) Read(p []byte) (int, error) {
-	for len(r.data) == 0 {
+	for r.dataLen == 0 {
 		if r.slot >= 0 {
 			r.release(r.slot)
 			r.slot = -1
@@ -150,7 +146,7 @@ func (r *ringReader) Read(p []byte) (int, error) {
 		if slot < 0 {
 			return 0, fmt.Errorf("the decoder reported a failed block in a stream")
 		}
-		r.slot, r.data = slot, r.ring[slot*r.slotBytes:slot*r.slotBytes+n]
+		r.slot, r.dataOff, r.dataLen = slot, slot*r.slotBytes, n
 	}
 	return r.copyOut(p)
 }
@@ -187,25 +183,16 @@ func (r *ringReader) release(slot int) {
 // copySlot copies slot's first n bytes into out (as many as fit),
 // unless the ring was closed meanwhile.
 func (r *ringReader) copySlot(out []byte, slot, n int) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return 0, os.ErrClosed
-	}
-	return copy(out, r.ring[slot*r.slotBytes:slot*r.slotBytes+n]), nil
+	return r.ring.copyOut(out, slot*r.slotBytes, n)
 }
 
 // copyOut copies the current slot's unread bytes into p, unless the ring
 // was closed meanwhile.
 func (r *ringReader) copyOut(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return 0, os.ErrClosed
-	}
-	n := copy(p, r.data)
-	r.data = r.data[n:]
-	return n, nil
+	n, err := r.ring.copyOut(p, r.dataOff, r.dataLen)
+	r.dataOff += n
+	r.dataLen -= n
+	return n, err
 }
 
 // Close ends the reading: a Read blocked on the records returns, and the
@@ -213,11 +200,6 @@ func (r *ringReader) copyOut(p []byte) (int, error) {
 func (r *ringReader) Close() error {
 	err := r.records.Close()
 	r.free.Close()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.closed {
-		r.closed = true
-		_ = unix.Munmap(r.ring)
-	}
+	r.ring.unmap()
 	return err
 }
