@@ -27,7 +27,10 @@
 # zeros), BENCH_CLONE_LINKS ("fast": loopback; "1gbit": through
 # `benchtool relay` paced to 125 MB/s each way), BENCH_CLONE_LIMITS
 # ("cdi none"). The block target is a used volume: it holds the last
-# clone's (first: random) bytes. After ours, a delta pass of ours
+# clone's (first: random) bytes, on a loop device with direct I/O, as the
+# pod table's is: a PVC's device has no page cache beneath it, and with
+# one a copier's zeroing paid for dropping the backing file's cached pages
+# (bench/RESULTS.md, tenth session). After ours, a delta pass of ours
 # (IMPORTER_DELTA=true) onto that copy with 1 % of it changed since
 # (make_stale), a migration's second pass (BENCH_CLONE_DELTA=0 leaves it
 # out). BENCH_CLONER_ENV adds variables to the
@@ -253,6 +256,7 @@ local_copy() {
 used_target() {
 	fallocate -l "$vsize" "$work/dst.img"
 	sync -f "$work/dst.img"
+	dd if="$work/dst.img" iflag=nocache count=0 status=none # drops its cached pages
 	blockdev --flushbufs "$1"
 }
 
@@ -276,7 +280,7 @@ for pct in $datas; do
 		fi
 		if dst_block "$kind"; then
 			cp --sparse=never "$old" "$work/dst.img" # a used volume
-			dst=$(losetup -f --show "$work/dst.img"); loops+=("$dst")
+			dst=$(losetup -f --show --direct-io=on "$work/dst.img"); loops+=("$dst")
 		else
 			dst=$work/dst-fs
 		fi
