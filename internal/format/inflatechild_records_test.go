@@ -3,7 +3,6 @@ package format
 import (
 	"bytes"
 	"compress/flate"
-	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -133,12 +132,8 @@ func TestInflateChildInflatesRecordsInsideItsRings(t *testing.T) {
 		assert.True(t, bytes.Equal(want, run.ring[int(slot)*testSlotBytes:][:n]))
 	})
 	t.Run("gzip member", func(t *testing.T) {
-		var z bytes.Buffer
-		w := gzip.NewWriter(&z)
-		_, err := w.Write(want)
-		require.NoError(t, err)
-		require.NoError(t, w.Close())
-		run := runInflateChild(t, "gzip", z.Bytes(), []uint32{0, uint32(z.Len())})
+		z := gzipMember(t, want)
+		run := runInflateChild(t, "gzip", z, []uint32{0, uint32(len(z))})
 		require.NoError(t, run.err, run.stderr)
 		var got []byte
 		for r := run.results; len(r) >= 8; r = r[8:] {
