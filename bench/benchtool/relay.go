@@ -172,7 +172,7 @@ func (l farLink) direction(ctx context.Context, src, dst net.Conn) {
 			}
 		}
 	}()
-	var next time.Time // when the link is free again, at the rate
+	var link pacer
 	for p := range line {
 		if wait := time.Until(p.due); wait > 0 {
 			time.Sleep(wait)
@@ -186,15 +186,32 @@ func (l farLink) direction(ctx context.Context, src, dst net.Conn) {
 			return
 		}
 		if l.rate > 0 {
-			if now := time.Now(); next.Before(now) {
-				next = now
-			}
-			next = next.Add(time.Duration(float64(len(p.b)) / float64(l.rate) * float64(time.Second)))
-			time.Sleep(time.Until(next))
+			time.Sleep(time.Until(link.send(p.due, len(p.b), l.rate)))
 		}
 		if _, err := dst.Write(p.b); err != nil {
 			src.Close()
 			return
 		}
 	}
+}
+
+// pacer is a link's schedule at its rate: when each parcel's last byte
+// has left.
+type pacer struct{ free time.Time }
+
+// send schedules n bytes that reached the link at due and returns when
+// they have left: they start once the link is free of the parcels before
+// them, or at due if it was idle. The schedule never starts from the
+// clock: a writer that slept past a parcel's end (Go's timers overshoot
+// a 0.5 ms sleep by up to a millisecond) sends the parcels queued behind
+// it back to back, as a link's queue does, instead of losing that time
+// on every parcel (paced from the clock, a 125 MB/s relay carried
+// 50 MB/s: 2 GB through curl in 15 s).
+func (p *pacer) send(due time.Time, n int, rate int64) time.Time {
+	start := p.free
+	if start.Before(due) {
+		start = due
+	}
+	p.free = start.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
+	return p.free
 }

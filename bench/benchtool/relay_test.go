@@ -81,3 +81,26 @@ func TestRelayCarriesBothDirectionsExactly(t *testing.T) {
 		t.Fatalf("echo through the relay: %d bytes, sha256 %x; sent %d bytes, sha256 %x", len(got), sha256.Sum256(got), len(data), sha256.Sum256(data))
 	}
 }
+
+// The relay's pacing keeps the rate when its writer wakes late: parcels
+// queued behind a late one go back to back from the schedule, not from
+// the clock, and a parcel that reaches an idle link starts when it came.
+func TestPacerKeepsTheRateWhenTheWriterWakesLate(t *testing.T) {
+	const rate = 125_000_000 // bytes per second
+	t0 := time.Unix(1_000_000, 0)
+	var p pacer
+	// 100 parcels of 125,000 bytes (1 ms each), all queued at t0: however
+	// late the writer woke for each, the last leaves at 100 ms.
+	var end time.Time
+	for range 100 {
+		end = p.send(t0, 125_000, rate)
+	}
+	if want := t0.Add(100 * time.Millisecond); !end.Equal(want) {
+		t.Errorf("100 queued parcels of 1 ms end at %v after the first's arrival, want %v", end.Sub(t0), want.Sub(t0))
+	}
+	// A parcel arriving after the link went idle starts when it arrives.
+	later := t0.Add(time.Second)
+	if got, want := p.send(later, 125_000, rate), later.Add(time.Millisecond); !got.Equal(want) {
+		t.Errorf("a parcel on an idle link ends %v after it came, want 1ms", got.Sub(later))
+	}
+}
