@@ -25,9 +25,10 @@
 # ~20 s at 2G), BENCH_GO (1: also run the go test -bench stage benchmarks),
 # BENCH_XZ_BLOCK (24MiB), BENCH_CLONE (1: then bench/clone.sh), BENCH_UPLOAD (1: then bench/upload.sh),
 # BENCH_TIMEOUT (300: seconds before one measured command is killed),
-# BENCH_POD_LIMITS (cdi: the pods under CDI's default pod limits, 750m CPU
-# as a CFS quota and 600M memory, issue 37's table of record; default: a
-# 256 MiB memory limit and no CPU limit),
+# BENCH_POD_LIMITS ("cdi none", a pod table for each: cdi, the pods under
+# CDI's default pod limits, 750m CPU as a CFS quota and 600M memory, issue
+# 37's table of record; none, a 256 MiB memory limit and no CPU limit, the
+# table before it; one of them alone halves the pods' time),
 # BENCH_FARLINK (1: the far-link rows of bench/farlink.sh; BENCH_FAR_RATE,
 # BENCH_FAR_DELAY), BENCH_CDI (0: no CDI rows), BENCH_CDI_IMPORTER (a CDI
 # importer binary to run instead of building v1.66.0).
@@ -175,6 +176,9 @@ measure() {
 	printf 'M\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$run" "$secs" "${rss:-0}" "${measure_bytes:-$vsize}" "$rc" >>"$tsv"
 	extra "$label" host_busy "$(awk -v a="$c0" -v b="$c1" 'BEGIN{split(a, x, " "); split(b, y, " ");
 		t = y[1] - x[1]; printf "%.3f", (t > 0 ? 1 - (y[2] - x[2]) / t : 0)}')"
+	# cpu_s: the command's CPU-seconds, its children's included (user +
+	# system, as time(1) has them): a decoder alone's, for the pod table.
+	extra "$label" cpu_s "$(awk -F': ' '/User time/{u=$2} /System time/{s=$2} END{printf "%.3f", u + s}' "$tf")"
 	last_rc=$rc
 	printf 'bench: run %s  %-52s %8.3f s  %6d MiB%s\n' "$run" "$label" "$secs" "$(( ${rss:-0} / 1024 ))" \
 		"$([[ $rc == 0 ]] || echo "  FAILED rc=$rc: $(tail -c 300 "$log.err" | tr '\n' ' ')")" >&2
@@ -183,9 +187,9 @@ measure() {
 extra() { printf 'X\t%s\t%s\t%s\n' "$1" "$2" "$3" >>"$tsv"; }
 compare() { printf 'C\t%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-0}" "${4:-}" >>"$tsv"; }
 # pod CASE CDI_LABEL OURS_ENV_LABEL OURS_CLI_LABEL LIMIT_LABEL TARGET
-# DEVICE_LIMIT_LABEL DECODE_LABEL: one row of the pod table (the last two may
-# be empty).
-pod() { printf 'P\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; }
+# DEVICE_LIMIT_LABEL DECODE_LABEL MODE: one row of the pod table of the pods'
+# limits MODE (pods.sh; the device limit and the decoder may be empty).
+pod() { printf 'P\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; }
 
 imp="$work/importer -q --json --scratch $scratch"
 # with_scratch_peak LABEL PREP CMD: one import, measured, with the scratch
@@ -416,7 +420,11 @@ for c in $cases; do
 		compare "$L" "qemu-img convert local $c → loop"
 		compare "$F" "qemu-img convert local $c → file" ;;
 	esac
-	[[ $c == registry-* ]] || pod "$c" "$(pod_label CDI "$c")" "$(pod_label ours "$c")" "$L" "$(limit_label "$c")" "${cdi_target[$c]:-3}" "$(dev_limit_label "$c")" "$(decode_label "$c")"
+	if [[ $c != registry-* ]]; then
+		for mode in $pod_modes; do
+			pod "$c" "$(pod_label CDI "$c" "$mode")" "$(pod_label ours "$c" "$mode")" "$L" "$(limit_label "$c")" "${cdi_target[$c]:-3}" "$(dev_limit_label "$c")" "$(decode_label "$c")" "$mode"
+		done
+	fi
 done
 
 # Warm the page cache with the sources (they stand in for a network).

@@ -18,21 +18,27 @@
 
 cdi_version=v1.66.0
 cdi_bin="" cdi_note=""
-cg_root="" ca_root="" cpu_root="" cg_limit=$((256 << 20)) cpu_quota=""
-# BENCH_POD_LIMITS=cdi: each pod gets what CDI's controller gives its
-# importer, upload-server and cloner pods by default
-# (pkg/controller/config-controller.go: limits cpu 750m, memory 600M): a
-# memory limit of 600000000 bytes and a CFS quota of 75 ms per 100 ms
-# (cgroup v1 cpu controller). Default: a 256 MiB memory limit and no CPU
-# limit, as the tables before issue 37.
-case ${BENCH_POD_LIMITS:-} in
-cdi) cg_limit=600000000 cpu_quota=75000 ;;
-"" | none) ;;
-*)
-	echo "bench: BENCH_POD_LIMITS=$BENCH_POD_LIMITS: want cdi or none" >&2
-	exit 2
-	;;
-esac
+cg_root="" ca_root="" cpu_root=""
+# BENCH_POD_LIMITS: the pods' limits, a pod table for each mode, in turn in
+# every round: cdi, what CDI's controller gives its importer, upload-server
+# and cloner pods by default (pkg/controller/config-controller.go: limits
+# cpu 750m, memory 600M): a memory limit of 600000000 bytes and a CFS quota
+# of 75 ms per 100 ms (cgroup v1 cpu controller); none, a 256 MiB memory
+# limit and no CPU limit, as the tables before issue 37.
+pod_modes=${BENCH_POD_LIMITS:-cdi none}
+for mode in $pod_modes; do
+	case $mode in
+	cdi | none) ;;
+	*)
+		echo "bench: BENCH_POD_LIMITS=$BENCH_POD_LIMITS: want cdi, none or both" >&2
+		exit 2
+		;;
+	esac
+done
+# pod_memory MODE / pod_quota MODE: the memory limit in bytes, the CFS
+# quota in us per 100000 us (empty: none).
+pod_memory() { if [[ $1 == cdi ]]; then echo 600000000; else echo $((256 << 20)); fi; }
+pod_quota() { [[ $1 != cdi ]] || echo 75000; }
 # cdi_resolve: sets cdi_bin (or cdi_note when there is none).
 cdi_resolve() {
 	if [[ ${BENCH_CDI:-1} == 0 ]]; then
@@ -78,15 +84,18 @@ cg_setup() {
 	else
 		echo "bench: no cpuacct cgroup v1 at $a: the pod table has no CPU time" >&2
 	fi
-	if [[ -n $cpu_quota ]]; then
+	if [[ " $pod_modes " == *" cdi "* ]]; then
 		local c=/sys/fs/cgroup/cpu
 		[[ -w $c/cgroup.procs && -w $c/cpu.cfs_quota_us ]] || { echo "bench: BENCH_POD_LIMITS=cdi needs the cgroup v1 cpu controller at $c" >&2; exit 2; }
 		cpu_root=$c/diskimport-bench-$stamp
 		mkdir "$cpu_root"
 	fi
-	local cpu="none"
-	[[ -n $cpu_quota ]] && cpu="$((cpu_quota / 100))m (CFS quota $cpu_quota us per 100000 us; cg_throttled_s: the time the quota held the pod)"
-	printf 'N\t%s\n' "pods' limits: memory $cg_limit bytes, CPU $cpu" >>"$tsv"
+	local mode cpu
+	for mode in $pod_modes; do
+		cpu="none"
+		[[ $mode == cdi ]] && cpu="$(($(pod_quota cdi) / 100))m (CFS quota $(pod_quota cdi) us per 100000 us; cg_throttled_s: the time the quota held the pod)"
+		printf 'N\t%s\n' "pods' limits, $mode: memory $(pod_memory "$mode") bytes, CPU $cpu" >>"$tsv"
+	done
 }
 source bench/cgroup.sh # cg_remove
 cg_cleanup() {
@@ -104,21 +113,22 @@ cg_cleanup() {
 	fi
 }
 
-# pod_import LABEL BIN FILE [PREP]: one import of $url/FILE onto the loop
-# device by BIN as CDI's importer pod, measured, with its scratch peak and
-# its cgroups' memory peak and CPU time.
+# pod_import LABEL BIN FILE MODE [PREP]: one import of $url/FILE onto the
+# loop device by BIN as CDI's importer pod under the limits MODE, measured,
+# with its scratch peak and its cgroups' memory peak and CPU time.
 pod_import() {
-	local label=$1 bin=$2 file=$3 prep=${4:-reset_loop} cg="" ca="" cq=""
+	local label=$1 bin=$2 file=$3 mode=$4 prep=${5:-reset_loop} cg="" ca="" cq="" cpu_quota
+	cpu_quota=$(pod_quota "$mode")
 	if [[ -n $cg_root ]]; then
 		cg=$cg_root/pod
 		mkdir "$cg"
-		echo "$cg_limit" >"$cg/memory.limit_in_bytes"
+		pod_memory "$mode" >"$cg/memory.limit_in_bytes"
 	fi
 	if [[ -n $ca_root ]]; then
 		ca=$ca_root/pod
 		mkdir "$ca"
 	fi
-	if [[ -n $cpu_root ]]; then
+	if [[ -n $cpu_quota ]]; then
 		cq=$cpu_root/pod
 		mkdir "$cq"
 		echo 100000 >"$cq/cpu.cfs_period_us"
@@ -151,19 +161,26 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 	fi
 	if [[ -n $cq ]]; then
 		extra "$label" cg_throttled_s "$(awk '$1=="throttled_time"{printf "%.3f", $2 / 1e9}' "$cq/cpu.stat")"
+		extra "$label" cg_quota_cores "$(awk -v q="$cpu_quota" 'BEGIN{printf "%.3f", q / 100000}')"
 		cg_remove "$cq"
 	fi
 }
-pod_label() { echo "$1 $2 env→loop (pod)"; }
+# pod_label WHO CASE MODE
+pod_label() {
+	if [[ $3 == cdi ]]; then echo "$1 $2 env→loop (pod, 750m)"; else echo "$1 $2 env→loop (pod)"; fi
+}
 
-# pod_round CASE: CDI's importer and ours in env mode, one run each.
+# pod_round CASE: CDI's importer and ours in env mode, one run each under
+# each of the pods' limits.
 pod_round() {
-	local c=$1
-	[[ -n $cdi_bin ]] && pod_import "$(pod_label CDI "$c")" "$cdi_bin" "disk.$c"
-	pod_import "$(pod_label ours "$c")" "$work/importer" "disk.$c"
+	local c=$1 mode
+	for mode in $pod_modes; do
+		[[ -n $cdi_bin ]] && pod_import "$(pod_label CDI "$c" "$mode")" "$cdi_bin" "disk.$c" "$mode"
+		pod_import "$(pod_label ours "$c" "$mode")" "$work/importer" "disk.$c" "$mode"
+	done
 }
 # pod_setup_round: what the pod's namespace, mounts and cgroup cost alone
 # (/bin/true in the same pod), to read the short rows against.
 pod_setup_round() {
-	pod_import "pod setup alone (/bin/true)" /bin/true disk.raw reset_none
+	pod_import "pod setup alone (/bin/true)" /bin/true disk.raw none reset_none
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 )
@@ -16,6 +17,15 @@ const (
 	cloneSpeedupGoal = 3.0
 	cloneLocalGoal   = 1.5
 )
+
+// cloneLinkRate is each link's rate in bytes per second, as bench/clone.sh
+// paces it (`benchtool relay -rate 125M`); the fast link has none.
+var cloneLinkRate = map[string]float64{"1gbit": 125e6}
+
+// cloneBusy is the share of its CPU a copier must have used over its
+// whole run for a miss to be the CPU's: the pod table's rule
+// (hostSaturated) for the machine's cores, here for the halves' CPU.
+const cloneBusy = 0.9
 
 // cloneRun is one run of bench/clone.sh.
 type cloneRun struct {
@@ -29,6 +39,15 @@ type cloneRun struct {
 	ClonerPeakMiB float64 `json:"cloner_peak_mib"`
 	ServerCPU     float64 `json:"server_cpu_s"`
 	ServerPeakMiB float64 `json:"server_peak_mib"`
+	VirtualBytes  float64 `json:"virtual_bytes"`
+	// DataBytes is the source's data (its blocks that are not zeros), the
+	// bytes any copier must carry; 0 in runs before it was recorded.
+	DataBytes float64 `json:"data_bytes,omitempty"`
+}
+
+// cloneHost is what bench/clone.sh records of the machine it ran on.
+type cloneHost struct {
+	Cores int // the machine's; runtime.NumCPU() of the reader when unrecorded
 }
 
 // cloneRow is one row: a kind of volume, its data, a link and a limit.
@@ -51,16 +70,21 @@ func runCloneTable(args []string) error {
 	var doc struct {
 		CDIVersion string     `json:"cdi_version"`
 		CDINote    string     `json:"cdi_note"`
+		Cores      int        `json:"cores"`
 		Runs       []cloneRun `json:"runs"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return err
 	}
-	printCloneTable(os.Stdout, doc.Runs, doc.CDIVersion, doc.CDINote)
+	host := cloneHost{Cores: doc.Cores}
+	if host.Cores == 0 {
+		host.Cores = runtime.NumCPU()
+	}
+	printCloneTable(os.Stdout, doc.Runs, doc.CDIVersion, doc.CDINote, host)
 	return nil
 }
 
-func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string) {
+func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string, host cloneHost) {
 	var rows []cloneRow
 	for _, r := range runs {
 		row := cloneRow{r.Kind, r.DataPct, r.Link, r.Limit}
@@ -90,27 +114,14 @@ func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string) {
 		if row.Limit == "cdi" {
 			limit = "750m"
 		}
-		var verdict []string
 		speedup, vsLocal := "-", "-"
 		if cdiS > 0 && oursS > 0 {
 			speedup = fmt.Sprintf("%.2f×", cdiS/oursS)
-			if cdiS/oursS < cloneSpeedupGoal {
-				verdict = append(verdict, fmt.Sprintf("short of %.0f× CDI", cloneSpeedupGoal))
-			}
 		}
 		if localS > 0 && oursS > 0 {
 			vsLocal = fmt.Sprintf("%.2f×", oursS/localS)
-			if row.Link == "fast" && oursS/localS > cloneLocalGoal {
-				verdict = append(verdict, fmt.Sprintf("over %.1f× the local copy", cloneLocalGoal))
-			}
 		}
-		v := "goal met"
-		if len(verdict) > 0 {
-			v = strings.Join(verdict, "; ")
-		}
-		if len(cdi) == 0 {
-			v += " (no CDI rows)"
-		}
+		v := cloneVerdict(row, cdi, ours, localS, host)
 		fmt.Fprintf(w, "| %s | %d %% | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s, %s | %s |\n",
 			cloneKind(row.Kind), row.DataPct, row.Link, limit, cloneSecs(cdiS), cloneSecs(oursS), cloneSecs(localS), speedup, vsLocal,
 			cloneSecs(medianOf(cdi, cpuBoth)), cloneSecs(medianOf(ours, cpuBoth)), peaks(cdi), peaks(ours),
@@ -164,4 +175,78 @@ func cloneSecs(s float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", s)
+}
+
+// cloneVerdict says whether a row meets its goals (3× CDI's time; on the
+// fast link within 1.5× of the local copy) and, for each it misses,
+// which measured limit prevents it, or MISSED with the numbers:
+//   - the volumes: the goal needs less time than the local copy between
+//     the same two volumes takes (the issue's limit);
+//   - the link: the source's data alone takes longer at the link's rate
+//     (every copier must carry it; zeros go as lengths);
+//   - CPU: ours' halves were busy through the run (cloneBusy of the CPU
+//     they had: two 750m quotas, or the machine's cores shared) and the
+//     CPU they spent, at that rate, takes longer than the goal allows.
+func cloneVerdict(row cloneRow, cdi, ours []cloneRun, localS float64, host cloneHost) string {
+	cdiS, oursS := medianOf(cdi, seconds), medianOf(ours, seconds)
+	if oursS == 0 {
+		return "ours not run"
+	}
+	// The CPU ours' two halves had, in cores, and the least time the CPU
+	// they spent takes on it.
+	var cpuFloor float64
+	var cpuHad string
+	if row.Limit == "cdi" {
+		// Each half under its own quota: the busier half bounds it.
+		cpuFloor = max(medianOf(ours, func(r cloneRun) float64 { return r.ClonerCPU }),
+			medianOf(ours, func(r cloneRun) float64 { return r.ServerCPU })) / 0.75
+		cpuHad = "its 750m quota"
+	} else if host.Cores > 0 {
+		cpuFloor = medianOf(ours, cpuBoth) / float64(host.Cores)
+		cpuHad = fmt.Sprintf("%d cores", host.Cores)
+	}
+	busy := cpuFloor / oursS
+	dataBytes := medianOf(ours, func(r cloneRun) float64 {
+		if r.DataBytes > 0 {
+			return r.DataBytes
+		}
+		return r.VirtualBytes * float64(r.DataPct) / 100
+	})
+	linkFloor := 0.0
+	if rate := cloneLinkRate[row.Link]; rate > 0 {
+		linkFloor = dataBytes / rate
+	}
+	// why names the limit that makes a goal of need seconds unreachable.
+	why := func(need float64, volumesCount bool) string {
+		switch {
+		case volumesCount && localS > need:
+			return fmt.Sprintf("limit: the volumes — the local copy between them takes %.2f s", localS)
+		case linkFloor > need:
+			return fmt.Sprintf("limit: the link — the source's %.0f MB of data take %.2f s at %.0f MB/s", dataBytes/1e6, linkFloor, cloneLinkRate[row.Link]/1e6)
+		case busy >= cloneBusy && cpuFloor > need:
+			worst := "ours' busier half spent"
+			if row.Limit != "cdi" {
+				worst = "ours' two halves spent"
+			}
+			return fmt.Sprintf("limit: CPU — %s %.0f %% of %s through the run, at least %.2f s of it", worst, 100*busy, cpuHad, cpuFloor)
+		}
+		return fmt.Sprintf("MISSED (ours' CPU %.0f %% of %s)", 100*busy, cpuHad)
+	}
+	var verdict []string
+	if cdiS > 0 && cdiS/oursS < cloneSpeedupGoal {
+		need := cdiS / cloneSpeedupGoal
+		verdict = append(verdict, fmt.Sprintf("short of %.0f× CDI (needs %.2f s): %s", cloneSpeedupGoal, need, why(need, true)))
+	}
+	if row.Link == "fast" && localS > 0 && oursS/localS > cloneLocalGoal {
+		need := localS * cloneLocalGoal
+		verdict = append(verdict, fmt.Sprintf("over %.1f× the local copy (needs %.2f s): %s", cloneLocalGoal, need, why(need, false)))
+	}
+	v := "goal met"
+	if len(verdict) > 0 {
+		v = strings.Join(verdict, "; ")
+	}
+	if len(cdi) == 0 {
+		v += " (no CDI rows)"
+	}
+	return v
 }

@@ -22,7 +22,7 @@ func TestCloneTableVerdicts(t *testing.T) {
 	add("cdi", "1gbit", 12, 12, 12)
 	add("ours", "1gbit", 3.9, 4.0, 4.1) // 3.0× CDI; the local copy is no goal off the fast link
 	var out bytes.Buffer
-	printCloneTable(&out, runs, "v1.66.0", "")
+	printCloneTable(&out, runs, "v1.66.0", "", cloneHost{Cores: 2})
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 4 {
 		t.Fatalf("want a header, a rule and 2 rows:\n%s", out.String())
@@ -34,13 +34,57 @@ func TestCloneTableVerdicts(t *testing.T) {
 	}{
 		{2, "| 10.00 | 3.20 | 1.00 | 3.12× | 3.20× |", true},
 		{2, "| 0.60, 0.60 |", true}, // the delta pass's median seconds and CPU
-		{2, "| over 1.5× the local copy |", true},
+		{2, "| over 1.5× the local copy (needs 1.50 s): MISSED (ours' CPU 50 % of 2 cores) |", true},
 		{2, "short of", false},
 		{3, "| 1gbit |", true},
 		{3, "| goal met |", true},
 	} {
 		if strings.Contains(lines[c.line], c.want) != c.contains {
 			t.Errorf("row %d, %q wanted %v:\n%s", c.line-1, c.want, c.contains, lines[c.line])
+		}
+	}
+}
+
+// A missed goal names the measured limit that prevents it when one does:
+// the local copy between the volumes, the link's rate for the source's
+// data, or the CPU ours' halves used through the whole run; otherwise it
+// is MISSED.
+func TestCloneVerdictNamesTheLimit(t *testing.T) {
+	run := func(copier, link, limit string, secs, clonerCPU, serverCPU float64) cloneRun {
+		return cloneRun{Copier: copier, Kind: "block", DataPct: 35, Link: link, Limit: limit, Seconds: secs,
+			ClonerCPU: clonerCPU, ServerCPU: serverCPU, VirtualBytes: 2 << 30, DataBytes: 750e6}
+	}
+	host := cloneHost{Cores: 2}
+	for _, c := range []struct {
+		name   string
+		row    cloneRow
+		cdi    cloneRun
+		ours   cloneRun
+		localS float64
+		want   string
+	}{
+		{"met", cloneRow{"block", 35, "fast", "none"},
+			run("cdi", "fast", "none", 9, 4, 4), run("ours", "fast", "none", 2.5, 1, 1), 2.0, "goal met"},
+		{"the local copy takes longer than 3x allows", cloneRow{"block", 35, "fast", "none"},
+			run("cdi", "fast", "none", 4.5, 3, 3), run("ours", "fast", "none", 2.4, 1, 1), 2.1,
+			"short of 3× CDI (needs 1.50 s): limit: the volumes — the local copy between them takes 2.10 s"},
+		{"the link carries the data slower than 3x allows", cloneRow{"block", 35, "1gbit", "none"},
+			run("cdi", "1gbit", "none", 7, 3, 3), run("ours", "1gbit", "none", 6.2, 1, 1), 2.1,
+			"short of 3× CDI (needs 2.33 s): limit: the link — the source's 750 MB of data take 6.00 s at 125 MB/s"},
+		{"both cores busy through the run", cloneRow{"block", 100, "fast", "none"},
+			run("cdi", "fast", "none", 7, 5, 5), run("ours", "fast", "none", 4, 3.8, 3.6), 1.5,
+			"short of 3× CDI (needs 2.33 s): limit: CPU — ours' two halves spent 92 % of 2 cores through the run, at least 3.70 s of it; " +
+				"over 1.5× the local copy (needs 2.25 s): limit: CPU"},
+		{"the busier half's quota through the run", cloneRow{"block", 100, "fast", "cdi"},
+			run("cdi", "fast", "cdi", 9, 5, 5), run("ours", "fast", "cdi", 5, 3.6, 3.0), 1.5,
+			"short of 3× CDI (needs 3.00 s): limit: CPU — ours' busier half spent 96 % of its 750m quota through the run, at least 4.80 s of it"},
+		{"idle CPU is no limit", cloneRow{"block", 100, "fast", "none"},
+			run("cdi", "fast", "none", 7, 5, 5), run("ours", "fast", "none", 4.8, 3.4, 3.4), 1.5,
+			"short of 3× CDI (needs 2.33 s): MISSED (ours' CPU 71 % of 2 cores)"},
+	} {
+		got := cloneVerdict(c.row, []cloneRun{c.cdi}, []cloneRun{c.ours}, c.localS, host)
+		if !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s:\n got %s\nwant %s…", c.name, got, c.want)
 		}
 	}
 }

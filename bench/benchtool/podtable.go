@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -23,6 +24,10 @@ type podRow struct {
 	DevLimit string  `json:"limit_with_device,omitempty"`
 	Decode   string  `json:"decode,omitempty"`
 	Target   float64 `json:"target_speedup"`
+	// Mode is the pods' limits (bench/pods.sh): "cdi", CDI's default pod
+	// limits (750m CPU, 600M memory); "none", no CPU limit; "" in runs
+	// files before both were in one run.
+	Mode string `json:"mode,omitempty"`
 	CDIS     float64 `json:"cdi_median_s,omitempty"`
 	EnvS     float64 `json:"ours_env_median_s,omitempty"`
 	CLIS     float64 `json:"ours_cli_median_s,omitempty"`
@@ -47,6 +52,30 @@ type podRow struct {
 	Cores    int     `json:"cores,omitempty"`
 	EnvBusy  float64 `json:"ours_env_cpu_busy,omitempty"`  // EnvCPU / (Cores × EnvS): 1 is every core busy throughout
 	HostBusy float64 `json:"ours_env_host_busy,omitempty"` // the machine's busy share while ours ran, median of the runs
+	// QuotaCores is the pod's CFS quota in cores (0.75 for CDI's 750m), 0
+	// without one.
+	QuotaCores float64 `json:"quota_cores,omitempty"`
+	// LimitCPU is the decoder alone's CPU-seconds (user + system, time(1)),
+	// median of the runs; CPUToLimit is ours' CPU over it (issue 37: at
+	// most cpuOverDecoder on the compressed rows).
+	LimitCPU   float64 `json:"limit_cpu_s,omitempty"`
+	CPUToLimit float64 `json:"ours_env_cpu_to_limit,omitempty"`
+	bytes      int64   // the disk's virtual bytes
+}
+
+// cpuOverDecoder is how many times the decoder alone's CPU-seconds ours
+// may spend on a compressed row (issue 37's bar under CDI's limits).
+const cpuOverDecoder = 1.3
+
+// compressed is whether case c is a compressed image (the decoder alone
+// is a decompressor then).
+func compressed(c string) bool {
+	for _, x := range []string{".gz", ".xz", ".zst"} {
+		if strings.HasSuffix(c, x) {
+			return true
+		}
+	}
+	return false
 }
 
 // podSetupLabel is bench/pods.sh's row of an empty pod (/bin/true).
@@ -114,12 +143,24 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 		if r.DevS > bindS && r.DevS <= r.EnvS {
 			bindName, bindS = r.DevLimit, r.DevS
 		}
+		env, cdi := byLabel[r.OursEnv], byLabel[r.CDI]
+		if env != nil {
+			r.bytes = env.Bytes
+		}
+		r.QuotaCores = medExtra(env, "cg_quota_cores")
+		r.LimitCPU = medExtra(byLabel[r.Limit], "cpu_s")
+		// In a pod with a CPU quota the decoder alone could go no faster
+		// than its CPU-seconds at the quota: a limit the decoder, measured
+		// outside the pod, does not show in its seconds.
+		if r.QuotaCores > 0 && r.LimitCPU/r.QuotaCores > bindS {
+			bindName = fmt.Sprintf("%s at %.0fm", r.Limit, 1000*r.QuotaCores)
+			bindS = r.LimitCPU / r.QuotaCores
+		}
 		// What the decoder alone takes, said beside a limit of ours.
 		alone := ""
 		if bindName != r.Limit && r.LimitS > 0 {
 			alone = fmt.Sprintf(" (%s %.2f s)", r.Limit, r.LimitS)
 		}
-		env, cdi := byLabel[r.OursEnv], byLabel[r.CDI]
 		r.EnvPeak, r.EnvOOM = maxExtra(env, "cg_peak"), maxExtra(env, "cg_oom_kills")
 		r.CDIPeak, r.CDIOOM = maxExtra(cdi, "cg_peak"), maxExtra(cdi, "cg_oom_kills")
 		if env != nil {
@@ -134,6 +175,11 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 		if r.EnvCPU > 0 && r.Cores > 0 && r.EnvS > 0 {
 			r.EnvBusy = r.EnvCPU / (float64(r.Cores) * r.EnvS)
 		}
+		if r.EnvCPU > 0 && r.LimitCPU > 0 {
+			r.CPUToLimit = r.EnvCPU / r.LimitCPU
+		}
+		// Under a quota, ours busy through the run on the CPU it had.
+		quotaBound := r.QuotaCores > 0 && r.EnvS > 0 && r.EnvCPU/(r.QuotaCores*r.EnvS) >= hostSaturated
 		switch {
 		case r.EnvS == 0:
 			r.Verdict = "ours failed or not run"
@@ -155,12 +201,19 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 			case r.ToLimit >= atLimit:
 				r.Verdict = fmt.Sprintf("at its limit: ours %.2f× %s (%.2f s), the target needs %.2f s%s",
 					r.ToLimit, bindName, bindS, need, alone)
-			case r.HostBusy >= hostSaturated:
+			case quotaBound && r.CPUToLimit > 0 && r.CPUToLimit <= cpuOverDecoder:
+				r.Verdict = fmt.Sprintf("limit: CPU quota — ours used %.0f %% of its %.0fm through the run, %.2f CPU-s, %.2f× %s's %.2f; the target needs %.2f s, %.2f CPU-s",
+					100*r.EnvCPU/(r.QuotaCores*r.EnvS), 1000*r.QuotaCores, r.EnvCPU, r.CPUToLimit, r.Limit, r.LimitCPU, need, need*r.QuotaCores)
+			case r.HostBusy >= hostSaturated && r.QuotaCores == 0:
 				r.Verdict = fmt.Sprintf("limit: CPU — the machine's cores were %.0f %% busy while ours ran (ours %.2f s of CPU on %d cores); the target needs %.2f s, the limit %.2f s%s",
 					100*r.HostBusy, r.EnvCPU, r.Cores, need, bindS, alone)
 			default:
 				r.Verdict = fmt.Sprintf("MISSED: the target needs %.2f s, the limit %.2f s%s", need, bindS, alone)
-				if r.EnvCPU > 0 {
+				switch {
+				case r.EnvCPU > 0 && r.QuotaCores > 0:
+					r.Verdict += fmt.Sprintf("; ours used %.2f s of CPU, %.0f %% of its %.0fm quota (the target needs %.2f CPU-s)",
+						r.EnvCPU, 100*r.EnvCPU/(r.QuotaCores*r.EnvS), 1000*r.QuotaCores, need*r.QuotaCores)
+				case r.EnvCPU > 0:
 					r.Verdict += fmt.Sprintf("; ours used %.2f s of CPU on %d cores (%.0f %%)", r.EnvCPU, r.Cores, 100*r.EnvBusy)
 				}
 				if r.HostBusy > 0 {
@@ -176,6 +229,9 @@ func fillPodRows(rows []podRow, byLabel map[string]*measure) {
 		}
 		if r.Met != nil && !*r.Met && r.RoundMax >= r.Target {
 			r.Verdict += fmt.Sprintf("; round by round %.2f–%.2f×: the target within the runs' spread", r.RoundMin, r.RoundMax)
+		}
+		if r.QuotaCores > 0 && compressed(r.Case) && r.CPUToLimit > cpuOverDecoder {
+			r.Verdict += fmt.Sprintf("; ours' CPU %.2f× the decoder alone's (goal ≤%.1f×)", r.CPUToLimit, cpuOverDecoder)
 		}
 	}
 }
@@ -208,21 +264,56 @@ func speedupCell(r podRow) string {
 	return fmt.Sprintf("%s (%.2f–%.2f)", ratio(r.Speedup), r.RoundMin, r.RoundMax)
 }
 
+// printPodTable prints a pod table for each of the pods' limits in rows
+// (CDI's first, the table of record), then the notes.
 func printPodTable(w io.Writer, rows []podRow, notes []string) {
+	var modes []string
+	for _, r := range rows {
+		if !slices.Contains(modes, r.Mode) {
+			modes = append(modes, r.Mode)
+		}
+	}
+	// CDI's limits first: that table is the one of record.
+	if i := slices.Index(modes, "cdi"); i > 0 {
+		modes = slices.Insert(slices.Delete(modes, i, i+1), 0, "cdi")
+	}
+	for _, mode := range modes {
+		var these []podRow
+		for _, r := range rows {
+			if r.Mode == mode {
+				these = append(these, r)
+			}
+		}
+		printPodModeTable(w, mode, these)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "("+n+")")
+	}
+}
+
+// printPodModeTable prints the pod table of one of the pods' limits.
+func printPodModeTable(w io.Writer, mode string, rows []podRow) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nAs a pod: CDI's env contract, /dev/cdi-block-volume, 256 MiB memory cgroup each")
+	switch mode {
+	case "cdi":
+		fmt.Fprintln(w, "\nAs a pod under CDI's default pod limits (750m CPU, 600M memory; the table of record): CDI's env contract, /dev/cdi-block-volume")
+	case "none":
+		fmt.Fprintln(w, "\nAs a pod without a CPU limit: CDI's env contract, /dev/cdi-block-volume, 256 MiB memory cgroup each")
+	default:
+		fmt.Fprintln(w, "\nAs a pod: CDI's env contract, /dev/cdi-block-volume")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "case\tCDI s\tours env s\tspeedup\ttarget\tours CLI s\tlimit\tlimit s\tour decoder s\twith device s\tenv/limit\tcg peak MiB ours\tcg peak MiB CDI\tCPU s ours / CDI\tmachine busy\tverdict\t")
+	fmt.Fprintln(tw, "case\tCDI s\tours env s\tspeedup\ttarget\tours CLI s\tlimit\tlimit s\tour decoder s\twith device s\tenv/limit\tcg peak MiB ours\tcg peak MiB CDI\tCPU s ours / CDI\tCPU s/GiB ours / CDI / limit\tours CPU / limit CPU\tmachine busy\tverdict\t")
 	for _, r := range rows {
 		target := fmt.Sprintf("≥%g×", r.Target)
 		if r.Met != nil {
 			target += map[bool]string{true: " ok", false: " MISSED"}[*r.Met]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s / %s\t%s\t%s\t\n", r.Case, sec(r.CDIS), sec(r.EnvS), speedupCell(r), target,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s / %s\t%s\t%s\t%s\t%s\t\n", r.Case, sec(r.CDIS), sec(r.EnvS), speedupCell(r), target,
 			sec(r.CLIS), r.Limit, sec(r.LimitS), sec(r.DecodeS), sec(r.DevS), ratio(r.ToLimit), peakMiB(r.EnvPeak, r.EnvOOM), peakMiB(r.CDIPeak, r.CDIOOM),
-			sec(r.EnvCPU), sec(r.CDICPU), percent(r.HostBusy), r.Verdict)
+			sec(r.EnvCPU), sec(r.CDICPU), perGiB(r), ratio(r.CPUToLimit), percent(r.HostBusy), r.Verdict)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(speedup: CDI s / ours env s, medians, and in brackets the least and the greatest of the rounds' (CDI's run and ours side by side); our decoder s: our decoder stack alone into nothing (benchtool decode; for gz and xz the child through our pipes);"+
@@ -231,11 +322,21 @@ func printPodTable(w io.Writer, rows []podRow, notes []string) {
 		" cgroup, the worst run, page cache included (reclaimed at the limit); \"OOM\": the kernel killed a process of it."+
 		" CPU s: cpuacct.usage of the pod's cgroup, median of the runs: its processes and children (the decoder child included),"+
 		" not the loop device's kernel worker, which writes outside it; a MISSED line gives it as a share of cores × ours env s;"+
+		" CPU s/GiB: per GiB of the disk, the limit's its command's user + system time (time(1)) outside any pod;"+
 		" machine busy: how busy the machine's cores were while ours ran (/proc/stat, every core, median of the runs)."+
-		fmt.Sprintf(" \"at its limit\": ours within %.1f× its binding limit; \"limit: CPU\": the machine at least %.0f %% busy.)", atLimit, 100*hostSaturated))
-	for _, n := range notes {
-		fmt.Fprintln(w, "("+n+")")
+		fmt.Sprintf(" \"at its limit\": ours within %.1f× its binding limit; \"limit: CPU\": the machine at least %.0f %% busy;", atLimit, 100*hostSaturated)+
+		fmt.Sprintf(" under a quota, the decoder alone's CPU-seconds at the quota is a limit too, and \"limit: CPU quota\" is ours at least %.0f %% of its quota through the run, spending at most %.1f× the decoder alone's CPU.)", 100*hostSaturated, cpuOverDecoder))
+}
+
+// perGiB is the row's CPU-seconds per GiB of its disk: ours, CDI's, the
+// decoder alone's.
+func perGiB(r podRow) string {
+	if r.bytes <= 0 {
+		return "-"
 	}
+	gib := float64(r.bytes) / (1 << 30)
+	f := func(s float64) string { return sec(s / gib) }
+	return fmt.Sprintf("%s / %s / %s", f(r.EnvCPU), f(r.CDICPU), f(r.LimitCPU))
 }
 
 func percent(share float64) string {

@@ -175,3 +175,64 @@ func TestPodRowRoundSpeedups(t *testing.T) {
 		}
 	}
 }
+
+// Under CDI's 750m quota a pod's time follows its CPU-seconds: the decoder
+// alone's CPU at the quota is a limit, a miss with ours busy on its quota
+// and within 1.3× of the decoder's CPU is "limit: CPU quota", and a
+// compressed row over 1.3× says so whatever its speedup. The table of the
+// quota comes first, each pods' limits in a table of its own.
+func TestPodRowUnderTheQuota(t *testing.T) {
+	m := func(l string, s, cpu float64, quota bool) *measure {
+		x := &measure{Label: l, Seconds: []float64{s}, Median: s, Bytes: 2 << 30, extras: map[string][]float64{}}
+		if quota {
+			x.extras["cg_cpu_s"] = []float64{cpu}
+			x.extras["cg_cores"] = []float64{2}
+			x.extras["cg_quota_cores"] = []float64{0.75}
+		} else {
+			x.extras["cpu_s"] = []float64{cpu}
+		}
+		return x
+	}
+	byLabel := labelled(
+		// xz: the decoder alone 19 CPU-s, 25.3 s at 750m; 3.5x needs 24.1 s.
+		m("cdi x.xz", 84.5, 62.7, true), m("env x.xz", 27.3, 20.4, true), m("lim x.xz", 19, 19, false),
+		// gz: 2.2 CPU-s, 1.29x igzip's 1.7, 98 % of the quota; 3x needs 2.83 s.
+		m("cdi g.gz", 8.5, 6.3, true), m("env g.gz", 3.0, 2.2, true), m("lim g.gz", 1.8, 1.7, false),
+		// gz at 1.44x the decoder's CPU.
+		m("cdi h.gz", 9, 6.3, true), m("env h.gz", 3.3, 2.45, true), m("lim h.gz", 1.8, 1.7, false),
+		// the same CPU, and a speedup that meets the target
+		m("cdi k.gz", 12, 6.3, true), m("env k.gz", 3.3, 2.45, true), m("lim k.gz", 1.8, 1.7, false),
+		m("cdi n.gz", 6, 0, false), m("env n.gz", 1.5, 0, false), m("lim n.gz", 0.5, 0.5, false),
+	)
+	rows := []podRow{rowOf("n.gz", 3), rowOf("x.xz", 3.5), rowOf("g.gz", 3), rowOf("h.gz", 3), rowOf("k.gz", 3)}
+	rows[0].Mode = "none"
+	for i := 1; i < len(rows); i++ {
+		rows[i].Mode = "cdi"
+	}
+	fillPodRows(rows, byLabel)
+	if r := rows[1]; !strings.HasPrefix(r.Verdict, "limit: lim x.xz at 750m alone takes 25.33 s, the target needs 24.14 s (lim x.xz 19.00 s)") {
+		t.Errorf("row x.xz: %q", r.Verdict)
+	}
+	if r := rows[2]; !strings.HasPrefix(r.Verdict, "limit: CPU quota — ours used 98 % of its 750m through the run, 2.20 CPU-s, 1.29× lim g.gz's 1.70; the target needs 2.83 s, 2.12 CPU-s") {
+		t.Errorf("row g.gz: %q", r.Verdict)
+	}
+	if r := rows[3]; !strings.HasPrefix(r.Verdict, "MISSED: the target needs 3.00 s") ||
+		!strings.Contains(r.Verdict, "; ours used 2.45 s of CPU, 99 % of its 750m quota (the target needs 2.25 CPU-s)") ||
+		!strings.HasSuffix(r.Verdict, "; ours' CPU 1.44× the decoder alone's (goal ≤1.3×)") {
+		t.Errorf("row h.gz: %q", r.Verdict)
+	}
+	if r := rows[4]; r.Verdict != "ok; ours' CPU 1.44× the decoder alone's (goal ≤1.3×)" {
+		t.Errorf("row k.gz: %q", r.Verdict)
+	}
+	if r := rows[0]; r.Verdict != "ok" || r.QuotaCores != 0 {
+		t.Errorf("row n.gz, no quota: %q", r.Verdict)
+	}
+	var b strings.Builder
+	printPodTable(&b, rows, []string{"a note"})
+	out := b.String()
+	quota, none := strings.Index(out, "under CDI's default pod limits"), strings.Index(out, "without a CPU limit")
+	if quota < 0 || none < quota || strings.Index(out, "x.xz") > none || strings.LastIndex(out, "n.gz") < none ||
+		!strings.Contains(out, "1.10 / 3.15 / 0.85") || !strings.HasSuffix(out, "(a note)\n") {
+		t.Errorf("tables:\n%s", out)
+	}
+}

@@ -17,7 +17,7 @@ import (
 //	M label run seconds rss_kib virtual_bytes exit_code   one measured run
 //	C ours_label ref_label min_ratio target_text          one table row
 //	X label key value                                     an extra per-run number
-//	P case cdi_label env_label cli_label limit_label target [device_limit_label]   one row of the pod table
+//	P case cdi_label env_label cli_label limit_label target [device_limit_label [decode_label [mode]]]   one row of the pod table of the pods' limits mode
 //	N text                                                a note printed under the pod table
 //
 // Our imports carry the extras scratch_peak (bytes allocated under the
@@ -121,6 +121,9 @@ func runReport(args []string) error {
 			}
 			if len(c) >= 9 {
 				pods[len(pods)-1].Decode = c[8]
+			}
+			if len(c) >= 10 {
+				pods[len(pods)-1].Mode = c[9]
 			}
 		case c[0] == "N" && len(c) >= 2:
 			if !slices.Contains(notes, c[1]) { // one per run
