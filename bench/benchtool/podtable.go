@@ -27,14 +27,14 @@ type podRow struct {
 	// Mode is the pods' limits (bench/pods.sh): "cdi", CDI's default pod
 	// limits (750m CPU, 600M memory); "none", no CPU limit; "" in runs
 	// files before both were in one run.
-	Mode string `json:"mode,omitempty"`
-	CDIS     float64 `json:"cdi_median_s,omitempty"`
-	EnvS     float64 `json:"ours_env_median_s,omitempty"`
-	CLIS     float64 `json:"ours_cli_median_s,omitempty"`
-	LimitS   float64 `json:"limit_median_s,omitempty"`
-	DevS     float64 `json:"limit_with_device_median_s,omitempty"`
-	DecodeS  float64 `json:"decode_median_s,omitempty"`
-	Speedup  float64 `json:"speedup,omitempty"`
+	Mode    string  `json:"mode,omitempty"`
+	CDIS    float64 `json:"cdi_median_s,omitempty"`
+	EnvS    float64 `json:"ours_env_median_s,omitempty"`
+	CLIS    float64 `json:"ours_cli_median_s,omitempty"`
+	LimitS  float64 `json:"limit_median_s,omitempty"`
+	DevS    float64 `json:"limit_with_device_median_s,omitempty"`
+	DecodeS float64 `json:"decode_median_s,omitempty"`
+	Speedup float64 `json:"speedup,omitempty"`
 	// RoundMin and RoundMax bound CDI s / ours s of each round (CDI's
 	// run and ours side by side), when every run of both succeeded.
 	RoundMin float64 `json:"speedup_round_min,omitempty"`
