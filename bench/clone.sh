@@ -44,7 +44,9 @@
 # Prints one line per row (median seconds of each copier, ours' speedup
 # over CDI, ours against the local copy, CPU seconds and memory peaks of
 # both halves of ours and CDI's, the verdict: ≥ 3× CDI, and on the fast
-# link within 1.5× of the local copy) and writes
+# link within 1.5× of the local copy, or the measured limit that prevents
+# it: the local copy, the source's data at the link's rate, the CPU ours'
+# halves had) and writes
 # bench/results/clone-<timestamp>.json with every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -118,6 +120,19 @@ PY
 	echo "$f"
 }
 vsize=$(numfmt --from=iec "$size")
+# data_bytes FILE: the bytes of FILE's 1 MiB blocks that are not all zeros,
+# the data every copier must carry (the link's limit), cached beside it.
+data_bytes() {
+	[[ -s $1.data ]] || python3 - "$1" >"$1.data" <<'PY'
+import sys
+n, zero = 0, bytes(1 << 20)
+with open(sys.argv[1], "rb") as f:
+    while b := f.read(1 << 20):
+        n += 0 if b == zero[:len(b)] else len(b)
+print(n)
+PY
+	cat "$1.data"
+}
 
 # A CA, the server's certificate for 127.0.0.1, the cloner's as cdi-cloner.
 pki=$work/pki
@@ -209,9 +224,9 @@ $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work
 	fi
 	check "$copier $kind" "$kind" "$dst"
 	jq -nc --arg copier "$copier" --arg kind "$kind" --arg link "$link" --arg limit "$limit" --argjson pct "$pct" \
-		--argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" \
+		--argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" --argjson data "$src_data" \
 		--argjson cl_cpu "${cl_use% *}" --argjson cl_mib "${cl_use#* }" --argjson srv_cpu "${srv_use% *}" --argjson srv_mib "${srv_use#* }" \
-		'{copier: $copier, kind: $kind, data_pct: $pct, link: $link, limit: $limit, seconds: $s, virtual_bytes: $v,
+		'{copier: $copier, kind: $kind, data_pct: $pct, link: $link, limit: $limit, seconds: $s, virtual_bytes: $v, data_bytes: $data,
 		  cloner_cpu_s: $cl_cpu, cloner_peak_mib: $cl_mib, server_cpu_s: $srv_cpu, server_peak_mib: $srv_mib}' >>"$runs_file"
 }
 
@@ -272,6 +287,7 @@ old=$(source_file 100)
 for pct in $datas; do
 	src_file=$(source_file "$pct")
 	src_sum=$(sha256sum <"$src_file" | cut -d' ' -f1)
+	src_data=$(data_bytes "$src_file")
 	for kind in $kinds; do
 		if src_block "$kind"; then
 			src=$(losetup -f --show -r "$src_file"); loops+=("$src")
@@ -303,6 +319,6 @@ for pct in $datas; do
 done
 
 out=$root/bench/results/clone-$stamp.json
-jq -s --arg cdi "$cdi_version" --arg note "$cdi_note" '{size: '"$vsize"', cdi_version: $cdi, cdi_note: $note, runs: .}' "$runs_file" >"$out"
+jq -s --arg cdi "$cdi_version" --arg note "$cdi_note" --argjson cores "$(nproc)" '{size: '"$vsize"', cdi_version: $cdi, cdi_note: $note, cores: $cores, runs: .}' "$runs_file" >"$out"
 "$work/benchtool" clonetable "$out"
 echo "bench clone: medians of $runs runs, virtual size $vsize; every run in $out" >&2

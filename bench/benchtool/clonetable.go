@@ -216,21 +216,27 @@ func cloneVerdict(row cloneRow, cdi, ours []cloneRun, localS float64, host clone
 	if rate := cloneLinkRate[row.Link]; rate > 0 {
 		linkFloor = dataBytes / rate
 	}
-	// why names the limit that makes a goal of need seconds unreachable.
+	// why names the limit that makes a goal of need seconds unreachable,
+	// the most binding one where several do.
 	why := func(need float64, volumesCount bool) string {
-		switch {
-		case volumesCount && localS > need:
-			return fmt.Sprintf("limit: the volumes — the local copy between them takes %.2f s", localS)
-		case linkFloor > need:
-			return fmt.Sprintf("limit: the link — the source's %.0f MB of data take %.2f s at %.0f MB/s", dataBytes/1e6, linkFloor, cloneLinkRate[row.Link]/1e6)
-		case busy >= cloneBusy && cpuFloor > need:
+		floor, limit := need, ""
+		if volumesCount && localS > floor {
+			floor, limit = localS, fmt.Sprintf("limit: the volumes — the local copy between them takes %.2f s", localS)
+		}
+		if linkFloor > floor {
+			floor, limit = linkFloor, fmt.Sprintf("limit: the link — the source's %.0f MB of data take %.2f s at %.0f MB/s", dataBytes/1e6, linkFloor, cloneLinkRate[row.Link]/1e6)
+		}
+		if busy >= cloneBusy && cpuFloor > floor {
 			worst := "ours' busier half spent"
 			if row.Limit != "cdi" {
 				worst = "ours' two halves spent"
 			}
-			return fmt.Sprintf("limit: CPU — %s %.0f %% of %s through the run, at least %.2f s of it", worst, 100*busy, cpuHad, cpuFloor)
+			limit = fmt.Sprintf("limit: CPU — %s %.0f %% of %s through the run, at least %.2f s of it", worst, 100*busy, cpuHad, cpuFloor)
 		}
-		return fmt.Sprintf("MISSED (ours' CPU %.0f %% of %s)", 100*busy, cpuHad)
+		if limit == "" {
+			return fmt.Sprintf("MISSED (ours' CPU %.0f %% of %s)", 100*busy, cpuHad)
+		}
+		return limit
 	}
 	var verdict []string
 	if cdiS > 0 && cdiS/oursS < cloneSpeedupGoal {

@@ -88,3 +88,16 @@ func TestCloneVerdictNamesTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// Where the volumes and the link both take longer than a goal allows, the
+// verdict names the one that takes longest.
+func TestCloneVerdictNamesTheMostBindingLimit(t *testing.T) {
+	r := func(copier string, secs float64) cloneRun {
+		return cloneRun{Copier: copier, Kind: "fs-block", DataPct: 35, Link: "1gbit", Limit: "none", Seconds: secs,
+			ClonerCPU: 1, ServerCPU: 1, VirtualBytes: 2 << 30, DataBytes: 740e6}
+	}
+	got := cloneVerdict(cloneRow{"fs-block", 35, "1gbit", "none"}, []cloneRun{r("cdi", 7.25)}, []cloneRun{r("ours", 6.2)}, 2.48, cloneHost{Cores: 2})
+	if want := "short of 3× CDI (needs 2.42 s): limit: the link — the source's 740 MB of data take 5.92 s at 125 MB/s"; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
