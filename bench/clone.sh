@@ -154,6 +154,12 @@ tls_ciphers=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
+# cpu_ticks: the machine's CPU time so far, all cores, in clock ticks: the
+# total and the idle part (bench.sh's; the halves' cgroups leave out the
+# loop devices' kernel workers and the network's softirqs, which the
+# machine's busy share counts).
+cpu_ticks() { awk '/^cpu /{t=0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6; exit}' /proc/stat; }
+busy_share() { awk -v a="$1" -v b="$2" 'BEGIN{split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; printf "%.3f", (t > 0 ? 1 - (y[2] - x[2]) / t : 0)}'; }
 runs_file=$work/runs.jsonl
 : >"$runs_file"
 
@@ -162,7 +168,7 @@ runs_file=$work/runs.jsonl
 # the pods; appends its result.
 clone() {
 	local copier=$1 kind=$2 src=$3 dst=$4 link=$5 limit=$6
-	local port url server_bin cloner_bin srv_pre cl_pre start end spid cpid rpid="" rc=0 src_mount dst_mount dest
+	local port url server_bin cloner_bin srv_pre cl_pre start end c0 c1 spid cpid rpid="" rc=0 src_mount dst_mount dest
 	port=$(free_port)
 	url=https://127.0.0.1:$port/v1beta1/upload
 	if [[ $link == 1gbit ]]; then
@@ -201,7 +207,7 @@ unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $
 /pki $pki $dst_mount $dst /importer $server_bin" >"$work/server.out" 2>"$work/server.err" &
 	spid=$!; pids+=("$spid")
 	for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
-	start=$(now)
+	start=$(now) c0=$(cpu_ticks)
 	local extra_mount=""
 	[[ $copier == cdi ]] && extra_mount="/cdi-cloner $cdi_cloner"
 	sh -c "${cl_pre}exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
@@ -213,7 +219,7 @@ $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work
 	wait "$cpid" || rc=$?
 	[[ $rc == 0 ]] || kill "$spid" 2>/dev/null # a server no clone will reach
 	wait "$spid" || rc=$((rc == 0 ? $? : rc))
-	end=$(now)
+	end=$(now) c1=$(cpu_ticks)
 	[[ -n $rpid ]] && { kill "$rpid" 2>/dev/null; wait "$rpid" 2>/dev/null || true; }
 	pids=()
 	local srv_use cl_use
@@ -224,9 +230,9 @@ $src_mount $src $extra_mount /importer $cloner_bin" >"$work/cloner.out" 2>"$work
 	fi
 	check "$copier $kind" "$kind" "$dst"
 	jq -nc --arg copier "$copier" --arg kind "$kind" --arg link "$link" --arg limit "$limit" --argjson pct "$pct" \
-		--argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" --argjson data "$src_data" \
+		--argjson s "$(echo "$end - $start" | bc)" --argjson v "$vsize" --argjson data "$src_data" --argjson busy "$(busy_share "$c0" "$c1")" \
 		--argjson cl_cpu "${cl_use% *}" --argjson cl_mib "${cl_use#* }" --argjson srv_cpu "${srv_use% *}" --argjson srv_mib "${srv_use#* }" \
-		'{copier: $copier, kind: $kind, data_pct: $pct, link: $link, limit: $limit, seconds: $s, virtual_bytes: $v, data_bytes: $data,
+		'{copier: $copier, kind: $kind, data_pct: $pct, link: $link, limit: $limit, seconds: $s, virtual_bytes: $v, data_bytes: $data, host_busy: $busy,
 		  cloner_cpu_s: $cl_cpu, cloner_peak_mib: $cl_mib, server_cpu_s: $srv_cpu, server_peak_mib: $srv_mib}' >>"$runs_file"
 }
 

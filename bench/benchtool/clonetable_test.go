@@ -34,7 +34,7 @@ func TestCloneTableVerdicts(t *testing.T) {
 	}{
 		{2, "| 10.00 | 3.20 | 1.00 | 3.12× | 3.20× |", true},
 		{2, "| 0.60, 0.60 |", true}, // the delta pass's median seconds and CPU
-		{2, "| over 1.5× the local copy (needs 1.50 s): MISSED (ours' CPU 50 % of 2 cores) |", true},
+		{2, "| over 1.5× the local copy (needs 1.50 s): MISSED (ours' two halves spent 50 % of 2 cores through the run) |", true},
 		{2, "short of", false},
 		{3, "| 1gbit |", true},
 		{3, "| goal met |", true},
@@ -73,14 +73,17 @@ func TestCloneVerdictNamesTheLimit(t *testing.T) {
 			"short of 3× CDI (needs 2.33 s): limit: the link — the source's 750 MB of data take 6.00 s at 125 MB/s"},
 		{"both cores busy through the run", cloneRow{"block", 100, "fast", "none"},
 			run("cdi", "fast", "none", 7, 5, 5), run("ours", "fast", "none", 4, 3.8, 3.6), 1.5,
-			"short of 3× CDI (needs 2.33 s): limit: CPU — ours' two halves spent 92 % of 2 cores through the run, at least 3.70 s of it; " +
+			"short of 3× CDI (needs 2.33 s): limit: CPU — ours' two halves spent 92 % of 2 cores through the run; ours' CPU takes at least 3.70 s on it; " +
 				"over 1.5× the local copy (needs 2.25 s): limit: CPU"},
 		{"the busier half's quota through the run", cloneRow{"block", 100, "fast", "cdi"},
 			run("cdi", "fast", "cdi", 9, 5, 5), run("ours", "fast", "cdi", 5, 3.6, 3.0), 1.5,
-			"short of 3× CDI (needs 3.00 s): limit: CPU — ours' busier half spent 96 % of its 750m quota through the run, at least 4.80 s of it"},
+			"short of 3× CDI (needs 3.00 s): limit: CPU — ours' busier half spent 96 % of its 750m quota through the run; ours' CPU takes at least 4.80 s on it"},
 		{"idle CPU is no limit", cloneRow{"block", 100, "fast", "none"},
 			run("cdi", "fast", "none", 7, 5, 5), run("ours", "fast", "none", 4.8, 3.4, 3.4), 1.5,
-			"short of 3× CDI (needs 2.33 s): MISSED (ours' CPU 71 % of 2 cores)"},
+			"short of 3× CDI (needs 2.33 s): MISSED (ours' two halves spent 71 % of 2 cores through the run)"},
+		{"the machine busy with the kernel's work for the halves", cloneRow{"block", 100, "fast", "none"},
+			run("cdi", "fast", "none", 7, 5, 5), busyHost(run("ours", "fast", "none", 4.8, 3.4, 3.4), 0.93), 1.5,
+			"short of 3× CDI (needs 2.33 s): limit: CPU — the machine's 2 cores were 93 % busy while ours ran; ours' CPU takes at least 3.40 s on it"},
 	} {
 		got := cloneVerdict(c.row, []cloneRun{c.cdi}, []cloneRun{c.ours}, c.localS, host)
 		if !strings.HasPrefix(got, c.want) {
@@ -100,4 +103,10 @@ func TestCloneVerdictNamesTheMostBindingLimit(t *testing.T) {
 	if want := "short of 3× CDI (needs 2.42 s): limit: the link — the source's 740 MB of data take 5.92 s at 125 MB/s"; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
+}
+
+// busyHost is r with the machine's busy share recorded.
+func busyHost(r cloneRun, share float64) cloneRun {
+	r.HostBusy = share
+	return r
 }
