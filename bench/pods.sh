@@ -7,8 +7,9 @@
 # (IMPORTER_SOURCE=http, IMPORTER_ENDPOINT, IMPORTER_CONTENTTYPE=kubevirt,
 # IMPORTER_IMAGE_SIZE, ...), the loop device at /dev/cdi-block-volume and an
 # empty /scratch, in a private mount namespace (internal/testkit/testimg/pod.sh, as
-# the pod tests run ours), each inside a
-# fresh 256 MiB memory cgroup (v1) whose peak (memory.max_usage_in_bytes,
+# the pod tests run ours), under each of the pods' limits (BENCH_POD_LIMITS
+# below) in turn, each inside a fresh memory cgroup (v1) of the limits'
+# memory whose peak (memory.max_usage_in_bytes,
 # page cache included, which the kernel reclaims at the limit) and OOM
 # kills are recorded, and a fresh cpuacct cgroup (v1) whose CPU time
 # (cpuacct.usage: every process of the pod, the decoder child included, not
@@ -30,7 +31,7 @@ for mode in $pod_modes; do
 	case $mode in
 	cdi | none) ;;
 	*)
-		echo "bench: BENCH_POD_LIMITS=$BENCH_POD_LIMITS: want cdi, none or both" >&2
+		echo "bench: BENCH_POD_LIMITS=$BENCH_POD_LIMITS: want cdi, none, or both (\"cdi none\")" >&2
 		exit 2
 		;;
 	esac
