@@ -148,10 +148,7 @@ echo "bench: $size test disk in $img, served at $url, loop device $loop ($runs r
 reset_loop() { blkdiscard "$loop"; sync; }
 reset_file() { rm -f "$out" "$dl"; sync; }
 reset_none() { rm -f "$dl"; sync; }
-# cpu_ticks: the machine's CPU time so far, all cores, in clock ticks: the
-# total and the idle part (idle and iowait; steal counts as busy: the
-# hypervisor ran something else when a vCPU wanted to run).
-cpu_ticks() { awk '/^cpu /{t=0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6; exit}' /proc/stat; }
+source bench/hostbusy.sh # cpu_ticks, busy_share
 # measure LABEL PREP 'shell command': one run, appended to runs.tsv, with
 # the machine's busy share while it ran (host_busy: 1 is every core busy,
 # the loop device's kernel worker and the HTTP server included); $log is
@@ -174,8 +171,7 @@ measure() {
 	local secs
 	secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f", b-a}')
 	printf 'M\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$run" "$secs" "${rss:-0}" "${measure_bytes:-$vsize}" "$rc" >>"$tsv"
-	extra "$label" host_busy "$(awk -v a="$c0" -v b="$c1" 'BEGIN{split(a, x, " "); split(b, y, " ");
-		t = y[1] - x[1]; printf "%.3f", (t > 0 ? 1 - (y[2] - x[2]) / t : 0)}')"
+	extra "$label" host_busy "$(busy_share "$c0" "$c1")"
 	# cpu_s: the command's CPU-seconds, its children's included (user +
 	# system, as time(1) has them): a decoder alone's, for the pod table.
 	extra "$label" cpu_s "$(awk -F': ' '/User time/{u=$2} /System time/{s=$2} END{printf "%.3f", u + s}' "$tf")"

@@ -83,6 +83,7 @@ trap 'exit 130' INT TERM
 source bench/cgroup.sh # cg_remove, pod_cgroups, pod_usage
 source bench/pki.sh    # bench_pki
 source bench/cdibin.sh # cdi_program
+source bench/hostbusy.sh # cpu_ticks, busy_share: the machine's busy share per run
 
 $go build -trimpath -o "$work/importer" ./cmd/importer
 $go -C bench build -trimpath -o "$work/benchtool" ./benchtool
@@ -154,12 +155,6 @@ tls_ciphers=TLS_AES_128_GCM_SHA256,TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
-# cpu_ticks: the machine's CPU time so far, all cores, in clock ticks: the
-# total and the idle part (bench.sh's; the halves' cgroups leave out the
-# loop devices' kernel workers and the network's softirqs, which the
-# machine's busy share counts).
-cpu_ticks() { awk '/^cpu /{t=0; for (i = 2; i <= 9; i++) t += $i; print t, $5 + $6; exit}' /proc/stat; }
-busy_share() { awk -v a="$1" -v b="$2" 'BEGIN{split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; printf "%.3f", (t > 0 ? 1 - (y[2] - x[2]) / t : 0)}'; }
 runs_file=$work/runs.jsonl
 : >"$runs_file"
 
