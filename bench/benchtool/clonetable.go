@@ -22,10 +22,9 @@ const (
 // paces it (`benchtool relay -rate 125M`); the fast link has none.
 var cloneLinkRate = map[string]float64{"1gbit": 125e6}
 
-// cloneBusy is the share of its CPU a copier must have used over its
-// whole run for a miss to be the CPU's: the pod table's rule
-// (hostSaturated) for the machine's cores, here for the halves' CPU.
-const cloneBusy = 0.9
+// cloneQuotaCores is each half's CFS quota in cores with the limit "cdi"
+// (bench/clone.sh's cpu_quota, 75000 us per 100000 us: CDI's 750m).
+const cloneQuotaCores = 0.75
 
 // cloneRun is one run of bench/clone.sh.
 type cloneRun struct {
@@ -116,7 +115,7 @@ func printCloneTable(w io.Writer, runs []cloneRun, cdiVersion, cdiNote string, h
 		cdiS, oursS, localS := medianOf(cdi, seconds), medianOf(ours, seconds), medianOf(local, seconds)
 		limit := "none"
 		if row.Limit == "cdi" {
-			limit = "750m"
+			limit = fmt.Sprintf("%.0fm", 1000*cloneQuotaCores)
 		}
 		speedup, vsLocal := "-", "-"
 		if cdiS > 0 && oursS > 0 {
@@ -188,7 +187,7 @@ func cloneSecs(s float64) string {
 //     the same two volumes takes (the issue's limit);
 //   - the link: the source's data alone takes longer at the link's rate
 //     (every copier must carry it; zeros go as lengths);
-//   - CPU: ours' halves were busy through the run (cloneBusy of the CPU
+//   - CPU: ours' halves were busy through the run (hostSaturated of the CPU
 //     they had: two 750m quotas, or the machine's cores shared) and the
 //     CPU they spent, at that rate, takes longer than the goal allows.
 func cloneVerdict(row cloneRow, cdi, ours []cloneRun, localS float64, host cloneHost) string {
@@ -196,30 +195,28 @@ func cloneVerdict(row cloneRow, cdi, ours []cloneRun, localS float64, host clone
 	if oursS == 0 {
 		return "ours not run"
 	}
-	// The CPU ours' two halves had, in cores, and the least time the CPU
-	// they spent takes on it.
-	var cpuFloor float64
-	var cpuHad string
-	if row.Limit == "cdi" {
+	// The least time the CPU ours' halves spent takes on the CPU they
+	// had, and how busy they kept it through the run (a miss is the CPU's
+	// from hostSaturated on, the pod table's rule).
+	var cpuFloor, busy float64
+	var busyText string
+	switch {
+	case row.Limit == "cdi":
 		// Each half under its own quota: the busier half bounds it.
 		cpuFloor = max(medianOf(ours, func(r cloneRun) float64 { return r.ClonerCPU }),
-			medianOf(ours, func(r cloneRun) float64 { return r.ServerCPU })) / 0.75
-		cpuHad = "its 750m quota"
-	} else if host.Cores > 0 {
+			medianOf(ours, func(r cloneRun) float64 { return r.ServerCPU })) / cloneQuotaCores
+		busy = cpuFloor / oursS
+		busyText = fmt.Sprintf("ours' busier half spent %.0f %% of its %.0fm quota through the run", 100*busy, 1000*cloneQuotaCores)
+	case host.Cores > 0:
 		cpuFloor = medianOf(ours, cpuBoth) / float64(host.Cores)
-		cpuHad = fmt.Sprintf("%d cores", host.Cores)
-	}
-	busy := cpuFloor / oursS
-	// Without a quota the halves share the machine with the kernel's
-	// work for them: its cores' busy share is the measure, as the pod
-	// table's "limit: CPU" has it.
-	busyText := fmt.Sprintf("ours' two halves spent %.0f %% of %s through the run", 100*busy, cpuHad)
-	if row.Limit == "cdi" {
-		busyText = fmt.Sprintf("ours' busier half spent %.0f %% of %s through the run", 100*busy, cpuHad)
-	}
-	if hostBusy := medianOf(ours, func(r cloneRun) float64 { return r.HostBusy }); row.Limit != "cdi" && hostBusy > busy {
-		busy = hostBusy
-		busyText = fmt.Sprintf("the machine's %d cores were %.0f %% busy while ours ran", host.Cores, 100*busy)
+		busy = cpuFloor / oursS
+		busyText = fmt.Sprintf("ours' two halves spent %.0f %% of %d cores through the run", 100*busy, host.Cores)
+		// The halves share the machine with the kernel's work for them:
+		// its cores' busy share, where recorded, is the measure.
+		if hostBusy := medianOf(ours, func(r cloneRun) float64 { return r.HostBusy }); hostBusy > busy {
+			busy = hostBusy
+			busyText = fmt.Sprintf("the machine's %d cores were %.0f %% busy while ours ran", host.Cores, 100*busy)
+		}
 	}
 	dataBytes := medianOf(ours, func(r cloneRun) float64 {
 		if r.DataBytes > 0 {
@@ -241,7 +238,7 @@ func cloneVerdict(row cloneRow, cdi, ours []cloneRun, localS float64, host clone
 		if linkFloor > floor {
 			floor, limit = linkFloor, fmt.Sprintf("limit: the link — the source's %.0f MB of data take %.2f s at %.0f MB/s", dataBytes/1e6, linkFloor, cloneLinkRate[row.Link]/1e6)
 		}
-		if busy >= cloneBusy && cpuFloor > floor {
+		if busy >= hostSaturated && cpuFloor > floor {
 			limit = fmt.Sprintf("limit: CPU — %s; ours' CPU takes at least %.2f s on it", busyText, cpuFloor)
 		}
 		if limit == "" {
