@@ -91,6 +91,11 @@ func TestGzipChildrenMatchGoDecoder(t *testing.T) {
 		// Exactly the ring's slots: the last slot full, nothing after it.
 		"a whole ring": {gzipMember(t, variedContent(ringSlots*ringSlotBytes, 37)), variedContent(ringSlots*ringSlotBytes, 37)},
 	}
+	// Runs of zeros off the diskimport-inflate child's 64 KiB granules,
+	// a member ending in one: its CRC folds in the granules of zeros and
+	// runs the rest, data and zeros, through the CRC.
+	za, zb := offGranuleZeros(5<<20, 38), offGranuleZeros(2<<20+3, 39)
+	cases["zeros off the granules"] = struct{ z, want []byte }{append(gzipMember(t, za), gzipMember(t, zb)...), append(bytes.Clone(za), zb...)}
 	if pigz, err := exec.LookPath("pigz"); err == nil {
 		// pigz compresses blocks in parallel into one member; two runs
 		// concatenated make the multi-member file pigz users produce.
@@ -116,6 +121,18 @@ func TestGzipChildrenMatchGoDecoder(t *testing.T) {
 	}
 }
 
+// offGranuleZeros is n bytes of data and runs of zeros (one of 300 KiB,
+// others of a few granules) that start and end off 64 KiB boundaries and
+// end in zeros.
+func offGranuleZeros(n int, seed uint64) []byte {
+	b := variedContent(n, seed)
+	for off, run := 12345, 300<<10; off < n; off, run = off+run+70001, 3*(64<<10)+999 {
+		clear(b[off:min(off+run, n)])
+	}
+	clear(b[n-100<<10:])
+	return b
+}
+
 func TestGzipChildrenRefuseCorruptAndTruncated(t *testing.T) {
 	children := gzipChildren(t)
 	a := variedContent(4<<20, 33)
@@ -126,7 +143,10 @@ func TestGzipChildrenRefuseCorruptAndTruncated(t *testing.T) {
 	size[len(size)-2] ^= 0x01 // inside ISIZE
 	// A second member with a bad CRC after a good one: every member is checked.
 	second := append(bytes.Clone(good), crc...)
-	for name, z := range map[string][]byte{"crc": crc, "isize": size, "second member crc": second} {
+	// Mostly zeros: the child folds granules of zeros into the CRC.
+	zeros := gzipMember(t, offGranuleZeros(3<<20, 40))
+	zeros[len(zeros)-8] ^= 0x01
+	for name, z := range map[string][]byte{"crc": crc, "isize": size, "second member crc": second, "crc of zeros": zeros} {
 		_, err := decodeGzip(t, nil, z)
 		require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%s with Go", name)
 		for _, ch := range children {

@@ -5,11 +5,14 @@ import (
 	"compress/flate"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -143,4 +146,125 @@ func TestInflateChildInflatesRecordsInsideItsRings(t *testing.T) {
 		}
 		assert.True(t, bytes.Equal(want, got), "inflated %d bytes, want %d", len(got), len(want))
 	})
+}
+
+// gzipResults is the bytes the gzip child's records name, in order.
+func gzipResults(t *testing.T, run inflateChildRun) []byte {
+	t.Helper()
+	require.Zero(t, len(run.results)%ringRecordSize, "records of %d bytes", len(run.results))
+	var got []byte
+	for r := run.results; len(r) > 0; r = r[ringRecordSize:] {
+		slot, n := binary.NativeEndian.Uint32(r), binary.NativeEndian.Uint32(r[4:])
+		require.Less(t, slot, uint32(testSlots))
+		require.LessOrEqual(t, n, uint32(testSlotBytes))
+		got = append(got, run.ring[int(slot)*testSlotBytes:][:n]...)
+	}
+	return got
+}
+
+// inputPieces lays the pieces of a gzip stream in input slots 0, 1, … and
+// returns the input ring's bytes and a record for each piece.
+func inputPieces(t *testing.T, pieces ...[]byte) ([]byte, [][]uint32) {
+	t.Helper()
+	require.LessOrEqual(t, len(pieces), testInSlots)
+	in := make([]byte, testInSlotBytes*len(pieces))
+	var recs [][]uint32
+	for i, p := range pieces {
+		require.NotEmpty(t, p)
+		require.LessOrEqual(t, len(p), testInSlotBytes)
+		copy(in[i*testInSlotBytes:], p)
+		recs = append(recs, []uint32{uint32(i), uint32(len(p))})
+	}
+	return in, recs
+}
+
+// The child's CRC-32 of a member folds each granule of zeros in without
+// running it through the CRC (a 16th of its slot in this harness's small
+// ring, 64 KiB at most), wherever the runs of zeros and the members' ends
+// fall: the members decode, and the same members with a wrong CRC do not.
+func TestInflateChildFoldsZeroGranulesIntoTheCRC(t *testing.T) {
+	const granule = testSlotBytes / 16
+	data := func(n int, seed uint64) []byte { return bytes.Repeat(variedContent(97, seed), n/97+1)[:n] }
+	var a, b []byte
+	a = append(a, data(3*granule+5, 1)...)
+	a = append(a, make([]byte, 7*granule+granule/2)...) // zeros from mid-granule to mid-granule
+	a = append(a, data(1, 2)...)
+	a = append(a, make([]byte, 2*granule-1)...) // the member ends inside a granule of zeros
+	b = append(b, make([]byte, 20*granule)...)  // the next one goes on with zeros, across a slot's end
+	b = append(b, data(granule, 3)...)
+	b = append(b, make([]byte, testSlotBytes+granule/3)...)
+	want := append(bytes.Clone(a), b...)
+	require.Less(t, len(want), testSlots*testSlotBytes, "the harness frees no slot")
+	z := append(gzipMember(t, a), gzipMember(t, b)...)
+	in, recs := inputPieces(t, z)
+	run := runInflateChild(t, "gzip", in, recs...)
+	require.NoError(t, run.err, run.stderr)
+	got := gzipResults(t, run)
+	require.True(t, bytes.Equal(want, got), "inflated %d bytes, want %d", len(got), len(want))
+
+	for name, at := range map[string]int{"first member": len(gzipMember(t, a)) - 8, "second member": len(z) - 8} {
+		bad := bytes.Clone(z)
+		bad[at] ^= 0x01
+		in, recs := inputPieces(t, bad)
+		run := runInflateChild(t, "gzip", in, recs...)
+		require.Error(t, run.err, "%s with a wrong CRC", name)
+		assert.Contains(t, run.stderr, "checksum", name)
+	}
+}
+
+// A member's trailer (its CRC-32 and ISIZE, 8 bytes after the deflate
+// data, which inflate may have read ahead) is read wherever the input's
+// pieces split it, and checked: the right one decodes, a wrong one fails.
+func TestInflateChildReadsTheTrailerAcrossInputSlots(t *testing.T) {
+	want := variedContent(40000, 9)
+	z := gzipMember(t, want)
+	for cut := len(z) - 16; cut < len(z); cut++ {
+		for _, bad := range []bool{false, true} {
+			zz := bytes.Clone(z)
+			if bad {
+				zz[len(zz)-5] ^= 0x80 // the CRC's last byte
+			}
+			// The stream in three pieces: up to cut, one byte, the rest.
+			pieces := [][]byte{zz[:cut], zz[cut : cut+1]}
+			if cut+1 < len(zz) {
+				pieces = append(pieces, zz[cut+1:])
+			}
+			in, recs := inputPieces(t, pieces...)
+			run := runInflateChild(t, "gzip", in, recs...)
+			if bad {
+				require.Error(t, run.err, "cut at %d of %d, wrong CRC", cut, len(zz))
+				assert.Contains(t, run.stderr, "checksum", "cut at %d", cut)
+				continue
+			}
+			require.NoError(t, run.err, "cut at %d of %d: %s", cut, len(zz), run.stderr)
+			assert.True(t, bytes.Equal(want, gzipResults(t, run)), "cut at %d", cut)
+		}
+	}
+}
+
+// A member's header with a name, a comment and its own CRC-16 is parsed
+// wherever the input's pieces split it, the second member's as the first's.
+func TestInflateChildReadsTheHeaderAcrossInputSlots(t *testing.T) {
+	want := variedContent(30000, 10)
+	var member bytes.Buffer
+	zw := gzip.NewWriter(&member)
+	zw.Name, zw.Comment = "disk.raw", "a comment of some length"
+	_, err := zw.Write(want)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	z := member.Bytes()
+	require.Equal(t, byte(0x18), z[3]&0x18, "FNAME and FCOMMENT set")
+	z[3] |= 0x02 // FHCRC: the header's CRC-16 follows the comment
+	hdrEnd := bytes.IndexByte(z[10+len(zw.Name)+1:], 0) + 10 + len(zw.Name) + 1 + 1
+	crc := crc32.ChecksumIEEE(z[:hdrEnd])
+	z = slices.Concat(z[:hdrEnd], []byte{byte(crc), byte(crc >> 8)}, z[hdrEnd:])
+	two := slices.Concat(z, z)
+	for cut := 1; cut < hdrEnd+4; cut++ {
+		for _, at := range []int{cut, len(z) + cut} { // in the first member's header, in the second's
+			in, recs := inputPieces(t, two[:at], two[at:at+1], two[at+1:])
+			run := runInflateChild(t, "gzip", in, recs...)
+			require.NoError(t, run.err, "cut at %d: %s", at, run.stderr)
+			require.True(t, bytes.Equal(slices.Concat(want, want), gzipResults(t, run)), "cut at %d", at)
+		}
+	}
 }
