@@ -61,11 +61,13 @@ cdi_stop() {
 	CDI_PID=
 }
 
-dv() { # name class source-yaml [volumeMode]: a DataVolume of DV_SIZE (1Gi)
+dv() { # name class source-yaml [volumeMode]: a DataVolume of DV_SIZE (1Gi); DV_RETAIN_PODS=1 keeps its pods once done
+	local meta="{name: $1}"
+	[ -z "${DV_RETAIN_PODS:-}" ] || meta="{name: $1, annotations: {cdi.kubevirt.io/storage.pod.retainAfterCompletion: 'true'}}"
 	kubectl -n $NS apply -f - >/dev/null <<YAML
 apiVersion: cdi.kubevirt.io/v1beta1
 kind: DataVolume
-metadata: {name: $1}
+metadata: $meta
 spec:
   source: $3
   pvc:

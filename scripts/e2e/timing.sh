@@ -10,7 +10,8 @@
 # (every 0.2 s) that reads its phase Succeeded. Each target's first
 # E2E_DISK_MB (1000) MiB are checked against the raw disk's sha256 through
 # its PV. Not part of make e2e (CI): make e2e-timing. Table on stdout and in
-# bin/e2e/timing.md. E2E_TIMING_KINDS=REGEX runs some kinds only.
+# bin/e2e/timing.md. E2E_TIMING_KINDS=REGEX runs some kinds only;
+# E2E_TIMING_LOGS=DIR keeps every pod's log there (save_logs).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/cdictl.sh"
@@ -121,6 +122,22 @@ timed() {
 	done
 	SECS=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 }
+# save_logs NAME: with E2E_TIMING_LOGS=DIR (the DataVolumes then keep
+# their pods once done), the log of every pod not saved yet, with
+# timestamps, in DIR/NAME.POD.log, and the pod as it ended (its
+# conditions' and containers' times) in DIR/NAME.POD.yaml: where a row's
+# seconds went.
+save_logs() {
+	[ -n "${E2E_TIMING_LOGS:-}" ] || return 0
+	mkdir -p "$E2E_TIMING_LOGS"
+	local p
+	for p in $(kubectl -n $NS get pods -o jsonpath='{.items[*].metadata.name}'); do
+		compgen -G "$E2E_TIMING_LOGS/*.$p.log" >/dev/null && continue
+		kubectl -n $NS logs "$p" --all-containers --timestamps > "$E2E_TIMING_LOGS/$1.$p.log" 2>&1
+		kubectl -n $NS get pod "$p" -o yaml > "$E2E_TIMING_LOGS/$1.$p.yaml" 2>&1
+	done
+}
+[ -z "${E2E_TIMING_LOGS:-}" ] || export DV_RETAIN_PODS=1
 # why NAME: the DataVolume's conditions and its pods' last log lines, for a row that failed.
 why() {
 	kubectl -n $NS get dv "$1" -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}; {end}' 2>/dev/null | head -c 400
@@ -159,6 +176,7 @@ run_kind() {
 	blank) DV_SIZE=2Gi dv "$2" e2e-local "{blank: {}}" ;;
 	esac
 	timed "$2" "$3" 900
+	save_logs "$2"
 	[ -z "$up" ] || { wait "$up"; rm -f "$W/upload.code"; }
 	if [ "$PHASE" != Succeeded ]; then OK="$PHASE: $(why "$2")"
 	elif [ "$1" = blank ]; then zero_after "$(pv_path $NS "$2")/disk.img" 0 && OK=yes || OK="not all zeros"
