@@ -42,7 +42,6 @@
  * It opens nothing: the importer runs it in its sandbox, as it runs igzip.
  */
 #include <errno.h>
-#include <immintrin.h>
 #include <isa-l/crc.h>
 #include <isa-l/igzip_lib.h>
 #include <stdint.h>
@@ -326,7 +325,6 @@ static uint32_t granule_bytes;
 /* x^(8 * granule_bytes) modulo the CRC-32 polynomial, bit-reflected as
  * crc32_gzip_refl keeps its register. */
 static uint32_t zero_granule_factor;
-static int have_avx2;
 
 #define CRC32_POLY_REFLECTED 0xedb88320u
 
@@ -359,33 +357,8 @@ static uint32_t crc_after_zero_granule(uint32_t crc)
 	return ~gf2_multiply(~crc, zero_granule_factor);
 }
 
-/* all_zero_avx2 is all_zero 256 bytes at a time where the CPU has AVX2. */
-__attribute__((target("avx2"))) static int all_zero_avx2(const uint8_t *p, size_t n)
-{
-	size_t i = 0;
-	for (; i + 256 <= n; i += 256) {
-		__m256i a = _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(p + i)),
-					    _mm256_loadu_si256((const __m256i *)(p + i + 32)));
-		__m256i b = _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(p + i + 64)),
-					    _mm256_loadu_si256((const __m256i *)(p + i + 96)));
-		__m256i c = _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(p + i + 128)),
-					    _mm256_loadu_si256((const __m256i *)(p + i + 160)));
-		__m256i d = _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(p + i + 192)),
-					    _mm256_loadu_si256((const __m256i *)(p + i + 224)));
-		__m256i all = _mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d));
-		if (!_mm256_testz_si256(all, all))
-			return 0;
-	}
-	for (; i < n; i++)
-		if (p[i] != 0)
-			return 0;
-	return 1;
-}
-
 static int all_zero(const uint8_t *p, size_t n)
 {
-	if (have_avx2)
-		return all_zero_avx2(p, n);
 	size_t i = 0;
 	for (; i + 64 <= n; i += 64) {
 		uint64_t w[8];
@@ -419,11 +392,12 @@ static void check_granules(struct gzip_out *o)
 {
 	while (o->checked + granule_bytes <= o->pos) {
 		uint32_t start = o->checked, end = start + granule_bytes;
-		if (o->crc_at <= start && all_zero(slot_at(o, start), granule_bytes))
+		/* a granule the member began inside is only partly its own */
+		uint32_t from = o->crc_at > start ? o->crc_at : start;
+		if (from == start && all_zero(slot_at(o, start), granule_bytes))
 			o->crc = crc_after_zero_granule(o->crc);
-		else if (o->crc_at < end)
-			o->crc = crc32_gzip_refl(o->crc, slot_at(o, o->crc_at > start ? o->crc_at : start),
-						 end - (o->crc_at > start ? o->crc_at : start));
+		else if (from < end)
+			o->crc = crc32_gzip_refl(o->crc, slot_at(o, from), end - from);
 		o->crc_at = end;
 		o->checked = end;
 	}
@@ -546,7 +520,6 @@ static int run_gzip(struct inflate_state *st)
 	for (granule_bytes = GRANULE_BYTES; granule_bytes > slot_bytes / 16;)
 		granule_bytes >>= 1;
 	zero_granule_factor = x_to_8n(granule_bytes);
-	have_avx2 = __builtin_cpu_supports("avx2");
 	struct gzip_out o = {.slot = take_slot()};
 	uint8_t carry;
 	st->next_in = NULL;
