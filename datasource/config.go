@@ -36,7 +36,8 @@ type Config struct {
 	// image) are not. 0 means 10; < 0 disables retries.
 	Retries int
 	// ChunkSize is the byte count of each range request of a parallel
-	// read (0: DefaultChunkSize); the buffers hold at most Connections ×
+	// read (0: decided at Open, DefaultChunkSize on a far link and
+	// NearChunkSize on a near one); the buffers hold at most Connections ×
 	// ChunkSize bytes.
 	ChunkSize int64
 	// UserAgent is sent with HTTP requests; "" means "diskimport-engine".
@@ -132,17 +133,14 @@ func (c Config) logger() *slog.Logger {
 	return c.Logger
 }
 
-// parallel is Connections (0: decided at Open, rangeConnections) and
-// ChunkSize with its default, checked.
+// parallel is Connections and ChunkSize, checked (0: decided at Open,
+// rangeConnections and rangeChunkSize).
 func (c Config) parallel() (int, int64, error) {
 	conns, chunk := c.Connections, c.ChunkSize
-	if chunk == 0 {
-		chunk = DefaultChunkSize
-	}
 	if conns < 0 || conns > MaxConnections {
 		return 0, 0, fmt.Errorf("connections %d: want 1 to %d, or 0 for the default: %w", c.Connections, MaxConnections, errdefs.ErrInvalidOptions)
 	}
-	if chunk < 64<<10 || chunk > 256<<20 {
+	if chunk != 0 && (chunk < 64<<10 || chunk > 256<<20) {
 		return 0, 0, fmt.Errorf("chunk size %d: want 64 KiB to 256 MiB: %w", c.ChunkSize, errdefs.ErrInvalidOptions)
 	}
 	return conns, chunk, nil

@@ -25,8 +25,8 @@ import (
 //     that caps each connection fast.
 //   - On a near link with less than two CPUs, one GET: the import is
 //     CPU-bound, not link-bound, and the ranged body costs CPU one
-//     connection does not (every byte copied out of its chunk buffers, 32
-//     MiB of buffers first touched, sixteen TCP streams). Under CDI's 750m
+//     connection does not (every byte copied out of its chunk buffers,
+//     the buffers first touched, sixteen TCP streams). Under CDI's 750m
 //     (bench/cpu.sh: a 75 ms / 100 ms CFS quota, from 127.0.0.1 onto a
 //     loop device, interleaved, load 3-6), sixteen connections -> one GET
 //     on the 2 GiB bench disk: raw 2.10 -> 1.60 CPU-s and 2.76 -> 2.14 s,
@@ -83,6 +83,20 @@ func rangeConnections(asked int, cores float64, link linkFacts) (n int, why stri
 		return DefaultConnections, "near link, CPU to spare"
 	default:
 		return 1, "near link, scarce CPU"
+	}
+}
+
+// rangeChunkSize decides the size of each range request: asked
+// (Config.ChunkSize) when set, else NearChunkSize on a near link and
+// DefaultChunkSize on a far one.
+func rangeChunkSize(asked int64, link linkFacts) int64 {
+	switch {
+	case asked > 0:
+		return asked
+	case link.near():
+		return NearChunkSize
+	default:
+		return DefaultChunkSize
 	}
 }
 

@@ -169,6 +169,57 @@ func TestOpenDecidesTheConnectionsFromTheCPUAndTheLink(t *testing.T) {
 	})
 }
 
+// TestRangeChunkSizeFollowsTheLink: a size the user set is taken as it
+// is; by default a near link's ranges are NearChunkSize (its first bytes
+// come at once, so smaller chunks hold less memory for the same speed)
+// and a far or unmeasured link's DefaultChunkSize.
+func TestRangeChunkSizeFollowsTheLink(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		asked int64
+		link  linkFacts
+		want  int64
+	}{
+		{"this machine", 0, linkFacts{loopback: true}, NearChunkSize},
+		{"a pod network", 0, linkFacts{wait: 800 * time.Microsecond}, NearChunkSize},
+		{"a far mirror", 0, linkFacts{wait: 30 * time.Millisecond}, DefaultChunkSize},
+		{"a link not measured", 0, linkFacts{}, DefaultChunkSize},
+		{"asked 256 KiB on this machine", 256 << 10, linkFacts{loopback: true}, 256 << 10},
+		{"asked 8 MiB on a far mirror", 8 << 20, linkFacts{wait: 30 * time.Millisecond}, 8 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, rangeChunkSize(tc.asked, tc.link))
+		})
+	}
+}
+
+// TestOpenReadsANearObjectInNearChunks: an object on this machine read
+// over several connections by default asks for NearChunkSize ranges,
+// and for the size the user set when set; its bytes arrive whole.
+func TestOpenReadsANearObjectInNearChunks(t *testing.T) {
+	// Whole rounds of near chunks on the sixteen connections: no tail cut
+	// into pieces (chunkPlan), so every range is one chunk.
+	data := make([]byte, 2*DefaultConnections*NearChunkSize)
+	_, _ = rand.Read(data)
+	for _, tc := range []struct {
+		name  string
+		asked int64
+		want  int64
+	}{
+		{"by default", 0, NearChunkSize},
+		{"asked 256 KiB", 256 << 10, 256 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, ranges := rangeServer(t, nil, data, 0)
+			st, _ := openWith(t, obj, Config{Access: Access{RetryBackoff: time.Millisecond}, ChunkSize: tc.asked}, 2, data)
+			p, ok := st.Body.(*parallelBody)
+			require.True(t, ok, "read over several connections")
+			assert.Equal(t, tc.want, p.chunk)
+			assert.Equal(t, int64(len(data))/tc.want-1, ranges.Load(), "range requests after the first answer's chunk")
+		})
+	}
+}
+
 // nonLoopbackAddr is an address of this machine's that is not loopback,
 // or skips the test.
 func nonLoopbackAddr(t *testing.T) string {

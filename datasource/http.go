@@ -44,8 +44,8 @@ type httpSource struct {
 	// response arrived.
 	noConnectRetry bool
 	answered       atomic.Bool
-	// connections and chunk: Config.Connections (0: decided at Open by
-	// rangeConnections) and Config.ChunkSize, with its default.
+	// connections and chunk: Config.Connections and Config.ChunkSize (0:
+	// decided at Open by rangeConnections and rangeChunkSize).
 	connections int
 	chunk       int64
 	// cores is the CPU the process may use (cpulimit.Cores), read when
@@ -182,10 +182,11 @@ func (s *httpSource) Open(ctx context.Context) (*Transfer, error) {
 			st.Ranges = b.ranged
 			link := linkFacts{loopback: isLoopbackHost(resp.Request.URL.Hostname()), wait: b.cur.wait}
 			conns, why := rangeConnections(s.connections, s.cores, link)
-			s.log.Debug("range connections decided", "url", s.redacted, "connections", conns, "reason", why,
+			chunk := rangeChunkSize(s.chunk, link)
+			s.log.Debug("range connections decided", "url", s.redacted, "connections", conns, "chunkSize", chunk, "reason", why,
 				"cores", s.cores, "loopback", link.loopback, "first_answer_wait", link.wait)
-			if conns > 1 && b.size > s.chunk {
-				st.Body, st.ReadAhead = newParallelBody(ctx, b, s, conns), true
+			if conns > 1 && b.size > chunk {
+				st.Body, st.ReadAhead = newParallelBody(ctx, b, s, conns, chunk), true
 			}
 		}
 	}
