@@ -129,3 +129,47 @@ func TestReceivedPassOntoNoBase(t *testing.T) {
 		rp.Close()
 	}
 }
+
+// TestAbortedPassOntoALargerDeviceZeroesItsUnalignedEnds: a volume whose
+// size is no multiple of the device's sectors, received onto a larger
+// device (DevicePrefix) and cut off after its first run, reads zeros in
+// its first and last MiB (the held ends: their partial sectors written,
+// the rest zeroed by the device), and the device past the volume is as it
+// was.
+func TestAbortedPassOntoALargerDeviceZeroesItsUnalignedEnds(t *testing.T) {
+	ctx := context.Background()
+	const size = volSize - 1000 // not a multiple of 512
+	src, dst, _ := changedCopy(t, 8)
+	require.NoError(t, os.Truncate(src, size))
+	old := bytes.Repeat([]byte{0x5A}, volSize+4<<20)
+	require.NoError(t, os.WriteFile(dst, old, 0o600))
+	dev := testimg.AttachLoop(t, dst)
+
+	df, err := os.Open(dev)
+	require.NoError(t, err)
+	defer df.Close()
+	base, err := delta.Sign(ctx, df, size)
+	require.NoError(t, err)
+	sf, err := os.Open(src)
+	require.NoError(t, err)
+	defer sf.Close()
+	sig, err := delta.Sign(ctx, sf, size)
+	require.NoError(t, err)
+	changes := delta.Changes(sig, base)
+	require.NotEmpty(t, changes)
+	cause := errors.New("the session ended")
+	runs := &recorded{end: cause}
+	_, err = delta.Send(ctx, sf, sig, changes[:1], 0, runs)
+	require.NoError(t, err)
+
+	rp := delta.ReceiveVolume(dev, size, delta.DevicePrefix, "", runs)
+	require.NoError(t, rp.Open(ctx))
+	require.ErrorIs(t, rp.Transfer(ctx), cause)
+	rp.Close()
+	testimg.AssertZeros(t, dev, 0, 1<<20)
+	testimg.AssertZeros(t, dev, size-1<<20, 1<<20)
+	past := make([]byte, int64(len(old))-size)
+	_, err = df.ReadAt(past, size)
+	require.NoError(t, err)
+	assert.Equal(t, old[size:], past, "the device past the volume")
+}

@@ -24,16 +24,17 @@ import (
 // all lie within it, as the import's wipe of a device's head assumes.
 const heldSize = 1 << 20
 
-// zeros is written where a target cannot punch or zero out a range.
-var zeros = make([]byte, MaxRun)
-
 // Target is a delta pass's receiving end: the volume written in place.
 // Its methods are for one goroutine.
 type Target struct {
 	f     *os.File
 	path  string
 	block bool
-	size  int64
+	// zero makes f's ranges read zeros (nil while detached); lbs is the
+	// alignment it needs (a device's logical block size, 1 for a file).
+	zero *volume.Zeroer
+	lbs  int64
+	size int64
 	// capacity is a device's size when it is larger than the volume (a
 	// DevicePrefix target), else size; beyondCleared: the part past the
 	// volume was made what a full clone leaves there (clearBeyond).
@@ -148,7 +149,16 @@ func newTarget(f *os.File, name string, block bool, size int64, fit Fit) (*Targe
 		}
 		return nil, err
 	}
-	t := &Target{f: f, path: name, block: block, size: size, capacity: have}
+	t := &Target{f: f, path: name, block: block, size: size, capacity: have, lbs: 1}
+	if block {
+		lbs, err := blockdev.LogicalBlockSize(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("delta target %s: %w", name, err)
+		}
+		t.lbs = int64(lbs)
+	}
+	t.zero = volume.NewZeroer(f, name, nil)
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err == nil {
 		t.ino, t.dev = st.Ino, st.Dev
@@ -165,7 +175,7 @@ func (t *Target) detach() error {
 		return nil
 	}
 	err := t.f.Close()
-	t.f = nil
+	t.f, t.zero = nil, nil
 	return err
 }
 
@@ -183,7 +193,7 @@ func (t *Target) reattach(f *os.File) error {
 		f.Close()
 		return fmt.Errorf("delta target %s is being written by another pass: %w", t.path, errdefs.ErrTargetBusy)
 	}
-	t.f = f
+	t.f, t.zero = f, volume.NewZeroer(f, t.path, nil)
 	return nil
 }
 
@@ -386,22 +396,23 @@ func (t *Target) split(off, n int64, p []byte) []Run {
 	return rest
 }
 
-// zeroRange makes [off, off+n) zeros on the target: a hole punched in a
-// file, a zero-out on a device, written zeros where neither works.
+// zeroRange makes [off, off+n) zeros on the target, by the import's one
+// way (volume.Zeroer: a hole punched where the target takes it, else a
+// zero-out, else written zeros); the part of a device's block at either
+// end of the range is written as zeros.
 func (t *Target) zeroRange(off, n int64) error {
-	var err error
-	if t.block {
-		err = blockdev.ZeroOut(t.f, off, n)
-	} else {
-		err = unix.Fallocate(int(t.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	end := off + n
+	first := min((off+t.lbs-1)/t.lbs*t.lbs, end)
+	last := max(end/t.lbs*t.lbs, first)
+	err := t.zero.WriteZeros(t.f, off, first-off)
+	if err == nil && last > first {
+		err = t.zero.Zero(first, last-first, true, false)
 	}
 	if err == nil {
-		return nil
+		err = t.zero.WriteZeros(t.f, last, end-last)
 	}
-	for k := int64(0); k < n; k += MaxRun {
-		if _, err := t.f.WriteAt(zeros[:min(MaxRun, n-k)], off+k); err != nil {
-			return fmt.Errorf("zeroing delta target %s at %d: %w", t.path, off+k, err)
-		}
+	if err != nil {
+		return fmt.Errorf("zeroing delta target %s [%d, +%d): %w", t.path, off, n, err)
 	}
 	return nil
 }

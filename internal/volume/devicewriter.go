@@ -30,7 +30,7 @@ import (
 // block is merged with the block's current content (read-modify-write,
 // serialised, also O_DIRECT), so nothing goes through the page cache and
 // no cached page can later overwrite a direct write. Data that is all
-// zeros and zero requests become the device's zeroing (deviceZeroer).
+// zeros and zero requests become the device's zeroing (Zeroer).
 //
 // All methods may be called concurrently; writes to overlapping ranges
 // land in an unspecified order, as on any disk.
@@ -41,7 +41,7 @@ type DeviceWriter struct {
 	capacity int64
 	lbs      int64
 	zeros    []byte // aligned, read-only
-	zero     deviceZeroer
+	zero     *Zeroer
 	// keepAllocated: all-zero data is zeroed without deallocating.
 	keepAllocated bool
 
@@ -84,7 +84,7 @@ func (t *Target) NewDeviceWriter(ctx context.Context, o DeviceWriterOptions) (*D
 	if t.done || t.f == nil {
 		return nil, fmt.Errorf("device writer for %s: target already committed, aborted or closed: %w", t.path, errdefs.ErrInvalidOptions)
 	}
-	zeros := alignedBuf(headSize)
+	zero := NewZeroer(t.f, t.path, t.log)
 	return &DeviceWriter{
 		t:             t,
 		ctx:           ctx,
@@ -92,8 +92,8 @@ func (t *Target) NewDeviceWriter(ctx context.Context, o DeviceWriterOptions) (*D
 		dev:           t.f,
 		capacity:      t.capacity,
 		lbs:           int64(t.lbs),
-		zeros:         zeros,
-		zero:          deviceZeroer{f: t.f, path: t.path, log: t.log, zeros: zeros},
+		zeros:         zero.zeros,
+		zero:          zero,
 		head:          alignedBuf(int(min(headSize, t.capacity))),
 	}, nil
 }
@@ -274,7 +274,7 @@ func (w *DeviceWriter) zeroBody(off, n int64, mayDeallocate, fast bool) error {
 			return err
 		}
 	}
-	if err := w.zero.zero(first, last-first, mayDeallocate, fast); err != nil {
+	if err := w.zero.Zero(first, last-first, mayDeallocate, fast); err != nil {
 		return err
 	}
 	if last < end {

@@ -9,23 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/diskimport/engine/internal/blkhash"
-	"github.com/diskimport/engine/internal/blockdev"
 	"github.com/diskimport/engine/internal/iostage"
-)
-
-// Ways to make a zero run read back as zeros on a block device, tried in
-// order; the Writer moves on for good once a way reports "unsupported".
-//
-// Punching a hole comes first: on a block device the kernel turns it into a
-// zero-out that may unmap (deallocate) but never falls back to writing, and
-// it fails when the device cannot guarantee zeros. Thin storage (and a loop
-// device's backing file) then frees the range, as qemu-img convert does,
-// where BLKZEROOUT and ZERO_RANGE keep it allocated.
-const (
-	zeroByPunchHole = iota // fallocate(FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE)
-	zeroByIoctl            // BLKZEROOUT
-	zeroByFallocate        // fallocate(FALLOC_FL_ZERO_RANGE)
-	zeroByWriting          // plain O_DIRECT writes of a zero buffer
 )
 
 // processChunk handles one chunk at image offset off: the part inside the
@@ -167,60 +151,22 @@ func (w *Writer) wipeOldImage() error {
 	return nil
 }
 
-// zeroRange makes [off, off+n) of the block device read zeros. off is block
-// aligned; an unaligned remainder (only at the very end of the image) is
-// written as zeros through the buffered descriptor.
+// zeroRange makes [off, off+n) of the block device read zeros (the
+// Zeroer, deallocating where it can). off is block aligned; an unaligned
+// remainder (only at the very end of the image) is written as zeros
+// through the buffered descriptor.
 func (w *Writer) zeroRange(off, n int64) error {
 	if err := w.wipeOldImage(); err != nil {
 		return err
 	}
-	al := n &^ (w.lbs - 1)
-	for al > 0 {
-		var err error
-		switch w.zeroMethod {
-		case zeroByPunchHole:
-			err = unix.Fallocate(int(w.out.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, al)
-			if err != nil {
-				err = fmt.Errorf("fallocate(PUNCH_HOLE) %s [%d, +%d): %w", w.t.path, off, al, err)
-			}
-		case zeroByIoctl:
-			err = blockdev.ZeroOut(w.out, off, al)
-		case zeroByFallocate:
-			err = unix.Fallocate(int(w.out.Fd()), unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, al)
-			if err != nil {
-				err = fmt.Errorf("fallocate(ZERO_RANGE) %s [%d, +%d): %w", w.t.path, off, al, err)
-			}
-		default:
-			err = w.writeZeros(off, al)
-			if err != nil {
-				return err
-			}
-		}
-		if err == nil {
-			break
-		}
-		if !blockdev.IsUnsupported(err) {
+	if al := n &^ (w.lbs - 1); al > 0 {
+		if err := w.zero.Zero(off, al, true, false); err != nil {
 			return err
 		}
-		w.log.Info("zeroing method unsupported on target, trying the next one", "path", w.t.path, "error", err)
-		w.zeroMethod++
+		off, n = off+al, n-al
 	}
-	if rest := n - al; rest > 0 {
-		if _, err := w.buffered.WriteAt(w.zeros[:rest], off+al); err != nil {
-			return fmt.Errorf("write %d zero bytes at offset %d to %s: %w", rest, off+al, w.t.path, err)
-		}
-	}
-	return nil
-}
-
-func (w *Writer) writeZeros(off, n int64) error {
-	for n > 0 {
-		c := min(n, int64(len(w.zeros)))
-		if _, err := w.out.WriteAt(w.zeros[:c], off); err != nil {
-			return fmt.Errorf("write %d zero bytes at offset %d to %s: %w", c, off, w.t.path, err)
-		}
-		off += c
-		n -= c
+	if n > 0 {
+		return w.zero.WriteZeros(w.buffered, off, n)
 	}
 	return nil
 }

@@ -81,8 +81,10 @@ type Writer struct {
 	stageLen int
 	head     []byte
 	headLen  int
-	zeros    []byte // aligned, read-only zeros for the writes that zero a range
 	zeroMap  []bool // scanZeros' result, reused chunk after chunk
+	// zero makes a block device's zero runs read zeros; its buffer is
+	// the zeros written where a run is too short for that.
+	zero *Zeroer
 
 	// A chunk Write filled, being zero-scanned, hashed and written on its
 	// own goroutine while Write fills the next (nil: none). Everything
@@ -95,7 +97,6 @@ type Writer struct {
 	data    atomic.Int64
 
 	zStart, zLen int64 // pending coalesced zero run
-	zeroMethod   int
 
 	oldImageWiped bool // Target.wipeOldImage done
 
@@ -131,7 +132,7 @@ func (t *Target) NewWriter(opts ...WriterOption) (*Writer, error) {
 		lbs:          int64(t.lbs),
 		out:          t.f,
 		head:         alignedBuf(headSize),
-		zeros:        alignedBuf(headSize),
+		zero:         NewZeroer(t.f, t.path, t.log),
 	}
 	switch t.kind {
 	case Block:

@@ -16,14 +16,23 @@ import (
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
-// TestZeroMethods forces each way of zeroing a run on a loop device full of
+// TestZeroMethods forces each way of the Zeroer on a loop device full of
 // old data and checks the runs read back as zeros.
 func TestZeroMethods(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for loop devices")
 	}
 	const size = 12 << 20
-	for _, method := range []int{zeroByPunchHole, zeroByIoctl, zeroByFallocate, zeroByWriting} {
+	for _, way := range []struct {
+		name    string
+		noPunch bool
+		keeping int32
+	}{
+		{"punch a hole", false, keepByIoctl},
+		{"BLKZEROOUT", true, keepByIoctl},
+		{"fallocate(ZERO_RANGE)", true, keepByFallocate},
+		{"written zeros", true, keepByWriting},
+	} {
 		backing := filepath.Join(t.TempDir(), "b.img")
 		require.NoError(t, os.WriteFile(backing, bytes.Repeat([]byte{0x5A}, size), 0o600))
 		dev := testimg.AttachLoop(t, backing, "--direct-io=on")
@@ -36,7 +45,8 @@ func TestZeroMethods(t *testing.T) {
 		require.NoError(t, err)
 		w, err := tg.NewWriter()
 		require.NoError(t, err)
-		w.zeroMethod = method
+		w.zero.noPunch.Store(way.noPunch)
+		w.zero.keeping.Store(way.keeping)
 		_, err = w.ReadFrom(io.MultiReader(bytes.NewReader(img)))
 		require.NoError(t, err)
 		_, err = w.Finish()
@@ -51,7 +61,7 @@ func TestZeroMethods(t *testing.T) {
 		_, err = f.ReadAt(got, 0)
 		f.Close()
 		require.NoError(t, err)
-		require.True(t, bytes.Equal(img, got[:len(img)]), "method %d: content differs", method)
-		require.True(t, bytes.Equal(bytes.Repeat([]byte{0x5A}, size-len(img)), got[len(img):]), "method %d: past the end changed", method)
+		require.True(t, bytes.Equal(img, got[:len(img)]), "%s: content differs", way.name)
+		require.True(t, bytes.Equal(bytes.Repeat([]byte{0x5A}, size-len(img)), got[len(img):]), "%s: past the end changed", way.name)
 	}
 }

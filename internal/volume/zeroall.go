@@ -36,7 +36,7 @@ func (t *Target) ZeroAll(ctx context.Context, writeFallback bool) error {
 		t.log.Info("Zeroed block target with BLKZEROOUT", "target", t.path, "bytes", size)
 	case writeFallback && blockdev.IsUnsupported(zerr):
 		t.log.Info("BLKZEROOUT unsupported, writing zeros", "target", t.path, "err", zerr)
-		if err := writeZeros(ctx, f, size); err != nil {
+		if err := writeZeros(ctx, f, t.path, size); err != nil {
 			return fmt.Errorf("zeroing %s: %w", t.path, err)
 		}
 	default:
@@ -48,19 +48,18 @@ func (t *Target) ZeroAll(ctx context.Context, writeFallback bool) error {
 	return nil
 }
 
-// writeZeros writes size zero bytes from offset 0, checking ctx between
-// chunks so a large device can be cancelled.
-func writeZeros(ctx context.Context, f *os.File, size int64) error {
-	zeros := make([]byte, 4<<20)
-	for off := int64(0); off < size; {
+// writeZeros writes size zero bytes from offset 0 (the Zeroer's writes),
+// checking ctx between pieces so a large device can be cancelled.
+func writeZeros(ctx context.Context, f *os.File, path string, size int64) error {
+	const piece = 64 << 20
+	z := NewZeroer(f, path, nil)
+	for off := int64(0); off < size; off += piece {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 		}
-		n := min(int64(len(zeros)), size-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+		if err := z.WriteZeros(f, off, min(piece, size-off)); err != nil {
 			return err
 		}
-		off += n
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func (w *Writer) WriteZeros(n int64) error {
 	}
 	if r := w.off % granule; r != 0 {
 		k := min(n, granule-r)
-		if _, err := w.Write(w.zeros[:k]); err != nil {
+		if _, err := w.Write(w.zero.zeros[:k]); err != nil {
 			return err
 		}
 		if n -= k; n == 0 {
@@ -39,7 +39,7 @@ func (w *Writer) WriteZeros(n int64) error {
 		}
 	}
 	if tail > 0 {
-		if _, err := w.Write(w.zeros[:tail]); err != nil {
+		if _, err := w.Write(w.zero.zeros[:tail]); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ package volume
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -13,12 +14,20 @@ import (
 	"github.com/diskimport/engine/internal/blockdev"
 )
 
-// deviceZeroer zeroes block-aligned ranges of a block device for the
-// DeviceWriter, from concurrent requests. It tries the same ways as the
-// sequential Writer (Writer.emit) and remembers for good which ones the
-// device does not support.
-type deviceZeroer struct {
-	f     *os.File // O_DIRECT
+// Zeroer is the one way a range of a target is made to read zeros: a
+// block device's (the sequential Writer's, the DeviceWriter's, a delta
+// pass's) or a file's. It tries the ways in order, from concurrent
+// requests too, and remembers for good which ones the target does not
+// support.
+//
+// Punching a hole comes first when the caller may deallocate: on a block
+// device the kernel turns it into a zero-out that may unmap but never
+// falls back to writing, and fails when the device cannot guarantee zeros;
+// thin storage (and a loop device's backing file) then frees the range, as
+// qemu-img convert does, where BLKZEROOUT and ZERO_RANGE keep it allocated.
+// In a file it leaves a hole.
+type Zeroer struct {
+	f     *os.File
 	path  string
 	log   *slog.Logger
 	zeros []byte // aligned, read-only
@@ -31,14 +40,24 @@ type deviceZeroer struct {
 const (
 	keepByIoctl     = iota // BLKZEROOUT (the kernel passes NOUNMAP)
 	keepByFallocate        // fallocate(FALLOC_FL_ZERO_RANGE)
-	keepByWriting          // plain O_DIRECT writes of a zero buffer
+	keepByWriting          // plain writes of a zero buffer
 )
 
-// zero makes [off, off+n) read zeros. mayDeallocate tries a punched hole
-// first (on a block device a zero-out that may unmap and never falls back
-// to writing: thin storage, and a loop device's file, free the range, as
-// qemu-img does). fast accepts nothing else and fails with ENOTSUP.
-func (z *deviceZeroer) zero(off, n int64, mayDeallocate, fast bool) error {
+// NewZeroer zeroes ranges of f (a block device or a regular file, O_DIRECT
+// or not), named path in messages; log (nil: none) hears of a way found
+// unsupported.
+func NewZeroer(f *os.File, path string, log *slog.Logger) *Zeroer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Zeroer{f: f, path: path, log: log, zeros: alignedBuf(headSize)}
+}
+
+// Zero makes [off, off+n) read zeros; on a block device, or through an
+// O_DIRECT descriptor, off and n are multiples of the logical block size.
+// mayDeallocate tries a punched hole first; fast accepts nothing else and
+// fails with ENOTSUP.
+func (z *Zeroer) Zero(off, n int64, mayDeallocate, fast bool) error {
 	if mayDeallocate || fast {
 		if !z.noPunch.Load() {
 			err := unix.Fallocate(int(z.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
@@ -68,7 +87,7 @@ func (z *deviceZeroer) zero(off, n int64, mayDeallocate, fast bool) error {
 				err = fmt.Errorf("fallocate(ZERO_RANGE) %s [%d, +%d): %w", z.path, off, n, err)
 			}
 		default:
-			return z.write(off, n)
+			return z.WriteZeros(z.f, off, n)
 		}
 		if err == nil || !blockdev.IsUnsupported(err) {
 			return err
@@ -79,10 +98,13 @@ func (z *deviceZeroer) zero(off, n int64, mayDeallocate, fast bool) error {
 	}
 }
 
-func (z *deviceZeroer) write(off, n int64) error {
+// WriteZeros writes n zero bytes at off through w, from the Zeroer's
+// aligned buffer (so an O_DIRECT w takes them when off and n are
+// aligned).
+func (z *Zeroer) WriteZeros(w io.WriterAt, off, n int64) error {
 	for n > 0 {
 		c := min(n, int64(len(z.zeros)))
-		if _, err := z.f.WriteAt(z.zeros[:c], off); err != nil {
+		if _, err := w.WriteAt(z.zeros[:c], off); err != nil {
 			return fmt.Errorf("write %d zero bytes at offset %d to %s: %w", c, off, z.path, err)
 		}
 		off += c
