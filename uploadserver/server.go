@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/netconn"
 )
 
 // DefaultAddr is where CDI's upload server listens.
@@ -104,7 +105,7 @@ func (s *Server) Run(ctx context.Context) (*importer.Result, error) {
 	serveErr := make(chan error, 1)
 	go func() {
 		if tlsConf != nil {
-			serveErr <- srv.ServeTLS(ln, "", "")
+			serveErr <- srv.ServeTLS(netconn.BufferedReads(ln), "", "")
 		} else {
 			serveErr <- srv.Serve(ln)
 		}

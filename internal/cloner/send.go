@@ -19,6 +19,7 @@ import (
 	"github.com/diskimport/engine/internal/ctxio"
 	"github.com/diskimport/engine/internal/delta"
 	"github.com/diskimport/engine/internal/iostage"
+	"github.com/diskimport/engine/internal/netconn"
 )
 
 // Protocol choices (Options.Protocol).
@@ -93,6 +94,7 @@ func NewTransport(tlsConf *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = tlsConf
 	t.ResponseHeaderTimeout = 0
+	t.DialContext = netconn.CoalescingDialer(t.DialContext)
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP1(true)
 	return t
