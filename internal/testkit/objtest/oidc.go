@@ -32,7 +32,10 @@ func StartOIDC(t testing.TB) *OIDC {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &OIDC{key: key, kid: "test-issuer-key-1"}
+	// The URL is known before the first request: the handlers read it.
+	l := listenLoopback(t)
+	o := &OIDC{URL: "http://" + l.Addr().String(), key: key, kid: "test-issuer-key-1"}
+	o.ConfigURL = o.URL + "/.well-known/openid-configuration"
 	mux := http.NewServeMux()
 	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -54,8 +57,7 @@ func StartOIDC(t testing.TB) *OIDC {
 			{Key: &o.key.PublicKey, KeyID: o.kid, Algorithm: string(jose.RS256), Use: "sig"},
 		}})
 	})
-	o.URL = serveLoopback(t, mux)
-	o.ConfigURL = o.URL + "/.well-known/openid-configuration"
+	serve(t, l, mux)
 	return o
 }
 
@@ -116,10 +118,22 @@ func (o *OIDC) Token(t testing.TB, opt TokenOptions) string {
 // server's URL.
 func serveLoopback(t testing.TB, h http.Handler) string {
 	t.Helper()
+	return serve(t, listenLoopback(t), h)
+}
+
+// listenLoopback listens on a port of 127.0.0.1 the OS picks.
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l
+}
+
+// serve serves h on l until the test ends and returns its URL.
+func serve(t testing.TB, l net.Listener, h http.Handler) string {
+	t.Helper()
 	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	srv.Start()
 	t.Cleanup(srv.Close)
