@@ -185,6 +185,7 @@ func (h *Handler) respondClone(w http.ResponseWriter, res *importer.Result, err 
 // session of an interrupted clone, the offset to resume from.
 func (h *Handler) describeClone(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(cloner.ProtocolHeader, cloner.ProtocolSparseV2)
+	w.Header().Set(cloner.FramingHeader, cloner.FramingRecords)
 	w.Header().Set(cloner.FilesystemHeader, cloner.FilesystemDiskImage)
 	w.Header().Set(cloner.DeltaHeader, cloner.DeltaV1)
 	if isBlockDevice(h.opts.Import.Target) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -80,11 +81,7 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request, ct st
 	if sess.delta != nil {
 		receive = h.receiveDelta
 	}
-	// s2's CRC of each block is not checked: the End record's content
-	// digest, compared with the one of the disk written before Commit,
-	// covers every byte end to end (and TLS the wire). It was 4.6 % of
-	// the server's CPU on a 2 GiB clone.
-	res, err := receive(r.Context(), sess, cloner.NewDecoder(s2.NewReader(body, s2.ReaderIgnoreCRC())))
+	res, err := receive(r.Context(), sess, sparseDecoder(r, body))
 	body.close()
 	switch {
 	case err == nil:
@@ -100,6 +97,18 @@ func (h *Handler) serveSparseClone(w http.ResponseWriter, r *http.Request, ct st
 		h.finishClone(res, err)
 		h.respondClone(w, res, err)
 	}
+}
+
+// sparseDecoder reads a sparse-v2 body in the framing its request names:
+// bare records, or s2's stream. s2's CRC of each block is not checked:
+// the End record's content digest, compared with the one of the disk
+// written before Commit, covers every byte end to end (and TLS the wire).
+// It was 4.6 % of the server's CPU on a 2 GiB clone.
+func sparseDecoder(r *http.Request, body io.Reader) *cloner.Decoder {
+	if r.Header.Get(cloner.FramingHeader) == cloner.FramingRecords {
+		return cloner.NewDecoder(body)
+	}
+	return cloner.NewDecoder(s2.NewReader(body, s2.ReaderIgnoreCRC()))
 }
 
 // resumable: a failure of the transport, not of the stream's content or

@@ -195,8 +195,9 @@ func askSignature(ctx context.Context, o Options, session string, size int64, bo
 // offset (send gives them to the sink) and the End record with digest's
 // value once they were sent.
 func runsRequest(ctx context.Context, o Options, size, offset int64, session string, send func(from int64, sink delta.Sink) error, digest func() blkhash.Digest) ([]byte, int64, error) {
-	return postStream(ctx, o, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaApply}, func(w io.Writer) error {
-		enc, sw := NewStreamEncoder(w)
+	headers := framed(o.framing, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session, DeltaHeader: DeltaApply})
+	return postStream(ctx, o, headers, func(w io.Writer) error {
+		enc, end := bodyEncoder(w, o.framing)
 		err := enc.Start(size, offset)
 		if err == nil {
 			err = send(offset, &progressSink{enc, o})
@@ -205,7 +206,7 @@ func runsRequest(ctx context.Context, o Options, size, offset int64, session str
 			err = enc.End(digest())
 		}
 		if err == nil {
-			err = sw.Close()
+			err = end()
 		}
 		return err
 	})

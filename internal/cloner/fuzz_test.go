@@ -26,9 +26,12 @@ import (
 // once closed, and one that finishes holds the digest its End named.
 // Without root only the records are decoded.
 func FuzzTreeDeltaRecords(f *testing.F) {
-	manifest, records := treeDeltaSeed(f)
+	manifest, records := treeDeltaSeed(f, cloner.NewEncoder)
 	f.Add(manifest, records)
 	f.Add(manifest, records[:len(records)/2])
+	_, packed := treeDeltaSeed(f, cloner.NewRecordsEncoder) // data records packed
+	f.Add(manifest, packed)
+	f.Add(manifest, packed[:len(packed)/2])
 	f.Add([]byte(`{"entries":[{"path":"a","kind":"file","size":4611686018427387904},{"path":"b","kind":"file","size":4611686018427387904},{"path":"c","kind":"file","size":4611686018427387904},{"path":"d","kind":"file","size":4611686018427387904}]}`), records)
 	var volumes string
 	if os.Geteuid() == 0 {
@@ -103,8 +106,8 @@ func applyRecords(t *testing.T, dec *cloner.Decoder, tt *delta.TreeTarget) bool 
 }
 
 // treeDeltaSeed is a small volume's manifest and the records of its
-// whole pass onto an empty volume, as the sender makes them.
-func treeDeltaSeed(f *testing.F) (manifest, records []byte) {
+// whole pass onto an empty volume, as the sender makes them with encoder.
+func treeDeltaSeed(f *testing.F, encoder func(io.Writer) *cloner.Encoder) (manifest, records []byte) {
 	ctx := context.Background()
 	src := f.TempDir()
 	if err := os.Mkdir(filepath.Join(src, "vm"), 0o755); err != nil {
@@ -130,7 +133,7 @@ func treeDeltaSeed(f *testing.F) (manifest, records []byte) {
 		f.Fatal(err)
 	}
 	s.Plan(nil, nil)
-	enc := cloner.NewEncoder(&rb)
+	enc := encoder(&rb)
 	if err := enc.Start(s.Size(), 0); err != nil {
 		f.Fatal(err)
 	}

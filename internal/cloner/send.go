@@ -61,6 +61,10 @@ type Options struct {
 	// tree digest for a filesystem).
 	Delta     bool
 	DeltaBase string
+
+	// framing is the sparse-v2 body's (FramingRecords when the server's
+	// HEAD answer offered it), set once that answer is known.
+	framing string
 }
 
 // Result says what a clone sent.
@@ -120,6 +124,7 @@ func Send(ctx context.Context, o Options) (*Result, error) {
 	if o.ContentType == ContentTypeFilesystem && o.Delta && proto != ProtocolSnappy {
 		// One HEAD answers both: sparse-v2, and what pass its target takes.
 		if offers := serverOffers(ctx, o); offers.Get(ProtocolHeader) == ProtocolSparseV2 && takesDelta(o, offers) {
+			o.framing = offers.Get(FramingHeader)
 			if image := diskImagePass(o, offers); image != "" {
 				o.Logger.Info("Clone starting", "source", o.Source, "contentType", o.ContentType, "url", o.URL, "protocol", ProtocolSparseV2, "delta", DeltaOfDiskImage, "image", image)
 				o.Source = image
@@ -172,6 +177,10 @@ func sendFull(ctx context.Context, o Options, proto string) (*Result, error) {
 	case ProtocolSnappy:
 		return sendSnappy(ctx, o)
 	case ProtocolSparseV2:
+		if offers == nil {
+			offers = serverOffers(ctx, o)
+		}
+		o.framing = offers.Get(FramingHeader)
 		if o.ContentType == ContentTypeFilesystem {
 			if image == "" {
 				return nil, fmt.Errorf("%s carries block clones and filesystem volumes that hold only their disk image (%s holds more): %w", ProtocolSparseV2, o.Source, errdefs.ErrInvalidOptions)
@@ -181,9 +190,6 @@ func sendFull(ctx context.Context, o Options, proto string) (*Result, error) {
 			return sendSparse(ctx, o)
 		}
 		if o.Delta {
-			if offers == nil {
-				offers = serverOffers(ctx, o)
-			}
 			if takesDelta(o, offers) {
 				return sendDelta(ctx, o)
 			}

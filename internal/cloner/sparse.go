@@ -158,12 +158,13 @@ func resumeOffset(ctx context.Context, o Options, session string) (int64, error)
 
 // sparseRequest sends the source from offset in one POST.
 func sparseRequest(ctx context.Context, o Options, f *sourceFile, size, offset int64, session string, sum *sourceHash) ([]byte, int64, error) {
-	return postStream(ctx, o, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session}, func(w io.Writer) error {
-		enc, sw := NewStreamEncoder(w)
+	headers := framed(o.framing, map[string]string{ProtocolHeader: ProtocolSparseV2, SessionHeader: session})
+	return postStream(ctx, o, headers, func(w io.Writer) error {
+		enc, end := bodyEncoder(w, o.framing)
 		if err := encodeSparse(ctx, enc, f, size, offset, sum, o); err != nil {
 			return err
 		}
-		return sw.Close()
+		return end()
 	})
 }
 

@@ -57,6 +57,12 @@ const (
 	// manifest: the runs are the disk image's).
 	DeltaOfHeader    = "X-Diskimport-Clone-Delta-Of"
 	DeltaOfDiskImage = "disk-image"
+	// FramingHeader: in a HEAD answer, FramingRecords when the server
+	// takes sparse-v2 bodies of bare records; on a sparse-v2 POST,
+	// FramingRecords when the body is such (without it, the records are
+	// in s2's stream format, as every server that takes sparse-v2 reads).
+	FramingHeader  = "X-Diskimport-Clone-Framing"
+	FramingRecords = "records"
 )
 
 // Record kinds.
@@ -65,6 +71,24 @@ const (
 	recordData  = 'D' // offset, length, bytes
 	recordZero  = 'Z' // offset, length: a run of zeros, not sent
 	recordEnd   = 'E' // the source's content digest (blk-sha256)
+	// recordPacked is a data record as an s2 block: offset, length, the
+	// block's length, the block. Decoded, it is a Data record.
+	recordPacked = 'P'
+)
+
+// maxPackedRecord bounds a packed record's block: the most s2 makes of
+// maxDataRecord bytes.
+var maxPackedRecord = s2.MaxEncodedLen(maxDataRecord)
+
+// Packing: a data record goes packed when its s2 block is at most
+// packNum/packDen of it; after one that does not shrink so, the next
+// skip records go as they are (skip doubles, up to maxPackSkip, and
+// starts again at none once one shrinks), so an incompressible source
+// pays for one attempt in maxPackSkip+1. Random data gains nothing from
+// s2, and its attempt cost the cloner 0.13 s per 740 MB.
+const (
+	packNum, packDen = 7, 8
+	maxPackSkip      = 64
 )
 
 // maxDataRecord bounds one data record, so a hostile length cannot make
@@ -91,7 +115,12 @@ func (r *Record) IsEnd() bool   { return r.Kind == recordEnd }
 type Encoder struct {
 	w   io.Writer
 	enc bufferEncoder // w's, when it encodes a buffer without copying it
-	buf [17]byte
+	buf [25]byte
+	// pack: data records go packed where they shrink (NewRecordsEncoder);
+	// skip and skipLeft are the records not tried after one that did not.
+	pack           bool
+	packed         []byte
+	skip, skipLeft int
 }
 
 // bufferEncoder is an s2.Writer's EncodeBuffer: p encoded where it lies,
@@ -119,11 +148,39 @@ func NewStreamEncoder(w io.Writer) (*Encoder, *s2.Writer) {
 	return NewEncoder(sw), sw
 }
 
+// NewRecordsEncoder writes bare records to w (FramingRecords), each data
+// record packed as an s2 block where that shrinks it: no stream framing
+// around them, so no CRC-32C of every byte and no compression attempt on
+// every block of a source that does not compress. A fully written 2 GiB
+// block clone (random data) under 750m, 6 interleaved rounds: the cloner
+// 3.00 CPU-s instead of 3.38, the server 3.15 instead of 3.45, 4.53 s
+// instead of 5.01.
+func NewRecordsEncoder(w io.Writer) *Encoder { return &Encoder{w: w, pack: true} }
+
+// framed is a sparse-v2 request's headers with its body's framing
+// (framing: FramingRecords when the server offered it, else "").
+func framed(framing string, headers map[string]string) map[string]string {
+	if framing == FramingRecords {
+		headers[FramingHeader] = FramingRecords
+	}
+	return headers
+}
+
+// bodyEncoder is a sparse-v2 request's encoder onto w in framing (as
+// framed said), and what ends the body.
+func bodyEncoder(w io.Writer, framing string) (*Encoder, func() error) {
+	if framing == FramingRecords {
+		return NewRecordsEncoder(w), func() error { return nil }
+	}
+	enc, sw := NewStreamEncoder(w)
+	return enc, sw.Close
+}
+
 func (e *Encoder) head(kind byte, a, b uint64) error {
 	e.buf[0] = kind
 	binary.BigEndian.PutUint64(e.buf[1:], a)
 	binary.BigEndian.PutUint64(e.buf[9:], b)
-	_, err := e.w.Write(e.buf[:])
+	_, err := e.w.Write(e.buf[:17])
 	return err
 }
 
@@ -138,6 +195,11 @@ func (e *Encoder) Data(off int64, p []byte) error {
 	if len(p) > maxDataRecord {
 		return fmt.Errorf("data record of %d bytes exceeds %d", len(p), maxDataRecord)
 	}
+	if e.pack {
+		if block := e.tryPack(p); block != nil {
+			return e.writePacked(off, len(p), block)
+		}
+	}
 	if err := e.head(recordData, uint64(off), uint64(len(p))); err != nil {
 		return err
 	}
@@ -146,6 +208,43 @@ func (e *Encoder) Data(off int64, p []byte) error {
 	}
 	_, err := e.w.Write(p)
 	return err
+}
+
+// tryPack is p as an s2 block when that is small enough to send instead,
+// else nil (the skip rule above).
+func (e *Encoder) tryPack(p []byte) []byte {
+	if e.skipLeft > 0 {
+		e.skipLeft--
+		return nil
+	}
+	if cap(e.packed) < maxPackedRecord {
+		e.packed = make([]byte, maxPackedRecord)
+	}
+	block := s2.Encode(e.packed[:maxPackedRecord], p)
+	if len(block)*packDen <= len(p)*packNum {
+		e.skip = 0
+		return block
+	}
+	e.skip = min(max(2*e.skip, 1), maxPackSkip)
+	e.skipLeft = e.skip
+	return nil
+}
+
+func (e *Encoder) writePacked(off int64, n int, block []byte) error {
+	e.buf[0] = recordPacked
+	putFields(e, uint64(off), uint64(n), uint64(len(block)))
+	if _, err := e.w.Write(e.buf[:25]); err != nil {
+		return err
+	}
+	_, err := e.w.Write(block)
+	return err
+}
+
+// putFields puts a packed record's three fields after its kind.
+func putFields(e *Encoder, off, n, size uint64) {
+	binary.BigEndian.PutUint64(e.buf[1:], off)
+	binary.BigEndian.PutUint64(e.buf[9:], n)
+	binary.BigEndian.PutUint64(e.buf[17:], size)
 }
 
 // Zero says the n bytes at off are zeros.
@@ -162,9 +261,10 @@ func (e *Encoder) End(digest blkhash.Digest) error {
 
 // Decoder reads records.
 type Decoder struct {
-	r   byteReader
-	rec Record
-	buf []byte
+	r      byteReader
+	rec    Record
+	buf    []byte
+	packed []byte
 }
 
 type byteReader interface {
@@ -207,7 +307,7 @@ func (d *Decoder) Next() (*Record, error) {
 			return nil, unexpected(err)
 		}
 		return &d.rec, nil
-	case recordStart, recordData, recordZero:
+	case recordStart, recordData, recordZero, recordPacked:
 	default:
 		return nil, fmt.Errorf("%w: unknown record %q: %w", errMalformed, kind, errdefs.ErrInvalidImage)
 	}
@@ -236,8 +336,44 @@ func (d *Decoder) Next() (*Record, error) {
 		if _, err := io.ReadFull(d.r, d.rec.Data); err != nil {
 			return nil, unexpected(err)
 		}
+	case recordPacked:
+		if err := d.unpack(a, b); err != nil {
+			return nil, err
+		}
 	}
 	return &d.rec, nil
+}
+
+// unpack reads a packed record of n bytes at off and decodes it as the
+// Data record it stands for.
+func (d *Decoder) unpack(off, n int64) error {
+	var h [8]byte
+	if _, err := io.ReadFull(d.r, h[:]); err != nil {
+		return unexpected(err)
+	}
+	size := binary.BigEndian.Uint64(h[:])
+	if n == 0 || n > maxDataRecord || size == 0 || size > uint64(maxPackedRecord) {
+		return fmt.Errorf("%w: packed record of %d bytes in %d: %w", errMalformed, n, size, errdefs.ErrInvalidImage)
+	}
+	if cap(d.packed) < int(size) {
+		d.packed = make([]byte, size)
+	}
+	block := d.packed[:size]
+	if _, err := io.ReadFull(d.r, block); err != nil {
+		return unexpected(err)
+	}
+	if got, err := s2.DecodedLen(block); err != nil || int64(got) != n {
+		return fmt.Errorf("%w: packed record of %d bytes holds %d (%v): %w", errMalformed, n, got, err, errdefs.ErrInvalidImage)
+	}
+	if cap(d.buf) < int(n) {
+		d.buf = make([]byte, n)
+	}
+	data, err := s2.Decode(d.buf[:n], block)
+	if err != nil || int64(len(data)) != n {
+		return fmt.Errorf("%w: packed record at %d: %v: %w", errMalformed, off, err, errdefs.ErrInvalidImage)
+	}
+	d.rec = Record{Kind: recordData, Offset: off, Length: n, Data: data}
+	return nil
 }
 
 func unexpected(err error) error {
