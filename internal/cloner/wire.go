@@ -78,7 +78,7 @@ const (
 
 // maxPackedRecord bounds a packed record's block: the most s2 makes of
 // maxDataRecord bytes.
-var maxPackedRecord = s2.MaxEncodedLen(maxDataRecord)
+func maxPackedRecord() int { return s2.MaxEncodedLen(maxDataRecord) }
 
 // Packing: a data record goes packed when its s2 block is at most
 // packNum/packDen of it; after one that does not shrink so, the next
@@ -217,10 +217,10 @@ func (e *Encoder) tryPack(p []byte) []byte {
 		e.skipLeft--
 		return nil
 	}
-	if cap(e.packed) < maxPackedRecord {
-		e.packed = make([]byte, maxPackedRecord)
+	if bound := maxPackedRecord(); cap(e.packed) < bound {
+		e.packed = make([]byte, bound)
 	}
-	block := s2.Encode(e.packed[:maxPackedRecord], p)
+	block := s2.Encode(e.packed[:cap(e.packed)], p)
 	if len(block)*packDen <= len(p)*packNum {
 		e.skip = 0
 		return block
@@ -352,7 +352,7 @@ func (d *Decoder) unpack(off, n int64) error {
 		return unexpected(err)
 	}
 	size := binary.BigEndian.Uint64(h[:])
-	if n == 0 || n > maxDataRecord || size == 0 || size > uint64(maxPackedRecord) {
+	if n == 0 || n > maxDataRecord || size == 0 || size > uint64(maxPackedRecord()) {
 		return fmt.Errorf("%w: packed record of %d bytes in %d: %w", errMalformed, n, size, errdefs.ErrInvalidImage)
 	}
 	if cap(d.packed) < int(size) {

@@ -108,7 +108,7 @@ func TestHostilePackedRecordsAreMalformed(t *testing.T) {
 	}{
 		{"a length the block does not hold", packed(uint64(len(data))-1, uint64(len(block)), block)},
 		{"a length over a data record's", packed(maxDataRecord+1, uint64(len(block)), block)},
-		{"a block larger than s2 makes", packed(uint64(len(data)), uint64(maxPackedRecord)+1, block)},
+		{"a block larger than s2 makes", packed(uint64(len(data)), uint64(maxPackedRecord())+1, block)},
 		{"no length", packed(0, uint64(len(block)), block)},
 		{"no s2 block", packed(uint64(len(data)), 64, bytes.Repeat([]byte{0xff}, 64))},
 		{"a block cut short", packed(uint64(len(data)), uint64(len(block)), block[:len(block)/2])},
