@@ -176,12 +176,19 @@ func bodyEncoder(w io.Writer, framing string) (*Encoder, func() error) {
 	return enc, sw.Close
 }
 
-func (e *Encoder) head(kind byte, a, b uint64) error {
-	e.buf[0] = kind
-	binary.BigEndian.PutUint64(e.buf[1:], a)
-	binary.BigEndian.PutUint64(e.buf[9:], b)
-	_, err := e.w.Write(e.buf[:17])
+// head writes a record's kind and its big-endian 64-bit fields (two, or a
+// packed record's three).
+func (e *Encoder) head(kind byte, fields ...uint64) error {
+	_, err := e.w.Write(e.headBytes(kind, fields...))
 	return err
+}
+
+func (e *Encoder) headBytes(kind byte, fields ...uint64) []byte {
+	e.buf[0] = kind
+	for i, f := range fields {
+		binary.BigEndian.PutUint64(e.buf[1+8*i:], f)
+	}
+	return e.buf[:1+8*len(fields)]
 }
 
 // Start opens a request: the source has size bytes and this body starts at
@@ -231,20 +238,11 @@ func (e *Encoder) tryPack(p []byte) []byte {
 }
 
 func (e *Encoder) writePacked(off int64, n int, block []byte) error {
-	e.buf[0] = recordPacked
-	putFields(e, uint64(off), uint64(n), uint64(len(block)))
-	if _, err := e.w.Write(e.buf[:25]); err != nil {
+	if err := e.head(recordPacked, uint64(off), uint64(n), uint64(len(block))); err != nil {
 		return err
 	}
 	_, err := e.w.Write(block)
 	return err
-}
-
-// putFields puts a packed record's three fields after its kind.
-func putFields(e *Encoder, off, n, size uint64) {
-	binary.BigEndian.PutUint64(e.buf[1:], off)
-	binary.BigEndian.PutUint64(e.buf[9:], n)
-	binary.BigEndian.PutUint64(e.buf[17:], size)
 }
 
 // Zero says the n bytes at off are zeros.

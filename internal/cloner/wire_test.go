@@ -94,13 +94,8 @@ func TestHostilePackedRecordsAreMalformed(t *testing.T) {
 	require.Equal(t, byte(recordPacked), good.Bytes()[0], "the encoder packed it")
 	block := good.Bytes()[25:]
 	packed := func(n, size uint64, block []byte) []byte {
-		var b bytes.Buffer
-		e := &Encoder{w: &b}
-		e.buf[0] = recordPacked
-		putFields(e, 0, n, size)
-		b.Write(e.buf[:25])
-		b.Write(block)
-		return b.Bytes()
+		var e Encoder
+		return append(bytes.Clone(e.headBytes(recordPacked, 0, n, size)), block...)
 	}
 	for _, tc := range []struct {
 		name string

@@ -111,10 +111,16 @@ func (c *coalescingConn) flushGathered() {
 		return // a write took the bytes meanwhile
 	}
 	c.armed = false
+	c.writeGathered()
+}
+
+// writeGathered writes what was gathered, unless a write failed before;
+// c.mu is held.
+func (c *coalescingConn) writeGathered() {
 	if len(c.buf) > 0 && c.err == nil {
 		_, c.err = c.Conn.Write(c.buf)
-		c.buf = c.buf[:0]
 	}
+	c.buf = c.buf[:0]
 }
 
 // Close writes what was gathered, then closes the connection.
@@ -124,10 +130,7 @@ func (c *coalescingConn) Close() error {
 		c.timer.Stop()
 		c.armed = false
 	}
-	if len(c.buf) > 0 && c.err == nil {
-		_, c.err = c.Conn.Write(c.buf)
-		c.buf = c.buf[:0]
-	}
+	c.writeGathered()
 	c.mu.Unlock()
 	return c.Conn.Close()
 }
