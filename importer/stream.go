@@ -90,10 +90,23 @@ func (a *attempt) copyRaw(ctx context.Context, t *volume.Target) (int64, error) 
 // copyRuns writes a source given as runs (datasource.Runs): data as
 // bytes, zero runs as lengths (Writer.WriteZeros, neither expanded nor
 // scanned), each run checked to start where the last ended and the whole
-// to be the size the source declared.
+// to be the size the source declared. Runs that offer their data as a
+// reader (datasource.RunsFrom) are read straight into the Writer's chunks.
 func (a *attempt) copyRuns(ctx context.Context, w *volume.Writer, runs datasource.Runs) error {
+	from, _ := runs.(datasource.RunsFrom)
 	for {
-		off, data, zeros, err := runs.NextRun(ctx)
+		var (
+			off, n, zeros int64
+			p             []byte
+			data          io.Reader
+			err           error
+		)
+		if from != nil {
+			off, data, n, zeros, err = from.NextRunFrom(ctx)
+		} else {
+			off, p, zeros, err = runs.NextRun(ctx)
+			n = int64(len(p))
+		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -103,8 +116,15 @@ func (a *attempt) copyRuns(ctx context.Context, w *volume.Writer, runs datasourc
 		switch {
 		case off != w.Written():
 			return fmt.Errorf("%s sent a run at %d where %d bytes were written: %w", a.req.Source, off, w.Written(), errdefs.ErrInvalidImage)
-		case len(data) > 0:
-			_, err = w.Write(data)
+		case n > 0 && data == nil:
+			_, err = w.Write(p)
+		case n > volume.MaxWriteFrom:
+			return fmt.Errorf("%s sent a data run of %d bytes at %d, over %d: %w", a.req.Source, n, off, volume.MaxWriteFrom, errdefs.ErrInvalidImage)
+		case n > 0:
+			src := &failedReader{r: data}
+			if err = w.WriteFrom(src, n); src.err != nil {
+				continue // not taken: the runs go on from off (datasource.RunsFrom)
+			}
 		case zeros > 0:
 			err = w.WriteZeros(zeros)
 		default:
@@ -113,12 +133,26 @@ func (a *attempt) copyRuns(ctx context.Context, w *volume.Writer, runs datasourc
 		if err != nil {
 			return err
 		}
-		a.source.counter.Add(int64(len(data)) + zeros)
+		a.source.counter.Add(n + zeros)
 	}
 	if size := a.source.size; size >= 0 && w.Written() != size {
 		return fmt.Errorf("%s ended at %d of its %d bytes: %w", a.req.Source, w.Written(), size, errdefs.ErrInvalidImage)
 	}
 	return nil
+}
+
+// failedReader keeps the error its reader failed with.
+type failedReader struct {
+	r   io.Reader
+	err error
+}
+
+func (f *failedReader) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(p)) {
+		f.err = err
+	}
+	return n, err
 }
 
 // checkRunsDigest compares the content digest of the disk written from

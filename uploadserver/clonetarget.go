@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/diskimport/engine/datasource"
@@ -86,14 +87,28 @@ func (t *sparseTarget) failed(err error) error {
 	return cmp.Or(t.err, err)
 }
 
-// write hands the source's bytes at the current offset to the import.
-func (t *sparseTarget) write(ctx context.Context, p []byte) error {
-	if err := t.runs.hand(ctx, run{off: t.offset, data: p}); err != nil {
+// write hands the source's n bytes at the current offset to the import,
+// which reads them from data (a record's bytes still on the request's
+// stream, read straight into the target's chunks). When data fails under
+// the import the run was not applied: a *readError, the request's.
+func (t *sparseTarget) write(ctx context.Context, data io.Reader, n int64) error {
+	body := &runBody{r: data}
+	if err := t.runs.hand(ctx, run{off: t.offset, body: body, n: n}); err != nil {
 		return t.handErr(err)
 	}
-	t.offset += int64(len(p))
+	if body.err != nil {
+		return &readError{body.err}
+	}
+	t.offset += n
 	return nil
 }
+
+// readError is a data record's bytes cut short under the import: a
+// failure of the request's transport, not of the target.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "reading a data record: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 // zero hands n zero bytes at the current offset to the import as their
 // count: nothing crossed the wire, nothing is expanded or hashed here.

@@ -1,6 +1,7 @@
 package uploadserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,14 +10,33 @@ import (
 	"github.com/diskimport/engine/errdefs"
 )
 
-// run is one record of a clone handed to its import: data, or zeros
-// zero bytes, at off; or with end set, the End record's digest.
+// run is one record of a clone handed to its import: data, or the n
+// bytes body reads, or zeros zero bytes, at off; or with end set, the End
+// record's digest.
 type run struct {
 	off    int64
 	data   []byte
+	body   *runBody
+	n      int64
 	zeros  int64
 	end    bool
 	digest string
+}
+
+// runBody reads a data record's bytes off its request for the import,
+// keeping the error that cut them short: the run was not applied, and the
+// request ends with it (a transport failure, resumed from the run's offset).
+type runBody struct {
+	r   io.Reader
+	err error
+}
+
+func (b *runBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF { //nolint:errorlint // io.EOF from Read is never wrapped
+		b.err = err
+	}
+	return n, err
 }
 
 // runHandoff is datasource.Runs fed by a session's requests, as io.Pipe
@@ -35,6 +55,8 @@ type runHandoff struct {
 	// The import's goroutine only:
 	taken  bool
 	digest string
+	buf    []byte       // NextRun's bytes of a run read off its request
+	data   bytes.Reader // NextRunFrom's reader of a run's data
 }
 
 // newRunHandoff is a hand-over to an import that closes ended when it
@@ -44,8 +66,43 @@ func newRunHandoff(ended <-chan struct{}) *runHandoff {
 }
 
 // NextRun is datasource.Runs's: the import takes the next run, telling
-// the hand-over that the last one was applied.
+// the hand-over that the last one was applied. A run read off its request
+// is read into a buffer here; one whose request failed under it was not
+// taken, and the next run (the resumed request's) is waited for.
 func (h *runHandoff) NextRun(ctx context.Context) (int64, []byte, int64, error) {
+	for {
+		r, err := h.next(ctx)
+		if err != nil || r.body == nil {
+			return r.off, r.data, r.zeros, err
+		}
+		if cap(h.buf) < int(r.n) {
+			h.buf = make([]byte, r.n)
+		}
+		if _, err := io.ReadFull(r.body, h.buf[:r.n]); err == nil {
+			return r.off, h.buf[:r.n], 0, nil
+		}
+	}
+}
+
+// NextRunFrom is datasource.RunsFrom's: a run read off its request is
+// read by the import itself, straight into its buffers.
+func (h *runHandoff) NextRunFrom(ctx context.Context) (int64, io.Reader, int64, int64, error) {
+	r, err := h.next(ctx)
+	switch {
+	case err != nil:
+		return 0, nil, 0, 0, err
+	case r.body != nil:
+		return r.off, r.body, r.n, 0, nil
+	case len(r.data) > 0:
+		h.data.Reset(r.data)
+		return r.off, &h.data, int64(len(r.data)), 0, nil
+	}
+	return r.off, nil, 0, r.zeros, nil
+}
+
+// next takes the next run, telling the hand-over that the last one was
+// applied; after the last, io.EOF.
+func (h *runHandoff) next(ctx context.Context) (run, error) {
 	if h.taken {
 		h.taken = false
 		h.applied <- struct{}{}
@@ -54,14 +111,14 @@ func (h *runHandoff) NextRun(ctx context.Context) (int64, []byte, int64, error) 
 	case r := <-h.runs:
 		if r.end {
 			h.digest = r.digest
-			return 0, nil, 0, io.EOF
+			return run{}, io.EOF
 		}
 		h.taken = true
-		return r.off, r.data, r.zeros, nil
+		return r, nil
 	case <-h.closed:
-		return 0, nil, 0, h.cause
+		return run{}, h.cause
 	case <-ctx.Done():
-		return 0, nil, 0, fmt.Errorf("receiving the clone: %w: %w", errdefs.ErrCancelled, ctx.Err())
+		return run{}, fmt.Errorf("receiving the clone: %w: %w", errdefs.ErrCancelled, ctx.Err())
 	}
 }
 

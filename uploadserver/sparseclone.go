@@ -174,6 +174,7 @@ func (h *Handler) counter() *atomicCounter {
 // is opened by the first request's Start record, and committed once the
 // End record's digest matches what was written.
 func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cloner.Decoder) (*importer.Result, error) {
+	dec.LeaveDataOnStream() // the import reads each data record's bytes
 	rec, err := dec.Next()
 	if err != nil {
 		return nil, fmt.Errorf("receiving the clone: %w", err)
@@ -231,17 +232,18 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			// of 2^63-1 bytes at 64 KiB would have been taken as in bounds).
 			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, tgt.size, errdefs.ErrInvalidImage)
 		case rec.IsData():
-			err = tgt.write(ctx, rec.Data)
+			err = tgt.write(ctx, dec.DataReader(), rec.Length)
 		case rec.IsZero():
 			err = tgt.zero(ctx, rec.Length)
 		default:
 			return nil, fmt.Errorf("unexpected clone record %q: %w", rec.Kind, errdefs.ErrInvalidImage)
 		}
+		var cut *readError
 		if err != nil {
-			if ctx.Err() != nil {
-				// The request ended before the import took the run: a
-				// transport failure, resumed from tgt.offset.
-				return nil, fmt.Errorf("receiving the clone: %w", err)
+			if ctx.Err() != nil || errors.As(err, &cut) {
+				// The request ended before the import took the run, or
+				// under it: a transport failure, resumed from tgt.offset.
+				return nil, fmt.Errorf("receiving the clone at %d bytes: %w", tgt.offset, err)
 			}
 			return nil, &targetError{err}
 		}

@@ -2,6 +2,7 @@ package cloner
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -99,7 +100,8 @@ const maxDataRecord = 4 << 20
 type Record struct {
 	Kind byte
 	// Start: Size and Offset. Data and Zero: Offset and Length (Data holds
-	// the bytes, valid until the next Next).
+	// the bytes, valid until the next Next, unless they were left on the
+	// stream: DataReader reads them either way).
 	Size, Offset, Length int64
 	Data                 []byte
 	Digest               blkhash.Digest
@@ -263,6 +265,11 @@ type Decoder struct {
 	rec    Record
 	buf    []byte
 	packed []byte
+	// onStream: a data record's bytes stay on the stream for DataReader
+	// (LeaveDataOnStream); left of them are not read yet.
+	onStream bool
+	left     int64
+	data     bytes.Reader
 }
 
 type byteReader interface {
@@ -280,6 +287,38 @@ func NewDecoder(r io.Reader) *Decoder {
 	return &Decoder{r: bufio.NewReaderSize(r, 64<<10)}
 }
 
+// LeaveDataOnStream makes Next leave a data record's bytes on the stream
+// (its Data nil): DataReader reads them, straight into the caller's
+// buffer, and the next Next skips what it did not read. A packed record's
+// bytes are decoded into Data as before.
+func (d *Decoder) LeaveDataOnStream() { d.onStream = true }
+
+// DataReader reads the current data record's Length bytes: from Data, or
+// off the stream (LeaveDataOnStream). It is valid until the next Next; a
+// stream that ends before the record does is io.ErrUnexpectedEOF.
+func (d *Decoder) DataReader() io.Reader {
+	if d.rec.Data != nil {
+		d.data.Reset(d.rec.Data)
+		return &d.data
+	}
+	return (*recordBytes)(d)
+}
+
+// recordBytes reads the bytes of a data record left on the stream.
+type recordBytes Decoder
+
+func (b *recordBytes) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	if b.left > 0 || err != io.EOF { //nolint:errorlint // io.EOF from Read is never wrapped
+		err = unexpected(err)
+	}
+	return n, err
+}
+
 // errMalformed marks a body that is not sparse-v2; errors of the reader
 // beneath are returned as they are (a dropped connection can resume).
 var errMalformed = errors.New("malformed clone stream")
@@ -291,6 +330,12 @@ func IsMalformed(err error) bool { return errors.Is(err, errMalformed) }
 // Next returns the next record. A stream that ends before its End record
 // returns io.ErrUnexpectedEOF.
 func (d *Decoder) Next() (*Record, error) {
+	if d.left > 0 {
+		n, err := io.CopyN(io.Discard, d.r, d.left)
+		if d.left -= n; err != nil {
+			return nil, unexpected(err)
+		}
+	}
 	kind, err := d.r.ReadByte()
 	if err != nil {
 		if err == io.EOF {
@@ -327,6 +372,10 @@ func (d *Decoder) Next() (*Record, error) {
 			return nil, fmt.Errorf("%w: data record of %d bytes: %w", errMalformed, b, errdefs.ErrInvalidImage)
 		}
 		d.rec.Offset, d.rec.Length = a, b
+		if d.onStream {
+			d.left = b
+			break
+		}
 		if cap(d.buf) < int(b) {
 			d.buf = make([]byte, b)
 		}

@@ -245,6 +245,62 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// MaxWriteFrom is the most WriteFrom takes in one call: one chunk.
+const MaxWriteFrom = chunkSize
+
+// WriteFrom is Write of the next n bytes of r (at most MaxWriteFrom),
+// read straight into the chunk being filled instead of copied from the
+// caller's buffer: a clone's data records read off the connection, one
+// memmove of every byte less. It takes all n bytes or none: when r fails
+// before the n-th, nothing was taken (Written does not move, the Writer
+// stays usable) and r's error is returned as it is; a failure of the
+// target is sticky, as Write's.
+func (w *Writer) WriteFrom(r io.Reader, n int64) error {
+	if err := w.check(); err != nil {
+		return err
+	}
+	if n < 0 || n > MaxWriteFrom {
+		return fmt.Errorf("write of %d bytes at once to %s: %w", n, w.t.path, errdefs.ErrInvalidOptions)
+	}
+	if w.off+n > w.capacity {
+		return w.fail(w.tooSmall(w.off + n))
+	}
+	if w.stage == nil {
+		w.stage, w.stageLen = w.takeBuf(), 0
+	}
+	// The bytes past the stage go at the start of the next chunk, which
+	// is handed off only once every byte is read: until then a failure of
+	// r leaves the stage as it was.
+	first := min(int(n), chunkSize-w.stageLen)
+	if _, err := io.ReadFull(r, w.stage[w.stageLen:w.stageLen+first]); err != nil {
+		return err
+	}
+	var next []byte
+	if rest := int(n) - first; rest > 0 {
+		next = w.takeBuf()
+		if _, err := io.ReadFull(r, next[:rest]); err != nil {
+			w.spare = next
+			return err
+		}
+	}
+	w.stageLen += first
+	w.off += int64(first)
+	w.written.Add(int64(first))
+	if w.stageLen < chunkSize {
+		return nil
+	}
+	if err := w.handOffStage(); err != nil {
+		return err
+	}
+	if next != nil {
+		rest := int(n) - first
+		w.stage, w.stageLen = next, rest
+		w.off += int64(rest)
+		w.written.Add(int64(rest))
+	}
+	return nil
+}
+
 // handOffStage starts writing the full staged chunk on its own goroutine,
 // once the one before it is written.
 func (w *Writer) handOffStage() error {
