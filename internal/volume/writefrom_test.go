@@ -73,7 +73,7 @@ func TestWriteFromTakesAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	const size = 21*mib + 4097
 	img := makeImage(9, size, 0.4)
-	clear(img[4*mib-1000 : 4*mib+3*65536]) // a zero run across a chunk's end
+	clear(img[4*mib-1000 : 4*mib+3*65536])            // a zero run across a chunk's end
 	copy(img[10*mib:17*mib], makeImage(10, 7*mib, 0)) // a data run of three pieces
 	whole := blkhash.New(0)
 	_, _ = whole.Write(img)
