@@ -3,13 +3,23 @@ package datasource
 import (
 	"crypto/tls"
 	"net/http"
+
+	"github.com/diskimport/engine/internal/netconn"
 )
+
+// sourceReadBuffer is how much a source's connection reads per system
+// call: crypto/tls reads about one 16 KiB record per call, and an HTTPS
+// download's TLS reads its records through this buffer instead
+// (netconn.BufferedDialer; a plain body read in larger pieces bypasses
+// it).
+const sourceReadBuffer = 64 << 10
 
 // NewTransport is the one transport every network source but the
 // container-image ones is carried by (HTTP, S3, GCS and their token
 // endpoints): c's CA pool and TLS settings, its proxy (the environment's
-// when nil), and with c.Egress every connection dialled through the
-// policy. The bytes must arrive as stored (checksums cover them, and the
+// when nil), every connection dialled (with c.Egress through the policy)
+// and read through a buffer (sourceReadBuffer). The bytes must
+// arrive as stored (checksums cover them, and the
 // engine peels compression itself), so it never asks for gzip transfer.
 // Callers set the keep-alive behaviour their reads want.
 func NewTransport(c Config) (*http.Transport, error) {
@@ -30,10 +40,12 @@ func NewTransport(c Config) (*http.Transport, error) {
 	if tr.Proxy == nil {
 		tr.Proxy = http.ProxyFromEnvironment
 	}
+	dial := tr.DialContext
 	if c.Egress != nil {
-		tr.DialContext = c.Egress.DialContext
+		dial = c.Egress.DialContext
 		tr.Proxy = c.Egress.proxy(tr.Proxy)
 	}
+	tr.DialContext = netconn.BufferedDialer(dial, sourceReadBuffer)
 	tr.TLSClientConfig = tlsConf
 	tr.ProxyConnectHeader = http.Header{"User-Agent": {ua}}
 	tr.DisableCompression = true

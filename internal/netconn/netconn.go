@@ -1,8 +1,8 @@
 // Package netconn holds the engine's one way to cut the system calls of a
 // bulk TLS stream over TCP: a connection that gathers full TLS records
-// into large writes (Coalesce, for a sender), and a listener whose
-// connections read through a large buffer (BufferedReads, for a
-// receiver).
+// into large writes (Coalesce, for a sender), and connections that read
+// through a large buffer (BufferedReads for a server's, BufferedDialer
+// for a client's).
 //
 // crypto/tls writes each record, at most 16 KiB of plaintext, with a
 // write of its own, and reads about one record per read: a 2 GiB clone
@@ -146,12 +146,32 @@ func (l bufferedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, BufferSize)}, nil
+	return newBufferedConn(c, BufferSize), nil
 }
 
+// BufferedDialer returns dial's connections read through a buffer of size
+// bytes, for a client whose TLS reads a record per call (an HTTPS
+// download). A read of at least size bytes that finds the buffer empty
+// goes straight into the caller's buffer, so a plain HTTP body read in
+// large pieces pays no copy for it.
+func BufferedDialer(dial Dialer, size int) Dialer {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newBufferedConn(c, size), nil
+	}
+}
+
+// bufferedConn reads c through a buffer.
 type bufferedConn struct {
 	net.Conn
 	r *bufio.Reader
+}
+
+func newBufferedConn(c net.Conn, size int) *bufferedConn {
+	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, size)}
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }

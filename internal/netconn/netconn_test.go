@@ -2,9 +2,13 @@ package netconn
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -156,4 +160,67 @@ func TestBufferedReadsDeliverTheStream(t *testing.T) {
 	got, err := io.ReadAll(c)
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(want, got), "the stream read back")
+}
+
+// readSizes records the longest read asked of the connection beneath.
+type readSizes struct {
+	net.Conn
+	longest atomic.Int64
+}
+
+func (c *readSizes) Read(p []byte) (int, error) {
+	if n := int64(len(p)); n > c.longest.Load() {
+		c.longest.Store(n)
+	}
+	return c.Conn.Read(p)
+}
+
+// TestBufferedDialerDeliversHTTPSAndPlainBodies: a transport dialling
+// through BufferedDialer reads an HTTPS answer and a plain one whole, and
+// a plain body read in pieces longer than the buffer is read straight
+// into them (the buffer beneath never asks for less).
+func TestBufferedDialerDeliversHTTPSAndPlainBodies(t *testing.T) {
+	want := random(t, 5*BufferSize+777)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(want) })
+	const size = 64 << 10
+	var seen []*readSizes
+	var mu sync.Mutex
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		rs := &readSizes{Conn: c}
+		mu.Lock()
+		seen = append(seen, rs)
+		mu.Unlock()
+		return rs, nil
+	}
+	for _, tls := range []bool{true, false} {
+		srv := httptest.NewUnstartedServer(handler)
+		if tls {
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		tr.DialContext = BufferedDialer(dial, size)
+		resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+		require.NoError(t, err)
+		var got []byte
+		buf := make([]byte, 4*size)
+		for {
+			n, err := io.ReadFull(resp.Body, buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		srv.Close()
+		assert.True(t, bytes.Equal(want, got), "the body read back (TLS %v)", tls)
+	}
+	require.Len(t, seen, 2)
+	assert.Greater(t, seen[1].longest.Load(), int64(size), "a plain body's long reads go past the buffer")
 }
