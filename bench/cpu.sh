@@ -21,7 +21,9 @@
 # which the machine's load moves far less than the seconds),
 # BENCH_QUOTA_US (75000), BENCH_DECODER (1; 0 leaves the decoder's runs
 # out), BENCH_ENV (variables added to the pod's environment, such as
-# IMPORTER_CONNECTIONS=1), BENCH_BEFORE_ENV (the before runs' instead;
+# IMPORTER_CONNECTIONS=1), BENCH_TLS (1: the disks served over HTTPS,
+# the pod trusting the server's certificate through IMPORTER_CERT_DIR),
+# BENCH_BEFORE_ENV (the before runs' instead;
 # set without BENCH_BEFORE, the before runs are this build's, so two
 # settings of one build are compared interleaved). Wall seconds (ours_wall,
 # bef_wall; the pod's setup included) are medians too: under the quota
@@ -59,7 +61,12 @@ go build -o "$work/demoserve" ./scripts/demoserve
 make -s native >&2
 mkdir -p "$work/native"
 cp -r bin/native/. "$work/native/" 2>/dev/null || true
-"$work/demoserve" "$img" >"$work/url" 2>/dev/null &
+tls=() certs=()
+if [[ ${BENCH_TLS:-0} == 1 ]]; then
+	tls=(-tls "$work/certs")
+	certs=(/certs "$work/certs")
+fi
+"$work/demoserve" "${tls[@]}" "$img" >"$work/url" 2>/dev/null &
 srv=$!
 for _ in $(seq 50); do [[ -s $work/url ]] && break; sleep 0.1; done
 url=$(head -1 "$work/url")
@@ -98,9 +105,9 @@ pod_cmd() {
 	local bin=${2:-$imp} env=${3-${BENCH_ENV:-}}
 	echo "exec env -i PATH=/native:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 IMPORTER_SOURCE=http IMPORTER_ENDPOINT=$url/disk.$1 IMPORTER_CONTENTTYPE=kubevirt IMPORTER_IMAGE_SIZE=$vsize \
-PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench $env \
+PREALLOCATION=false FILESYSTEM_OVERHEAD=0 OWNER_UID=bench ${certs:+IMPORTER_CERT_DIR=/certs} $env \
 unshare --mount --propagation private sh $root/internal/testkit/testimg/pod.sh $work/podroot 0 \
-/dev/cdi-block-volume $loop /importer $bin /scratch $work/scratch /native $work/native"
+/dev/cdi-block-volume $loop /importer $bin /scratch $work/scratch /native $work/native ${certs[*]}"
 }
 decoder_cmd() {
 	case $1 in

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 
 	"github.com/diskimport/engine/datasource"
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/importer"
+	"github.com/diskimport/engine/internal/cloner"
 )
 
 // sparseTarget is the engine import a sparse-v2 session writes into: the
@@ -87,17 +87,16 @@ func (t *sparseTarget) failed(err error) error {
 	return cmp.Or(t.err, err)
 }
 
-// write hands the source's n bytes at the current offset to the import,
-// which reads them from data (a record's bytes still on the request's
-// stream, read straight into the target's chunks). When data fails under
-// the import the run was not applied: a *readError, the request's.
-func (t *sparseTarget) write(ctx context.Context, data io.Reader, n int64) error {
-	body := &runBody{r: data}
-	if err := t.runs.hand(ctx, run{off: t.offset, body: body, n: n}); err != nil {
+// write hands the current data record of dec to the import, which reads
+// its bytes off the request straight into the target's chunks. When the
+// request's connection fails under the import the record was not
+// applied: a *readError, the request's.
+func (t *sparseTarget) write(ctx context.Context, dec *cloner.Decoder, n int64) error {
+	if err := t.runs.hand(ctx, run{off: t.offset, body: dec.DataReader(), n: n}); err != nil {
 		return t.handErr(err)
 	}
-	if body.err != nil {
-		return &readError{body.err}
+	if err := dec.DataErr(); err != nil {
+		return &readError{err}
 	}
 	t.offset += n
 	return nil

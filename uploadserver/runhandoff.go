@@ -16,27 +16,11 @@ import (
 type run struct {
 	off    int64
 	data   []byte
-	body   *runBody
+	body   io.Reader
 	n      int64
 	zeros  int64
 	end    bool
 	digest string
-}
-
-// runBody reads a data record's bytes off its request for the import,
-// keeping the error that cut them short: the run was not applied, and the
-// request ends with it (a transport failure, resumed from the run's offset).
-type runBody struct {
-	r   io.Reader
-	err error
-}
-
-func (b *runBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF { //nolint:errorlint // io.EOF from Read is never wrapped
-		b.err = err
-	}
-	return n, err
 }
 
 // runHandoff is datasource.Runs fed by a session's requests, as io.Pipe

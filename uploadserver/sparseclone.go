@@ -232,7 +232,7 @@ func (h *Handler) receiveSparse(ctx context.Context, sess *cloneSession, dec *cl
 			// of 2^63-1 bytes at 64 KiB would have been taken as in bounds).
 			return nil, fmt.Errorf("clone record of %d bytes at %d passes the source's %d bytes: %w", rec.Length, rec.Offset, tgt.size, errdefs.ErrInvalidImage)
 		case rec.IsData():
-			err = tgt.write(ctx, dec.DataReader(), rec.Length)
+			err = tgt.write(ctx, dec, rec.Length)
 		case rec.IsZero():
 			err = tgt.zero(ctx, rec.Length)
 		default:

@@ -270,6 +270,7 @@ type Decoder struct {
 	onStream bool
 	left     int64
 	data     bytes.Reader
+	cut      error // what cut a record's bytes short on the stream
 }
 
 type byteReader interface {
@@ -296,6 +297,7 @@ func (d *Decoder) LeaveDataOnStream() { d.onStream = true }
 // DataReader reads the current data record's Length bytes: from Data, or
 // off the stream (LeaveDataOnStream). It is valid until the next Next; a
 // stream that ends before the record does is io.ErrUnexpectedEOF.
+// Whatever cut the bytes short is kept (DataErr) and ends the stream.
 func (d *Decoder) DataReader() io.Reader {
 	if d.rec.Data != nil {
 		d.data.Reset(d.rec.Data)
@@ -311,13 +313,24 @@ func (b *recordBytes) Read(p []byte) (int, error) {
 	if b.left == 0 {
 		return 0, io.EOF
 	}
+	if b.cut != nil {
+		return 0, b.cut
+	}
 	n, err := b.r.Read(p[:min(int64(len(p)), b.left)])
 	b.left -= int64(n)
 	if b.left > 0 || err != io.EOF { //nolint:errorlint // io.EOF from Read is never wrapped
 		err = unexpected(err)
 	}
+	if err != nil && err != io.EOF { //nolint:errorlint // as above
+		b.cut = err
+	}
 	return n, err
 }
+
+// DataErr is what cut the bytes of a record left on the stream short
+// while they were read (the request's connection failed): nil while none
+// did. The stream ends there: Next returns it too.
+func (d *Decoder) DataErr() error { return d.cut }
 
 // errMalformed marks a body that is not sparse-v2; errors of the reader
 // beneath are returned as they are (a dropped connection can resume).
@@ -330,6 +343,9 @@ func IsMalformed(err error) bool { return errors.Is(err, errMalformed) }
 // Next returns the next record. A stream that ends before its End record
 // returns io.ErrUnexpectedEOF.
 func (d *Decoder) Next() (*Record, error) {
+	if d.cut != nil {
+		return nil, d.cut
+	}
 	if d.left > 0 {
 		n, err := io.CopyN(io.Discard, d.r, d.left)
 		if d.left -= n; err != nil {
