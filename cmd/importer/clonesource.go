@@ -225,7 +225,7 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 	if err != nil {
 		return fail(cdi.ExitFailed, err)
 	}
-	log.Info("Clone complete", "protocol", res.Protocol, "sourceBytes", res.SourceBytes, "wireBytes", res.WireBytes,
+	log.Info("Clone complete", "protocol", res.Protocol, "sourceBytes", res.SourceBytes, "sourceRead", res.SourceRead, "wireBytes", res.WireBytes,
 		"digest", res.Digest, "resumes", res.Resumes, "seconds", time.Since(start).Seconds())
 	if d := res.Delta; d != nil {
 		log.Info("Delta pass", "blocks", d.Blocks, "blocksChanged", d.BlocksChanged, "dataBytes", d.DataBytes, "zeroBytes", d.ZeroBytes,
@@ -244,11 +244,12 @@ func runCloneSource(ctx context.Context, f cloneSourceFlags, getenv func(string)
 		out, err := json.Marshal(struct {
 			Protocol    string      `json:"protocol"`
 			SourceBytes int64       `json:"sourceBytes"`
+			SourceRead  int64       `json:"sourceRead,omitempty"`
 			WireBytes   int64       `json:"wireBytes"`
 			Digest      string      `json:"digest"`
 			Resumes     int         `json:"resumes"`
 			Delta       *delta.Pass `json:"delta,omitempty"`
-		}{res.Protocol, res.SourceBytes, res.WireBytes, res.Digest, res.Resumes, res.Delta})
+		}{res.Protocol, res.SourceBytes, res.SourceRead, res.WireBytes, res.Digest, res.Resumes, res.Delta})
 		if err != nil {
 			return fail(cdi.ExitFailed, err)
 		}

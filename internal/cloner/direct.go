@@ -28,6 +28,8 @@ type sourceFile struct {
 	size   int64
 	// refused: a direct read failed with EINVAL; the rest go buffered.
 	refused atomic.Bool
+	// read counts the bytes read (Result.SourceRead).
+	read atomic.Int64
 }
 
 // openSourceFile opens the clone source at path, with O_DIRECT too when
@@ -46,7 +48,8 @@ func openSourceFile(path string) (*sourceFile, error) {
 
 // readAt reads min(len(p), size-off) bytes at off into p (aligned to
 // directAlign) and returns how many it read.
-func (s *sourceFile) readAt(p []byte, off int64) (int, error) {
+func (s *sourceFile) readAt(p []byte, off int64) (n int, err error) {
+	defer func() { s.read.Add(int64(n)) }()
 	want := int(min(int64(len(p)), s.size-off))
 	if s.direct != nil && !s.refused.Load() && off%directAlign == 0 {
 		// The length rounded up to the alignment: the source ends
@@ -92,4 +95,83 @@ func (s *sourceFile) Close() error {
 		s.direct.Close()
 	}
 	return s.plain.Close()
+}
+
+// extent is a range of the source that may hold data.
+type extent struct{ off, end int64 }
+
+// minHole is the shortest hole dataExtents leaves out: a shorter one is
+// read (its zeros found by the encoder's scan), which bounds the list at
+// one extent per MiB of the source.
+const minHole = 1 << 20
+
+// dataExtents lists the ranges of the source from off to its end that may
+// hold data, in order: a file's, asked of its file system (SEEK_DATA and
+// SEEK_HOLE), each widened to directAlign; a device's, or a file's whose
+// file system cannot tell, the whole range. CDI's disk.img on a
+// filesystem volume is sparse: its holes are never read.
+func (s *sourceFile) dataExtents(off int64) []extent {
+	whole := []extent{{off, s.size}}
+	if off >= s.size {
+		return nil
+	}
+	fd := int(s.plain.Fd())
+	var out []extent
+	for pos := off; pos < s.size; {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // a hole to the end
+		}
+		if err != nil {
+			return whole
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil || hole <= data {
+			return whole
+		}
+		start := max(data&^(directAlign-1), off)
+		end := min((hole+directAlign-1)&^(directAlign-1), s.size)
+		if n := len(out); n > 0 && start-out[n-1].end < minHole {
+			out[n-1].end = max(out[n-1].end, end)
+		} else {
+			out = append(out, extent{start, end})
+		}
+		pos = hole
+	}
+	return out
+}
+
+// extentsReader reads the source's extents one after the other (for the
+// read-ahead): every read starts on directAlign, as O_DIRECT asks.
+func (s *sourceFile) extentsReader(extents []extent) io.Reader {
+	return &extentsReader{f: s, ext: extents}
+}
+
+type extentsReader struct {
+	f    *sourceFile
+	ext  []extent
+	pos  int64
+	open bool
+}
+
+func (r *extentsReader) Read(p []byte) (int, error) {
+	if !r.open && len(r.ext) > 0 {
+		r.pos, r.open = r.ext[0].off, true
+	}
+	for len(r.ext) > 0 && r.pos >= r.ext[0].end {
+		if r.ext = r.ext[1:]; len(r.ext) > 0 {
+			r.pos = r.ext[0].off
+		}
+	}
+	if len(r.ext) == 0 {
+		return 0, io.EOF
+	}
+	limit := r.ext[0].end - r.pos
+	if r.ext[0].end == r.f.size {
+		// The source's end: readAt may round the read up past it.
+		limit = (limit + directAlign - 1) &^ (directAlign - 1)
+	}
+	n, err := r.f.readAt(p[:min(int64(len(p)), limit)], r.pos)
+	r.pos += int64(n)
+	return n, err
 }

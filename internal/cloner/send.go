@@ -72,6 +72,10 @@ type Result struct {
 	Protocol string
 	// SourceBytes is the source's size (a filesystem: the tar's length).
 	SourceBytes int64
+	// SourceRead counts the bytes read from a sparse-v2 clone's source,
+	// every attempt included: a file's holes are sent as zero records
+	// without being read.
+	SourceRead int64
 	// WireBytes counts the request bodies' bytes, every attempt included.
 	WireBytes int64
 	// Digest is the source's content digest (sparse-v2 only).

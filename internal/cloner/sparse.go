@@ -61,6 +61,14 @@ func (s *sourceHash) add(off int64, p []byte, zero bool) {
 	s.upTo = end
 }
 
+// addZero digests n zero bytes at off, beyond what was digested.
+func (s *sourceHash) addZero(off, n int64) {
+	if end := off + n; end > s.upTo {
+		s.h.Zero(end - max(off, s.upTo))
+		s.upTo = end
+	}
+}
+
 // sendSparse runs the sparse-v2 clone: requests from the offset the server
 // holds until one ends with the server's Clone Complete.
 func sendSparse(ctx context.Context, o Options) (*Result, error) {
@@ -76,7 +84,7 @@ func sendSparse(ctx context.Context, o Options) (*Result, error) {
 	err = resuming(ctx, o, retryBudget(o, isTransportError), session, size, res, func(offset int64) ([]byte, int64, error) {
 		return sparseRequest(ctx, o, f, size, offset, session, sum)
 	})
-	res.Digest = sum.final
+	res.Digest, res.SourceRead = sum.final, f.read.Load()
 	return res, err
 }
 
@@ -169,65 +177,43 @@ func sparseRequest(ctx context.Context, o Options, f *sourceFile, size, offset i
 }
 
 // encodeSparse writes the records of the source from offset to its end.
+// A file's holes (dataExtents) become zero records without being read.
 func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset int64, sum *sourceHash, o Options) error {
 	if err := enc.Start(size, offset); err != nil {
 		return err
 	}
+	extents := f.dataExtents(offset)
 	// With O_DIRECT the kernel reads nothing ahead: a goroutine does,
 	// readAheadChunks chunks ahead of the encoder.
-	chunks := iostage.NewAlignedReadAhead(f.section(offset), sparseChunk, readAheadChunks, directAlign)
+	chunks := iostage.NewAlignedReadAhead(f.extentsReader(extents), sparseChunk, readAheadChunks, directAlign)
 	defer chunks.Close()
-	var zeroFrom, zeroLen int64
-	flushZero := func() error {
-		if zeroLen == 0 {
-			return nil
-		}
-		err := enc.Zero(zeroFrom, zeroLen)
-		zeroLen = 0
-		return err
-	}
-	for off := offset; off < size; {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
-		}
-		chunk, err := chunks.Next()
-		if err != nil {
-			return fmt.Errorf("reading clone source at %d: %w", off, err)
-		}
-		n := len(chunk)
-		for g := 0; g < len(chunk); {
-			end := min(g+sparseGranule, len(chunk))
-			if iostage.IsZero(chunk[g:end]) {
-				sum.add(off+int64(g), chunk[g:end], true)
-				if zeroLen == 0 {
-					zeroFrom = off + int64(g)
-				}
-				zeroLen += int64(end - g)
-				g = end
-				continue
+	r := &runEncoder{enc: enc, sum: sum}
+	var chunk []byte
+	pos := offset
+	for _, e := range extents {
+		r.zeros(pos, e.off-pos) // a hole: not read
+		for pos = e.off; pos < e.end; {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w: %w", errdefs.ErrCancelled, err)
 			}
-			// A run of data granules goes as one record.
-			dataEnd := end
-			for dataEnd < len(chunk) {
-				next := min(dataEnd+sparseGranule, len(chunk))
-				if iostage.IsZero(chunk[dataEnd:next]) {
-					break
+			if len(chunk) == 0 {
+				c, err := chunks.Next()
+				if err != nil {
+					return fmt.Errorf("reading clone source at %d: %w", pos, err)
 				}
-				dataEnd = next
+				chunk = c
 			}
-			sum.add(off+int64(g), chunk[g:dataEnd], false)
-			if err := flushZero(); err != nil {
+			n := min(int64(len(chunk)), e.end-pos)
+			if err := r.data(pos, chunk[:n]); err != nil {
 				return err
 			}
-			if err := enc.Data(off+int64(g), chunk[g:dataEnd]); err != nil {
-				return err
-			}
-			g = dataEnd
+			chunk, pos = chunk[n:], pos+n
+			o.Progress.Store(pos)
 		}
-		off += int64(n)
-		o.Progress.Store(off)
 	}
-	if err := flushZero(); err != nil {
+	r.zeros(pos, size-pos)
+	o.Progress.Store(size)
+	if err := r.flushZero(); err != nil {
 		return err
 	}
 	if sum.upTo != size {
@@ -238,6 +224,71 @@ func encodeSparse(ctx context.Context, enc *Encoder, f *sourceFile, size, offset
 		sum.final = sum.sum.String()
 	}
 	return enc.End(sum.sum)
+}
+
+// runEncoder turns the source's bytes into records: each run of zero
+// granules one Zero record (held until the data after it, so runs that
+// meet are one), each run of data granules one Data record; every byte
+// is digested once, zeros without being read again.
+type runEncoder struct {
+	enc              *Encoder
+	sum              *sourceHash
+	zeroFrom, zeroOf int64
+}
+
+// zeros takes n zero bytes at off (a hole not read, or zero granules).
+func (r *runEncoder) zeros(off, n int64) {
+	if n <= 0 {
+		return
+	}
+	r.sum.addZero(off, n)
+	if r.zeroOf == 0 {
+		r.zeroFrom = off
+	}
+	r.zeroOf += n
+}
+
+func (r *runEncoder) flushZero() error {
+	if r.zeroOf == 0 {
+		return nil
+	}
+	err := r.enc.Zero(r.zeroFrom, r.zeroOf)
+	r.zeroOf = 0
+	return err
+}
+
+// data takes the source's bytes p at off, granule by granule (granules
+// on the source's offsets, a multiple of sparseGranule).
+func (r *runEncoder) data(off int64, p []byte) error {
+	granuleEnd := func(g int) int {
+		return min(g+sparseGranule-int((off+int64(g))%sparseGranule), len(p))
+	}
+	for g := 0; g < len(p); {
+		end := granuleEnd(g)
+		if iostage.IsZero(p[g:end]) {
+			r.zeros(off+int64(g), int64(end-g))
+			g = end
+			continue
+		}
+		// A run of data granules goes as one record.
+		dataEnd := end
+		for dataEnd < len(p) {
+			next := granuleEnd(dataEnd)
+			if iostage.IsZero(p[dataEnd:next]) {
+				break
+			}
+			dataEnd = next
+		}
+		r.sum.add(off+int64(g), p[g:dataEnd], false)
+		if err := r.flushZero(); err != nil {
+			return err
+		}
+		if err := r.enc.Data(off+int64(g), p[g:dataEnd]); err != nil {
+			return err
+		}
+		g = dataEnd
+	}
+	return nil
 }
 
 func newSessionID() string {
