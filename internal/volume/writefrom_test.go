@@ -70,7 +70,6 @@ func writeRunsFrom(t *testing.T, tg *volume.Target, runs []testRun, opts ...volu
 // inside a chunk or straddle two, and a run whose reader fails halfway
 // leaves no trace: the retried run lands where it belongs.
 func TestWriteFromTakesAllOrNothing(t *testing.T) {
-	ctx := context.Background()
 	const size = 21*mib + 4097
 	img := makeImage(9, size, 0.4)
 	clear(img[4*mib-1000 : 4*mib+3*65536])            // a zero run across a chunk's end
@@ -79,31 +78,7 @@ func TestWriteFromTakesAllOrNothing(t *testing.T) {
 	_, _ = whole.Write(img)
 	wantDigest := whole.Sum()
 	runs := runsOf(img, 65536)
-	t.Run("file", func(t *testing.T) {
-		tg, err := volume.Open(ctx, volume.Options{Path: t.TempDir()})
-		require.NoError(t, err)
-		defer tg.Close()
-		h := blkhash.New(0)
-		w := writeRunsFrom(t, tg, runs, volume.WithContentHash(h))
-		assert.Equal(t, int64(len(img)), w.Written())
-		require.NoError(t, tg.Commit(ctx))
-		requireFileHolds(t, tg.Path(), img)
-		assert.Equal(t, wantDigest, h.Sum())
-	})
-	t.Run("device", func(t *testing.T) {
-		needRoot(t)
-		dev := newLoop(t, 24*mib, fillRandom(4))
-		before := readDev(t, dev, 0, 24*mib)
-		tg, err := volume.Open(ctx, volume.Options{Path: dev})
-		require.NoError(t, err)
-		defer tg.Close()
-		h := blkhash.New(0)
-		writeRunsFrom(t, tg, runs, volume.WithContentHash(h), volume.WithContext(ctx))
-		require.NoError(t, tg.Commit(ctx))
-		require.NoError(t, tg.Close())
-		requireImageOver(t, dev, img, before)
-		assert.Equal(t, wantDigest, h.Sum())
-	})
+	requireRunsLand(t, img, wantDigest, runs, writeRunsFrom, nil)
 }
 
 // WriteFrom refuses a run past the target's capacity before reading it,

@@ -70,11 +70,48 @@ func writeRuns(t *testing.T, tg *volume.Target, runs []testRun, opts ...volume.W
 	return w
 }
 
+// runsWriter writes runs to a target and finishes.
+type runsWriter func(t *testing.T, tg *volume.Target, runs []testRun, opts ...volume.WriterOption) *volume.Writer
+
+// requireRunsLand writes runs with write onto a file and onto a device
+// over old data: each must then hold img, and the content digest be
+// want; check looks at the file's Writer too.
+func requireRunsLand(t *testing.T, img []byte, want blkhash.Digest, runs []testRun, write runsWriter, check func(*testing.T, *volume.Writer)) {
+	ctx := context.Background()
+	t.Run("file", func(t *testing.T) {
+		tg, err := volume.Open(ctx, volume.Options{Path: t.TempDir()})
+		require.NoError(t, err)
+		defer tg.Close()
+		h := blkhash.New(0)
+		w := write(t, tg, runs, volume.WithContentHash(h))
+		assert.Equal(t, int64(len(img)), w.Written())
+		if check != nil {
+			check(t, w)
+		}
+		require.NoError(t, tg.Commit(ctx))
+		requireFileHolds(t, tg.Path(), img)
+		assert.Equal(t, want, h.Sum(), "the content digest of the runs is the bytes'")
+	})
+	t.Run("device", func(t *testing.T) {
+		needRoot(t)
+		dev := newLoop(t, 24*mib, fillRandom(5))
+		before := readDev(t, dev, 0, 24*mib)
+		tg, err := volume.Open(ctx, volume.Options{Path: dev})
+		require.NoError(t, err)
+		defer tg.Close()
+		h := blkhash.New(0)
+		write(t, tg, runs, volume.WithContentHash(h), volume.WithContext(ctx))
+		require.NoError(t, tg.Commit(ctx))
+		require.NoError(t, tg.Close())
+		requireImageOver(t, dev, img, before)
+		assert.Equal(t, want, h.Sum())
+	})
+}
+
 // Zero runs handed over as lengths land as the bytes would have: the same
 // disk on a file (its holes kept) and on a device over old data, the same
 // content digest, and none of their bytes counted as data written.
 func TestWriteZerosLandsAsTheBytesWould(t *testing.T) {
-	ctx := context.Background()
 	const size = 21*mib + 4097
 	img := makeImage(7, size, 0.5)
 	clear(img[100:700_000])                 // inside the held first MiB, off granules
@@ -95,32 +132,10 @@ func TestWriteZerosLandsAsTheBytesWould(t *testing.T) {
 			}
 			off += len(r.data) + r.zeros
 		}
-		t.Run(fmt.Sprintf("file, zero runs from %d bytes", minZero), func(t *testing.T) {
-			dir := t.TempDir()
-			tg, err := volume.Open(ctx, volume.Options{Path: dir})
-			require.NoError(t, err)
-			defer tg.Close()
-			h := blkhash.New(0)
-			w := writeRuns(t, tg, runs, volume.WithContentHash(h))
-			assert.Equal(t, int64(len(img)), w.Written())
-			assert.LessOrEqual(t, w.DataBytes(), int64(len(img)-skipped), "zero runs are not written as data")
-			require.NoError(t, tg.Commit(ctx))
-			requireFileHolds(t, tg.Path(), img)
-			assert.Equal(t, wantDigest, h.Sum(), "the content digest of the runs is the bytes'")
-		})
-		t.Run(fmt.Sprintf("device, zero runs from %d bytes", minZero), func(t *testing.T) {
-			needRoot(t)
-			dev := newLoop(t, 24*mib, fillRandom(5))
-			before := readDev(t, dev, 0, 24*mib)
-			tg, err := volume.Open(ctx, volume.Options{Path: dev})
-			require.NoError(t, err)
-			defer tg.Close()
-			h := blkhash.New(0)
-			writeRuns(t, tg, runs, volume.WithContentHash(h), volume.WithContext(ctx))
-			require.NoError(t, tg.Commit(ctx))
-			require.NoError(t, tg.Close())
-			requireImageOver(t, dev, img, before)
-			assert.Equal(t, wantDigest, h.Sum())
+		t.Run(fmt.Sprintf("zero runs from %d bytes", minZero), func(t *testing.T) {
+			requireRunsLand(t, img, wantDigest, runs, writeRuns, func(t *testing.T, w *volume.Writer) {
+				assert.LessOrEqual(t, w.DataBytes(), int64(len(img)-skipped), "zero runs are not written as data")
+			})
 		})
 	}
 }
