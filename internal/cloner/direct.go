@@ -66,30 +66,6 @@ func (s *sourceFile) readAt(p []byte, off int64) (n int, err error) {
 	return s.plain.ReadAt(p[:want], off)
 }
 
-// section is the source from off to its end as a reader (for the
-// read-ahead).
-func (s *sourceFile) section(off int64) io.Reader { return &sourceSection{f: s, off: off} }
-
-type sourceSection struct {
-	f   *sourceFile
-	off int64
-}
-
-func (r *sourceSection) Read(p []byte) (int, error) {
-	if r.off >= r.f.size {
-		return 0, io.EOF
-	}
-	n, err := r.f.readAt(p, r.off)
-	r.off += int64(n)
-	if n > 0 {
-		return n, nil
-	}
-	if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	return 0, err
-}
-
 func (s *sourceFile) Close() error {
 	if s.direct != nil {
 		s.direct.Close()
@@ -173,5 +149,11 @@ func (r *extentsReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.f.readAt(p[:min(int64(len(p)), limit)], r.pos)
 	r.pos += int64(n)
-	return n, err
+	switch {
+	case n > 0:
+		return n, nil
+	case err == nil || err == io.EOF: //nolint:errorlint // ReadAt's own io.EOF
+		return 0, io.ErrUnexpectedEOF // the source is shorter than it was
+	}
+	return 0, err
 }

@@ -44,8 +44,8 @@ type sourceHash struct {
 	final string
 }
 
-// add digests the part of the run at off beyond what was digested.
-func (s *sourceHash) add(off int64, p []byte, zero bool) {
+// add digests the part of the data p at off beyond what was digested.
+func (s *sourceHash) add(off int64, p []byte) {
 	end := off + int64(len(p))
 	if end <= s.upTo {
 		return
@@ -53,11 +53,7 @@ func (s *sourceHash) add(off int64, p []byte, zero bool) {
 	if off < s.upTo {
 		p = p[s.upTo-off:]
 	}
-	if zero {
-		s.h.Zero(int64(len(p)))
-	} else {
-		_, _ = s.h.Write(p)
-	}
+	_, _ = s.h.Write(p)
 	s.upTo = end
 }
 
@@ -279,7 +275,7 @@ func (r *runEncoder) data(off int64, p []byte) error {
 			}
 			dataEnd = next
 		}
-		r.sum.add(off+int64(g), p[g:dataEnd], false)
+		r.sum.add(off+int64(g), p[g:dataEnd])
 		if err := r.flushZero(); err != nil {
 			return err
 		}
