@@ -32,7 +32,7 @@ type Runs interface {
 // read off the connection: on a fully written 2 GiB clone the receiving
 // half's CPU went from 1.07 to 1.01 times the sending half's). NextRunFrom
 // is NextRun with a data
-// run given as the next n bytes (1 to 4 MiB) of data, a reader valid until
+// run given as the next n bytes (at most 4 MiB) of data, a reader valid until
 // the next call: the importer reads all n or stops at data's error, and
 // such an error does not end the runs. The run was not taken: the next
 // call gives a run at the same offset again (data's source resumed) or
