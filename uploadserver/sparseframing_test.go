@@ -1,13 +1,16 @@
 package uploadserver_test
 
 import (
+	"bufio"
 	"bytes"
-	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,63 +80,80 @@ func postRecords(t *testing.T, url, session string, body io.Reader) (int, string
 	return resp.StatusCode, string(answer)
 }
 
-// A connection that fails inside a data record, while the import reads
-// the record's bytes straight off it into the target's chunks, leaves
-// the record not taken: the server holds the session at the record's
-// start, and the resumed request's records from there make the target
-// the source, byte for byte.
+// A request that breaks off inside a data record, while the import reads
+// the record's bytes straight off it into the target's chunks (its
+// connection dropped, or its chunked body broken, the connection alive),
+// leaves the record not taken: the server holds the session at the
+// record's start, and the resumed request's records from there make the
+// target the source, byte for byte.
 func TestACutInsideADataRecordResumesFromItsStart(t *testing.T) {
 	const mib = 1 << 20
 	src := testimg.RandomBytes(8*mib, 47)
 	clear(src[6*mib:])
 	sum := blkhash.New(0)
 	_, _ = sum.Write(src)
-	dst := filepath.Join(t.TempDir(), "disk.img")
-	_, url := serve(t, uploadserver.Options{Import: importer.Options{Target: dst}, CloneResumeWindow: time.Minute})
-	const session = "cut-inside-a-record"
-
 	var first bytes.Buffer
 	enc := cloner.NewRecordsEncoder(&first)
 	for _, err := range []error{enc.Start(int64(len(src)), 0), enc.Data(0, src[:3*mib]), enc.Data(3*mib, src[3*mib:6*mib])} {
 		require.NoError(t, err)
 	}
-	// The second record's head and its first MiB, then the connection fails.
-	cut := io.MultiReader(bytes.NewReader(first.Bytes()[:first.Len()-2*mib]), errAfter{})
-	status, answer := postRecords(t, url, session, cut)
-	require.NotEqual(t, http.StatusOK, status, answer)
-
-	var offset int64 = -1
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		req, err := http.NewRequest(http.MethodHead, url+uploadserver.PathUpload, nil)
-		require.NoError(t, err)
-		req.Header.Set(cloner.SessionHeader, session)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		if v := resp.Header.Get(cloner.OffsetHeader); v != "" {
-			offset, err = strconv.ParseInt(v, 10, 64)
+	// The second record's head and its first MiB, then the break.
+	part := first.Bytes()[:first.Len()-2*mib]
+	for name, brk := range map[string]string{"connection dropped": "", "chunked body broken": "\r\nnot a chunk size\r\n"} {
+		t.Run(name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "disk.img")
+			_, url := serve(t, uploadserver.Options{Import: importer.Options{Target: dst}, CloneResumeWindow: time.Minute})
+			const session = "cut-inside-a-record"
+			answer := postBrokenOff(t, url, session, part, brk)
+			assert.Equal(t, http.StatusInternalServerError, answer.StatusCode)
+			req, err := http.NewRequest(http.MethodHead, url+uploadserver.PathUpload, nil)
 			require.NoError(t, err)
-			break
-		}
-	}
-	require.Equal(t, int64(3*mib), offset, "the session resumes where the cut record starts")
+			req.Header.Set(cloner.SessionHeader, session)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			offset, err := strconv.ParseInt(resp.Header.Get(cloner.OffsetHeader), 10, 64)
+			require.NoError(t, err, "the server holds the session")
+			require.Equal(t, int64(3*mib), offset, "the session resumes where the cut record starts")
 
-	var rest bytes.Buffer
-	enc = cloner.NewRecordsEncoder(&rest)
-	for _, err := range []error{
-		enc.Start(int64(len(src)), offset), enc.Data(3*mib, src[3*mib:6*mib]), enc.Zero(6*mib, 2*mib), enc.End(sum.Sum()),
-	} {
-		require.NoError(t, err)
+			var rest bytes.Buffer
+			enc := cloner.NewRecordsEncoder(&rest)
+			for _, err := range []error{
+				enc.Start(int64(len(src)), offset), enc.Data(3*mib, src[3*mib:6*mib]), enc.Zero(6*mib, 2*mib), enc.End(sum.Sum()),
+			} {
+				require.NoError(t, err)
+			}
+			status, text := postRecords(t, url, session, &rest)
+			require.Equal(t, http.StatusOK, status, text)
+			got, err := os.ReadFile(dst)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(src, got), "the target is the source")
+		})
 	}
-	status, answer = postRecords(t, url, session, &rest)
-	require.Equal(t, http.StatusOK, status, answer)
-	got, err := os.ReadFile(dst)
-	require.NoError(t, err)
-	assert.True(t, bytes.Equal(src, got), "the target is the source")
 }
 
-// errAfter is a request body's reader that fails: the client drops the
-// request mid-body.
-type errAfter struct{}
-
-func (errAfter) Read([]byte) (int, error) { return 0, errors.New("the cloner's source failed") }
+// postBrokenOff sends a sparse-v2 request of session whose chunked body
+// is part, then brk (bytes that are no chunk), or with brk "" nothing
+// more: the connection's sending half closes, as a cloner's dropped
+// connection ends. It returns the server's answer, which comes once the
+// server has decided what the broken request leaves.
+func postBrokenOff(t *testing.T, url, session string, part []byte, brk string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	require.NoError(t, err)
+	defer c.Close()
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: cloner\r\n%s: %s\r\n%s: %s\r\n%s: %s\r\n%s: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n",
+		uploadserver.PathUpload, uploadserver.HeaderContentType, uploadserver.ContentTypeBlockdeviceClone,
+		cloner.ProtocolHeader, cloner.ProtocolSparseV2, cloner.FramingHeader, cloner.FramingRecords,
+		cloner.SessionHeader, session, len(part)+1) // one byte more than comes
+	_, err = c.Write(append(append([]byte(head), part...), brk...))
+	require.NoError(t, err)
+	if brk == "" {
+		require.NoError(t, c.(*net.TCPConn).CloseWrite())
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}

@@ -120,20 +120,20 @@ func (s *sourceFile) dataExtents(off int64) []extent {
 // extentsReader reads the source's extents one after the other (for the
 // read-ahead): every read starts on directAlign, as O_DIRECT asks.
 func (s *sourceFile) extentsReader(extents []extent) io.Reader {
-	return &extentsReader{f: s, ext: extents}
+	r := &extentsReader{f: s, ext: extents}
+	if len(extents) > 0 {
+		r.pos = extents[0].off
+	}
+	return r
 }
 
 type extentsReader struct {
-	f    *sourceFile
-	ext  []extent
-	pos  int64
-	open bool
+	f   *sourceFile
+	ext []extent
+	pos int64
 }
 
 func (r *extentsReader) Read(p []byte) (int, error) {
-	if !r.open && len(r.ext) > 0 {
-		r.pos, r.open = r.ext[0].off, true
-	}
 	for len(r.ext) > 0 && r.pos >= r.ext[0].end {
 		if r.ext = r.ext[1:]; len(r.ext) > 0 {
 			r.pos = r.ext[0].off

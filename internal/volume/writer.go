@@ -276,7 +276,8 @@ func (w *Writer) WriteFrom(r io.Reader, n int64) error {
 		return err
 	}
 	var next []byte
-	if rest := int(n) - first; rest > 0 {
+	rest := int(n) - first
+	if rest > 0 {
 		next = w.takeBuf()
 		if _, err := io.ReadFull(r, next[:rest]); err != nil {
 			w.spare = next
@@ -293,7 +294,6 @@ func (w *Writer) WriteFrom(r io.Reader, n int64) error {
 		return err
 	}
 	if next != nil {
-		rest := int(n) - first
 		w.stage, w.stageLen = next, rest
 		w.off += int64(rest)
 		w.written.Add(int64(rest))
