@@ -76,8 +76,8 @@ type Writer struct {
 	ownOut   bool       // out was opened by the Writer (file targets)
 	pacer    *writeback // bounds dirty page cache of scratch files
 
-	spare    []byte // a chunk buffer for the next stage, kept between chunks
-	stage    []byte // chunk partly filled by Write or a short ReadFrom
+	spares   [][]byte // chunk buffers for the next stages, kept between chunks
+	stage    []byte   // chunk partly filled by Write or a short ReadFrom
 	stageLen int
 	head     []byte
 	headLen  int
@@ -86,11 +86,12 @@ type Writer struct {
 	// the zeros written where a run is too short for that.
 	zero *Zeroer
 
-	// A chunk Write filled, being zero-scanned, hashed and written on its
-	// own goroutine while Write fills the next (nil: none). Everything
-	// else that touches what processChunk does waits for it first (settle).
-	inflight    chan error
-	inflightBuf []byte
+	// Chunks Write filled (and staged chunks with the zero run after
+	// them), being zero-scanned, hashed and written one after another
+	// on goroutines of their own while Write fills the next. Everything
+	// else that touches what processChunk does waits for them first
+	// (settle).
+	inflight inflightQueue
 
 	off     int64 // bytes accepted; owned by the calling goroutine
 	written atomic.Int64
@@ -202,21 +203,23 @@ func (w *Writer) tooSmall(size int64) error {
 	return fmt.Errorf("target %s: %w", w.t.path, w.t.TooSmall(size, "image data"))
 }
 
-// takeBuf returns the spare chunk buffer, or a new one: Write stages one
-// chunk at a time, so one buffer serves every chunk it writes.
+// takeBuf returns a spare chunk buffer, or a new one: a Writer holds at
+// most chunksInFlight+2 (those in flight, the stage, the next chunk of a
+// WriteFrom that straddles two).
 func (w *Writer) takeBuf() []byte {
-	if b := w.spare; b != nil {
-		w.spare = nil
+	if n := len(w.spares); n > 0 {
+		b := w.spares[n-1]
+		w.spares = w.spares[:n-1]
 		return b
 	}
 	return alignedBuf(chunkSize)
 }
 
-// Write copies p into 4 MiB chunks and writes every full chunk, on
-// another goroutine while it fills the next: a source of many small
-// writes (a clone's runs, each handed over only once the last was
-// applied) is read on while the device writes. An error of that write
-// is returned by a later call. Data that would pass Capacity is refused
+// Write copies p into 4 MiB chunks and writes every full chunk on
+// goroutines of their own, in order, up to chunksInFlight behind while it
+// fills the next: a source of many small writes (a clone's runs, each
+// handed over only once the last was taken) is read on while the device
+// writes. An error of those writes is returned by a later call. Data that would pass Capacity is refused
 // as a whole with errdefs.ErrTargetTooSmall.
 func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.check(); err != nil {
@@ -280,7 +283,7 @@ func (w *Writer) WriteFrom(r io.Reader, n int64) error {
 	if rest > 0 {
 		next = w.takeBuf()
 		if _, err := io.ReadFull(r, next[:rest]); err != nil {
-			w.spare = next
+			w.spares = append(w.spares, next)
 			return err
 		}
 	}
@@ -302,33 +305,51 @@ func (w *Writer) WriteFrom(r io.Reader, n int64) error {
 }
 
 // handOffStage starts writing the full staged chunk on its own goroutine,
-// once the one before it is written.
+// after the chunks handed off before it.
 func (w *Writer) handOffStage() error {
-	if err := w.settle(); err != nil {
-		return err
-	}
 	buf, n := w.stage, w.stageLen
 	w.stage, w.stageLen = nil, 0
 	off := w.off - int64(n)
-	done := make(chan error, 1)
-	w.inflight, w.inflightBuf = done, buf
-	go func() { done <- w.processChunk(off, buf[:n]) }()
+	return w.startInflight(buf, func() error { return w.processChunk(off, buf[:n]) })
+}
+
+// startInflight hands apply (the work on buf, nil for none) to the
+// in-flight queue, once it has room.
+func (w *Writer) startInflight(buf []byte, apply func() error) error {
+	for w.inflight.full() {
+		if err := w.settleOldest(); err != nil {
+			if buf != nil {
+				w.spares = append(w.spares, buf) // not handed off
+			}
+			return err
+		}
+	}
+	w.inflight.start(buf, apply)
 	return nil
 }
 
-// settle waits for the chunk in flight, if any, and returns its error;
-// its buffer becomes the spare.
-func (w *Writer) settle() error {
-	if w.inflight == nil {
-		return nil
+// settleOldest waits for the oldest hand-off; its buffer becomes a spare.
+func (w *Writer) settleOldest() error {
+	buf, err := w.inflight.waitOldest()
+	if buf != nil {
+		w.spares = append(w.spares, buf)
 	}
-	err := <-w.inflight
-	w.inflight = nil
-	w.spare, w.inflightBuf = w.inflightBuf, nil
 	if err != nil {
 		return w.fail(err)
 	}
 	return nil
+}
+
+// settle waits for every hand-off in flight and returns the first error;
+// their buffers become spares.
+func (w *Writer) settle() error {
+	var first error
+	for !w.inflight.empty() {
+		if err := w.settleOldest(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // flushStage writes the staged chunk (full, or the final short one) after
@@ -343,7 +364,7 @@ func (w *Writer) flushStage() error {
 	buf, n := w.stage, w.stageLen
 	w.stage, w.stageLen = nil, 0
 	err := w.processChunk(w.off-int64(n), buf[:n])
-	w.spare = buf
+	w.spares = append(w.spares, buf)
 	if err != nil {
 		return w.fail(err)
 	}
@@ -528,5 +549,5 @@ func (w *Writer) release() {
 		w.out.Close()
 	}
 	w.buffered, w.out = nil, nil
-	w.spare, w.stage, w.stageLen = nil, nil, 0
+	w.spares, w.stage, w.stageLen = nil, nil, 0
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/diskimport/engine/internal/volume"
 )
 
-// Write hands a full chunk to its own goroutine and returns: a chunk the
-// file system then refuses (a tmpfs of 6 MiB, the target allowed to
+// Write hands full chunks to goroutines of their own and returns (up to
+// four behind): a chunk the file system then refuses (a tmpfs of 6 MiB, the target allowed to
 // overcommit it) fails a later Write, WriteZeros and Finish with the
 // file system's error, and the target is not committed.
 func TestWriteFailureOfAChunkInFlightSurfacesLater(t *testing.T) {
@@ -30,12 +30,12 @@ func TestWriteFailureOfAChunkInFlightSurfacesLater(t *testing.T) {
 	defer tg.Close()
 	w, err := tg.NewWriter(volume.WithContext(ctx))
 	require.NoError(t, err)
-	img := makeImage(11, 24*mib, 0)
+	img := makeImage(11, 40*mib, 0) // more chunks than are in flight
 	var failed error
 	for off := 0; off < len(img) && failed == nil; off += 512 << 10 {
 		_, failed = w.Write(img[off : off+512<<10])
 	}
-	require.Error(t, failed, "24 MiB of data do not fit a 6 MiB tmpfs")
+	require.Error(t, failed, "40 MiB of data do not fit a 6 MiB tmpfs")
 	assert.ErrorIs(t, failed, unix.ENOSPC)
 	assert.ErrorIs(t, w.WriteZeros(1*mib), unix.ENOSPC, "the error is sticky")
 	_, err = w.Finish()

@@ -47,14 +47,30 @@ func (w *Writer) WriteZeros(n int64) error {
 }
 
 // zeroGranules is WriteZeros of n bytes, a multiple of granule, from a
-// granule boundary.
+// granule boundary. The chunk staged before the run and the run itself
+// are applied on the in-flight goroutine, as a full chunk is, so the
+// caller reads its next run while they are written: a clone's 1 MiB data
+// records between zero runs were each written while the connection
+// waited (a 35 % source onto a file, 716 of them at about 1 ms each).
 func (w *Writer) zeroGranules(n int64) error {
-	if err := w.flushStage(); err != nil {
-		return err
-	}
+	buf, used := w.stage, w.stageLen
+	w.stage, w.stageLen = nil, 0
 	off := w.off
 	w.off += n
 	w.written.Add(n)
+	return w.startInflight(buf, func() error {
+		if buf != nil {
+			if err := w.processChunk(off-int64(used), buf[:used]); err != nil {
+				return err
+			}
+		}
+		return w.applyZeros(off, n)
+	})
+}
+
+// applyZeros takes the zero granules [off, off+n) into the digest, the
+// held-back head and the pending zero run.
+func (w *Writer) applyZeros(off, n int64) error {
 	if w.hash != nil {
 		w.hash.Zero(n)
 	}
@@ -67,11 +83,11 @@ func (w *Writer) zeroGranules(n int64) error {
 	// A run is zeroed maxZeroRun at a time, the context checked between.
 	for n > 0 {
 		if err := w.ctx.Err(); err != nil {
-			return w.fail(w.cancelled(err))
+			return w.cancelled(err)
 		}
 		k := min(n, maxZeroRun)
 		if err := w.addZero(off, k); err != nil {
-			return w.fail(err)
+			return err
 		}
 		off, n = off+k, n-k
 	}
