@@ -28,8 +28,8 @@ type inflightQueue struct {
 	jobs []*inflightJob // oldest first
 }
 
-// start runs apply after the newest job. The caller has made room
-// (full).
+// start runs apply after the newest job; the caller has made room (the
+// queue is not full).
 func (q *inflightQueue) start(buf []byte, apply func() error) {
 	var prev *inflightJob
 	if n := len(q.jobs); n > 0 {

@@ -219,8 +219,9 @@ func (w *Writer) takeBuf() []byte {
 // goroutines of their own, in order, up to chunksInFlight behind while it
 // fills the next: a source of many small writes (a clone's runs, each
 // handed over only once the last was taken) is read on while the device
-// writes. An error of those writes is returned by a later call. Data that would pass Capacity is refused
-// as a whole with errdefs.ErrTargetTooSmall.
+// writes. An error of those writes is returned by a later call. Data
+// that would pass Capacity is refused as a whole with
+// errdefs.ErrTargetTooSmall.
 func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.check(); err != nil {
 		return 0, err
@@ -353,7 +354,7 @@ func (w *Writer) settle() error {
 }
 
 // flushStage writes the staged chunk (full, or the final short one) after
-// the one in flight.
+// those in flight.
 func (w *Writer) flushStage() error {
 	if err := w.settle(); err != nil {
 		return err
