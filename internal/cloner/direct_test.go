@@ -85,13 +85,15 @@ func TestSourceFileReadsCachedPagesFromTheCacheAndTheRestDirect(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "disk.img")
 	require.NoError(t, os.WriteFile(path, want, 0o600))
-	dropCache(t, path)
-	require.Zero(t, cachedPages(t, path))
 	s, err := openSourceFile(path)
 	require.NoError(t, err)
 	defer s.Close()
 	if s.direct == nil {
 		t.Skip("O_DIRECT not taken here")
+	}
+	dropCache(t, path)
+	if n := cachedPages(t, path); n != 0 {
+		t.Skipf("%d pages still cached after dropping them: a file system whose pages are the file (tmpfs)", n)
 	}
 	// The first half cached by a plain read of it, with no readahead.
 	f, err := os.Open(path)
