@@ -30,11 +30,11 @@ type Runs interface {
 // RunsFrom is Runs whose data runs the importer can read straight into
 // its own buffers, one copy of every byte less (a clone's data records
 // read off the connection: on a fully written 2 GiB clone the receiving
-// half's CPU went from 1.07 to 1.01 times the sending half's). NextRunFrom
-// is NextRun with a data
-// run given as the next n bytes (at most 4 MiB) of data, a reader valid until
-// the next call: the importer reads all n or stops at data's error, and
-// such an error does not end the runs. The run was not taken: the next
+// half's CPU went from 1.07 to 1.01 times the sending half's).
+// NextRunFrom is NextRun with a data run given as the next n bytes (at
+// most 4 MiB) of data, a reader valid until the next call: the importer
+// reads all n or stops at data's error, and such an error does not end
+// the runs. The run was not taken: the next
 // call gives a run at the same offset again (data's source resumed) or
 // ends the runs with its own error.
 type RunsFrom interface {
