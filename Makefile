@@ -20,16 +20,17 @@ build: native
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/importer ./cmd/importer
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/cdi-containerimage-server ./cmd/cdi-containerimage-server
 
-# The gzip decoder child in C (native/inflate: ISA-L's inflate into shared
-# memory, no pipe), built where a C compiler and ISA-L's headers are
-# (apt-get install gcc libisal-dev); without it the engine decodes gzip
-# through igzip's pipe, or in Go. bin/native is on the tests' PATH.
+# The decoder child in C (native/inflate: ISA-L's inflate and liblzma into
+# shared memory, no pipe), built where a C compiler and the two libraries'
+# headers are (apt-get install gcc libisal-dev liblzma-dev); without it the
+# engine decodes gzip through igzip's pipe and xz through xz's, or in Go.
+# bin/native is on the tests' PATH.
 CC ?= cc
 native:
 	@mkdir -p bin/native
-	@if [ -f /usr/include/isa-l.h ] && command -v $(CC) >/dev/null; then \
-		$(CC) -O2 -Wall -Wextra -Werror -o bin/native/diskimport-inflate native/inflate/diskimport-inflate.c -lisal; \
-	else echo "native: diskimport-inflate not built (apt-get install gcc libisal-dev): gzip decodes through igzip's pipe"; fi
+	@if [ -f /usr/include/isa-l.h ] && [ -f /usr/include/lzma.h ] && command -v $(CC) >/dev/null; then \
+		$(CC) -O2 -Wall -Wextra -Werror -o bin/native/diskimport-inflate native/inflate/*.c -lisal -llzma; \
+	else echo "native: diskimport-inflate not built (apt-get install gcc libisal-dev liblzma-dev): gzip and xz decode through igzip's and xz's pipes"; fi
 
 # Installs bin/importer and its man pages under PREFIX (DESTDIR for a
 # staged install, as packagers use it).

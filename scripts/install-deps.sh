@@ -7,9 +7,10 @@ command -v xz >/dev/null || need+=(xz-utils)
 command -v zstd >/dev/null || need+=(zstd)
 command -v gzip >/dev/null || need+=(gzip)
 command -v igzip >/dev/null || need+=(isal)
-# make native: the gzip decoder child (native/inflate) is C against ISA-L.
+# make native: the decoder child (native/inflate) is C against ISA-L and liblzma.
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 [ -f /usr/include/isa-l.h ] || need+=(libisal-dev)
+[ -f /usr/include/lzma.h ] || need+=(liblzma-dev)
 command -v losetup >/dev/null || need+=(util-linux)
 command -v losetup >/dev/null || need+=(mount)
 if [ ${#need[@]} -gt 0 ]; then

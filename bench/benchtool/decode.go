@@ -28,7 +28,7 @@ func runDecode(args []string) error {
 	defer f.Close()
 	o := format.Options{}
 	if *goxz {
-		o.ExternalXZ = "-"
+		o.ExternalXZ, o.InflateChild = "-", "-" // the ring child decodes xz too
 	}
 	s, err := format.Open(context.Background(), f, o)
 	if err != nil {

@@ -52,7 +52,9 @@ func TestDecompressorChildIsConfined(t *testing.T) {
 		nproc   string
 		threads bool
 	}{
-		"xz": {XZ, func(bin string) Options { return Options{ExternalXZ: bin} }, "xz", 0, "", true},
+		"xz": {XZ, func(bin string) Options { return Options{ExternalXZ: bin, InflateChild: "-"} }, "xz", 0, "", true},
+		"diskimport-inflate xz": {XZ, func(bin string) Options { return Options{InflateChild: bin} }, "diskimport-inflate",
+			0, "", true},
 		"igzip": {Gzip, func(bin string) Options { return Options{ExternalGzip: bin, InflateChild: "-"} }, "igzip",
 			igzipAddressSpace, "1", false},
 		"diskimport-inflate": {Gzip, func(bin string) Options { return Options{InflateChild: bin} }, "diskimport-inflate",
@@ -101,6 +103,12 @@ func TestDecompressorChildIsConfined(t *testing.T) {
 			if tc.threads {
 				threads, _, _ := xzThreadsHere()
 				as = xzAddressSpace(o, threads)
+				if tc.tool == "diskimport-inflate" {
+					as = xzRingAddressSpace(o, threads)
+					if threads == 1 {
+						tc.nproc = "1" // no thread is started, so none may be
+					}
+				}
 			}
 			assert.Equal(t, fmt.Sprint(as), procLimit(t, pid, "Max address space"))
 			if tc.nproc != "" {
@@ -128,7 +136,7 @@ func TestExternalToolByBareName(t *testing.T) {
 	writeRaw(t, p, raw)
 	z, err := os.ReadFile(wrap(t, p, XZ))
 	require.NoError(t, err)
-	d, err := NewDecompressor(context.Background(), XZ, bytes.NewReader(z), Options{ExternalXZ: "xz"}.withDefaults())
+	d, err := NewDecompressor(context.Background(), XZ, bytes.NewReader(z), Options{ExternalXZ: "xz", InflateChild: "-"}.withDefaults())
 	require.NoError(t, err)
 	defer d.Close()
 	got, err := io.ReadAll(d)

@@ -164,9 +164,14 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 		if err := checkXZDict(head, o.MaxXZDictionary); err != nil {
 			return nil, err
 		}
-		if bin := o.xzBinary(); bin != "" {
-			o.Logger.Debug("decoding xz with an external process", "xz", bin)
-			p, err := startXZ(ctx, bin, src, o)
+		// The ring child, else xz's pipe, else Go.
+		start, bin := startXZRing, o.InflateChildPath()
+		if bin == "" {
+			start, bin = startXZ, o.xzBinary()
+		}
+		if bin != "" {
+			o.Logger.Debug("decoding xz with an external process", "program", bin)
+			p, err := start(ctx, bin, src, o)
 			if err != nil {
 				return nil, err
 			}

@@ -23,16 +23,17 @@ type Options struct {
 	// MaxZstdWindow refuses zstd frames with a larger window. Default
 	// 128 MiB: what `zstd --ultra -22` and `--long=27` use.
 	MaxZstdWindow uint64
-	// ExternalXZ is the xz binary used to decode xz: "" looks up "xz" on
-	// PATH, "-" never uses one (pure Go ulikunitz/xz).
+	// ExternalXZ is the xz binary used to decode xz when there is no
+	// InflateChild: "" looks up "xz" on PATH, "-" never uses one (pure Go
+	// ulikunitz/xz).
 	ExternalXZ string
 	// ExternalGzip is the igzip (ISA-L) binary used to decode gzip: ""
 	// looks up "igzip" on PATH, "-" never uses one (klauspost's gzip).
 	ExternalGzip string
 	// InflateChild is the diskimport-inflate binary (native/inflate),
-	// which decodes gzip into shared memory instead of a pipe and is
-	// preferred to igzip, and inflates a stream decoder's compressed
-	// grains and clusters (StartBlockInflater): "" looks up
+	// which decodes gzip and xz into shared memory instead of a pipe and
+	// is preferred to igzip and xz, and inflates a stream decoder's
+	// compressed grains and clusters (StartBlockInflater): "" looks up
 	// "diskimport-inflate" on PATH, "-" never uses one.
 	InflateChild string
 	// MaxNesting is how many compression layers are peeled at most

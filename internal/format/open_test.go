@@ -16,13 +16,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
-// xzModes are the two xz decoders: the external tool and pure Go.
+// xzModes are the xz decoders this machine has, each chosen alone:
+// diskimport-inflate's ring ("ring"), the xz tool's pipe ("external") and
+// pure Go ("go").
 func xzModes(t *testing.T) map[string]Options {
-	m := map[string]Options{"go": {ExternalXZ: "-"}}
+	m := map[string]Options{"go": {ExternalXZ: "-", InflateChild: "-"}}
 	if p, err := execLookPath("xz"); err == nil {
-		m["external"] = Options{ExternalXZ: p}
+		m["external"] = Options{ExternalXZ: p, InflateChild: "-"}
+	}
+	if p := testimg.InflateChild(t); p != "" {
+		m["ring"] = Options{ExternalXZ: "-", InflateChild: p}
 	}
 	return m
 }
@@ -324,13 +330,25 @@ func waitGoroutines(t *testing.T, base int) {
 }
 
 func TestExternalXZNoLeaks(t *testing.T) {
-	bin := needTool(t, "xz")
 	dir := t.TempDir()
 	p := filepath.Join(dir, "d")
 	writeRaw(t, p, variedContent(8<<20, 12))
 	full, err := os.ReadFile(wrap(t, p, XZ))
 	require.NoError(t, err)
-	o := Options{ExternalXZ: bin}
+	modes := xzModes(t)
+	delete(modes, "go")
+	if len(modes) == 0 {
+		t.Skip("neither xz nor diskimport-inflate is here: no xz child to leak")
+	}
+	for mode, o := range modes {
+		t.Run(mode, func(t *testing.T) { checkXZChildLeaksNothing(t, full, o) })
+	}
+}
+
+// checkXZChildLeaksNothing decodes full (8 MiB of xz) with the child o
+// selects, stopped early, to the end, cancelled, and refused before it
+// starts: no child process and no goroutine outlives any of them.
+func checkXZChildLeaksNothing(t *testing.T, full []byte, o Options) {
 	base := runtime.NumGoroutine()
 	before := len(childPIDs(t))
 
@@ -376,12 +394,18 @@ func TestExternalXZNoLeaks(t *testing.T) {
 }
 
 func TestXZBinaryFailureReportsStderr(t *testing.T) {
-	bin := needTool(t, "xz")
-	// A valid stream header, then garbage: xz reports its own error.
+	// A valid stream header, then garbage: the child reports its own
+	// error (xz's "Compressed data is corrupt", ours "corrupt data").
 	b := hugeDictXZ(16)
-	_, err := Open(context.Background(), bytes.NewReader(b), Options{ExternalXZ: bin})
-	require.ErrorIs(t, err, errdefs.ErrInvalidImage)
-	require.Contains(t, err.Error(), "xz:")
+	for mode, o := range xzModes(t) {
+		if mode == "go" {
+			continue
+		}
+		_, err := Open(context.Background(), bytes.NewReader(b), o)
+		require.ErrorIs(t, err, errdefs.ErrInvalidImage, mode)
+		require.ErrorContains(t, err, "xz: ", mode)
+		require.ErrorContains(t, err, "orrupt", mode)
+	}
 }
 
 // TestTruncationSweep cuts small compressed streams at many points (every

@@ -202,42 +202,60 @@ func TestXZThreadsInCgroup(t *testing.T) {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// TestXZChildThreadsFollowTheCgroupsCPUQuota: the xz child is started
-// with -T1 inside a cgroup with CDI's 750m quota (where GOMAXPROCS is 2 on
-// this 2-core machine, and xz got -T2), and with the host's CPUs inside
-// one without a quota: the arguments of the running child, read from
-// /proc, while it decodes a multi-block file whose bytes come out whole.
+// TestXZChildThreadsFollowTheCgroupsCPUQuota: each xz child (the xz
+// tool's pipe, diskimport-inflate's ring) is started with one thread
+// inside a cgroup with CDI's 750m quota (where GOMAXPROCS is 2 on this
+// 2-core machine, and xz got -T2), and with the host's CPUs inside one
+// without a quota: the arguments of the running child, read from /proc,
+// while it decodes a multi-block file whose bytes come out whole.
 func TestXZChildThreadsFollowTheCgroupsCPUQuota(t *testing.T) {
+	modes := xzModes(t)
+	delete(modes, "go")
 	if cgrouptest.InChild() {
-		bin := needTool(t, "xz")
 		raw := variedContent(8<<20, 43)
 		p := filepath.Join(t.TempDir(), "d")
 		writeRaw(t, p, raw)
 		// Blocks of 1 MiB: a file xz would decode on several threads.
-		z, err := exec.Command(bin, "-1", "-T2", "--block-size=1MiB", "-c", p).Output()
+		z, err := exec.Command(needTool(t, "xz"), "-1", "-T2", "--block-size=1MiB", "-c", p).Output()
 		require.NoError(t, err)
-		d, err := NewDecompressor(context.Background(), XZ, bytes.NewReader(z), Options{ExternalXZ: bin}.withDefaults())
-		require.NoError(t, err)
-		defer d.Close()
-		got := make([]byte, len(raw))
-		_, err = io.ReadFull(d, got[:1<<20])
-		require.NoError(t, err)
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.(*decoder).r.(*childProc).child.Pid()))
-		require.NoError(t, err)
-		_, err = io.ReadFull(d, got[1<<20:])
-		require.NoError(t, err)
-		require.True(t, bytes.Equal(raw, got), "decoded bytes differ")
-		for _, arg := range strings.Split(string(cmdline), "\x00") {
-			if strings.HasPrefix(arg, "-T") {
-				fmt.Printf("xz-threads=%s\n", arg)
+		for mode, o := range modes {
+			args := decodeReadingChildArgs(t, z, raw, o)
+			threads := ""
+			if mode == "ring" {
+				threads = args[6] // xz SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS THREADS …
 			}
+			for _, arg := range args {
+				if v, ok := strings.CutPrefix(arg, "-T"); ok && mode == "external" {
+					threads = v
+				}
+			}
+			fmt.Printf("%s-threads=%s\n", mode, threads)
 		}
 		return
 	}
 	needTool(t, "xz")
 	limited := cgrouptest.NewQuota(t, 75000, 100000)
 	unlimited := cgrouptest.NewQuota(t, -1, 100000)
-	assert.Equal(t, "-T1", cgrouptest.RunTestValue(t, limited, t.Name(), "xz-threads"), "inside the 750m cgroup")
-	assert.Equal(t, fmt.Sprintf("-T%d", runtime.NumCPU()), cgrouptest.RunTestValue(t, unlimited, t.Name(), "xz-threads"),
-		"inside a cgroup without a quota")
+	for mode := range modes {
+		assert.Equal(t, "1", cgrouptest.RunTestValue(t, limited, t.Name(), mode+"-threads"), "%s inside the 750m cgroup", mode)
+		assert.Equal(t, fmt.Sprint(runtime.NumCPU()), cgrouptest.RunTestValue(t, unlimited, t.Name(), mode+"-threads"),
+			"%s inside a cgroup without a quota", mode)
+	}
+}
+
+// decodeReadingChildArgs decodes z with the child o selects, checks that
+// the bytes are raw, and returns the child's arguments as it ran.
+func decodeReadingChildArgs(t *testing.T, z, raw []byte, o Options) []string {
+	d, err := NewDecompressor(context.Background(), XZ, bytes.NewReader(z), o.withDefaults())
+	require.NoError(t, err)
+	defer d.Close()
+	got := make([]byte, len(raw))
+	_, err = io.ReadFull(d, got[:1<<20])
+	require.NoError(t, err)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.(*decoder).r.(*childProc).child.Pid()))
+	require.NoError(t, err)
+	_, err = io.ReadFull(d, got[1<<20:])
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(raw, got), "decoded bytes differ")
+	return strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 }
