@@ -63,14 +63,7 @@ func xzMemlimit(o Options) int64 {
 // xz decodes about 2.5x faster than ulikunitz/xz on one core, and on
 // multi-block files it uses every core.
 func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error) {
-	// The multi-threaded limit is soft: xz starts as many of the threads as
-	// fit in it and decodes single-threaded when not even two do, so it
-	// follows the memory the pod has (see xzThreads).
-	threads, budget, err := xzThreadsHere()
-	if err != nil {
-		o.Logger.Debug("xz: memory limits unknown, using a small thread budget", "err", err)
-	}
-	o.Logger.Debug("xz threads", "threads", threads, "memlimit_mt", budget)
+	threads, budget := xzThreadsLogged(o)
 	args := []string{"-dc", fmt.Sprintf("-T%d", threads),
 		fmt.Sprintf("--memlimit-decompress=%d", xzMemlimit(o)),
 		fmt.Sprintf("--memlimit-mt-decompress=%d", budget)}
@@ -84,11 +77,7 @@ func startXZ(ctx context.Context, bin string, src *sourceReader, o Options) (*ch
 // carries either. On the bench's 2 GiB raw.xz, xz -dc's 8 KiB writes into
 // its pipe cost 3 CPU-s of system time over decoding into /dev/null.
 func startXZRing(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error) {
-	threads, budget, err := xzThreadsHere()
-	if err != nil {
-		o.Logger.Debug("xz: memory limits unknown, using a small thread budget", "err", err)
-	}
-	o.Logger.Debug("xz threads", "threads", threads, "memlimit_mt", budget)
+	threads, budget := xzThreadsLogged(o)
 	// One thread: no thread is ever started, so none may be.
 	var processes uint64
 	if threads == 1 {
@@ -99,26 +88,27 @@ func startXZRing(ctx context.Context, bin string, src *sourceReader, o Options) 
 			strconv.Itoa(inRingSlotBytes), strconv.Itoa(inRingSlots),
 			strconv.Itoa(threads), strconv.FormatInt(xzMemlimit(o), 10), strconv.FormatInt(budget, 10)},
 		addressSpace: xzRingAddressSpace(o, threads), processes: processes,
-		failed: xzRingFailed, ring: true, inputRing: true}, src, o)
+		failed: xzFailed, ring: true, inputRing: true}, src, o)
+}
+
+// xzThreadsLogged is the xz decoder's thread count and multi-threaded
+// memory budget (xzThreadsHere), logged. The budget is soft: the decoder
+// starts as many of the threads as fit in it and decodes single-threaded
+// when not even two do, so it follows the memory the pod has (see
+// xzThreads).
+func xzThreadsLogged(o Options) (threads int, budget int64) {
+	threads, budget, err := xzThreadsHere()
+	if err != nil {
+		o.Logger.Debug("xz: memory limits unknown, using a small thread budget", "err", err)
+	}
+	o.Logger.Debug("xz threads", "threads", threads, "memlimit_mt", budget)
+	return threads, budget
 }
 
 // xzRingAddressSpace is the xz ring child's RLIMIT_AS: xz's
 // (xzAddressSpace) and its two rings.
 func xzRingAddressSpace(o Options, threads int) uint64 {
 	return xzAddressSpace(o, threads) + ringSlotBytes*ringSlots + inRingSlotBytes*inRingSlots
-}
-
-// xzRingFailed maps diskimport-inflate's xz failure messages as xzFailed
-// maps xz's.
-func xzRingFailed(msg string, err error) error {
-	msg = strings.TrimPrefix(msg, "diskimport-inflate: ")
-	switch {
-	case strings.Contains(msg, "memory usage limit"):
-		return fmt.Errorf("xz: %s: %w", msg, errdefs.ErrUnsafeImage)
-	case strings.Contains(msg, "unexpected end of input"):
-		return fmt.Errorf("xz: unexpected end of stream (truncated?): %s: %w", msg, errdefs.ErrInvalidImage)
-	}
-	return fmt.Errorf("xz: %s (%v): %w", msg, err, errdefs.ErrInvalidImage)
 }
 
 // xzThreadAddressSpace is what each xz decoder thread maps beyond the
@@ -141,12 +131,14 @@ func xzAddressSpace(o Options, threads int) uint64 {
 	return uint64(xzMemlimit(o)) + uint64(threads)*xzThreadAddressSpace + xzBaseAddressSpace
 }
 
-// xzFailed maps xz's failure messages.
+// xzFailed maps the failure messages of xz and of diskimport-inflate's xz
+// mode (its words in lower case).
 func xzFailed(msg string, err error) error {
-	switch {
-	case strings.Contains(msg, "Memory usage limit"):
+	msg = strings.TrimPrefix(msg, "diskimport-inflate: ")
+	switch lower := strings.ToLower(msg); {
+	case strings.Contains(lower, "memory usage limit"):
 		return fmt.Errorf("xz: %s: %w", msg, errdefs.ErrUnsafeImage)
-	case strings.Contains(msg, "Unexpected end of input"):
+	case strings.Contains(lower, "unexpected end of input"):
 		return fmt.Errorf("xz: unexpected end of stream (truncated?): %s: %w", msg, errdefs.ErrInvalidImage)
 	}
 	return fmt.Errorf("xz: %v: %s: %w", err, msg, errdefs.ErrInvalidImage)
