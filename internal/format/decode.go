@@ -120,17 +120,12 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 	switch c {
 	case Gzip:
 		// The ring child, else igzip's pipe, else Go.
-		start, bin := startInflateRing, o.InflateChildPath()
-		if bin == "" {
-			start, bin = startIgzip, o.gzipBinary()
+		started, err := d.startChild(o, childChoice{startInflateRing, o.InflateChildPath()},
+			childChoice{startIgzip, o.gzipBinary()})
+		if err != nil {
+			return nil, err
 		}
-		if bin != "" {
-			o.Logger.Debug("decoding gzip with an external process", "program", bin)
-			p, err := start(ctx, bin, src, o)
-			if err != nil {
-				return nil, err
-			}
-			d.r, d.close = p, p.Close
+		if started {
 			return d, nil
 		}
 		o.Logger.Debug("decoding gzip in Go (klauspost/compress/gzip)")
@@ -165,17 +160,12 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 			return nil, err
 		}
 		// The ring child, else xz's pipe, else Go.
-		start, bin := startXZRing, o.InflateChildPath()
-		if bin == "" {
-			start, bin = startXZ, o.xzBinary()
+		started, err := d.startChild(o, childChoice{startXZRing, o.InflateChildPath()},
+			childChoice{startXZ, o.xzBinary()})
+		if err != nil {
+			return nil, err
 		}
-		if bin != "" {
-			o.Logger.Debug("decoding xz with an external process", "program", bin)
-			p, err := start(ctx, bin, src, o)
-			if err != nil {
-				return nil, err
-			}
-			d.r, d.close = p, p.Close
+		if started {
 			return d, nil
 		}
 		o.Logger.Debug("decoding xz in Go (ulikunitz/xz)")
@@ -189,6 +179,31 @@ func newDecoder(ctx context.Context, c Compression, r io.Reader, head []byte, o 
 		return nil, fmt.Errorf("compression %q: %w", c, errdefs.ErrUnsupportedFormat)
 	}
 	return d, nil
+}
+
+// childChoice is a decoder child: how it starts, and its program ("" when
+// it is not here).
+type childChoice struct {
+	start func(ctx context.Context, bin string, src *sourceReader, o Options) (*childProc, error)
+	bin   string
+}
+
+// startChild starts the first of choices whose program is here as d's
+// decoder; started is false when none is.
+func (d *decoder) startChild(o Options, choices ...childChoice) (started bool, err error) {
+	for _, c := range choices {
+		if c.bin == "" {
+			continue
+		}
+		o.Logger.Debug("decoding "+codecName(d.codec)+" with an external process", "program", c.bin)
+		p, err := c.start(d.ctx, c.bin, d.src, o)
+		if err != nil {
+			return false, err
+		}
+		d.r, d.close = p, p.Close
+		return true, nil
+	}
+	return false, nil
 }
 
 // Go's gzip decoder reads its input through a read-ahead goroutine
