@@ -78,8 +78,15 @@ int run_xz(uint32_t threads, uint64_t memlimit, uint64_t memlimit_threading)
 		}
 		if (ret == LZMA_STREAM_END)
 			break;
-		if (ret != LZMA_OK)
+		if (ret != LZMA_OK) {
+			/* What was decoded before the fault goes out first, as xz
+			 * -dc writes it: the importer then fails where the stream
+			 * does (a cut qcow2.xz after its header was read), not
+			 * before it has a byte. */
+			if (pos > 0)
+				hand_over(slot, pos);
 			fail(xz_error(ret));
+		}
 	}
 	if (pos > 0)
 		hand_over(slot, pos);
