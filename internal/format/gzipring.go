@@ -17,11 +17,11 @@ import (
 
 // InflateChildPath is the diskimport-inflate binary o names or PATH
 // holds, "" when there is none (o.InflateChild "-", or none on PATH):
-// the project's own decoder child (native/inflate, ISA-L's inflate),
-// which writes what it decodes into shared memory the importer reads in
-// place, so no pipe carries the decoded bytes. Without it gzip goes
-// through igzip's pipe or the Go decoder, and grains and clusters through
-// Go's inflate. On the 2 GiB bench raw.gz (35 % data) the pipe out of
+// the project's own decoder child (native/inflate: ISA-L's inflate and
+// liblzma), which writes what it decodes into shared memory the importer
+// reads in place, so no pipe carries the decoded bytes. Without it gzip
+// goes through igzip's pipe or the Go decoder, xz through xz's pipe or
+// the Go decoder, and grains and clusters through Go's inflate. On the 2 GiB bench raw.gz (35 % data) the pipe out of
 // igzip cost about a quarter of an import's CPU-seconds (its copies, page
 // allocation and memcg charging, the lock), measured by perf; decoding
 // into the ring took the system time of decoding and reading 2 GiB from
