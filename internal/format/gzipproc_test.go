@@ -59,20 +59,27 @@ func gzipChildren(t *testing.T) []gzipChild {
 // the one asked for: the child c, or Go's when c is nil.
 func decodeGzip(t *testing.T, c *gzipChild, z []byte) ([]byte, error) {
 	t.Helper()
-	o := Options{ExternalGzip: "-", InflateChild: "-"}
-	if c != nil {
-		o = c.o
+	if c == nil {
+		return decodeBy(t, Gzip, Options{ExternalGzip: "-", InflateChild: "-"}, z, "Go", false, false)
 	}
-	d, err := NewDecompressor(context.Background(), Gzip, bytes.NewReader(z), o)
+	return decodeBy(t, Gzip, c.o, z, c.name, true, c.ring)
+}
+
+// decodeBy decodes z (compressed with c) with the decoder o selects and
+// checks that it is the one name says: a child or Go's, reading a ring or
+// a pipe.
+func decodeBy(t *testing.T, c Compression, o Options, z []byte, name string, child, ring bool) ([]byte, error) {
+	t.Helper()
+	d, err := NewDecompressor(context.Background(), c, bytes.NewReader(z), o)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
 	p, isChild := d.(*decoder).r.(*childProc)
-	require.Equal(t, c != nil, isChild, "decoder for %+v", o)
-	if c != nil {
+	require.Equal(t, child, isChild, "%s decodes in a child", name)
+	if isChild {
 		_, isRing := p.stdout.(*ringReader)
-		require.Equal(t, c.ring, isRing, "%s reads a ring", c.name)
+		require.Equal(t, ring, isRing, "%s reads a ring", name)
 	}
 	return io.ReadAll(d)
 }

@@ -98,9 +98,10 @@ func TestOpenRoundTrip(t *testing.T) {
 		{qcow, []Compression{XZ, Gzip}, QCOW2},
 		{raw, []Compression{Zstd, XZ, Gzip}, Raw},
 	}
+	modes := xzModes(t)
 	for _, tc := range cases {
 		p := wrap(t, tc.base, tc.layers...)
-		for mode, o := range xzModes(t) {
+		for mode, o := range modes {
 			t.Run(filepath.Base(p)+"/"+mode, func(t *testing.T) {
 				s, b, err := openAll(t, p, o)
 				require.NoError(t, err)
@@ -126,6 +127,7 @@ func TestOpenMultiStream(t *testing.T) {
 	pa, pb := filepath.Join(dir, "a"), filepath.Join(dir, "b")
 	writeRaw(t, pa, a)
 	writeRaw(t, pb, b)
+	modes := xzModes(t)
 	for _, c := range []Compression{Gzip, XZ, Zstd, LZ4} {
 		ca, cb := wrap(t, pa, c), wrap(t, pb, c)
 		x, err := os.ReadFile(ca)
@@ -134,7 +136,7 @@ func TestOpenMultiStream(t *testing.T) {
 		require.NoError(t, err)
 		cat := filepath.Join(dir, "cat."+string(c))
 		require.NoError(t, os.WriteFile(cat, append(x, y...), 0o644))
-		for mode, o := range xzModes(t) {
+		for mode, o := range modes {
 			_, got, err := openAll(t, cat, o)
 			require.NoError(t, err, "%s %s", c, mode)
 			require.Equal(t, sha(append(append([]byte(nil), a...), b...)), sha(got), "%s %s", c, mode)
@@ -163,8 +165,9 @@ func TestOpenTinyStreams(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "tiny")
 	require.NoError(t, os.WriteFile(p, []byte("01234\x0056789"), 0o644))
+	modes := xzModes(t)
 	for _, c := range []Compression{Gzip, XZ, Zstd} {
-		for mode, o := range xzModes(t) {
+		for mode, o := range modes {
 			s, got, err := openAll(t, wrap(t, p, c), o)
 			require.NoError(t, err, "%s %s", c, mode)
 			assert.Equal(t, []Compression{c}, s.Compressions)
@@ -178,13 +181,14 @@ func TestOpenTinyStreams(t *testing.T) {
 
 func TestOpenTruncatedAndCorrupt(t *testing.T) {
 	dir, raw := variedRaw(t, 2<<20, 8)
+	modes := xzModes(t)
 	for _, c := range []Compression{Gzip, XZ, Zstd, LZ4} {
 		full, err := os.ReadFile(wrap(t, raw, c))
 		require.NoError(t, err)
 		for _, cut := range []int{20, 100, len(full) / 3, len(full) / 2, len(full) - 1, len(full) - 8, len(full) - 13} {
 			p := filepath.Join(dir, "cut")
 			require.NoError(t, os.WriteFile(p, full[:cut], 0o644))
-			for mode, o := range xzModes(t) {
+			for mode, o := range modes {
 				_, _, err := openAll(t, p, o)
 				require.Error(t, err, "%s cut at %d/%d (%s)", c, cut, len(full), mode)
 				require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%s cut at %d (%s): %v", c, cut, mode, err)
@@ -196,7 +200,7 @@ func TestOpenTruncatedAndCorrupt(t *testing.T) {
 		bad[len(bad)/2] ^= 0x55
 		p := filepath.Join(dir, "bad")
 		require.NoError(t, os.WriteFile(p, bad, 0o644))
-		for mode, o := range xzModes(t) {
+		for mode, o := range modes {
 			_, _, err := openAll(t, p, o)
 			require.ErrorIs(t, err, errdefs.ErrInvalidImage, "%s corrupt (%s)", c, mode)
 		}
@@ -288,10 +292,11 @@ func TestSourceErrorPassesThrough(t *testing.T) {
 	p := filepath.Join(dir, "d")
 	writeRaw(t, p, variedContent(2<<20, 11))
 	srcErr := errors.New("connection reset by test")
+	modes := xzModes(t)
 	for _, c := range []Compression{Gzip, XZ, Zstd} {
 		full, err := os.ReadFile(wrap(t, p, c))
 		require.NoError(t, err)
-		for mode, o := range xzModes(t) {
+		for mode, o := range modes {
 			s, err := Open(context.Background(), &failingReader{r: bytes.NewReader(full), left: len(full) / 2, err: srcErr}, o)
 			if err == nil {
 				_, err = io.Copy(io.Discard, s)
@@ -415,6 +420,7 @@ func TestTruncationSweep(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "d")
 	writeRaw(t, p, variedContent(256<<10, 13))
+	modes := xzModes(t)
 	for _, c := range []Compression{Gzip, XZ, Zstd} {
 		full, err := os.ReadFile(wrap(t, p, c))
 		require.NoError(t, err)
@@ -429,7 +435,7 @@ func TestTruncationSweep(t *testing.T) {
 		for i := len(full) - 40; i < len(full); i++ {
 			cuts = append(cuts, i)
 		}
-		for mode, o := range xzModes(t) {
+		for mode, o := range modes {
 			if c != XZ && mode != "go" {
 				continue
 			}

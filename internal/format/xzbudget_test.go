@@ -221,12 +221,14 @@ func TestXZChildThreadsFollowTheCgroupsCPUQuota(t *testing.T) {
 		for mode, o := range modes {
 			args := decodeReadingChildArgs(t, z, raw, o)
 			threads := ""
-			if mode == "ring" {
+			switch mode {
+			case "ring":
 				threads = args[6] // xz SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS THREADS …
-			}
-			for _, arg := range args {
-				if v, ok := strings.CutPrefix(arg, "-T"); ok && mode == "external" {
-					threads = v
+			case "external":
+				for _, arg := range args {
+					if v, ok := strings.CutPrefix(arg, "-T"); ok {
+						threads = v
+					}
 				}
 			}
 			fmt.Printf("%s-threads=%s\n", mode, threads)
@@ -236,10 +238,15 @@ func TestXZChildThreadsFollowTheCgroupsCPUQuota(t *testing.T) {
 	needTool(t, "xz")
 	limited := cgrouptest.NewQuota(t, 75000, 100000)
 	unlimited := cgrouptest.NewQuota(t, -1, 100000)
+	var keys []string
 	for mode := range modes {
-		assert.Equal(t, "1", cgrouptest.RunTestValue(t, limited, t.Name(), mode+"-threads"), "%s inside the 750m cgroup", mode)
-		assert.Equal(t, fmt.Sprint(runtime.NumCPU()), cgrouptest.RunTestValue(t, unlimited, t.Name(), mode+"-threads"),
-			"%s inside a cgroup without a quota", mode)
+		keys = append(keys, mode+"-threads")
+	}
+	inLimited := cgrouptest.RunTestValues(t, limited, t.Name(), keys...)
+	inUnlimited := cgrouptest.RunTestValues(t, unlimited, t.Name(), keys...)
+	for mode := range modes {
+		assert.Equal(t, "1", inLimited[mode+"-threads"], "%s inside the 750m cgroup", mode)
+		assert.Equal(t, fmt.Sprint(runtime.NumCPU()), inUnlimited[mode+"-threads"], "%s inside a cgroup without a quota", mode)
 	}
 }
 

@@ -2,9 +2,7 @@ package format
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"io"
 	"os/exec"
 	"testing"
 
@@ -28,18 +26,7 @@ func xzOf(t *testing.T, b []byte, args ...string) []byte {
 // child at all.
 func decodeXZ(t *testing.T, mode string, o Options, z []byte) ([]byte, error) {
 	t.Helper()
-	d, err := NewDecompressor(context.Background(), XZ, bytes.NewReader(z), o)
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	p, isChild := d.(*decoder).r.(*childProc)
-	require.Equal(t, mode != "go", isChild, "%s decodes in a child", mode)
-	if isChild {
-		_, isRing := p.stdout.(*ringReader)
-		require.Equal(t, mode == "ring", isRing, "%s reads a ring", mode)
-	}
-	return io.ReadAll(d)
+	return decodeBy(t, XZ, o, z, mode, mode != "go", mode == "ring")
 }
 
 func TestXZDecodersAgree(t *testing.T) {

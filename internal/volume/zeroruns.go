@@ -50,9 +50,9 @@ func (w *Writer) WriteZeros(n int64) error {
 // granule boundary. The chunk staged before the run and the run itself
 // are handed off together, as a full chunk is (applied in order after
 // the hand-offs before them), so the caller reads its next run while they
-// are written: a clone's 1 MiB data
-// records between zero runs were each written while the connection
-// waited (a 35 % source onto a file, 716 of them at about 1 ms each).
+// are written: a clone's 1 MiB data records between zero runs were each
+// written while the connection waited (a 35 % source onto a file, 716 of
+// them at about 1 ms each).
 func (w *Writer) zeroGranules(n int64) error {
 	buf, used := w.stage, w.stageLen
 	w.stage, w.stageLen = nil, 0

@@ -25,7 +25,7 @@ static const char *xz_error(lzma_ret ret)
 	case LZMA_DATA_ERROR:
 		return "corrupt data";
 	case LZMA_BUF_ERROR:
-		return "unexpected end of input: the stream ends inside a block (truncated?)";
+		return "unexpected end of input: the stream is cut short (truncated?)";
 	default:
 		return "corrupt data: the decoder failed";
 	}

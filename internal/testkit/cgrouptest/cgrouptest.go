@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,12 +72,27 @@ func RunTest(t *testing.T, dir, name string) string {
 // when the child printed none.
 func RunTestValue(t *testing.T, dir, name, key string) string {
 	t.Helper()
+	return RunTestValues(t, dir, name, key)[key]
+}
+
+// RunTestValues is RunTestValue for several keys, from one run of the
+// child.
+func RunTestValues(t *testing.T, dir, name string, keys ...string) map[string]string {
+	t.Helper()
 	out := RunTest(t, dir, name)
+	values := make(map[string]string, len(keys))
 	for line := range strings.Lines(out) {
-		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), key+"="); ok {
-			return v
+		k, v, ok := strings.Cut(strings.TrimRight(line, "\n"), "=")
+		if ok && slices.Contains(keys, k) {
+			if _, seen := values[k]; !seen {
+				values[k] = v
+			}
 		}
 	}
-	t.Fatalf("%s as a child printed no %s= line:\n%s", name, key, out)
-	return ""
+	for _, k := range keys {
+		if _, ok := values[k]; !ok {
+			t.Fatalf("%s as a child printed no %s= line:\n%s", name, k, out)
+		}
+	}
+	return values
 }

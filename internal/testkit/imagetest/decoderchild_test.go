@@ -18,10 +18,8 @@ import (
 // volume holds the disk byte for byte.
 func TestStreamsDecodedByTheImagesChild(t *testing.T) {
 	img := loadImage(t)
-	ringChild := false
-	if _, err := os.Stat(filepath.Join(img.dir, "native", "diskimport-inflate")); err == nil {
-		ringChild = true
-	}
+	_, err := os.Stat(filepath.Join(img.dir, "native", "diskimport-inflate"))
+	ringChild := err == nil
 	for i, c := range []struct{ ext, codec, tool, maker string }{
 		{"gz", "gzip", "/usr/bin/igzip", "gzip"},
 		{"xz", "xz", "/usr/bin/xz", "xz"},
