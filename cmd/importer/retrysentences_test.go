@@ -112,7 +112,7 @@ func TestTerminalTellsARetryInASentence(t *testing.T) {
 	assert.Equal(t, want, testimg.Digest(t, dest, -1))
 
 	// With -v on the terminal the record stays structured.
-	srv = dropOnceServer(t, data, 0, 3<<19)
+	srv = dropOnceServer(t, data, 0, 3<<18)
 	dest = filepath.Join(dir, "verbose.img")
 	pane = startTmuxSized(t, 200, 40, fmt.Sprintf("%s -v %s/disk.img %s; echo EXIT=$?; sleep 60", bin, srv.URL, dest))
 	end = pane.waitFor("EXIT=", time.Minute)
@@ -122,7 +122,7 @@ func TestTerminalTellsARetryInASentence(t *testing.T) {
 	assert.Equal(t, want, testimg.Digest(t, dest, -1))
 
 	// Off a terminal: the structured record.
-	srv = dropOnceServer(t, data, 0, 3<<19)
+	srv = dropOnceServer(t, data, 0, 3<<18)
 	dest = filepath.Join(dir, "offterminal.img")
 	code, _, stderr := runCLI(t, nil, env(nil), srv.URL+"/disk.img", dest)
 	require.Equal(t, cdi.ExitOK, code)

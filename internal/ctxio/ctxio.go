@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Reader reads from an underlying reader until its context is done; the
@@ -37,6 +38,18 @@ func (c *Reader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// ReadRun is Read of a stream that may give runs of zeros
+// (iostage.RunReader).
+func (c *Reader) ReadRun(p []byte) (int, int64, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, 0, Cancelled(c.what, err)
+	}
+	return iostage.ReadRun(c.r, p)
+}
+
+// KnowsRuns says whether the stream gives runs of zeros.
+func (c *Reader) KnowsRuns() bool { return iostage.KnowsRuns(c.r) }
 
 // Close runs the close function given to NewReadCloser, if any.
 func (c *Reader) Close() error {

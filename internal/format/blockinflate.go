@@ -137,7 +137,7 @@ func (b *BlockInflater) CloseSend() error { return b.p.stdin.Close() }
 // wrapping errdefs.ErrInvalidImage, and the next block follows it; a
 // child that failed or was cancelled gives its error from then on.
 func (b *BlockInflater) Receive(out []byte) (int, error) {
-	slot, n, err := b.ring.next()
+	slot, n, _, err := b.ring.next()
 	// The block's input slot is free again: the child is past it, or
 	// gone (then a Send waiting for it fails on the record's write).
 	select {

@@ -62,11 +62,29 @@ func (d *decoder) Read(p []byte) (int, error) {
 		return 0, d.err
 	}
 	n, err := d.r.Read(p)
+	return n, d.keepErr(err)
+}
+
+// ReadRun is Read, passing on a decoder child's runs of zeros
+// (iostage.RunReader).
+func (d *decoder) ReadRun(p []byte) (int, int64, error) {
+	if d.err != nil {
+		return 0, 0, d.err
+	}
+	n, zeros, err := iostage.ReadRun(d.r, p)
+	return n, zeros, d.keepErr(err)
+}
+
+// KnowsRuns says whether the decoder gives runs.
+func (d *decoder) KnowsRuns() bool { return iostage.KnowsRuns(d.r) }
+
+// keepErr maps a failure of the layer, which then keeps failing.
+func (d *decoder) keepErr(err error) error {
 	if err != nil && err != io.EOF {
 		d.err = d.mapErr(err)
-		return n, d.err
+		return d.err
 	}
-	return n, err
+	return err
 }
 
 // mapErr turns a decoder error into the engine's error kinds.

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/diskimport/engine/errdefs"
+	"github.com/diskimport/engine/internal/iostage"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
@@ -316,4 +317,57 @@ func TestInflateChildFindsMembersAcrossInputSlots(t *testing.T) {
 			}
 		}
 	}
+}
+
+// diskimport-inflate names the 64 KiB granules of zeros it decoded, and
+// the decoder gives them as runs: every whole granule of zeros a member
+// holds whole comes as a run, nothing else does, and the runs and bytes
+// together are the member's bytes.
+func TestInflateChildGivesItsGranulesOfZerosAsRuns(t *testing.T) {
+	bin := testimg.InflateChild(t)
+	if bin == "" {
+		t.Skip("diskimport-inflate is not here")
+	}
+	const g = ringZeroGranule
+	// Granules of zeros and of data, a run off the granules, and a second
+	// member starting inside a granule of zeros (which is then not whole
+	// in either member), over three slots.
+	a := variedContent(9*ringSlotBytes/4+g/2, 61)
+	for i := 0; i+g <= len(a); i += g {
+		if (i/g)%3 != 1 {
+			clear(a[i : i+g])
+		}
+	}
+	copy(a[5*g+100:], "data")
+	clear(a[len(a)-g/2:])
+	b := make([]byte, 3*g+777)
+	copy(b[2*g:], variedContent(g, 62))
+	want := append(bytes.Clone(a), b...)
+	wantRuns := int64(0)
+	for i := 0; i+g <= len(want); i += g {
+		insideB := i < len(a) && i+g > len(a)
+		if !insideB && iostage.IsZero(want[i:i+g]) {
+			wantRuns += g
+		}
+	}
+	d, err := NewDecompressor(context.Background(), Gzip, bytes.NewReader(append(gzipMember(t, a), gzipMember(t, b)...)),
+		Options{InflateChild: bin, ExternalGzip: "-"})
+	require.NoError(t, err)
+	defer d.Close()
+	require.True(t, iostage.KnowsRuns(d))
+	var got []byte
+	var runs int64
+	buf := make([]byte, 1<<20)
+	for {
+		n, zeros, err := iostage.ReadRun(d, buf)
+		runs += zeros
+		got = append(got, make([]byte, zeros)...)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+	}
+	require.True(t, bytes.Equal(want, got), "decoded %d bytes, want %d", len(got), len(want))
+	require.Equal(t, wantRuns, runs, "the bytes given as runs")
 }

@@ -37,10 +37,14 @@ const (
 	ringSlotBytes = 4 << 20
 	ringSlots     = 4
 	// ringRecordSize is a "filled" record: uint32 slot, uint32 length,
-	// native order (ringNoSlot and a reason for a block that failed). A
-	// "free" record is the slot alone.
-	ringRecordSize = 8
+	// uint64 zeros (bit i: the slot's ringZeroGranule bytes at i times
+	// that are all zeros), native order (ringNoSlot and a reason for a
+	// block that failed). A "free" record is the slot alone.
+	ringRecordSize = 16
 	ringNoSlot     = 0xffffffff
+	// ringZeroGranule is the granule a record's zeros name: the writer's
+	// and the content digest's, so a run of them is taken whole.
+	ringZeroGranule = 64 << 10
 	// inflateRingAddressSpace is the child's RLIMIT_AS beside its ring:
 	// its binary and libraries, a 1 MiB input buffer and ISA-L's inflate
 	// state (VmPeak 10.5 MiB with the 16 MiB ring mapped).
@@ -48,6 +52,27 @@ const (
 	// inflateGzipAddressSpace is the gzip child's, with both rings.
 	inflateGzipAddressSpace = inflateRingAddressSpace + ringSlotBytes*ringSlots + inRingSlotBytes*inRingSlots
 )
+
+// inflateProtocol is the ring protocol this importer speaks with
+// diskimport-inflate (native/inflate/main.c), its first argument: 2 since
+// the result records name granules of zeros (16 bytes). A build that
+// speaks another refuses it, and the import fails naming the program,
+// rather than reading its records wrong.
+const inflateProtocol = "2"
+
+// otherProtocolFailed is failed, but for a diskimport-inflate at bin that
+// refused the protocol (a build of another version: an old one answers
+// with its usage, a newer one names the protocol it wants).
+func otherProtocolFailed(bin string, failed func(msg string, err error) error) func(msg string, err error) error {
+	return func(msg string, err error) error {
+		m := strings.TrimPrefix(msg, "diskimport-inflate: ")
+		if strings.HasPrefix(m, "usage:") || strings.HasPrefix(m, "ring protocol") {
+			return fmt.Errorf("%s is another build of diskimport-inflate than this importer's (it speaks ring protocol %s): "+
+				"install the one built with it, or turn it off (InflateChild \"-\"): %s: %w", bin, inflateProtocol, m, errdefs.ErrInvalidOptions)
+		}
+		return failed(msg, err)
+	}
+}
 
 // startInflateRing decodes gzip with diskimport-inflate, which checks every
 // member's CRC32 and ISIZE and decodes concatenated members; like igzip it
@@ -57,7 +82,7 @@ func startInflateRing(ctx context.Context, bin string, src *sourceReader, o Opti
 		args: []string{"gzip", strconv.Itoa(ringSlotBytes), strconv.Itoa(ringSlots),
 			strconv.Itoa(inRingSlotBytes), strconv.Itoa(inRingSlots)},
 		addressSpace: inflateGzipAddressSpace, processes: 1,
-		failed: inflateRingFailed, ring: true, inputRing: true}, src, o)
+		failed: inflateRingFailed, ring: true, zeroRuns: true, inputRing: true}, src, o)
 }
 
 // inflateRingFailed maps diskimport-inflate's failure messages.
@@ -75,15 +100,20 @@ func inflateRingFailed(msg string, err error) error {
 // pipe (the child's descriptor 4). The copy is one memcpy, and it keeps
 // what the later stages see fixed: the child can write into the ring at
 // any time, so bytes read in place could change between the hash and the
-// write.
+// write. The granules of zeros the child names are not copied: ReadRun
+// gives them as runs (Read as cleared bytes), never reading them, so
+// what the child writes there later changes nothing.
 type ringReader struct {
 	records          *os.File      // the child's "filled" records
 	recs             *bufio.Reader // records, as many read at once as have come
 	free             *os.File      // our "free" records to the child
 	rec              [ringRecordSize]byte
 	slotBytes, slots int
-	slot             int // the slot being read, -1 when none
-	dataOff, dataLen int // its unread bytes in ring
+	slot             int    // the slot being read, -1 when none
+	dataOff, dataLen int    // its unread bytes in ring
+	slotEnd          int    // where its bytes end in ring
+	zeros            uint64 // its granules the child named as zeros
+	zeroRuns         bool   // the child names them (KnowsRuns)
 	ring             sharedMapping
 }
 
@@ -134,41 +164,98 @@ func newRingReader(slotBytes, slots int) (r *ringReader, stdout *os.File, extra 
 }
 
 func (r *ringReader) Read(p []byte) (int, error) {
+	n, zeros, err := r.ReadRun(p)
+	if zeros > 0 {
+		// At most a slot, and never more than p: ReadRun gives a run
+		// from the current position, so the rest of it stays unread.
+		k := int(min(zeros, int64(len(p))))
+		clear(p[:k])
+		r.unread(zeros - int64(k))
+		return k, nil
+	}
+	return n, err
+}
+
+// ReadRun is Read, or a run of granules the child named as zeros (n 0,
+// zeros > 0): those bytes are passed over, not copied (iostage.RunReader).
+func (r *ringReader) ReadRun(p []byte) (n int, zeros int64, err error) {
 	for r.dataLen == 0 {
 		if r.slot >= 0 {
 			r.release(r.slot)
 			r.slot = -1
 		}
-		slot, n, err := r.next()
+		slot, n, zeros, err := r.next()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if slot < 0 {
-			return 0, fmt.Errorf("the decoder reported a failed block in a stream")
+			return 0, 0, fmt.Errorf("the decoder reported a failed block in a stream")
 		}
-		r.slot, r.dataOff, r.dataLen = slot, slot*r.slotBytes, n
+		r.slot, r.dataOff, r.dataLen, r.zeros = slot, slot*r.slotBytes, n, zeros
+		r.slotEnd = r.dataOff + n
 	}
-	return r.copyOut(p)
+	if len(p) == 0 {
+		return 0, 0, nil
+	}
+	// The current granule and those after it: zeros as a run, data up to
+	// the next granule of zeros.
+	pos := r.dataOff - r.slot*r.slotBytes
+	g := pos / ringZeroGranule
+	if r.zeroGranule(g) {
+		end := g + 1
+		for r.zeroGranule(end) {
+			end++
+		}
+		z := min(end*ringZeroGranule-pos, r.dataLen)
+		r.dataOff += z
+		r.dataLen -= z
+		return 0, int64(z), nil
+	}
+	end := g + 1
+	for end*ringZeroGranule < pos+r.dataLen && !r.zeroGranule(end) {
+		end++
+	}
+	want := min(end*ringZeroGranule-pos, r.dataLen, len(p))
+	n, err = r.ring.copyOut(p[:want], r.dataOff, want)
+	r.dataOff += n
+	r.dataLen -= n
+	return n, 0, err
 }
 
-// next reads the child's next record: a slot and the bytes it holds, or
-// no slot (-1) and the reason a block failed. Everything the child names
-// is checked against the ring.
-func (r *ringReader) next() (slot, n int, err error) {
+// KnowsRuns says whether the child names granules of zeros.
+func (r *ringReader) KnowsRuns() bool { return r.zeroRuns }
+
+// zeroGranule says whether the child named granule g of the current slot
+// as zeros, and the slot holds all of it.
+func (r *ringReader) zeroGranule(g int) bool {
+	return g < 64 && r.zeros&(1<<g) != 0 && r.slot*r.slotBytes+(g+1)*ringZeroGranule <= r.slotEnd
+}
+
+// unread puts back the last n bytes ReadRun passed over (n at most what
+// it just gave).
+func (r *ringReader) unread(n int64) {
+	r.dataOff -= int(n)
+	r.dataLen += int(n)
+}
+
+// next reads the child's next record: a slot, the bytes it holds and its
+// granules of zeros, or no slot (-1) and the reason a block failed.
+// Everything the child names is checked against the ring.
+func (r *ringReader) next() (slot, n int, zeros uint64, err error) {
 	if _, err := io.ReadFull(r.recs, r.rec[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
 			err = fmt.Errorf("a cut record from the decoder: %w", err)
 		}
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	s, v := binary.NativeEndian.Uint32(r.rec[:4]), binary.NativeEndian.Uint32(r.rec[4:])
 	if s == ringNoSlot {
-		return -1, int(v), nil
+		return -1, int(v), 0, nil
 	}
 	if int64(s) >= int64(r.slots) || v == 0 || int64(v) > int64(r.slotBytes) {
-		return 0, 0, fmt.Errorf("the decoder named %d bytes in slot %d, outside its ring of %d slots of %d", v, s, r.slots, r.slotBytes)
+		return 0, 0, 0, fmt.Errorf("the decoder named %d bytes in slot %d, outside its ring of %d slots of %d", v, s, r.slots, r.slotBytes)
 	}
-	return int(s), int(v), nil
+	return int(s), int(v), binary.NativeEndian.Uint64(r.rec[8:]), nil
 }
 
 // release hands slot back to the child. A child that went away makes
@@ -184,15 +271,6 @@ func (r *ringReader) release(slot int) {
 // unless the ring was closed meanwhile.
 func (r *ringReader) copySlot(out []byte, slot, n int) (int, error) {
 	return r.ring.copyOut(out, slot*r.slotBytes, n)
-}
-
-// copyOut copies the current slot's unread bytes into p, unless the ring
-// was closed meanwhile.
-func (r *ringReader) copyOut(p []byte) (int, error) {
-	n, err := r.ring.copyOut(p, r.dataOff, r.dataLen)
-	r.dataOff += n
-	r.dataLen -= n
-	return n, err
 }
 
 // Close ends the reading: a Read blocked on the records returns, and the

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/testkit/testimg"
 )
 
@@ -45,6 +46,12 @@ type inflateChildRun struct {
 // standard input; this test plays the importer, so it can send what the
 // Go side never does.
 func runInflateChild(t *testing.T, mode string, input []byte, records ...[]uint32) inflateChildRun {
+	t.Helper()
+	return runInflateChildSpeaking(t, inflateProtocol, mode, input, records...)
+}
+
+// runInflateChildSpeaking is runInflateChild telling the child protocol.
+func runInflateChildSpeaking(t *testing.T, protocol, mode string, input []byte, records ...[]uint32) inflateChildRun {
 	t.Helper()
 	bin := testimg.InflateChild(t)
 	if bin == "" {
@@ -78,7 +85,7 @@ func runInflateChild(t *testing.T, mode string, input []byte, records ...[]uint3
 		require.NoError(t, binary.Write(&stdin, binary.NativeEndian, rec))
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(bin, mode, strconv.Itoa(testSlotBytes), strconv.Itoa(testSlots),
+	cmd := exec.Command(bin, protocol, mode, strconv.Itoa(testSlotBytes), strconv.Itoa(testSlots),
 		strconv.Itoa(testInSlotBytes), strconv.Itoa(testInSlots))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = &stdin, &stdout, &stderr
 	cmd.ExtraFiles = []*os.File{ringFile, freeR, inFile, backW}
@@ -128,7 +135,7 @@ func TestInflateChildInflatesRecordsInsideItsRings(t *testing.T) {
 		require.NoError(t, w.Close())
 		run := runInflateChild(t, "deflate", z.Bytes(), []uint32{0, uint32(z.Len()), testSlotBytes})
 		require.NoError(t, run.err, run.stderr)
-		require.Len(t, run.results, 8)
+		require.Len(t, run.results, ringRecordSize)
 		slot, n := binary.NativeEndian.Uint32(run.results), binary.NativeEndian.Uint32(run.results[4:])
 		require.Less(t, slot, uint32(testSlots))
 		require.Equal(t, uint32(len(want)), n)
@@ -138,12 +145,7 @@ func TestInflateChildInflatesRecordsInsideItsRings(t *testing.T) {
 		z := gzipMember(t, want)
 		run := runInflateChild(t, "gzip", z, []uint32{0, uint32(len(z))})
 		require.NoError(t, run.err, run.stderr)
-		var got []byte
-		for r := run.results; len(r) >= 8; r = r[8:] {
-			slot, n := binary.NativeEndian.Uint32(r), binary.NativeEndian.Uint32(r[4:])
-			require.Less(t, slot, uint32(testSlots))
-			got = append(got, run.ring[int(slot)*testSlotBytes:][:n]...)
-		}
+		got := gzipResults(t, run)
 		assert.True(t, bytes.Equal(want, got), "inflated %d bytes, want %d", len(got), len(want))
 	})
 }
@@ -267,4 +269,29 @@ func TestInflateChildReadsTheHeaderAcrossInputSlots(t *testing.T) {
 			require.True(t, bytes.Equal(slices.Concat(want, want), gzipResults(t, run)), "cut at %d", at)
 		}
 	}
+}
+
+// A diskimport-inflate of another version refuses the importer before it
+// reads anything: this build any protocol but its own, an older build
+// this importer's (answering with its usage); the importer names the
+// program as the cause, not the image.
+func TestInflateChildOfAnotherProtocolIsRefused(t *testing.T) {
+	z := gzipMember(t, variedContent(1000, 8))
+	for _, protocol := range []string{"1", "3", "gzip"} {
+		run := runInflateChildSpeaking(t, protocol, "gzip", z, []uint32{0, uint32(len(z))})
+		require.Error(t, run.err, protocol)
+		assert.Contains(t, run.stderr, "ring protocol "+inflateProtocol+" is this build's", protocol)
+		assert.Empty(t, run.results, protocol)
+	}
+	failed := otherProtocolFailed("/usr/bin/diskimport-inflate", inflateRingFailed)
+	for _, msg := range []string{
+		"diskimport-inflate: usage: diskimport-inflate gzip SLOT_BYTES SLOTS [IN_SLOT_BYTES IN_SLOTS], …", // the build before protocol 2
+		"diskimport-inflate: ring protocol 3 is this build's; the importer asked for another: …",
+	} {
+		err := failed(msg, errors.New("exit status 1"))
+		require.ErrorIs(t, err, errdefs.ErrInvalidOptions, msg)
+		assert.Contains(t, err.Error(), "/usr/bin/diskimport-inflate is another build of diskimport-inflate than this importer's")
+	}
+	err := failed("diskimport-inflate: corrupt data: invalid deflate block", errors.New("exit status 1"))
+	assert.ErrorIs(t, err, errdefs.ErrInvalidImage, "the image's faults stay the image's")
 }

@@ -21,6 +21,9 @@ import (
 const (
 	inRingSlotBytes = 512 << 10
 	inRingSlots     = 4
+	// inRecordSize is a record naming input: uint32 slot, uint32 length,
+	// native order.
+	inRecordSize = 8
 )
 
 // inputRing is the feeder's side of the input ring. The file is sealed
@@ -33,7 +36,7 @@ type inputRing struct {
 	free             []int          // slots never handed out yet
 	records          io.WriteCloser // our records to the child's stdin
 	back             *os.File       // the slots the child hands back (its fd 6)
-	rec              [ringRecordSize]byte
+	rec              [inRecordSize]byte
 }
 
 // newInputRing makes the ring and returns it with the child's ends: its

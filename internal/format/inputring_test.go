@@ -40,7 +40,7 @@ func TestInputRingNamesTheBytesItRead(t *testing.T) {
 	slot, ok := r.take()
 	require.True(t, ok)
 	require.False(t, r.fill(bytes.NewReader(want), slot), "the source ended")
-	rec := make([]byte, ringRecordSize)
+	rec := make([]byte, inRecordSize)
 	_, err := io.ReadFull(records, rec)
 	require.NoError(t, err)
 	require.EqualValues(t, slot, binary.NativeEndian.Uint32(rec))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/diskimport/engine/errdefs"
 	"github.com/diskimport/engine/internal/ctxio"
+	"github.com/diskimport/engine/internal/iostage"
 )
 
 // Options tune Open. The zero value gives the defaults.
@@ -34,7 +35,9 @@ type Options struct {
 	// which decodes gzip and xz into shared memory instead of a pipe and
 	// is preferred to igzip and xz, and inflates a stream decoder's
 	// compressed grains and clusters (StartBlockInflater): "" looks up
-	// "diskimport-inflate" on PATH, "-" never uses one.
+	// "diskimport-inflate" on PATH, "-" never uses one. It must be the
+	// build of this tree (its ring protocol, inflateProtocol): another
+	// fails the decode with errdefs.ErrInvalidOptions naming it.
 	InflateChild string
 	// MaxNesting is how many compression layers are peeled at most
 	// (default 3); more is refused as unsafe.
@@ -206,7 +209,7 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 				s.Close()
 				return nil, &HeaderError{Format: f, Compressions: s.Compressions, Err: err}
 			}
-			s.Reader = ctxio.NewReader(ctx, "format", br)
+			s.Reader = ctxio.NewReader(ctx, "format", peeked{br, cur})
 			s.Format, s.Header = f, h
 			o.Logger.Debug("image opened", "format", f, "compressions", s.Compressions, "virtualSize", h.VirtualSize)
 			return s, nil
@@ -225,6 +228,34 @@ func Open(ctx context.Context, r io.Reader, o Options) (*Image, error) {
 		cur = d
 	}
 }
+
+// peeked is a stream whose head br peeked: br's bytes, then the stream
+// itself, read through br, or straight (its runs of zeros passing as
+// runs) by ReadRun once br holds nothing.
+type peeked struct {
+	br     *bufio.Reader
+	stream io.Reader
+}
+
+func (p peeked) Read(b []byte) (int, error) { return p.br.Read(b) }
+
+// ReadRun is Read, passing on the stream's runs (iostage.RunReader).
+func (p peeked) ReadRun(b []byte) (int, int64, error) {
+	if p.br.Buffered() > 0 {
+		n, err := p.br.Read(b)
+		return n, 0, err
+	}
+	return iostage.ReadRun(p.stream, b)
+}
+
+// KnowsRuns says whether the stream gives runs.
+func (p peeked) KnowsRuns() bool { return iostage.KnowsRuns(p.stream) }
+
+// ReadRun is the image's Read, passing on runs of zeros the stream knows
+// (a decoder child's), and KnowsRuns says whether it does
+// (iostage.RunReader).
+func (s *Image) ReadRun(p []byte) (int, int64, error) { return iostage.ReadRun(s.Reader, p) }
+func (s *Image) KnowsRuns() bool                      { return iostage.KnowsRuns(s.Reader) }
 
 // HeaderError is the refusal of an image's header; it names the format
 // and the compression layers found before it, so that the refusal can

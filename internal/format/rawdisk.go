@@ -31,12 +31,43 @@ func NewRawDiskReader(r io.Reader) *RawDiskReader {
 func (d *RawDiskReader) Read(p []byte) (int, error) {
 	if !d.judged {
 		n, err := d.tail.Read(p)
-		d.passed += int64(n)
-		if err != io.EOF {
+		if !d.ended(n, 0, err) {
 			return n, err
 		}
-		d.judge()
 	}
+	return d.readRest(p)
+}
+
+// ReadRun is Read, passing on the stream's runs of zeros as runs
+// (iostage.RunReader).
+func (d *RawDiskReader) ReadRun(p []byte) (int, int64, error) {
+	if !d.judged {
+		n, zeros, err := d.tail.ReadRun(p)
+		if !d.ended(n, zeros, err) {
+			return n, zeros, err
+		}
+	}
+	n, err := d.readRest(p)
+	return n, 0, err
+}
+
+// KnowsRuns says whether the stream gives runs (iostage.RunReader).
+func (d *RawDiskReader) KnowsRuns() bool { return d.tail.KnowsRuns() }
+
+// ended counts what the tail holder passed on and, once the stream
+// ended, judges the bytes it held: it says whether the stream ended.
+func (d *RawDiskReader) ended(n int, zeros int64, err error) bool {
+	d.passed += int64(n) + zeros
+	if err != io.EOF {
+		return false
+	}
+	d.judge()
+	return true
+}
+
+// readRest returns the held bytes the judgement left as data, then what
+// every read returns after them.
+func (d *RawDiskReader) readRest(p []byte) (int, error) {
 	if len(d.rest) == 0 {
 		return 0, d.err
 	}

@@ -223,7 +223,7 @@ func TestXZChildThreadsFollowTheCgroupsCPUQuota(t *testing.T) {
 			threads := ""
 			switch mode {
 			case "ring":
-				threads = args[6] // xz SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS THREADS …
+				threads = args[7] // PROTOCOL xz SLOT_BYTES SLOTS IN_SLOT_BYTES IN_SLOTS THREADS …
 			case "external":
 				for _, arg := range args {
 					if v, ok := strings.CutPrefix(arg, "-T"); ok {

@@ -172,6 +172,9 @@ type childSpec struct {
 	// ringSlotBytes (0: the gzip child's, ringSlots and ringSlotBytes).
 	ring                     bool
 	ringSlots, ringSlotBytes int
+	// zeroRuns: the ring child names the granules of zeros it decoded
+	// (the gzip mode), which the reader then gives as runs.
+	zeroRuns bool
 	// inputRing: src reaches the child through an input ring
 	// (inputRing: inRingSlots of inRingSlotBytes, its descriptors after
 	// the output's), records on its stdin, instead of through the pipe.
@@ -199,7 +202,15 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	// The child's whole environment: nothing of ours may change its
 	// behaviour (XZ_OPT, XZ_DEFAULTS could, for example, lift the memory
 	// limit), and the C locale keeps its messages stable for failed.
-	policy := sandbox.PipeFilter(bin, sp.args, []string{"LC_ALL=C"})
+	args, failed := sp.args, sp.failed
+	if sp.ring {
+		// A ring child is diskimport-inflate, told first which protocol
+		// the importer speaks, so that another build refuses to start
+		// instead of being misread.
+		args = append([]string{inflateProtocol}, args...)
+		failed = otherProtocolFailed(bin, failed)
+	}
+	policy := sandbox.PipeFilter(bin, args, []string{"LC_ALL=C"})
 	policy.AddressSpace, policy.Processes = sp.addressSpace, sp.processes
 	// Our own pipes rather than exec's, so they can be grown, kept out of
 	// the poller and paced (pacedPipeReader).
@@ -233,7 +244,7 @@ func startChild(ctx context.Context, sp childSpec, src *sourceReader, o Options)
 	o.Logger.Debug(name+" child", "stdin_bytes", inSize, "ring", sp.ring,
 		"sandbox", sandbox.Describe(), "as", policy.AddressSpace, "nproc", policy.Processes)
 	p := &childProc{ctx: ctx, name: name, stdout: stdout, stderr: sandbox.NewStderrBuffer(4096, 0),
-		src: src, fed: make(chan struct{}), failed: sp.failed}
+		src: src, fed: make(chan struct{}), failed: failed}
 	p.child, err = sandbox.Start(ctx, policy, sandbox.Stdio{Stdin: inR, Stdout: childOut, Stderr: p.stderr, Extra: extra})
 	// The child has its own copies of its ends now (or never will).
 	inR.Close()
@@ -292,7 +303,11 @@ func (sp childSpec) output() (io.ReadCloser, *os.File, []*os.File, error) {
 		if sp.ringSlots > 0 {
 			slots, slotBytes = sp.ringSlots, sp.ringSlotBytes
 		}
-		return newRingReader(slotBytes, slots)
+		r, stdout, extra, err := newRingReader(slotBytes, slots)
+		if r != nil {
+			r.zeroRuns = sp.zeroRuns
+		}
+		return r, stdout, extra, err
 	}
 	// Our own pipe rather than exec's, so it can be grown, kept out of
 	// the poller and paced (pacedPipeReader).
@@ -347,19 +362,38 @@ func (p *childProc) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := p.stdout.Read(b)
+	return n, p.outputErr(err)
+}
+
+// ReadRun is Read, passing on the granules of zeros a ring child named
+// as runs (iostage.RunReader).
+func (p *childProc) ReadRun(b []byte) (int, int64, error) {
+	if p.eof {
+		return 0, 0, io.EOF
+	}
+	n, zeros, err := iostage.ReadRun(p.stdout, b)
+	return n, zeros, p.outputErr(err)
+}
+
+// KnowsRuns says whether the child's output gives runs.
+func (p *childProc) KnowsRuns() bool { return iostage.KnowsRuns(p.stdout) }
+
+// outputErr is what a read of the child's output that ended in err
+// returns (nil for nil).
+func (p *childProc) outputErr(err error) error {
 	if err == nil {
-		return n, nil
+		return nil
 	}
 	// The child closed its output: it has finished or died. Its exit
 	// status decides whether this is a clean end.
 	if werr := p.wait(); werr != nil {
-		return n, werr
+		return werr
 	}
 	if err == io.EOF {
 		p.eof = true
-		return n, io.EOF
+		return io.EOF
 	}
-	return n, fmt.Errorf("%s: reading output: %v: %w", p.name, err, errdefs.ErrInvalidImage)
+	return fmt.Errorf("%s: reading output: %v: %w", p.name, err, errdefs.ErrInvalidImage)
 }
 
 // wait reaps the child once and turns a failure into an error naming the

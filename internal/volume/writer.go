@@ -405,6 +405,9 @@ func (w *Writer) ReadFrom(r io.Reader) (int64, error) {
 	if err := w.check(); err != nil {
 		return 0, err
 	}
+	if iostage.KnowsRuns(r) {
+		return w.readRuns(r.(iostage.RunReader))
+	}
 	if err := w.settle(); err != nil {
 		return 0, err
 	}

@@ -2,6 +2,12 @@
 
 package volume
 
+import (
+	"io"
+
+	"github.com/diskimport/engine/internal/iostage"
+)
+
 // WriteZeros accepts n zero bytes at the current offset without their
 // bytes, for a source that knows where its zeros are (a clone's zero
 // records): the run becomes a hole in a file and a zeroed range of a
@@ -93,4 +99,52 @@ func (w *Writer) applyZeros(off, n int64) error {
 		off, n = off+k, n-k
 	}
 	return nil
+}
+
+// readRuns is ReadFrom of a stream that knows where its zeros are: its
+// data is read straight into the staged chunk (written on the hand-off
+// goroutines as Write's chunks are) and its runs of zeros are taken as
+// WriteZeros takes them, never expanded or scanned. The decoder behind
+// such a stream is a child process, so no read-ahead goroutine is needed
+// to keep it apart from the writes.
+func (w *Writer) readRuns(r iostage.RunReader) (int64, error) {
+	var total int64
+	for {
+		if err := w.ctx.Err(); err != nil {
+			return total, w.fail(w.cancelled(err))
+		}
+		if w.stage == nil {
+			w.stage, w.stageLen = w.takeBuf(), 0
+		}
+		n, zeros, err := r.ReadRun(w.stage[w.stageLen:])
+		if n > 0 {
+			if w.off+int64(n) > w.capacity {
+				return total, w.fail(w.tooSmall(w.off + int64(n)))
+			}
+			w.stageLen += n
+			w.off += int64(n)
+			w.written.Add(int64(n))
+			total += int64(n)
+			if w.stageLen == chunkSize {
+				if herr := w.handOffStage(); herr != nil {
+					return total, herr
+				}
+			}
+		}
+		if zeros > 0 {
+			if zerr := w.WriteZeros(zeros); zerr != nil {
+				return total, zerr
+			}
+			total += zeros
+		}
+		switch {
+		case err == io.EOF: //nolint:errorlint // exact, as ReadFrom's
+			return total, nil
+		case err != nil:
+			if cerr := w.ctx.Err(); cerr != nil {
+				return total, w.fail(w.cancelled(cerr))
+			}
+			return total, w.fail(w.sourceErr(err, w.off))
+		}
+	}
 }

@@ -4,7 +4,10 @@ package volume_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -123,21 +126,27 @@ func TestWriteZerosLandsAsTheBytesWould(t *testing.T) {
 	wantDigest := whole.Sum()
 	for _, minZero := range []int{1, 512, 65536} {
 		runs := runsOf(img, minZero)
-		// The whole granules of zero runs are never data.
-		skipped, off := 0, 0
-		for _, r := range runs {
-			if r.zeros > 0 {
-				from, to := (off+65535)/65536*65536, (off+r.zeros)/65536*65536
-				skipped += max(0, to-from)
-			}
-			off += len(r.data) + r.zeros
-		}
+		skipped := wholeZeroGranules(runs)
 		t.Run(fmt.Sprintf("zero runs from %d bytes", minZero), func(t *testing.T) {
 			requireRunsLand(t, img, wantDigest, runs, writeRuns, func(t *testing.T, w *volume.Writer) {
 				assert.LessOrEqual(t, w.DataBytes(), int64(len(img)-skipped), "zero runs are not written as data")
 			})
 		})
 	}
+}
+
+// wholeZeroGranules is the bytes of the whole granules inside runs' zero
+// runs: never data.
+func wholeZeroGranules(runs []testRun) int {
+	skipped, off := 0, 0
+	for _, r := range runs {
+		if r.zeros > 0 {
+			from, to := (off+65535)/65536*65536, (off+r.zeros)/65536*65536
+			skipped += max(0, to-from)
+		}
+		off += len(r.data) + r.zeros
+	}
+	return skipped
 }
 
 // A zero run that passes the target's capacity is refused before anything
@@ -156,4 +165,125 @@ func TestWriteZerosPastCapacityIsRefused(t *testing.T) {
 	err = w.WriteZeros(4 * mib)
 	require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
 	assert.Equal(t, int64(4), w.Written())
+}
+
+// runReader is a stream that knows its zero runs, as a decoder child's
+// is: ReadRun gives data as bytes (at most len(p) at a time) and zero
+// runs as runs, then err (io.EOF when nil); reads counts the calls of
+// Read, which expands the runs.
+type runReader struct {
+	runs  []testRun
+	err   error
+	reads int
+}
+
+func newRunReader(runs []testRun, err error) *runReader {
+	return &runReader{runs: slices.Clone(runs), err: err}
+}
+
+func (r *runReader) ReadRun(p []byte) (int, int64, error) {
+	for len(r.runs) > 0 && len(r.runs[0].data) == 0 && r.runs[0].zeros == 0 {
+		r.runs = r.runs[1:]
+	}
+	if len(r.runs) == 0 {
+		if r.err != nil {
+			return 0, 0, r.err
+		}
+		return 0, 0, io.EOF
+	}
+	run := &r.runs[0]
+	if run.zeros > 0 {
+		z := run.zeros
+		run.zeros = 0
+		return 0, int64(z), nil
+	}
+	n := copy(p, run.data)
+	run.data = run.data[n:]
+	return n, 0, nil
+}
+
+func (r *runReader) Read(p []byte) (int, error) {
+	r.reads++
+	if len(r.runs) > 0 && r.runs[0].zeros > 0 {
+		n := min(len(p), r.runs[0].zeros)
+		clear(p[:n])
+		r.runs[0].zeros -= n
+		return n, nil
+	}
+	n, _, err := r.ReadRun(p)
+	return n, err
+}
+
+func (r *runReader) KnowsRuns() bool { return true }
+
+// readRunsFrom writes runs through ReadFrom of a stream that knows them,
+// and finishes.
+func readRunsFrom(t *testing.T, tg *volume.Target, runs []testRun, opts ...volume.WriterOption) *volume.Writer {
+	t.Helper()
+	w, err := tg.NewWriter(opts...)
+	require.NoError(t, err)
+	src := newRunReader(runs, nil)
+	n, err := w.ReadFrom(src)
+	require.NoError(t, err)
+	assert.Equal(t, w.Written(), n)
+	assert.Zero(t, src.reads, "ReadFrom took the runs, not the bytes")
+	_, err = w.Finish()
+	require.NoError(t, err)
+	return w
+}
+
+// A stream that knows where its zeros are (a decoder child's) lands
+// through ReadFrom as its bytes would: the same disk on a file and on a
+// device over old data, the same content digest, its zero runs taken as
+// runs, never read as bytes or written as data.
+func TestReadFromTakesAStreamsZeroRunsAsRuns(t *testing.T) {
+	const size = 21*mib + 4097
+	img := makeImage(11, size, 0.5)
+	clear(img[100:700_000])                // inside the held first MiB, off granules
+	clear(img[4*mib-1000 : 4*mib+3*65536]) // across a chunk's end
+	clear(img[9*mib : 12*mib])             // a long run
+	whole := blkhash.New(0)
+	_, _ = whole.Write(img)
+	wantDigest := whole.Sum()
+	for _, minZero := range []int{512, 65536} {
+		runs := runsOf(img, minZero)
+		skipped := wholeZeroGranules(runs)
+		t.Run(fmt.Sprintf("zero runs from %d bytes", minZero), func(t *testing.T) {
+			requireRunsLand(t, img, wantDigest, runs, readRunsFrom, func(t *testing.T, w *volume.Writer) {
+				assert.LessOrEqual(t, w.DataBytes(), int64(len(img)-skipped), "zero runs are not written as data")
+			})
+		})
+	}
+}
+
+// A stream that knows its runs and does not fit, or fails, ends ReadFrom
+// as a stream of bytes would: too small names the target, a source's
+// failure is the source's.
+func TestReadFromRunsRefusesWhatDoesNotFitAndKeepsTheSourcesError(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	open := func(t *testing.T) *volume.Writer {
+		tg, err := volume.Open(ctx, volume.Options{Path: newLoop(t, 4*mib, fillRandom(3))})
+		require.NoError(t, err)
+		t.Cleanup(func() { tg.Close() })
+		w, err := tg.NewWriter()
+		require.NoError(t, err)
+		return w
+	}
+	data := makeImage(3, mib, 0)
+	t.Run("data past capacity", func(t *testing.T) {
+		_, err := open(t).ReadFrom(newRunReader([]testRun{{zeros: 3*mib + 512}, {data: data}}, nil))
+		require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+	})
+	t.Run("zeros past capacity", func(t *testing.T) {
+		_, err := open(t).ReadFrom(newRunReader([]testRun{{data: data}, {zeros: 4 * mib}}, nil))
+		require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
+	})
+	t.Run("the source fails", func(t *testing.T) {
+		boom := errors.New("connection reset")
+		w := open(t)
+		_, err := w.ReadFrom(newRunReader([]testRun{{data: data}, {zeros: mib}}, boom))
+		require.ErrorIs(t, err, boom)
+		assert.Contains(t, err.Error(), fmt.Sprintf("offset %d", 2*mib))
+	})
 }

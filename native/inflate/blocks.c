@@ -108,9 +108,9 @@ int run_blocks(int zlib)
 			bad = BAD_TRUNCATED; /* a result record names at least a byte */
 		if (bad) {
 			give_back_slot(slot);
-			hand_over(NO_SLOT, (uint32_t)bad);
+			hand_over(NO_SLOT, (uint32_t)bad, 0);
 		} else {
-			hand_over(slot, n);
+			hand_over(slot, n, 0);
 		}
 	}
 	return 0;

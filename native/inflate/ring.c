@@ -99,10 +99,13 @@ void give_back_slot(uint32_t slot)
 	free_slots[nfree++] = slot;
 }
 
-void hand_over(uint32_t slot, uint32_t len)
+void hand_over(uint32_t slot, uint32_t len, uint64_t zeros)
 {
-	uint32_t rec[2] = {slot, len};
-	full_write(1, rec, sizeof rec);
+	struct {
+		uint32_t slot, len;
+		uint64_t zeros;
+	} rec = {slot, len, zeros};
+	full_write(1, &rec, sizeof rec);
 }
 
 int next_input(const uint8_t **next, uint32_t *avail)

@@ -31,8 +31,11 @@ ssize_t read_records(int fd, void *buf, size_t cap, size_t rec);
 uint32_t take_slot(void);
 void give_back_slot(uint32_t slot);
 /* hand_over names len bytes in slot to the importer (len 1 to slot_bytes),
- * or a failed block (slot NO_SLOT, len its reason). */
-void hand_over(uint32_t slot, uint32_t len);
+ * or a failed block (slot NO_SLOT, len its reason); bit i of zeros says
+ * the slot's ZERO_GRANULE_BYTES at i * ZERO_GRANULE_BYTES are all zeros
+ * (0: none known). */
+void hand_over(uint32_t slot, uint32_t len, uint64_t zeros);
+#define ZERO_GRANULE_BYTES (64u << 10)
 #define NO_SLOT 0xffffffffu
 
 /* next_input points *next and *avail at the stream's next bytes, handing

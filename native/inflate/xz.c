@@ -72,7 +72,7 @@ int run_xz(uint32_t threads, uint64_t memlimit, uint64_t memlimit_threading)
 		ret = lzma_code(&strm, action);
 		pos = slot_bytes - (uint32_t)strm.avail_out;
 		if (pos == slot_bytes) {
-			hand_over(slot, pos);
+			hand_over(slot, pos, 0);
 			slot = take_slot();
 			pos = 0;
 		}
@@ -84,11 +84,11 @@ int run_xz(uint32_t threads, uint64_t memlimit, uint64_t memlimit_threading)
 			 * does (a cut qcow2.xz after its header was read), not
 			 * before it has a byte. */
 			if (pos > 0)
-				hand_over(slot, pos);
+				hand_over(slot, pos, 0);
 			fail(xz_error(ret));
 		}
 	}
 	if (pos > 0)
-		hand_over(slot, pos);
+		hand_over(slot, pos, 0);
 	return 0;
 }
