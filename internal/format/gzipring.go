@@ -191,6 +191,9 @@ func (r *ringReader) ReadRun(p []byte) (n int, zeros int64, err error) {
 		if slot < 0 {
 			return 0, 0, fmt.Errorf("the decoder reported a failed block in a stream")
 		}
+		if !r.zeroRuns {
+			zeros = 0 // only the gzip mode names them
+		}
 		r.slot, r.dataOff, r.dataLen, r.zeros = slot, slot*r.slotBytes, n, zeros
 		r.slotEnd = r.dataOff + n
 	}

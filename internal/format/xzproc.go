@@ -304,10 +304,11 @@ func (sp childSpec) output() (io.ReadCloser, *os.File, []*os.File, error) {
 			slots, slotBytes = sp.ringSlots, sp.ringSlotBytes
 		}
 		r, stdout, extra, err := newRingReader(slotBytes, slots)
-		if r != nil {
-			r.zeroRuns = sp.zeroRuns
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		return r, stdout, extra, err
+		r.zeroRuns = sp.zeroRuns
+		return r, stdout, extra, nil
 	}
 	// Our own pipe rather than exec's, so it can be grown, kept out of
 	// the poller and paced (pacedPipeReader).
