@@ -143,3 +143,52 @@ func TestReadRunOfAPlainReaderIsItsRead(t *testing.T) {
 	assert.Zero(t, zeros)
 	assert.False(t, NewTailHolder(r, 512).KnowsRuns())
 }
+
+// FuzzTailHolderRuns: whatever runs and data a stream gives, and whatever
+// sizes it is read in, a TailHolder passes on its bytes but the last 512
+// and holds those.
+func FuzzTailHolderRuns(f *testing.F) {
+	f.Add([]byte{0x81, 0x02, 0x05, 0x90, 0x10}, uint16(600))
+	f.Add([]byte{0x01, 0xff, 0x80}, uint16(513))
+	f.Fuzz(func(t *testing.T, script []byte, readSize uint16) {
+		// Each byte is a piece: the high bit a run of zeros, else data;
+		// the rest its length in units of 37 bytes (odd, so pieces fall
+		// off every boundary).
+		var pieces []scriptedPiece
+		var whole []byte
+		for i, b := range script {
+			n := int(b&0x7f)*37 + 1
+			if b&0x80 != 0 {
+				pieces = append(pieces, scriptedPiece{zeros: int64(n)})
+				whole = append(whole, make([]byte, n)...)
+				continue
+			}
+			data := bytes.Repeat([]byte{byte(i%255) + 1}, n)
+			pieces = append(pieces, scriptedPiece{data: data})
+			whole = append(whole, data...)
+		}
+		th := NewTailHolder(&scriptedRuns{pieces: pieces}, 512)
+		buf := make([]byte, int(readSize)%4096+1)
+		var out []byte
+		for i := 0; ; i++ {
+			var n int
+			var zeros int64
+			var err error
+			if i%3 == 2 {
+				n, err = th.Read(buf)
+			} else {
+				n, zeros, err = th.ReadRun(buf)
+			}
+			out = append(out, make([]byte, zeros)...)
+			out = append(out, buf[:n]...)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(out), len(whole))
+		}
+		keep := min(len(whole), 512)
+		require.True(t, bytes.Equal(whole[:len(whole)-keep], out), "passed on %d bytes of %d", len(out), len(whole)-keep)
+		require.True(t, bytes.Equal(whole[len(whole)-keep:], th.Tail()))
+	})
+}
