@@ -256,10 +256,10 @@ func TestReadFromTakesAStreamsZeroRunsAsRuns(t *testing.T) {
 	}
 }
 
-// A stream that knows its runs and does not fit, or fails, ends ReadFrom
-// as a stream of bytes would: too small names the target, a source's
-// failure is the source's.
-func TestReadFromRunsRefusesWhatDoesNotFitAndKeepsTheSourcesError(t *testing.T) {
+// A stream that knows its runs and does not fit, is cancelled or fails
+// ends ReadFrom as a stream of bytes would: too small names the target,
+// a cancel reads no more, a source's failure is the source's.
+func TestReadFromRunsEndsAsAStreamOfBytesWould(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
 	open := func(t *testing.T) *volume.Writer {
@@ -279,6 +279,18 @@ func TestReadFromRunsRefusesWhatDoesNotFitAndKeepsTheSourcesError(t *testing.T) 
 		_, err := open(t).ReadFrom(newRunReader([]testRun{{data: data}, {zeros: 4 * mib}}, nil))
 		require.ErrorIs(t, err, errdefs.ErrTargetTooSmall)
 	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		tg, err := volume.Open(ctx, volume.Options{Path: newLoop(t, 4*mib, fillRandom(3))})
+		require.NoError(t, err)
+		t.Cleanup(func() { tg.Close() })
+		w, err := tg.NewWriter(volume.WithContext(ctx))
+		require.NoError(t, err)
+		src := &cancellingRuns{runReader: newRunReader([]testRun{{data: data}, {zeros: mib}, {data: data}}, nil), cancel: cancel}
+		_, err = w.ReadFrom(src)
+		require.ErrorIs(t, err, errdefs.ErrCancelled)
+		assert.Equal(t, 1, src.calls, "nothing read after the context ended")
+	})
 	t.Run("the source fails", func(t *testing.T) {
 		boom := errors.New("connection reset")
 		w := open(t)
@@ -286,4 +298,17 @@ func TestReadFromRunsRefusesWhatDoesNotFitAndKeepsTheSourcesError(t *testing.T) 
 		require.ErrorIs(t, err, boom)
 		assert.Contains(t, err.Error(), fmt.Sprintf("offset %d", 2*mib))
 	})
+}
+
+// cancellingRuns ends the context after its first run.
+type cancellingRuns struct {
+	*runReader
+	cancel func()
+	calls  int
+}
+
+func (c *cancellingRuns) ReadRun(p []byte) (int, int64, error) {
+	c.calls++
+	defer c.cancel()
+	return c.runReader.ReadRun(p)
 }
