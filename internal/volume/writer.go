@@ -236,17 +236,24 @@ func (w *Writer) Write(p []byte) (int, error) {
 			w.stageLen = 0
 		}
 		c := copy(w.stage[w.stageLen:], p[n:])
-		w.stageLen += c
 		n += c
-		w.off += int64(c)
-		w.written.Add(int64(c))
-		if w.stageLen == chunkSize {
-			if err := w.handOffStage(); err != nil {
-				return n, err
-			}
+		if err := w.staged(c); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
+}
+
+// staged takes the n bytes just put after the staged ones, and hands the
+// stage off once it is a full chunk.
+func (w *Writer) staged(n int) error {
+	w.stageLen += n
+	w.off += int64(n)
+	w.written.Add(int64(n))
+	if w.stageLen == chunkSize {
+		return w.handOffStage()
+	}
+	return nil
 }
 
 // MaxWriteFrom is the most WriteFrom takes in one call: one chunk.

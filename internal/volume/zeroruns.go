@@ -121,14 +121,9 @@ func (w *Writer) readRuns(r iostage.RunReader) (int64, error) {
 			if w.off+int64(n) > w.capacity {
 				return total, w.fail(w.tooSmall(w.off + int64(n)))
 			}
-			w.stageLen += n
-			w.off += int64(n)
-			w.written.Add(int64(n))
 			total += int64(n)
-			if w.stageLen == chunkSize {
-				if herr := w.handOffStage(); herr != nil {
-					return total, herr
-				}
+			if serr := w.staged(n); serr != nil {
+				return total, serr
 			}
 		}
 		if zeros > 0 {
